@@ -1,0 +1,1 @@
+//! Key-value store for rendezvous (work in progress).

@@ -1,0 +1,1 @@
+//! Rank, world size and store address from the launcher environment (in progress).

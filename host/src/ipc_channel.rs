@@ -1,0 +1,1 @@
+//! Unix-socket channel passing file descriptors between the ranks of one job (in progress).

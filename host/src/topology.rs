@@ -1,0 +1,1 @@
+//! NVLink topology from NVML, and its classification (in progress).

@@ -1,0 +1,42 @@
+//! GPU kernels of intranode, written in `no_std` Rust and compiled by
+//! rustc's NVPTX back end to PTX (`cargo xtask build-ptx`).
+//!
+//! Layout:
+//! - [`ptx`]: the only inline PTX of the crate, as small named functions
+//!   (acquire/release flags, fences, 16-byte vector accesses, conversions,
+//!   `%globaltimer`). Each one's instruction and scope is checked by a test
+//!   on the emitted PTX (`host/tests/ptx_scopes.rs`).
+//! - [`math`]: index and chunk arithmetic, plain functions shared with the
+//!   host (and unit-tested there).
+//! - [`elem`]: element types (bf16, f16, f32) as packed 16-byte vectors,
+//!   widened to f32 for arithmetic.
+//! - [`elementwise`]: the first kernels (`add_*`), used by the GPU smoke test.
+//!
+//! Kernels own nothing: every pointer they touch is passed by the host.
+//! They must not call out-of-line `core` functions (the PTX could not be
+//! loaded without a linker), so no bounds-checked indexing, no panicking
+//! arithmetic and no formatting appear on kernel paths.
+#![cfg_attr(not(test), no_std)]
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(abi_ptx, stdarch_nvptx, asm_experimental_arch)
+)]
+
+pub mod math;
+
+#[cfg(target_arch = "nvptx64")]
+pub mod elem;
+#[cfg(target_arch = "nvptx64")]
+pub mod elementwise;
+#[cfg(target_arch = "nvptx64")]
+pub mod probes;
+#[cfg(target_arch = "nvptx64")]
+pub mod ptx;
+
+#[cfg(all(target_arch = "nvptx64", not(test)))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
+    // A panic on the GPU has nowhere to report to: stop the kernel so the
+    // host sees a launch failure instead of a wrong result.
+    ptx::trap()
+}

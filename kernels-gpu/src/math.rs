@@ -1,0 +1,106 @@
+//! Index arithmetic shared by the kernels and the host.
+//!
+//! Plain `const fn`s without panicking paths: they compile for nvptx64
+//! (where a panic would pull in out-of-line `core` code) and for the host,
+//! where the unit tests below cover them.
+
+/// Bytes moved by one vector load or store on the main path.
+pub const VEC_BYTES: usize = 16;
+
+/// How many elements of `elem_bytes` bytes fill one 16-byte vector.
+pub const fn elems_per_vec(elem_bytes: usize) -> usize {
+    if elem_bytes == 0 {
+        0
+    } else {
+        VEC_BYTES / elem_bytes
+    }
+}
+
+/// Splits `elems` into whole 16-byte vectors and a scalar tail:
+/// returns `(vectors, tail_start_elem)`.
+pub const fn split_vec_tail(elems: usize, elem_bytes: usize) -> (usize, usize) {
+    let per_vec = elems_per_vec(elem_bytes);
+    if per_vec == 0 {
+        return (0, 0);
+    }
+    let vecs = elems / per_vec;
+    (vecs, vecs * per_vec)
+}
+
+/// Whether every address is aligned for 16-byte vector accesses.
+pub const fn all_vec_aligned(addrs: &[usize]) -> bool {
+    let mut acc = 0usize;
+    let mut i = 0;
+    while i < addrs.len() {
+        acc |= addrs[i];
+        i += 1;
+    }
+    acc % VEC_BYTES == 0
+}
+
+/// Half-open range `[start, end)` of `total` items owned by `part` of
+/// `parts` when they are split as evenly as possible (the first
+/// `total % parts` parts get one more). Empty when `parts == 0` or
+/// `part >= parts`.
+pub const fn even_split(total: usize, parts: usize, part: usize) -> (usize, usize) {
+    if parts == 0 || part >= parts {
+        return (0, 0);
+    }
+    let base = total / parts;
+    let extra = total % parts;
+    let start = part * base + if part < extra { part } else { extra };
+    let len = base + if part < extra { 1 } else { 0 };
+    (start, start + len)
+}
+
+/// `ceil(a / b)`, zero when `b == 0`.
+pub const fn div_ceil(a: usize, b: usize) -> usize {
+    if b == 0 { 0 } else { a.div_ceil(b) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vec_tail_split() {
+        assert_eq!(split_vec_tail(0, 2), (0, 0));
+        assert_eq!(split_vec_tail(7, 2), (0, 0));
+        assert_eq!(split_vec_tail(8, 2), (1, 8));
+        assert_eq!(split_vec_tail(4095, 2), (511, 4088));
+        assert_eq!(split_vec_tail(4095, 4), (1023, 4092));
+        assert_eq!(split_vec_tail(5, 0), (0, 0));
+    }
+
+    #[test]
+    fn alignment() {
+        assert!(all_vec_aligned(&[0, 16, 4096]));
+        assert!(!all_vec_aligned(&[0, 16, 4098]));
+        assert!(all_vec_aligned(&[]));
+    }
+
+    #[test]
+    fn even_split_covers_everything_once() {
+        for total in [0usize, 1, 7, 8, 4095, 4096, 1 << 20] {
+            for parts in 1..=8 {
+                let mut next = 0;
+                for part in 0..parts {
+                    let (s, e) = even_split(total, parts, part);
+                    assert_eq!(s, next, "total {total} parts {parts} part {part}");
+                    assert!(e - s <= total / parts + 1);
+                    next = e;
+                }
+                assert_eq!(next, total);
+            }
+        }
+        assert_eq!(even_split(10, 0, 0), (0, 0));
+        assert_eq!(even_split(10, 2, 2), (0, 0));
+    }
+
+    #[test]
+    fn ceil_division() {
+        assert_eq!(div_ceil(0, 3), 0);
+        assert_eq!(div_ceil(7, 3), 3);
+        assert_eq!(div_ceil(7, 0), 0);
+    }
+}

@@ -1,0 +1,77 @@
+//! One tiny kernel per function of [`crate::ptx`] that touches memory
+//! ordering, so the emitted PTX holds each one in a body of its own: the
+//! host test `ptx_scopes` checks that `probe_<name>` contains exactly the
+//! instruction `<name>` claims. They are never launched.
+
+use crate::ptx;
+
+/// # Safety
+/// Never launched; `p` would have to be a valid global address.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn probe_ld_acquire_sys_u32(p: *mut u32) {
+    // SAFETY: see the function's contract.
+    unsafe { *p = ptx::ld_acquire_sys_u32(p) }
+}
+
+/// # Safety
+/// Never launched; `p` would have to be a valid global address.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn probe_ld_relaxed_sys_u32(p: *mut u32) {
+    // SAFETY: see the function's contract.
+    unsafe { *p = ptx::ld_relaxed_sys_u32(p) }
+}
+
+/// # Safety
+/// Never launched; `p` would have to be a valid global address.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn probe_st_release_sys_u32(p: *mut u32, v: u32) {
+    // SAFETY: see the function's contract.
+    unsafe { ptx::st_release_sys_u32(p, v) }
+}
+
+/// # Safety
+/// Never launched; `p` would have to be a valid global address.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn probe_st_relaxed_sys_u32(p: *mut u32, v: u32) {
+    // SAFETY: see the function's contract.
+    unsafe { ptx::st_relaxed_sys_u32(p, v) }
+}
+
+/// Never launched.
+#[unsafe(no_mangle)]
+pub extern "ptx-kernel" fn probe_fence_acq_rel_sys() {
+    ptx::fence_acq_rel_sys()
+}
+
+/// Never launched.
+#[unsafe(no_mangle)]
+pub extern "ptx-kernel" fn probe_fence_acq_rel_gpu() {
+    ptx::fence_acq_rel_gpu()
+}
+
+/// # Safety
+/// Never launched; `p` would have to be a valid, 16-byte aligned address.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn probe_ld_global_v4_u32(p: *mut [u32; 4]) {
+    // SAFETY: see the function's contract.
+    unsafe {
+        let v = ptx::ld_global_v4_u32(p);
+        *(p as *mut u32) = v[0] ^ v[1] ^ v[2] ^ v[3];
+    }
+}
+
+/// # Safety
+/// Never launched; `p` would have to be a valid, 16-byte aligned address.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn probe_st_global_v4_u32(p: *mut [u32; 4], v: u32) {
+    // SAFETY: see the function's contract.
+    unsafe { ptx::st_global_v4_u32(p, [v, v ^ 1, v ^ 2, v ^ 3]) }
+}
+
+/// # Safety
+/// Never launched; `p` would have to be a valid global address.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn probe_globaltimer_ns(p: *mut u64) {
+    // SAFETY: see the function's contract.
+    unsafe { *p = ptx::globaltimer_ns() }
+}

@@ -1,0 +1,211 @@
+//! All inline PTX of the crate, as small named functions.
+//!
+//! Each function's name states the instruction, its semantics and its
+//! scope; `host/tests/ptx_scopes.rs` assembles nothing but reads the emitted
+//! PTX and checks, through the `probe_*` kernels of [`crate::probes`], that
+//! every function here produces exactly the instruction its name claims.
+//! Rust-CUDA's `cuda_std` shipped wrong scopes in hand-written asm for
+//! years; that test is what keeps this module honest.
+//!
+//! Scopes: `.sys` is needed for flags that peers on other GPUs read over
+//! NVLink; `.gpu` suffices between blocks of one kernel.
+
+use core::arch::asm;
+use core::arch::nvptx;
+
+/// `threadIdx.x`.
+#[inline(always)]
+pub fn thread_idx_x() -> u32 {
+    // SAFETY: reads a special register; no memory is touched.
+    unsafe { nvptx::_thread_idx_x() as u32 }
+}
+
+/// `blockIdx.x`.
+#[inline(always)]
+pub fn block_idx_x() -> u32 {
+    // SAFETY: reads a special register; no memory is touched.
+    unsafe { nvptx::_block_idx_x() as u32 }
+}
+
+/// `blockDim.x`.
+#[inline(always)]
+pub fn block_dim_x() -> u32 {
+    // SAFETY: reads a special register; no memory is touched.
+    unsafe { nvptx::_block_dim_x() as u32 }
+}
+
+/// `gridDim.x`.
+#[inline(always)]
+pub fn grid_dim_x() -> u32 {
+    // SAFETY: reads a special register; no memory is touched.
+    unsafe { nvptx::_grid_dim_x() as u32 }
+}
+
+/// `bar.sync 0`: every thread of the block must reach it.
+#[inline(always)]
+pub fn sync_threads() {
+    // SAFETY: a block-wide barrier; callers keep it out of divergent code.
+    unsafe { nvptx::_syncthreads() }
+}
+
+/// Stops the kernel; the launch fails with an illegal-instruction error.
+#[inline(always)]
+pub fn trap() -> ! {
+    // SAFETY: `trap` ends the thread; nothing runs after it.
+    unsafe { nvptx::trap() }
+}
+
+/// `ld.acquire.sys.global.u32`: reads a flag written by a release store on
+/// any GPU or the host; later loads are ordered after it.
+///
+/// # Safety
+/// `p` must be a valid, 4-byte aligned global address.
+#[inline(always)]
+pub unsafe fn ld_acquire_sys_u32(p: *const u32) -> u32 {
+    let v: u32;
+    // SAFETY: the caller guarantees `p` is a valid global address.
+    unsafe {
+        asm!("ld.acquire.sys.global.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) p, options(nostack));
+    }
+    v
+}
+
+/// `ld.relaxed.sys.global.u32`: a coherent read with no ordering, for
+/// polling before a fence.
+///
+/// # Safety
+/// `p` must be a valid, 4-byte aligned global address.
+#[inline(always)]
+pub unsafe fn ld_relaxed_sys_u32(p: *const u32) -> u32 {
+    let v: u32;
+    // SAFETY: the caller guarantees `p` is a valid global address.
+    unsafe {
+        asm!("ld.relaxed.sys.global.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) p, options(nostack));
+    }
+    v
+}
+
+/// `st.release.sys.global.u32`: publishes every earlier write of this
+/// thread to whoever acquires the flag, on any GPU.
+///
+/// # Safety
+/// `p` must be a valid, 4-byte aligned global address.
+#[inline(always)]
+pub unsafe fn st_release_sys_u32(p: *mut u32, v: u32) {
+    // SAFETY: the caller guarantees `p` is a valid global address.
+    unsafe {
+        asm!("st.release.sys.global.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack));
+    }
+}
+
+/// `st.relaxed.sys.global.u32`: a coherent write with no ordering.
+///
+/// # Safety
+/// `p` must be a valid, 4-byte aligned global address.
+#[inline(always)]
+pub unsafe fn st_relaxed_sys_u32(p: *mut u32, v: u32) {
+    // SAFETY: the caller guarantees `p` is a valid global address.
+    unsafe {
+        asm!("st.relaxed.sys.global.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack));
+    }
+}
+
+/// `fence.acq_rel.sys`: orders this thread's accesses before and after it
+/// for observers on every GPU and the host.
+#[inline(always)]
+pub fn fence_acq_rel_sys() {
+    // SAFETY: a fence touches no memory.
+    unsafe { asm!("fence.acq_rel.sys;", options(nostack)) }
+}
+
+/// `fence.acq_rel.gpu`: as [`fence_acq_rel_sys`], for observers on this GPU.
+#[inline(always)]
+pub fn fence_acq_rel_gpu() {
+    // SAFETY: a fence touches no memory.
+    unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) }
+}
+
+/// `ld.global.v4.u32`: one 16-byte load.
+///
+/// # Safety
+/// `p` must be a valid, 16-byte aligned global address.
+#[inline(always)]
+pub unsafe fn ld_global_v4_u32(p: *const [u32; 4]) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees `p` is valid and 16-byte aligned.
+    unsafe {
+        asm!(
+            "ld.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+            p = in(reg64) p,
+            options(nostack, readonly),
+        );
+    }
+    [a, b, c, d]
+}
+
+/// `st.global.v4.u32`: one 16-byte store.
+///
+/// # Safety
+/// `p` must be a valid, 16-byte aligned global address.
+#[inline(always)]
+pub unsafe fn st_global_v4_u32(p: *mut [u32; 4], v: [u32; 4]) {
+    // SAFETY: the caller guarantees `p` is valid and 16-byte aligned.
+    unsafe {
+        asm!(
+            "st.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+            p = in(reg64) p,
+            a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+            options(nostack),
+        );
+    }
+}
+
+/// `%globaltimer`: nanoseconds of a clock shared by the GPU's SMs, for
+/// deadlines of bounded waits.
+#[inline(always)]
+pub fn globaltimer_ns() -> u64 {
+    let t: u64;
+    // SAFETY: reads a special register; no memory is touched.
+    unsafe { asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nostack, nomem)) }
+    t
+}
+
+/// `cvt.rn.bf16x2.f32`: rounds two f32 to bf16 (to nearest, ties to even)
+/// and packs them, `lo` in the low half.
+#[inline(always)]
+pub fn cvt_rn_bf16x2_f32(lo: f32, hi: f32) -> u32 {
+    let d: u32;
+    // SAFETY: register-only arithmetic.
+    unsafe {
+        asm!("cvt.rn.bf16x2.f32 {d}, {hi}, {lo};", d = out(reg32) d, hi = in(reg32) hi, lo = in(reg32) lo, options(nostack, nomem, pure));
+    }
+    d
+}
+
+/// `cvt.rn.f16x2.f32`: rounds two f32 to f16 (to nearest, ties to even)
+/// and packs them, `lo` in the low half.
+#[inline(always)]
+pub fn cvt_rn_f16x2_f32(lo: f32, hi: f32) -> u32 {
+    let d: u32;
+    // SAFETY: register-only arithmetic.
+    unsafe {
+        asm!("cvt.rn.f16x2.f32 {d}, {hi}, {lo};", d = out(reg32) d, hi = in(reg32) hi, lo = in(reg32) lo, options(nostack, nomem, pure));
+    }
+    d
+}
+
+/// `cvt.f32.f16` on both halves of a packed f16 pair: `(lo, hi)`.
+#[inline(always)]
+pub fn cvt_f32_f16x2(v: u32) -> (f32, f32) {
+    let (lo, hi): (f32, f32);
+    // SAFETY: register-only arithmetic.
+    unsafe {
+        asm!(
+            "{{ .reg .b16 l, h; mov.b32 {{l, h}}, {v}; cvt.f32.f16 {lo}, l; cvt.f32.f16 {hi}, h; }}",
+            v = in(reg32) v, lo = out(reg32) lo, hi = out(reg32) hi,
+            options(nostack, nomem, pure),
+        );
+    }
+    (lo, hi)
+}

@@ -1,0 +1,1 @@
+//! Multi-process integration tests (see `tests/`).
