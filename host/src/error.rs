@@ -1,0 +1,43 @@
+//! The error type of the `intranode` crate.
+
+use cudarc::driver::DriverError;
+
+/// Everything that can go wrong in the GPU entry points of the library.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `libcuda` could not be loaded: no NVIDIA driver on this machine.
+    #[error("no CUDA driver: libcuda.so could not be loaded on this machine")]
+    NoDriver,
+    /// Fewer GPUs than the caller needs.
+    #[error("{needed} GPU(s) needed, {found} found")]
+    TooFewGpus { needed: usize, found: usize },
+    /// A CUDA driver call failed.
+    #[error("{op} failed (device {device:?}): {source}")]
+    Driver {
+        op: &'static str,
+        device: Option<usize>,
+        #[source]
+        source: DriverError,
+    },
+    /// A kernel the library needs is not in the embedded PTX.
+    #[error("kernel {name} is missing from the embedded PTX")]
+    MissingKernel { name: String },
+    /// The caller passed arguments the operation cannot accept.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+/// Result with the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Attaches the driver call's name (and device, when known) to a
+/// [`DriverError`].
+pub(crate) trait DriverContext<T> {
+    fn ctx(self, op: &'static str, device: Option<usize>) -> Result<T>;
+}
+
+impl<T> DriverContext<T> for std::result::Result<T, DriverError> {
+    fn ctx(self, op: &'static str, device: Option<usize>) -> Result<T> {
+        self.map_err(|source| Error::Driver { op, device, source })
+    }
+}

@@ -1,0 +1,98 @@
+//! Checks, on the PTX the crate embeds, that every named function of
+//! `kernels-gpu/src/ptx.rs` that orders memory emits exactly the
+//! instruction, semantics and scope its name claims: each is compiled into
+//! a `probe_<name>` kernel of its own, whose body this test reads.
+
+use intranode::kernels::PTX;
+
+/// The body of `.entry name(...) { ... }` in the PTX.
+fn entry_body(ptx: &str, name: &str) -> String {
+    let start = ptx
+        .find(&format!(".entry {name}("))
+        .unwrap_or_else(|| panic!("no kernel {name} in the PTX"));
+    let rest = &ptx[start..];
+    let open = rest.find('{').expect("kernel body opens");
+    let mut depth = 0usize;
+    for (i, c) in rest[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return rest[open..open + i + 1].to_owned();
+                }
+            }
+            _ => {}
+        }
+    }
+    panic!("kernel {name} never closes");
+}
+
+/// Memory-access and ordering instructions of a body (parameter loads
+/// aside), first word only.
+fn ordering_ops(body: &str) -> Vec<String> {
+    body.lines()
+        .map(str::trim)
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|op| {
+            (op.starts_with("ld.") && !op.starts_with("ld.param"))
+                || op.starts_with("st.")
+                || op.starts_with("fence")
+                || op.starts_with("membar")
+                || op.starts_with("atom")
+                || op.starts_with("red.")
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+fn assert_probe(name: &str, claimed: &str) {
+    let body = entry_body(PTX, &format!("probe_{name}"));
+    let ops = ordering_ops(&body);
+    assert!(
+        ops.iter().any(|op| op == claimed),
+        "probe_{name}: `{claimed}` not emitted; got {ops:?}"
+    );
+    // Nothing of another scope sneaks in.
+    for op in &ops {
+        for scope in [".sys", ".gpu", ".cta", ".cluster"] {
+            if op.contains(scope) {
+                assert!(
+                    claimed.contains(scope),
+                    "probe_{name}: `{op}` has scope {scope}, claimed `{claimed}`"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn acquire_release_and_relaxed_flags_have_system_scope() {
+    assert_probe("ld_acquire_sys_u32", "ld.acquire.sys.global.u32");
+    assert_probe("ld_relaxed_sys_u32", "ld.relaxed.sys.global.u32");
+    assert_probe("st_release_sys_u32", "st.release.sys.global.u32");
+    assert_probe("st_relaxed_sys_u32", "st.relaxed.sys.global.u32");
+}
+
+#[test]
+fn fences_have_their_named_scope() {
+    assert_probe("fence_acq_rel_sys", "fence.acq_rel.sys;");
+    assert_probe("fence_acq_rel_gpu", "fence.acq_rel.gpu;");
+}
+
+#[test]
+fn vector_accesses_are_16_bytes() {
+    assert_probe("ld_global_v4_u32", "ld.global.v4.u32");
+    assert_probe("st_global_v4_u32", "st.global.v4.u32");
+}
+
+#[test]
+fn globaltimer_is_read() {
+    let body = entry_body(PTX, "probe_globaltimer_ns");
+    assert!(body.contains("%globaltimer"), "{body}");
+}
+
+#[test]
+fn no_out_of_line_calls() {
+    assert!(!PTX.contains(".extern .func"), "the PTX calls into core out of line");
+}
