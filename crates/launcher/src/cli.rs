@@ -1,0 +1,257 @@
+//! The command line of `intranode-run` and its validation into a [`JobConfig`].
+
+use std::ffi::OsString;
+use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::LaunchError;
+
+const AFTER_HELP: &str = "\
+Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT, INTRANODE_STORE_TOKEN, INTRANODE_DEVICE (its GPU from --gpus) and
+NCCL_NVLS_ENABLE=0 (NVLink multicast stays off). Its output lines are prefixed with [rank].
+
+Exit status: 0 when every rank exits 0; the exit code of the first failing
+rank (128+N when it was killed by signal N); 124 on --timeout; 128+N when the
+launcher got signal N (SIGINT, SIGTERM); 127 when the command cannot be found.";
+
+/// `intranode-run --nproc-per-node N [OPTIONS] -- CMD ARGS...`
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "intranode-run",
+    version,
+    about = "Start N ranks of a command on this node, torchrun style, and stop them all when one fails",
+    after_help = AFTER_HELP
+)]
+pub struct Args {
+    /// Number of ranks to start on this node.
+    #[arg(long, value_name = "N")]
+    pub nproc_per_node: usize,
+
+    /// GPU index for each local rank, comma separated (default: local rank i uses GPU i).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub gpus: Option<Vec<usize>>,
+
+    /// Address the rendezvous store listens on, passed to the ranks as MASTER_ADDR.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    pub master_addr: String,
+
+    /// Port of the rendezvous store (0: pick a free one).
+    #[arg(long, value_name = "PORT", default_value_t = 0)]
+    pub master_port: u16,
+
+    /// Stop the job when it has run this many seconds (default: no limit).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<String>,
+
+    /// Seconds between SIGTERM and SIGKILL when stopping ranks.
+    #[arg(long, value_name = "SECS", default_value = "5")]
+    pub grace_secs: String,
+
+    /// The command each rank runs, with its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// A validated job: what [`crate::launch`] runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobConfig {
+    /// Number of ranks, at least 1.
+    pub nproc: usize,
+    /// GPU index of each local rank; `devices.len() == nproc`.
+    pub devices: Vec<usize>,
+    /// MASTER_ADDR as the ranks see it.
+    pub master_addr: String,
+    /// Address the store server binds.
+    pub bind_ip: IpAddr,
+    /// Port the store server binds (0: any free port).
+    pub master_port: u16,
+    /// Whole-job time limit.
+    pub timeout: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL when stopping ranks.
+    pub grace: Duration,
+    /// Program and arguments of every rank; never empty.
+    pub command: Vec<OsString>,
+}
+
+impl JobConfig {
+    /// Checks the command line and resolves the master address.
+    pub fn from_args(args: Args) -> Result<Self, LaunchError> {
+        if args.nproc_per_node == 0 {
+            return Err(LaunchError::NoRanks);
+        }
+        let devices = match args.gpus {
+            Some(gpus) if gpus.len() != args.nproc_per_node => {
+                return Err(LaunchError::GpuCountMismatch {
+                    gpus: gpus.len(),
+                    nproc: args.nproc_per_node,
+                });
+            }
+            Some(gpus) => gpus,
+            None => (0..args.nproc_per_node).collect(),
+        };
+        let timeout = match args.timeout {
+            Some(text) => {
+                let timeout = parse_secs("timeout", &text)?;
+                if timeout.is_zero() {
+                    return Err(LaunchError::ZeroTimeout);
+                }
+                Some(timeout)
+            }
+            None => None,
+        };
+        let grace = parse_secs("grace-secs", &args.grace_secs)?;
+        let bind_ip = resolve_ip(&args.master_addr)?;
+        // Ranks cannot connect to 0.0.0.0 or ::, so they are told loopback.
+        let master_addr = if bind_ip.is_unspecified() {
+            Ipv4Addr::LOCALHOST.to_string()
+        } else {
+            args.master_addr
+        };
+        Ok(Self {
+            nproc: args.nproc_per_node,
+            devices,
+            master_addr,
+            bind_ip,
+            master_port: args.master_port,
+            timeout,
+            grace,
+            command: args.command,
+        })
+    }
+}
+
+/// Parses a non-negative, finite number of seconds such as `5` or `0.5`.
+pub fn parse_secs(name: &'static str, text: &str) -> Result<Duration, LaunchError> {
+    let bad = || LaunchError::BadSeconds {
+        name,
+        value: text.to_owned(),
+    };
+    let secs: f64 = text.trim().parse().map_err(|_| bad())?;
+    Duration::try_from_secs_f64(secs).map_err(|_| bad())
+}
+
+/// An IP literal as is, or the first address a host name resolves to.
+fn resolve_ip(addr: &str) -> Result<IpAddr, LaunchError> {
+    if let Ok(ip) = addr.parse::<IpAddr>() {
+        return Ok(ip);
+    }
+    let err = |source| LaunchError::MasterAddr {
+        addr: addr.to_owned(),
+        source,
+    };
+    (addr, 0)
+        .to_socket_addrs()
+        .map_err(err)?
+        .next()
+        .map(|sock| sock.ip())
+        .ok_or_else(|| err(std::io::Error::other("no address found")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Result<Args, clap::Error> {
+        let mut argv = vec!["intranode-run"];
+        argv.extend_from_slice(extra);
+        Args::try_parse_from(argv)
+    }
+
+    fn job(extra: &[&str]) -> Result<JobConfig, LaunchError> {
+        JobConfig::from_args(args(extra).unwrap())
+    }
+
+    #[test]
+    fn defaults() {
+        let job = job(&["--nproc-per-node", "3", "--", "echo", "hi"]).unwrap();
+        assert_eq!(job.nproc, 3);
+        assert_eq!(job.devices, vec![0, 1, 2]);
+        assert_eq!(job.master_addr, "127.0.0.1");
+        assert_eq!(job.bind_ip, IpAddr::V4(Ipv4Addr::LOCALHOST));
+        assert_eq!(job.master_port, 0);
+        assert_eq!(job.timeout, None);
+        assert_eq!(job.grace, Duration::from_secs(5));
+        assert_eq!(job.command, vec![OsString::from("echo"), OsString::from("hi")]);
+    }
+
+    #[test]
+    fn all_options() {
+        let job = job(&[
+            "--nproc-per-node",
+            "2",
+            "--gpus",
+            "3,1",
+            "--master-addr",
+            "0.0.0.0",
+            "--master-port",
+            "29500",
+            "--timeout",
+            "1.5",
+            "--grace-secs",
+            "0",
+            "--",
+            "prog",
+            "--flag",
+        ])
+        .unwrap();
+        assert_eq!(job.devices, vec![3, 1]);
+        assert_eq!(job.master_addr, "127.0.0.1");
+        assert!(job.bind_ip.is_unspecified());
+        assert_eq!(job.master_port, 29500);
+        assert_eq!(job.timeout, Some(Duration::from_millis(1500)));
+        assert_eq!(job.grace, Duration::ZERO);
+        assert_eq!(job.command, vec![OsString::from("prog"), OsString::from("--flag")]);
+    }
+
+    #[test]
+    fn localhost_resolves() {
+        let job = job(&["--nproc-per-node", "1", "--master-addr", "localhost", "--", "true"]).unwrap();
+        assert!(job.bind_ip.is_loopback());
+        assert_eq!(job.master_addr, "localhost");
+    }
+
+    #[test]
+    fn zero_ranks_rejected() {
+        let err = job(&["--nproc-per-node", "0", "--", "true"]).unwrap_err();
+        assert!(matches!(err, LaunchError::NoRanks), "{err}");
+    }
+
+    #[test]
+    fn gpu_count_must_match() {
+        let err = job(&["--nproc-per-node", "2", "--gpus", "0,1,2", "--", "true"]).unwrap_err();
+        assert!(matches!(err, LaunchError::GpuCountMismatch { gpus: 3, nproc: 2 }), "{err}");
+        assert!(err.to_string().contains("--gpus lists 3 GPUs"), "{err}");
+    }
+
+    #[test]
+    fn bad_seconds_rejected() {
+        for bad in ["-1", "abc", "inf", "NaN"] {
+            let err = job(&["--nproc-per-node", "1", "--timeout", bad, "--", "true"]).unwrap_err();
+            assert!(matches!(err, LaunchError::BadSeconds { name: "timeout", .. }), "{bad}: {err}");
+        }
+        let err = job(&["--nproc-per-node", "1", "--timeout", "0", "--", "true"]).unwrap_err();
+        assert!(matches!(err, LaunchError::ZeroTimeout), "{err}");
+        let err = job(&["--nproc-per-node", "1", "--grace-secs", "x", "--", "true"]).unwrap_err();
+        assert!(err.to_string().contains("--grace-secs"), "{err}");
+    }
+
+    #[test]
+    fn command_is_required_after_double_dash() {
+        assert!(args(&["--nproc-per-node", "1"]).is_err());
+        assert!(args(&["--nproc-per-node", "1", "--"]).is_err());
+        assert!(args(&["--nproc-per-node", "1", "echo"]).is_err());
+        assert!(args(&["--", "echo"]).is_err());
+        assert!(args(&["--nproc-per-node", "x", "--", "echo"]).is_err());
+        assert!(args(&["--nproc-per-node", "1", "--gpus", "a,b", "--", "echo"]).is_err());
+    }
+
+    #[test]
+    fn command_arguments_are_not_parsed_as_options() {
+        let args = args(&["--nproc-per-node", "1", "--", "prog", "--nproc-per-node", "7"]).unwrap();
+        assert_eq!(args.nproc_per_node, 1);
+        assert_eq!(args.command.len(), 3);
+    }
+}

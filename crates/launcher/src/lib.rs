@@ -1,0 +1,113 @@
+//! `intranode-run`: start the ranks of one node, torchrun style, and supervise them.
+//!
+//! The launcher hosts the rendezvous store ([`intranode_store::TcpStoreServer`]),
+//! starts `--nproc-per-node` copies of a command with the torchrun variables
+//! set ([`rank_env`]), prefixes every line they print with `[rank]`
+//! ([`output`]), and stops the whole job as soon as one rank fails, the
+//! timeout passes or the launcher itself is interrupted ([`supervise`]).
+//!
+//! Main types: [`cli::Args`] (the command line), [`JobConfig`] (validated
+//! job), [`Report`] (what happened, with the summary and exit code).
+//!
+//! Architecture Invariant: every rank runs in a process group of its own,
+//! so that a signal to the group reaches the rank and everything it
+//! started, and a Ctrl-C at the terminal reaches only the launcher, which
+//! decides what the ranks get.
+
+pub mod cli;
+pub mod output;
+pub mod rank_env;
+pub mod supervise;
+mod store_shim;
+use store_shim as intranode_store;
+
+use std::io;
+
+pub use cli::{Args, JobConfig};
+pub use supervise::{Outcome, RankExit, Report};
+
+/// Everything that keeps the launcher from running a job at all.
+///
+/// A rank that fails to start or exits non-zero is not an error here: it is
+/// an [`Outcome`] in the [`Report`].
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("--nproc-per-node must be at least 1")]
+    NoRanks,
+    #[error("--gpus lists {gpus} GPUs but --nproc-per-node is {nproc}: give one GPU per rank")]
+    GpuCountMismatch { gpus: usize, nproc: usize },
+    #[error("--{name} must be a finite number of seconds >= 0, got {value:?}")]
+    BadSeconds { name: &'static str, value: String },
+    #[error("--timeout must be greater than 0 s")]
+    ZeroTimeout,
+    #[error("cannot resolve --master-addr {addr:?}")]
+    MasterAddr {
+        addr: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot start the rendezvous store on {addr}:{port}")]
+    Store {
+        addr: String,
+        port: u16,
+        #[source]
+        source: intranode_store::StoreError,
+    },
+    #[error("cannot install the SIGINT/SIGTERM handlers")]
+    Signals(#[source] io::Error),
+    #[error("cannot start the {what} thread for rank {rank}")]
+    Thread {
+        what: &'static str,
+        rank: usize,
+        #[source]
+        source: io::Error,
+    },
+    #[error("all rank waiters stopped while {running} ranks were still running")]
+    WaitersGone { running: usize },
+}
+
+/// Runs one job: hosts the store, starts the ranks and supervises them.
+///
+/// The store server lives until every rank has exited (it is dropped on
+/// return), so ranks can use it until their last instruction.
+pub fn launch(job: &JobConfig) -> Result<Report, LaunchError> {
+    let token = new_token();
+    let server = intranode_store::TcpStoreServer::bind(intranode_store::ServerConfig {
+        addr: job.bind_ip,
+        port: job.master_port,
+        token: Some(token.clone()),
+        ..Default::default()
+    })
+    .map_err(|source| LaunchError::Store {
+        addr: job.master_addr.clone(),
+        port: job.master_port,
+        source,
+    })?;
+    let port = server.local_addr().port();
+    let report = supervise::run_ranks(job, port, &token);
+    drop(server);
+    report
+}
+
+/// A fresh secret for the store of one job, 128 random bits as hex.
+///
+/// `rand::rng()` is a CSPRNG seeded from the operating system, so the token
+/// cannot be guessed by another user's process on the same machine.
+pub fn new_token() -> String {
+    let bytes: [u8; 16] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_hex_and_differ() {
+        let a = new_token();
+        let b = new_token();
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,103 @@
+//! The environment each rank starts with.
+//!
+//! NOTE [foreign rank variables]: `intranode::dist_env` reads the rank from
+//! torchrun, Open MPI, Slurm and PMI variables and reports an error when
+//! two of them disagree. A launcher started inside `srun` or `mpirun`
+//! inherits that launcher's variables (`SLURM_PROCID=0`, ...), which would
+//! contradict the `RANK` we set, so [`FOREIGN_RANK_VARS`] are removed from
+//! every rank's environment. Keep the list in step with `dist_env`.
+
+use crate::JobConfig;
+use crate::intranode_store;
+
+/// Rank variables of other launchers, removed from every rank's environment.
+pub const FOREIGN_RANK_VARS: &[&str] = &[
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS_PER_NODE",
+    "PMI_RANK",
+    "PMI_SIZE",
+];
+
+/// Name of the variable carrying the store token, shared with the store crate.
+pub const TOKEN_ENV: &str = intranode_store::TOKEN_ENV;
+
+/// The variables set for `rank` (all ranks run on this one node, so the
+/// local rank is the rank and the local world is the world).
+pub fn rank_vars(
+    job: &JobConfig,
+    rank: usize,
+    master_port: u16,
+    token: &str,
+) -> Vec<(&'static str, String)> {
+    let device = job.devices.get(rank).copied().unwrap_or(rank);
+    vec![
+        ("RANK", rank.to_string()),
+        ("WORLD_SIZE", job.nproc.to_string()),
+        ("LOCAL_RANK", rank.to_string()),
+        ("LOCAL_WORLD_SIZE", job.nproc.to_string()),
+        ("MASTER_ADDR", job.master_addr.clone()),
+        ("MASTER_PORT", master_port.to_string()),
+        (TOKEN_ENV, token.to_owned()),
+        ("INTRANODE_DEVICE", device.to_string()),
+        // NOTE [no NVLink multicast]: multicast stays off in NCCL, PyTorch
+        // and NVSHMEM on every machine we run on: a program that uses it can
+        // put a shared host's GPUs out of service for a day or more. Set
+        // here unconditionally so a rank cannot inherit a different value.
+        ("NCCL_NVLS_ENABLE", "0".to_owned()),
+        ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1".to_owned()),
+        ("NVSHMEM_DISABLE_NVLS", "1".to_owned()),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::time::Duration;
+
+    use super::*;
+
+    fn job(nproc: usize, devices: Vec<usize>) -> JobConfig {
+        JobConfig {
+            nproc,
+            devices,
+            master_addr: "10.0.0.7".into(),
+            bind_ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            master_port: 0,
+            timeout: None,
+            grace: Duration::from_secs(5),
+            command: vec!["true".into()],
+        }
+    }
+
+    #[test]
+    fn torchrun_variables() {
+        let vars: HashMap<_, _> = rank_vars(&job(4, vec![3, 2, 1, 0]), 1, 4242, "abc")
+            .into_iter()
+            .collect();
+        assert_eq!(vars["RANK"], "1");
+        assert_eq!(vars["WORLD_SIZE"], "4");
+        assert_eq!(vars["LOCAL_RANK"], "1");
+        assert_eq!(vars["LOCAL_WORLD_SIZE"], "4");
+        assert_eq!(vars["MASTER_ADDR"], "10.0.0.7");
+        assert_eq!(vars["MASTER_PORT"], "4242");
+        assert_eq!(vars[TOKEN_ENV], "abc");
+        assert_eq!(vars["INTRANODE_DEVICE"], "2");
+        assert_eq!(vars["NCCL_NVLS_ENABLE"], "0");
+        assert_eq!(vars["TORCH_SYMM_MEM_DISABLE_MULTICAST"], "1");
+        assert_eq!(vars["NVSHMEM_DISABLE_NVLS"], "1");
+    }
+
+    #[test]
+    fn set_and_removed_variables_do_not_overlap() {
+        for (name, _) in rank_vars(&job(1, vec![0]), 0, 1, "t") {
+            assert!(!FOREIGN_RANK_VARS.contains(&name), "{name}");
+        }
+    }
+}

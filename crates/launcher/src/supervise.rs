@@ -1,0 +1,663 @@
+//! Starting the ranks, watching them, and stopping them all when one fails.
+//!
+//! Every rank gets a waiter thread (blocked in `wait`) and two output
+//! threads (see [`crate::output`]); waiters and the signal thread send
+//! [`Event`]s down one channel, and the launcher's main thread is the only
+//! one that decides anything. The job ends in one of three ways:
+//!
+//! - every rank exits 0: [`Outcome::Success`];
+//! - something goes wrong first (a rank fails or cannot start, the timeout
+//!   passes, the launcher gets SIGINT or SIGTERM): every rank still running
+//!   gets SIGTERM (or the launcher's own signal, forwarded) to its process
+//!   group, and SIGKILL when it is still there after the grace period;
+//! - a second SIGINT/SIGTERM during that grace period sends SIGKILL at once.
+//!
+//! NOTE [pid reuse]: a rank's process group is signalled only while its
+//! exit has not been recorded. A waiter may have reaped the leader just
+//! before the signal goes out; then the group id can only have been taken
+//! by a new group if every member had gone and the kernel had cycled
+//! through the whole pid space in between, which we accept.
+
+use std::fmt;
+use std::io::{self, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use crate::output::{self, forward_lines};
+use crate::rank_env::{FOREIGN_RANK_VARS, rank_vars};
+use crate::{JobConfig, LaunchError};
+
+/// How long ranks may take to go away after SIGKILL before the launcher
+/// gives up on them. Killing a process that holds a GPU context waits for
+/// the driver to tear the context down, which can take seconds.
+const KILL_WAIT: Duration = Duration::from_secs(30);
+
+/// How long the output threads may take to drain the pipes once every rank
+/// has exited. Only a rank that handed its stdout to a daemon outside its
+/// process group keeps a pipe open past that.
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
+/// How one rank ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RankExit {
+    /// It exited with this code.
+    Code(i32),
+    /// It was killed by this signal.
+    Signal(i32),
+    /// Waiting for it failed, or the launcher could not watch it.
+    Unknown(String),
+}
+
+impl RankExit {
+    /// The exit of a reaped child.
+    pub fn from_status(status: ExitStatus) -> Self {
+        match (status.code(), status.signal()) {
+            (Some(code), _) => Self::Code(code),
+            (None, Some(signal)) => Self::Signal(signal),
+            (None, None) => Self::Unknown(status.to_string()),
+        }
+    }
+
+    /// Whether this is exit code 0.
+    pub fn success(&self) -> bool {
+        matches!(self, Self::Code(0))
+    }
+
+    /// The launcher's exit code when this is the first failure: the rank's
+    /// code, or 128 + the signal number, as a shell reports it.
+    fn launcher_code(&self) -> u8 {
+        match self {
+            Self::Code(code) => u8::try_from(*code).ok().filter(|&c| c != 0).unwrap_or(1),
+            Self::Signal(signal) => signal_exit_code(*signal),
+            Self::Unknown(_) => 1,
+        }
+    }
+}
+
+impl fmt::Display for RankExit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Code(code) => write!(f, "exited with code {code}"),
+            Self::Signal(signal) => write!(f, "was killed by {}", signal_name(*signal)),
+            Self::Unknown(why) => write!(f, "ended in an unknown way ({why})"),
+        }
+    }
+}
+
+/// `SIGKILL (9)`, or `signal 40` for numbers nix has no name for.
+pub fn signal_name(signal: i32) -> String {
+    match Signal::try_from(signal) {
+        Ok(named) => format!("{} ({signal})", named.as_str()),
+        Err(_) => format!("signal {signal}"),
+    }
+}
+
+fn signal_exit_code(signal: i32) -> u8 {
+    u8::try_from(128 + signal.clamp(1, 127)).unwrap_or(u8::MAX)
+}
+
+/// Why the job ended: success, or the first thing that went wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every rank exited 0.
+    Success,
+    /// This rank was the first to exit non-zero or be killed.
+    RankFailed { rank: usize, exit: RankExit },
+    /// This rank could not be started (the ranks before it were stopped).
+    SpawnFailed {
+        rank: usize,
+        kind: io::ErrorKind,
+        error: String,
+    },
+    /// The job ran past `--timeout`.
+    Timeout { after: Duration },
+    /// The launcher got this signal and forwarded it.
+    Interrupted { signal: i32 },
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Success => write!(f, "every rank exited with code 0"),
+            Self::RankFailed { rank, exit } => write!(f, "rank {rank} {exit}"),
+            Self::SpawnFailed { rank, error, .. } => {
+                write!(f, "rank {rank} could not be started: {error}")
+            }
+            Self::Timeout { after } => write!(f, "timeout after {} s", after.as_secs_f64()),
+            Self::Interrupted { signal } => {
+                write!(f, "the launcher was interrupted by {}", signal_name(*signal))
+            }
+        }
+    }
+}
+
+/// What the launcher knows about one rank at the end.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RankRecord {
+    /// Process id, which is also its process group id; `None`: never started.
+    pub pid: Option<u32>,
+    /// How it ended; `None`: still running when the launcher gave up.
+    pub exit: Option<RankExit>,
+    /// The launcher sent it SIGTERM (or a forwarded signal).
+    pub stopped: bool,
+    /// The launcher sent it SIGKILL after the grace period.
+    pub killed: bool,
+}
+
+/// The result of a job: its [`Outcome`] and every rank's [`RankRecord`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub outcome: Outcome,
+    pub ranks: Vec<RankRecord>,
+}
+
+impl Report {
+    /// Whether every rank exited 0.
+    pub fn success(&self) -> bool {
+        self.outcome == Outcome::Success
+    }
+
+    /// The launcher's exit code (see the `--help` text).
+    pub fn exit_code(&self) -> u8 {
+        match &self.outcome {
+            Outcome::Success => 0,
+            Outcome::RankFailed { exit, .. } => exit.launcher_code(),
+            Outcome::SpawnFailed { kind, .. } => match kind {
+                io::ErrorKind::NotFound => 127,
+                io::ErrorKind::PermissionDenied => 126,
+                _ => 1,
+            },
+            Outcome::Timeout { .. } => 124,
+            Outcome::Interrupted { signal } => signal_exit_code(*signal),
+        }
+    }
+
+    /// The lines the launcher prints at the end of a failed job: the first
+    /// failure, then one line per rank. Empty for a successful job.
+    pub fn summary(&self) -> Vec<String> {
+        if self.success() {
+            return Vec::new();
+        }
+        let mut lines = vec![format!("job failed: {}", self.outcome)];
+        for (rank, record) in self.ranks.iter().enumerate() {
+            let what = match (&record.pid, &record.exit) {
+                (None, _) => "not started".to_owned(),
+                (Some(pid), None) => format!("still running after SIGKILL (pid {pid})"),
+                (Some(_), Some(exit)) if record.killed => {
+                    format!("{exit} (did not stop within the grace period)")
+                }
+                (Some(_), Some(exit)) if record.stopped => {
+                    format!("{exit} (stopped by the launcher)")
+                }
+                (Some(_), Some(exit)) => exit.to_string(),
+            };
+            lines.push(format!("  rank {rank}: {what}"));
+        }
+        lines
+    }
+}
+
+/// Something the main thread has to react to.
+#[derive(Debug)]
+enum Event {
+    Exited { rank: usize, exit: RankExit },
+    Signal(i32),
+}
+
+/// What waiting for the next [`Event`] gave.
+enum Next {
+    Event(Event),
+    Deadline,
+    Disconnected,
+}
+
+/// Writes one launcher message to stderr, marked as the launcher's.
+fn log(message: &str) {
+    // Nothing sensible is left to do when stderr itself is gone.
+    let _ = writeln!(io::stderr().lock(), "intranode-run: {message}");
+}
+
+/// Starts `job.nproc` ranks with the store at `master_port` and `token`,
+/// supervises them to the end and reports what happened.
+pub fn run_ranks(job: &JobConfig, master_port: u16, token: &str) -> Result<Report, LaunchError> {
+    let (tx, events) = mpsc::channel();
+    // Installed before the first rank starts, so a Ctrl-C at any time
+    // reaches the ranks that exist.
+    let mut signals = Signals::new([SIGINT, SIGTERM]).map_err(LaunchError::Signals)?;
+    let signal_handle = signals.handle();
+    let signal_tx = tx.clone();
+    let signal_thread = thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                if signal_tx.send(Event::Signal(signal)).is_err() {
+                    break;
+                }
+            }
+        })
+        .map_err(|source| LaunchError::Thread {
+            what: "signal",
+            rank: 0,
+            source,
+        })?;
+    let mut supervisor = Supervisor {
+        job,
+        master_port,
+        token,
+        tx: Some(tx),
+        events,
+        ranks: vec![RankRecord::default(); job.nproc],
+        running: 0,
+        output_threads: Vec::new(),
+    };
+    let report = supervisor.run();
+    signal_handle.close();
+    // The signal thread ends once the handle is closed; a join error would
+    // mean it panicked, which changes nothing about the job.
+    let _ = signal_thread.join();
+    report
+}
+
+struct Supervisor<'a> {
+    job: &'a JobConfig,
+    master_port: u16,
+    token: &'a str,
+    /// Dropped once every rank is started, so that the channel reports
+    /// `Disconnected` instead of blocking forever if every sender is gone.
+    tx: Option<Sender<Event>>,
+    events: Receiver<Event>,
+    ranks: Vec<RankRecord>,
+    /// Ranks started whose exit is not recorded yet.
+    running: usize,
+    output_threads: Vec<JoinHandle<()>>,
+}
+
+impl Supervisor<'_> {
+    fn run(&mut self) -> Result<Report, LaunchError> {
+        let deadline = self.job.timeout.map(|timeout| Instant::now() + timeout);
+        let mut outcome = None;
+        for rank in 0..self.job.nproc {
+            if let Err(err) = self.start_rank(rank) {
+                let program = self.job.command[0].to_string_lossy().into_owned();
+                outcome = Some(Outcome::SpawnFailed {
+                    rank,
+                    kind: err.kind(),
+                    error: format!("{program}: {err}"),
+                });
+                break;
+            }
+        }
+        self.tx = None;
+
+        while outcome.is_none() && self.running > 0 {
+            match self.next_event(deadline) {
+                Next::Event(Event::Exited { rank, exit }) => {
+                    self.record(rank, exit.clone());
+                    if !exit.success() {
+                        outcome = Some(Outcome::RankFailed { rank, exit });
+                    }
+                }
+                Next::Event(Event::Signal(signal)) => {
+                    outcome = Some(Outcome::Interrupted { signal });
+                }
+                Next::Deadline => {
+                    let after = self.job.timeout.unwrap_or_default();
+                    outcome = Some(Outcome::Timeout { after });
+                }
+                Next::Disconnected => {
+                    let running = self.running;
+                    self.signal_running(Signal::SIGKILL);
+                    return Err(LaunchError::WaitersGone { running });
+                }
+            }
+        }
+        let outcome = outcome.unwrap_or(Outcome::Success);
+        if self.running > 0 {
+            self.shut_down(&outcome);
+        }
+        self.drain_output();
+        Ok(Report {
+            outcome,
+            ranks: self.ranks.clone(),
+        })
+    }
+
+    /// Stops every running rank: the first signal (SIGTERM, or the one the
+    /// launcher got), then SIGKILL after the grace period.
+    fn shut_down(&mut self, outcome: &Outcome) {
+        let first = match outcome {
+            Outcome::Interrupted { signal } => Signal::try_from(*signal).unwrap_or(Signal::SIGTERM),
+            _ => Signal::SIGTERM,
+        };
+        let ranks = if self.running == 1 { "rank" } else { "ranks" };
+        log(&format!(
+            "{outcome}; sending {} to the {} running {ranks}, SIGKILL after {} s",
+            first.as_str(),
+            self.running,
+            self.job.grace.as_secs_f64()
+        ));
+        self.signal_running(first);
+        let grace_deadline = Instant::now() + self.job.grace;
+        while self.running > 0 {
+            match self.next_event(Some(grace_deadline)) {
+                Next::Event(Event::Exited { rank, exit }) => self.record(rank, exit),
+                Next::Event(Event::Signal(signal)) => {
+                    log(&format!("got {} again: killing the ranks now", signal_name(signal)));
+                    break;
+                }
+                Next::Deadline | Next::Disconnected => break,
+            }
+        }
+        if self.running == 0 {
+            return;
+        }
+        self.signal_running(Signal::SIGKILL);
+        let kill_deadline = Instant::now() + KILL_WAIT;
+        while self.running > 0 {
+            match self.next_event(Some(kill_deadline)) {
+                Next::Event(Event::Exited { rank, exit }) => self.record(rank, exit),
+                Next::Event(Event::Signal(_)) => {}
+                Next::Deadline | Next::Disconnected => break,
+            }
+        }
+    }
+
+    fn next_event(&self, deadline: Option<Instant>) -> Next {
+        let received = match deadline {
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                self.events.recv_timeout(left)
+            }
+            None => self.events.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        match received {
+            Ok(event) => Next::Event(event),
+            Err(RecvTimeoutError::Timeout) => Next::Deadline,
+            Err(RecvTimeoutError::Disconnected) => Next::Disconnected,
+        }
+    }
+
+    fn record(&mut self, rank: usize, exit: RankExit) {
+        if let Some(record) = self.ranks.get_mut(rank)
+            && record.exit.is_none()
+        {
+            record.exit = Some(exit);
+            self.running -= 1;
+        }
+    }
+
+    /// Sends `signal` to the process group of every rank still running
+    /// (see NOTE [pid reuse]).
+    fn signal_running(&mut self, signal: Signal) {
+        for (rank, record) in self.ranks.iter_mut().enumerate() {
+            let Some(pid) = record.pid else { continue };
+            if record.exit.is_some() {
+                continue;
+            }
+            if signal == Signal::SIGKILL {
+                record.killed = true;
+            } else {
+                record.stopped = true;
+            }
+            signal_group(rank, pid, signal);
+        }
+    }
+
+    /// Starts one rank with its own process group, its environment and its
+    /// waiter and output threads.
+    fn start_rank(&mut self, rank: usize) -> io::Result<()> {
+        let job = self.job;
+        let Some(tx) = self.tx.clone() else {
+            return Err(io::Error::other("ranks are started only before supervision"));
+        };
+        let mut cmd = Command::new(&job.command[0]);
+        cmd.args(&job.command[1..])
+            // A rank in a background process group that reads the terminal
+            // would be stopped by SIGTTIN, so ranks get no stdin.
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Own process group: see the Architecture Invariant in lib.rs.
+            .process_group(0);
+        for var in FOREIGN_RANK_VARS {
+            cmd.env_remove(var);
+        }
+        for (name, value) in rank_vars(job, rank, self.master_port, self.token) {
+            cmd.env(name, value);
+        }
+        die_with_launcher(&mut cmd);
+        let mut child = cmd.spawn()?;
+        let pid = child.id();
+        if let Some(record) = self.ranks.get_mut(rank) {
+            record.pid = Some(pid);
+        }
+        self.running += 1;
+        let pipes = (child.stdout.take(), child.stderr.take());
+        if let Err(err) = spawn_waiter(rank, child, tx) {
+            signal_group(rank, pid, Signal::SIGKILL);
+            self.record(
+                rank,
+                RankExit::Unknown(format!("killed: no waiter thread: {err}")),
+            );
+            return Err(err);
+        }
+        let (stdout, stderr) = pipes;
+        let prefix = output::prefix(rank);
+        let mut readers: Vec<(Box<dyn io::Read + Send>, fn(&[u8]) -> io::Result<()>)> =
+            Vec::new();
+        if let Some(stdout) = stdout {
+            readers.push((Box::new(stdout), output::stdout_sink));
+        }
+        if let Some(stderr) = stderr {
+            readers.push((Box::new(stderr), output::stderr_sink));
+        }
+        for (reader, sink) in readers {
+            let prefix = prefix.clone();
+            let spawned = thread::Builder::new()
+                .name(format!("rank{rank}-output"))
+                .spawn(move || {
+                    // A read error ends forwarding for this pipe; a write
+                    // error (our stdout closed) only stops the writing.
+                    // Neither affects the rank, so both are dropped here.
+                    let _ = forward_lines(reader, &prefix, sink);
+                });
+            match spawned {
+                Ok(handle) => self.output_threads.push(handle),
+                Err(err) => {
+                    // The waiter reports the killed rank as usual.
+                    signal_group(rank, pid, Signal::SIGKILL);
+                    return Err(err);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits a little for the output threads, so that the ranks' last lines
+    /// come out before the summary.
+    fn drain_output(&mut self) {
+        let deadline = Instant::now() + OUTPUT_DRAIN;
+        while Instant::now() < deadline && self.output_threads.iter().any(|t| !t.is_finished()) {
+            thread::sleep(Duration::from_millis(5));
+        }
+        for handle in self.output_threads.drain(..) {
+            if handle.is_finished() {
+                // A panicked output thread has nothing more to tell.
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+/// Starts the thread that waits for `child` and reports its exit.
+fn spawn_waiter(rank: usize, mut child: Child, tx: Sender<Event>) -> io::Result<()> {
+    thread::Builder::new()
+        .name(format!("rank{rank}-wait"))
+        .spawn(move || {
+            let exit = match child.wait() {
+                Ok(status) => RankExit::from_status(status),
+                Err(err) => RankExit::Unknown(format!("wait failed: {err}")),
+            };
+            // The receiver is gone only when the launcher is done anyway.
+            let _ = tx.send(Event::Exited { rank, exit });
+        })
+        .map(drop)
+}
+
+/// Signals the process group of a rank; a group that is already gone is
+/// not an error.
+fn signal_group(rank: usize, pid: u32, signal: Signal) {
+    let Ok(pgid) = i32::try_from(pid) else { return };
+    match killpg(Pid::from_raw(pgid), signal) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(err) => log(&format!(
+            "cannot send {} to rank {rank} (process group {pgid}): {err}",
+            signal.as_str()
+        )),
+    }
+}
+
+/// Makes the kernel SIGKILL the rank when the launcher dies, so that a
+/// launcher killed with SIGKILL (a CI timeout, the OOM killer) leaves no
+/// rank holding a GPU. Only the rank's first process gets the signal.
+///
+/// NOTE [parent death signal]: Linux sends it when the *thread* that
+/// forked the child exits; ranks are started from the main thread, which
+/// lives as long as the launcher.
+#[cfg(target_os = "linux")]
+fn die_with_launcher(cmd: &mut Command) {
+    let launcher = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before exec, where only
+    // async-signal-safe work is allowed. It makes two system calls,
+    // prctl(2) and getppid(2), through nix wrappers that neither allocate
+    // nor lock, and builds its errors from raw errno values, which does
+    // not allocate either.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+                .map_err(|errno| io::Error::from_raw_os_error(errno as i32))?;
+            // The launcher died between fork and prctl: the signal will
+            // never come, so do not start at all.
+            if nix::unistd::getppid() != launcher {
+                return Err(io::Error::from_raw_os_error(Errno::ESRCH as i32));
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_launcher(_cmd: &mut Command) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(outcome: Outcome) -> Report {
+        Report {
+            outcome,
+            ranks: vec![RankRecord::default()],
+        }
+    }
+
+    #[test]
+    fn exit_codes() {
+        assert_eq!(report(Outcome::Success).exit_code(), 0);
+        let failed = |exit| Outcome::RankFailed { rank: 0, exit };
+        assert_eq!(report(failed(RankExit::Code(3))).exit_code(), 3);
+        assert_eq!(report(failed(RankExit::Code(-1))).exit_code(), 1);
+        assert_eq!(report(failed(RankExit::Signal(9))).exit_code(), 137);
+        assert_eq!(report(failed(RankExit::Unknown("x".into()))).exit_code(), 1);
+        let timeout = Outcome::Timeout {
+            after: Duration::from_secs(2),
+        };
+        assert_eq!(report(timeout).exit_code(), 124);
+        assert_eq!(report(Outcome::Interrupted { signal: 2 }).exit_code(), 130);
+        let spawn = |kind| Outcome::SpawnFailed {
+            rank: 0,
+            kind,
+            error: String::new(),
+        };
+        assert_eq!(report(spawn(io::ErrorKind::NotFound)).exit_code(), 127);
+        assert_eq!(report(spawn(io::ErrorKind::PermissionDenied)).exit_code(), 126);
+    }
+
+    #[test]
+    fn messages() {
+        assert_eq!(RankExit::Code(3).to_string(), "exited with code 3");
+        assert_eq!(RankExit::Signal(9).to_string(), "was killed by SIGKILL (9)");
+        assert_eq!(signal_name(40), "signal 40");
+        let timeout = Outcome::Timeout {
+            after: Duration::from_millis(1500),
+        };
+        assert_eq!(timeout.to_string(), "timeout after 1.5 s");
+        let timeout = Outcome::Timeout {
+            after: Duration::from_secs(2),
+        };
+        assert_eq!(timeout.to_string(), "timeout after 2 s");
+    }
+
+    #[test]
+    fn summary_lines() {
+        let report = Report {
+            outcome: Outcome::RankFailed {
+                rank: 1,
+                exit: RankExit::Code(3),
+            },
+            ranks: vec![
+                RankRecord {
+                    pid: Some(10),
+                    exit: Some(RankExit::Signal(15)),
+                    stopped: true,
+                    killed: false,
+                },
+                RankRecord {
+                    pid: Some(11),
+                    exit: Some(RankExit::Code(3)),
+                    ..Default::default()
+                },
+                RankRecord {
+                    pid: Some(12),
+                    exit: Some(RankExit::Signal(9)),
+                    stopped: true,
+                    killed: true,
+                },
+                RankRecord {
+                    pid: Some(13),
+                    exit: None,
+                    stopped: true,
+                    killed: true,
+                },
+                RankRecord::default(),
+            ],
+        };
+        assert_eq!(
+            report.summary(),
+            [
+                "job failed: rank 1 exited with code 3",
+                "  rank 0: was killed by SIGTERM (15) (stopped by the launcher)",
+                "  rank 1: exited with code 3",
+                "  rank 2: was killed by SIGKILL (9) (did not stop within the grace period)",
+                "  rank 3: still running after SIGKILL (pid 13)",
+                "  rank 4: not started",
+            ]
+        );
+        assert!(self::report(Outcome::Success).summary().is_empty());
+    }
+
+    #[test]
+    fn status_conversion() {
+        assert_eq!(RankExit::from_status(ExitStatus::from_raw(3 << 8)), RankExit::Code(3));
+        assert_eq!(RankExit::from_status(ExitStatus::from_raw(9)), RankExit::Signal(9));
+        assert!(RankExit::from_status(ExitStatus::from_raw(0)).success());
+    }
+}
