@@ -1,1 +1,52 @@
-//! Key-value store for rendezvous (work in progress).
+//! A c10d-style key-value store for rendezvous, and typed exchanges on top.
+//!
+//! - [`Store`]: the object-safe trait with the c10d operations (`set`,
+//!   blocking `get`, `add`, `compare_set`, `wait`, `multi_get`, ...), each
+//!   blocking one bounded by a timeout (300 s by default).
+//! - [`HashStore`]: in-process, for threads and tests.
+//! - [`PrefixStore`]: a `prefix/` namespace inside another store.
+//! - [`TcpStoreServer`] and [`TcpStore`]: a server (thread per client,
+//!   blocking reads parked server-side) and its client, speaking the
+//!   versioned, length-prefixed protocol of [`wire`], optionally guarded by
+//!   a shared token ([`TOKEN_ENV`]).
+//! - [`StoreExchange`]: `all_gather`, `broadcast` and `barrier` of
+//!   serde values (bincode 2), cleaning up their keys as they go.
+//! - [`StoreError`]: the one error type.
+//!
+//! Architecture Invariant: this crate knows nothing of CUDA; it only moves
+//! bytes between processes.
+//!
+//! ```
+//! use intranode_store::{ClientConfig, ServerConfig, Store, StoreExchange, TcpStore, TcpStoreServer};
+//!
+//! # fn main() -> Result<(), intranode_store::StoreError> {
+//! let server = TcpStoreServer::bind(ServerConfig::default())?;
+//! let store = TcpStore::connect(server.local_addr(), ClientConfig::default())?;
+//! store.set("greeting", b"hello")?;
+//! assert_eq!(store.get("greeting")?, b"hello");
+//! assert_eq!(store.add("counter", 2)?, 2);
+//!
+//! let mut exchange = StoreExchange::new("demo");
+//! let all: Vec<u32> = exchange.all_gather(&store, 0, 1, &7)?;
+//! assert_eq!(all, [7]);
+//! # Ok(())
+//! # }
+//! ```
+
+mod client;
+mod error;
+mod exchange;
+mod hash;
+mod prefix;
+mod server;
+mod store;
+pub mod wire;
+
+pub use client::{ClientConfig, TcpStore};
+pub use error::StoreError;
+pub use exchange::StoreExchange;
+pub use hash::HashStore;
+pub use prefix::PrefixStore;
+pub use server::{ServerConfig, TOKEN_ENV, TcpStoreServer};
+pub use store::{DEFAULT_TIMEOUT, Store};
+pub use wire::WireError;

@@ -1,0 +1,482 @@
+//! [`TcpStore`]: the client side of the TCP store.
+
+use std::fmt;
+use std::io;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::StoreError;
+use crate::server::token_from_env;
+use crate::store::{DEFAULT_TIMEOUT, Store, TimeoutCell, owned_keys};
+use crate::wire::{self, FrameError, PROTOCOL_VERSION, Request, Response};
+
+/// Extra time the client's socket waits beyond a request's own timeout,
+/// so the server's `TimedOut` reply (which names the keys) normally wins
+/// over a bare socket timeout.
+const IO_GRACE: Duration = Duration::from_secs(5);
+
+/// First and largest pause between connect attempts (doubling in between).
+const BACKOFF_START: Duration = Duration::from_millis(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Settings of a [`TcpStore`] client.
+#[derive(Clone)]
+pub struct ClientConfig {
+    /// Default timeout of blocking operations ([`Store::timeout`]).
+    pub timeout: Duration,
+    /// How long [`TcpStore::connect`] keeps retrying before giving up.
+    pub connect_timeout: Duration,
+    /// Shared secret to present to the server, if it wants one.
+    pub token: Option<String>,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: DEFAULT_TIMEOUT,
+            token: None,
+        }
+    }
+}
+
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl ClientConfig {
+    /// The defaults, with the token read from [`crate::TOKEN_ENV`] (an
+    /// empty value counts as none).
+    pub fn from_env() -> Self {
+        Self {
+            token: token_from_env(),
+            ..Self::default()
+        }
+    }
+}
+
+/// A [`Store`] backed by a [`crate::TcpStoreServer`].
+///
+/// One connection behind a mutex: calls from several threads are
+/// serialized, and a blocking `get` holds the connection until it returns.
+/// Give each thread its own `TcpStore` when they must wait concurrently.
+///
+/// After an I/O or protocol error the connection is dropped and the next
+/// call reconnects (for at most the smaller of the connect timeout and the
+/// store timeout). The failed call is never retried by itself, so an `add`
+/// is never applied twice.
+pub struct TcpStore {
+    addr: String,
+    resolved: Vec<SocketAddr>,
+    token: Option<String>,
+    connect_timeout: Duration,
+    timeout: TimeoutCell,
+    conn: Mutex<Option<TcpStream>>,
+}
+
+impl fmt::Debug for TcpStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpStore")
+            .field("addr", &self.addr)
+            .field("timeout", &self.timeout.get())
+            .finish_non_exhaustive()
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    // Round up so a 0.5 ms timeout does not become "do not wait".
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+impl TcpStore {
+    /// Connects to the server at `addr` (anything like `"host:port"` or a
+    /// `SocketAddr`), retrying with backoff until `config.connect_timeout`
+    /// so clients may start before the server, then handshakes.
+    ///
+    /// A refused handshake (wrong token, other protocol version) fails at
+    /// once; it would not get better by retrying.
+    pub fn connect<A>(addr: A, config: ClientConfig) -> Result<Self, StoreError>
+    where
+        A: ToSocketAddrs + fmt::Display,
+    {
+        let name = addr.to_string();
+        let (stream, resolved) = open(
+            &name,
+            || addr.to_socket_addrs().map(Iterator::collect),
+            config.token.as_deref(),
+            config.connect_timeout,
+        )?;
+        tracing::debug!(addr = %name, "connected to store");
+        Ok(Self {
+            addr: name,
+            resolved,
+            token: config.token,
+            connect_timeout: config.connect_timeout,
+            timeout: TimeoutCell::new(config.timeout),
+            conn: Mutex::new(Some(stream)),
+        })
+    }
+
+    /// The address as given to [`TcpStore::connect`].
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Option<TcpStream>> {
+        // The guarded value is just a socket (or none); a panic elsewhere
+        // cannot leave it half-updated.
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sends `req` and reads its response; `wait` is how long the server
+    /// may park it.
+    fn call(
+        &self,
+        op: &'static str,
+        req: &Request,
+        wait: Option<Duration>,
+    ) -> Result<Response, StoreError> {
+        let body = wire::encode_request(req).map_err(|source| StoreError::Protocol {
+            addr: self.addr.clone(),
+            op,
+            source,
+        })?;
+        let mut guard = self.conn();
+        let stream = match &mut *guard {
+            Some(stream) => stream,
+            slot @ None => {
+                let window = self.connect_timeout.min(self.timeout());
+                let resolved = self.resolved.clone();
+                let (stream, _) = open(
+                    &self.addr,
+                    || Ok(resolved.clone()),
+                    self.token.as_deref(),
+                    window,
+                )
+                .map_err(|e| StoreError::Broken {
+                    addr: self.addr.clone(),
+                    source: Box::new(e),
+                })?;
+                slot.insert(stream)
+            }
+        };
+        let io_timeout = self
+            .timeout()
+            .max(wait.unwrap_or_default())
+            .saturating_add(IO_GRACE);
+        let result = exchange(stream, &body, io_timeout)
+            .map_err(|source| StoreError::Io {
+                addr: self.addr.clone(),
+                op,
+                source,
+            })
+            .and_then(|body| {
+                wire::decode_response(&body).map_err(|source| StoreError::Protocol {
+                    addr: self.addr.clone(),
+                    op,
+                    source,
+                })
+            });
+        match result {
+            Ok(Response::Error(message)) => Err(StoreError::Server {
+                addr: self.addr.clone(),
+                op,
+                message,
+            }),
+            Ok(resp) => Ok(resp),
+            Err(e) => {
+                // The stream may be mid-frame: never reuse it.
+                *guard = None;
+                Err(e)
+            }
+        }
+    }
+
+    fn unexpected(&self, op: &'static str, resp: &Response) -> StoreError {
+        StoreError::Server {
+            addr: self.addr.clone(),
+            op,
+            message: format!("unexpected reply {resp:?}"),
+        }
+    }
+
+    fn parked(
+        &self,
+        op: &'static str,
+        req: Request,
+        keys: &[&str],
+        timeout: Duration,
+    ) -> Result<Response, StoreError> {
+        match self.call(op, &req, Some(timeout))? {
+            Response::TimedOut => Err(StoreError::Timeout {
+                keys: owned_keys(keys),
+                waited: timeout,
+            }),
+            resp => Ok(resp),
+        }
+    }
+}
+
+/// Writes one request frame and reads one response frame.
+fn exchange(stream: &mut TcpStream, body: &[u8], io_timeout: Duration) -> io::Result<Vec<u8>> {
+    stream.set_read_timeout(Some(io_timeout))?;
+    stream.set_write_timeout(Some(io_timeout))?;
+    wire::write_frame(stream, body)?;
+    // Replies are bounded by the server's request bound in practice; the
+    // reader grows its buffer only as bytes arrive.
+    match wire::read_frame(stream, u32::MAX as usize) {
+        Ok(Some(body)) => Ok(body),
+        Ok(None) => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "server closed the connection",
+        )),
+        Err(FrameError::Io(e)) => Err(e),
+        Err(FrameError::TooLarge(e)) => Err(io::Error::other(e)),
+    }
+}
+
+/// Connects (retrying until `window` has passed) and handshakes.
+fn open(
+    name: &str,
+    resolve: impl Fn() -> io::Result<Vec<SocketAddr>>,
+    token: Option<&str>,
+    window: Duration,
+) -> Result<(TcpStream, Vec<SocketAddr>), StoreError> {
+    let start = Instant::now();
+    let deadline = start.checked_add(window);
+    let left = |deadline: Option<Instant>| match deadline {
+        Some(d) => d.saturating_duration_since(Instant::now()),
+        None => Duration::MAX,
+    };
+    let mut backoff = BACKOFF_START;
+    let mut last_err = io::Error::new(
+        io::ErrorKind::TimedOut,
+        "no connect attempt fit the timeout",
+    );
+    loop {
+        match resolve() {
+            Ok(addrs) if addrs.is_empty() => {
+                last_err = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
+            }
+            Ok(addrs) => {
+                for sa in &addrs {
+                    let remaining = left(deadline);
+                    if remaining.is_zero() {
+                        break;
+                    }
+                    // Cap one attempt so a black-holed address does not eat
+                    // the whole window before the next one is tried.
+                    match TcpStream::connect_timeout(sa, remaining.min(Duration::from_secs(5))) {
+                        Ok(stream) => match handshake(name, stream, token, remaining) {
+                            Ok(stream) => return Ok((stream, addrs)),
+                            Err(Handshake::Refused(e)) => return Err(e),
+                            Err(Handshake::Io(e)) => last_err = e,
+                        },
+                        Err(e) => last_err = e,
+                    }
+                }
+            }
+            Err(e) => last_err = e,
+        }
+        let remaining = left(deadline);
+        if remaining.is_zero() {
+            return Err(StoreError::Connect {
+                addr: name.to_owned(),
+                waited: start.elapsed(),
+                source: last_err,
+            });
+        }
+        tracing::trace!(addr = %name, error = %last_err, "store connect failed, retrying");
+        thread::sleep(backoff.min(remaining));
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+enum Handshake {
+    /// The server said no: do not retry.
+    Refused(StoreError),
+    /// The connection failed: retry.
+    Io(io::Error),
+}
+
+fn handshake(
+    name: &str,
+    mut stream: TcpStream,
+    token: Option<&str>,
+    window: Duration,
+) -> Result<TcpStream, Handshake> {
+    let refused = |reason: String| {
+        Handshake::Refused(StoreError::Handshake {
+            addr: name.to_owned(),
+            reason,
+        })
+    };
+    let hello = Request::Hello {
+        version: PROTOCOL_VERSION,
+        token: token.map(|t| t.as_bytes().to_vec()),
+    };
+    let body = wire::encode_request(&hello).map_err(|e| refused(e.to_string()))?;
+    // At least a second, so a nearly spent window still gets an answer.
+    let io_timeout = window.max(Duration::from_secs(1));
+    stream.set_nodelay(true).map_err(Handshake::Io)?;
+    let reply = exchange(&mut stream, &body, io_timeout).map_err(Handshake::Io)?;
+    match wire::decode_response(&reply) {
+        Ok(Response::Hello { version }) if version == PROTOCOL_VERSION => Ok(stream),
+        Ok(Response::Hello { version }) => Err(refused(format!(
+            "server speaks protocol version {version}, client speaks {PROTOCOL_VERSION}"
+        ))),
+        Ok(Response::Error(reason)) => Err(refused(reason)),
+        Ok(other) => Err(refused(format!("unexpected reply {other:?}"))),
+        Err(e) => Err(refused(format!("malformed reply: {e}"))),
+    }
+}
+
+impl Store for TcpStore {
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        let req = Request::Set {
+            key: key.to_owned(),
+            value: value.to_vec(),
+        };
+        match self.call("set", &req, None)? {
+            Response::Ok => Ok(()),
+            other => Err(self.unexpected("set", &other)),
+        }
+    }
+
+    fn get_with_timeout(&self, key: &str, timeout: Duration) -> Result<Vec<u8>, StoreError> {
+        let req = Request::Get {
+            key: key.to_owned(),
+            timeout_ms: ms(timeout),
+        };
+        match self.parked("get", req, &[key], timeout)? {
+            Response::Bytes(v) => Ok(v),
+            other => Err(self.unexpected("get", &other)),
+        }
+    }
+
+    fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
+        let req = Request::Add {
+            key: key.to_owned(),
+            delta,
+        };
+        match self.call("add", &req, None)? {
+            Response::Int(v) => Ok(v),
+            other => Err(self.unexpected("add", &other)),
+        }
+    }
+
+    fn compare_set(
+        &self,
+        key: &str,
+        expected: &[u8],
+        desired: &[u8],
+    ) -> Result<Vec<u8>, StoreError> {
+        let req = Request::CompareSet {
+            key: key.to_owned(),
+            expected: expected.to_vec(),
+            desired: desired.to_vec(),
+        };
+        match self.call("compare_set", &req, None)? {
+            Response::Bytes(v) => Ok(v),
+            other => Err(self.unexpected("compare_set", &other)),
+        }
+    }
+
+    fn check(&self, keys: &[&str]) -> Result<bool, StoreError> {
+        let req = Request::Check {
+            keys: owned_keys(keys),
+        };
+        match self.call("check", &req, None)? {
+            Response::Bool(v) => Ok(v),
+            other => Err(self.unexpected("check", &other)),
+        }
+    }
+
+    fn wait(&self, keys: &[&str], timeout: Option<Duration>) -> Result<(), StoreError> {
+        let timeout = timeout.unwrap_or_else(|| self.timeout());
+        let req = Request::Wait {
+            keys: owned_keys(keys),
+            timeout_ms: ms(timeout),
+        };
+        match self.parked("wait", req, keys, timeout)? {
+            Response::Ok => Ok(()),
+            other => Err(self.unexpected("wait", &other)),
+        }
+    }
+
+    fn delete_key(&self, key: &str) -> Result<bool, StoreError> {
+        let req = Request::DeleteKey {
+            key: key.to_owned(),
+        };
+        match self.call("delete_key", &req, None)? {
+            Response::Bool(v) => Ok(v),
+            other => Err(self.unexpected("delete_key", &other)),
+        }
+    }
+
+    fn num_keys(&self) -> Result<i64, StoreError> {
+        match self.call("num_keys", &Request::NumKeys, None)? {
+            Response::Int(v) => Ok(v),
+            other => Err(self.unexpected("num_keys", &other)),
+        }
+    }
+
+    fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
+        let timeout = self.timeout();
+        let req = Request::MultiGet {
+            keys: owned_keys(keys),
+            timeout_ms: ms(timeout),
+        };
+        match self.parked("multi_get", req, keys, timeout)? {
+            Response::List(v) if v.len() == keys.len() => Ok(v),
+            other => Err(self.unexpected("multi_get", &other)),
+        }
+    }
+
+    fn multi_set(&self, keys: &[&str], values: &[&[u8]]) -> Result<(), StoreError> {
+        if keys.len() != values.len() {
+            return Err(StoreError::LengthMismatch {
+                keys: keys.len(),
+                values: values.len(),
+            });
+        }
+        let req = Request::MultiSet {
+            pairs: keys
+                .iter()
+                .zip(values)
+                .map(|(k, v)| ((*k).to_owned(), v.to_vec()))
+                .collect(),
+        };
+        match self.call("multi_set", &req, None)? {
+            Response::Ok => Ok(()),
+            other => Err(self.unexpected("multi_set", &other)),
+        }
+    }
+
+    fn append(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        let req = Request::Append {
+            key: key.to_owned(),
+            value: value.to_vec(),
+        };
+        match self.call("append", &req, None)? {
+            Response::Ok => Ok(()),
+            other => Err(self.unexpected("append", &other)),
+        }
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout.get()
+    }
+
+    fn set_timeout(&self, timeout: Duration) {
+        self.timeout.set(timeout);
+    }
+}

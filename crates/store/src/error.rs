@@ -1,0 +1,184 @@
+//! [`StoreError`]: the one error type of this crate.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::wire::WireError;
+
+/// Everything that can go wrong in a store, a server or an exchange.
+///
+/// Each variant carries the context needed to act on it without a debugger:
+/// the keys waited for, the address that could not be reached, the rank
+/// whose value would not decode.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A blocking `get`/`wait`/`multi_get` gave up.
+    #[error("timed out after {} ms waiting for keys {keys:?}", waited.as_millis())]
+    Timeout {
+        /// The keys waited for (all of them, present or not).
+        keys: Vec<String>,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+
+    /// The client could not reach the server before its connect timeout.
+    #[error("could not connect to store at {addr} within {} ms: {source}", waited.as_millis())]
+    Connect {
+        /// The address as the caller gave it.
+        addr: String,
+        /// How long the client kept retrying.
+        waited: Duration,
+        /// The last connect error seen.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The server refused the handshake (wrong token, wrong version).
+    #[error("store at {addr} refused the handshake: {reason}")]
+    Handshake {
+        /// The server address.
+        addr: String,
+        /// The reason the server gave.
+        reason: String,
+    },
+
+    /// Reading from or writing to the server failed after connecting.
+    #[error("i/o error with store at {addr} during {op}: {source}")]
+    Io {
+        /// The server address.
+        addr: String,
+        /// The operation in flight (`"set"`, `"handshake"`, ...).
+        op: &'static str,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The server (or client) got bytes it could not parse.
+    #[error("protocol error with store at {addr} during {op}: {source}")]
+    Protocol {
+        /// The peer address.
+        addr: String,
+        /// The operation in flight.
+        op: &'static str,
+        /// What was wrong with the bytes.
+        #[source]
+        source: WireError,
+    },
+
+    /// The server answered a request with an error.
+    #[error("store at {addr} rejected {op}: {message}")]
+    Server {
+        /// The server address.
+        addr: String,
+        /// The operation that was rejected.
+        op: &'static str,
+        /// The server's message.
+        message: String,
+    },
+
+    /// An earlier I/O error left the connection unusable.
+    #[error(
+        "connection to store at {addr} is broken by an earlier error; reconnect failed: {source}"
+    )]
+    Broken {
+        /// The server address.
+        addr: String,
+        /// Why reconnecting failed.
+        #[source]
+        source: Box<StoreError>,
+    },
+
+    /// The server could not bind its listening socket.
+    #[error("store server could not bind {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// `add` found a value that is not a decimal `i64`.
+    #[error("key {key:?} holds {bytes} bytes that are not a decimal i64 counter")]
+    NotACounter {
+        /// The key.
+        key: String,
+        /// Length of the value found.
+        bytes: usize,
+    },
+
+    /// `add` would overflow `i64`.
+    #[error("adding {delta} to counter {key:?} (now {current}) overflows i64")]
+    CounterOverflow {
+        /// The key.
+        key: String,
+        /// The value before the add.
+        current: i64,
+        /// The amount added.
+        delta: i64,
+    },
+
+    /// `multi_set` got different numbers of keys and values.
+    #[error("multi_set got {keys} keys but {values} values")]
+    LengthMismatch {
+        /// Number of keys.
+        keys: usize,
+        /// Number of values.
+        values: usize,
+    },
+
+    /// An exchange was called with `world == 0`.
+    #[error("world size must be at least 1, got 0")]
+    EmptyWorld,
+
+    /// An exchange was called with a rank (or root) outside the world.
+    #[error("{what} {rank} is out of range for world size {world}")]
+    RankOutOfRange {
+        /// `"rank"` or `"root"`.
+        what: &'static str,
+        /// The offending rank.
+        rank: usize,
+        /// The world size.
+        world: usize,
+    },
+
+    /// `broadcast` was called on the root without a value.
+    #[error("broadcast root {root} passed no value")]
+    MissingRootValue {
+        /// The root rank.
+        root: usize,
+    },
+
+    /// A value could not be serialized for an exchange.
+    #[error("could not encode the value of rank {rank} for exchange {key:?}: {source}")]
+    Encode {
+        /// The key it was meant for.
+        key: String,
+        /// The rank encoding it.
+        rank: usize,
+        /// The bincode error.
+        #[source]
+        source: bincode::error::EncodeError,
+    },
+
+    /// A value read in an exchange did not deserialize.
+    #[error("could not decode the value of rank {rank} from key {key:?} ({bytes} bytes): {source}")]
+    Decode {
+        /// The key it came from.
+        key: String,
+        /// The rank that wrote it.
+        rank: usize,
+        /// Its length.
+        bytes: usize,
+        /// The bincode error.
+        #[source]
+        source: bincode::error::DecodeError,
+    },
+
+    /// The server is shutting down and dropped the request.
+    #[error("store is shutting down")]
+    Closed,
+}

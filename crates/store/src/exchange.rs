@@ -1,0 +1,249 @@
+//! [`StoreExchange`]: typed all-gather, broadcast and barrier over a
+//! [`Store`], the way PyTorch's symmetric-memory `StoreExchange` does its
+//! rendezvous.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::StoreError;
+use crate::store::Store;
+
+/// Collective exchanges of serializable values through a [`Store`].
+///
+/// Every rank creates one `StoreExchange` with the same prefix and calls
+/// the same sequence of collectives on it. Each call uses a fresh sequence
+/// number, so its keys (`prefix/seq/...`) never collide with an earlier or
+/// later call, even when a fast rank runs ahead.
+///
+/// NOTE [exchange key cleanup]: after reading, each rank increments
+/// `prefix/seq/done`; the rank that brings it to `world` knows every rank
+/// has read everything and deletes the call's keys and the counter, so a
+/// long job does not grow the store. A call that fails part-way (a
+/// timeout) leaves its keys behind; the job is broken at that point anyway.
+///
+/// Values are encoded with bincode 2 (`config::standard()`, serde).
+#[derive(Debug, Clone)]
+pub struct StoreExchange {
+    prefix: String,
+    seq: u64,
+}
+
+fn check_world(rank: usize, world: usize) -> Result<(), StoreError> {
+    if world == 0 {
+        return Err(StoreError::EmptyWorld);
+    }
+    if rank >= world {
+        return Err(StoreError::RankOutOfRange {
+            what: "rank",
+            rank,
+            world,
+        });
+    }
+    Ok(())
+}
+
+fn encode<T: Serialize>(value: &T, key: &str, rank: usize) -> Result<Vec<u8>, StoreError> {
+    bincode::serde::encode_to_vec(value, bincode::config::standard()).map_err(|source| {
+        StoreError::Encode {
+            key: key.to_owned(),
+            rank,
+            source,
+        }
+    })
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8], key: &str, rank: usize) -> Result<T, StoreError> {
+    bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+        .map(|(value, _read)| value)
+        .map_err(|source| StoreError::Decode {
+            key: key.to_owned(),
+            rank,
+            bytes: bytes.len(),
+            source,
+        })
+}
+
+impl StoreExchange {
+    /// An exchange whose keys live under `prefix/`.
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+            seq: 0,
+        }
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The sequence number the next collective will use.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Claims the next sequence number; returns `prefix/seq`.
+    fn next_base(&mut self) -> String {
+        let base = format!("{}/{}", self.prefix, self.seq);
+        self.seq += 1;
+        base
+    }
+
+    /// Marks this rank done with `base`; the last rank deletes `keys` and
+    /// the counter (NOTE [exchange key cleanup]).
+    fn finish(
+        store: &dyn Store,
+        base: &str,
+        world: usize,
+        keys: &[String],
+    ) -> Result<(), StoreError> {
+        let done_key = format!("{base}/done");
+        let done = store.add(&done_key, 1)?;
+        if usize::try_from(done).is_ok_and(|d| d == world) {
+            for k in keys {
+                store.delete_key(k)?;
+            }
+            store.delete_key(&done_key)?;
+        }
+        Ok(())
+    }
+
+    /// Gathers `value` from every rank; returns them in rank order.
+    pub fn all_gather<T>(
+        &mut self,
+        store: &dyn Store,
+        rank: usize,
+        world: usize,
+        value: &T,
+    ) -> Result<Vec<T>, StoreError>
+    where
+        T: Serialize + DeserializeOwned,
+    {
+        check_world(rank, world)?;
+        let base = self.next_base();
+        let keys: Vec<String> = (0..world).map(|r| format!("{base}/{r}")).collect();
+        store.set(&keys[rank], &encode(value, &keys[rank], rank)?)?;
+        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let values = store.multi_get(&key_refs)?;
+        let out = values
+            .iter()
+            .zip(&keys)
+            .enumerate()
+            .map(|(r, (bytes, key))| decode(bytes, key, r))
+            .collect::<Result<Vec<T>, _>>()?;
+        Self::finish(store, &base, world, &keys)?;
+        Ok(out)
+    }
+
+    /// Sends `value` from `root` to every rank; returns it on every rank
+    /// (the root gets its own value back through the same encoding).
+    /// Non-root ranks pass `None` (a value they pass is ignored).
+    pub fn broadcast<T>(
+        &mut self,
+        store: &dyn Store,
+        rank: usize,
+        world: usize,
+        root: usize,
+        value: Option<&T>,
+    ) -> Result<T, StoreError>
+    where
+        T: Serialize + DeserializeOwned,
+    {
+        check_world(rank, world)?;
+        if root >= world {
+            return Err(StoreError::RankOutOfRange {
+                what: "root",
+                rank: root,
+                world,
+            });
+        }
+        let base = self.next_base();
+        let key = format!("{base}/{root}");
+        let out = if rank == root {
+            let value = value.ok_or(StoreError::MissingRootValue { root })?;
+            let bytes = encode(value, &key, root)?;
+            store.set(&key, &bytes)?;
+            decode(&bytes, &key, root)?
+        } else {
+            decode(&store.get(&key)?, &key, root)?
+        };
+        Self::finish(store, &base, world, &[key])?;
+        Ok(out)
+    }
+
+    /// Returns once every rank has entered the barrier (or fails after the
+    /// store's timeout, naming the key it waited for).
+    pub fn barrier(
+        &mut self,
+        store: &dyn Store,
+        rank: usize,
+        world: usize,
+    ) -> Result<(), StoreError> {
+        check_world(rank, world)?;
+        let base = self.next_base();
+        let arrived_key = format!("{base}/arrived");
+        let open_key = format!("{base}/open");
+        let arrived = store.add(&arrived_key, 1)?;
+        if usize::try_from(arrived).is_ok_and(|a| a == world) {
+            store.set(&open_key, b"1")?;
+        }
+        store.wait(&[&open_key], None)?;
+        Self::finish(store, &base, world, &[arrived_key, open_key])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::HashStore;
+
+    #[test]
+    fn validates_rank_and_world() {
+        let store = HashStore::new();
+        let mut ex = StoreExchange::new("x");
+        assert!(matches!(
+            ex.all_gather(&store, 0, 0, &1u32),
+            Err(StoreError::EmptyWorld)
+        ));
+        let err = ex.all_gather(&store, 2, 2, &1u32).unwrap_err();
+        assert_eq!(err.to_string(), "rank 2 is out of range for world size 2");
+        let err = ex.broadcast(&store, 0, 2, 5, Some(&1u32)).unwrap_err();
+        assert_eq!(err.to_string(), "root 5 is out of range for world size 2");
+        assert!(matches!(
+            ex.broadcast::<u32>(&store, 0, 1, 0, None),
+            Err(StoreError::MissingRootValue { root: 0 })
+        ));
+        assert!(matches!(
+            ex.barrier(&store, 3, 1),
+            Err(StoreError::RankOutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn world_of_one_cleans_up() {
+        let store = HashStore::new();
+        let mut ex = StoreExchange::new("solo");
+        for i in 0..10u64 {
+            assert_eq!(ex.all_gather(&store, 0, 1, &i).unwrap(), vec![i]);
+            assert_eq!(
+                ex.broadcast(&store, 0, 1, 0, Some(&format!("v{i}")))
+                    .unwrap(),
+                format!("v{i}")
+            );
+            ex.barrier(&store, 0, 1).unwrap();
+        }
+        assert_eq!(ex.seq(), 30);
+        assert_eq!(store.num_keys().unwrap(), 0);
+    }
+
+    #[test]
+    fn decode_error_names_rank_and_key() {
+        let store = HashStore::new();
+        store.set("bad/0/0", &[0xff, 0xff, 0xff]).unwrap();
+        store.set("bad/0/1", &[0xff, 0xff, 0xff]).unwrap();
+        let mut ex = StoreExchange::new("bad");
+        let err = ex.all_gather(&store, 1, 2, &String::from("x")).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("rank 0") && msg.contains("bad/0/0"), "{msg}");
+    }
+}
