@@ -174,7 +174,10 @@ mod tests {
         assert_eq!(job.master_port, 0);
         assert_eq!(job.timeout, None);
         assert_eq!(job.grace, Duration::from_secs(5));
-        assert_eq!(job.command, vec![OsString::from("echo"), OsString::from("hi")]);
+        assert_eq!(
+            job.command,
+            vec![OsString::from("echo"), OsString::from("hi")]
+        );
     }
 
     #[test]
@@ -203,12 +206,23 @@ mod tests {
         assert_eq!(job.master_port, 29500);
         assert_eq!(job.timeout, Some(Duration::from_millis(1500)));
         assert_eq!(job.grace, Duration::ZERO);
-        assert_eq!(job.command, vec![OsString::from("prog"), OsString::from("--flag")]);
+        assert_eq!(
+            job.command,
+            vec![OsString::from("prog"), OsString::from("--flag")]
+        );
     }
 
     #[test]
     fn localhost_resolves() {
-        let job = job(&["--nproc-per-node", "1", "--master-addr", "localhost", "--", "true"]).unwrap();
+        let job = job(&[
+            "--nproc-per-node",
+            "1",
+            "--master-addr",
+            "localhost",
+            "--",
+            "true",
+        ])
+        .unwrap();
         assert!(job.bind_ip.is_loopback());
         assert_eq!(job.master_addr, "localhost");
     }
@@ -222,15 +236,28 @@ mod tests {
     #[test]
     fn gpu_count_must_match() {
         let err = job(&["--nproc-per-node", "2", "--gpus", "0,1,2", "--", "true"]).unwrap_err();
-        assert!(matches!(err, LaunchError::GpuCountMismatch { gpus: 3, nproc: 2 }), "{err}");
+        assert!(
+            matches!(err, LaunchError::GpuCountMismatch { gpus: 3, nproc: 2 }),
+            "{err}"
+        );
         assert!(err.to_string().contains("--gpus lists 3 GPUs"), "{err}");
     }
 
     #[test]
     fn bad_seconds_rejected() {
         for bad in ["-1", "abc", "inf", "NaN"] {
-            let err = job(&["--nproc-per-node", "1", "--timeout", bad, "--", "true"]).unwrap_err();
-            assert!(matches!(err, LaunchError::BadSeconds { name: "timeout", .. }), "{bad}: {err}");
+            let timeout = format!("--timeout={bad}");
+            let err = job(&["--nproc-per-node", "1", &timeout, "--", "true"]).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    LaunchError::BadSeconds {
+                        name: "timeout",
+                        ..
+                    }
+                ),
+                "{bad}: {err}"
+            );
         }
         let err = job(&["--nproc-per-node", "1", "--timeout", "0", "--", "true"]).unwrap_err();
         assert!(matches!(err, LaunchError::ZeroTimeout), "{err}");
@@ -250,7 +277,15 @@ mod tests {
 
     #[test]
     fn command_arguments_are_not_parsed_as_options() {
-        let args = args(&["--nproc-per-node", "1", "--", "prog", "--nproc-per-node", "7"]).unwrap();
+        let args = args(&[
+            "--nproc-per-node",
+            "1",
+            "--",
+            "prog",
+            "--nproc-per-node",
+            "7",
+        ])
+        .unwrap();
         assert_eq!(args.nproc_per_node, 1);
         assert_eq!(args.command.len(), 3);
     }

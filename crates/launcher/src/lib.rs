@@ -18,8 +18,6 @@ pub mod cli;
 pub mod output;
 pub mod rank_env;
 pub mod supervise;
-mod store_shim;
-use store_shim as intranode_store;
 
 use std::io;
 

@@ -49,14 +49,17 @@ where
         if line.last() != Some(&b'\n') {
             line.push(b'\n');
         }
-        if write_error.is_none() {
-            if let Err(err) = sink(&line) {
-                write_error = Some(err);
-            }
+        if write_error.is_none()
+            && let Err(err) = sink(&line)
+        {
+            write_error = Some(err);
         }
     }
     write_error.map_or(Ok(()), Err)
 }
+
+/// Where [`forward_lines`] puts each prefixed line.
+pub type Sink = fn(&[u8]) -> io::Result<()>;
 
 /// A sink writing whole lines to the launcher's stdout.
 pub fn stdout_sink(line: &[u8]) -> io::Result<()> {
@@ -87,7 +90,10 @@ mod tests {
     fn prefixes_each_line() {
         let (lines, result) = collect(b"a\nbb\n\nccc\n", 2);
         result.unwrap();
-        assert_eq!(lines, [&b"[2] a\n"[..], b"[2] bb\n", b"[2] \n", b"[2] ccc\n"]);
+        assert_eq!(
+            lines,
+            [&b"[2] a\n"[..], b"[2] bb\n", b"[2] \n", b"[2] ccc\n"]
+        );
     }
 
     #[test]

@@ -8,7 +8,6 @@
 //! every rank's environment. Keep the list in step with `dist_env`.
 
 use crate::JobConfig;
-use crate::intranode_store;
 
 /// Rank variables of other launchers, removed from every rank's environment.
 pub const FOREIGN_RANK_VARS: &[&str] = &[

@@ -134,7 +134,11 @@ impl fmt::Display for Outcome {
             }
             Self::Timeout { after } => write!(f, "timeout after {} s", after.as_secs_f64()),
             Self::Interrupted { signal } => {
-                write!(f, "the launcher was interrupted by {}", signal_name(*signal))
+                write!(
+                    f,
+                    "the launcher was interrupted by {}",
+                    signal_name(*signal)
+                )
             }
         }
     }
@@ -351,7 +355,10 @@ impl Supervisor<'_> {
             match self.next_event(Some(grace_deadline)) {
                 Next::Event(Event::Exited { rank, exit }) => self.record(rank, exit),
                 Next::Event(Event::Signal(signal)) => {
-                    log(&format!("got {} again: killing the ranks now", signal_name(signal)));
+                    log(&format!(
+                        "got {} again: killing the ranks now",
+                        signal_name(signal)
+                    ));
                     break;
                 }
                 Next::Deadline | Next::Disconnected => break,
@@ -377,7 +384,10 @@ impl Supervisor<'_> {
                 let left = deadline.saturating_duration_since(Instant::now());
                 self.events.recv_timeout(left)
             }
-            None => self.events.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            None => self
+                .events
+                .recv()
+                .map_err(|_| RecvTimeoutError::Disconnected),
         };
         match received {
             Ok(event) => Next::Event(event),
@@ -417,7 +427,9 @@ impl Supervisor<'_> {
     fn start_rank(&mut self, rank: usize) -> io::Result<()> {
         let job = self.job;
         let Some(tx) = self.tx.clone() else {
-            return Err(io::Error::other("ranks are started only before supervision"));
+            return Err(io::Error::other(
+                "ranks are started only before supervision",
+            ));
         };
         let mut cmd = Command::new(&job.command[0]);
         cmd.args(&job.command[1..])
@@ -452,8 +464,7 @@ impl Supervisor<'_> {
         }
         let (stdout, stderr) = pipes;
         let prefix = output::prefix(rank);
-        let mut readers: Vec<(Box<dyn io::Read + Send>, fn(&[u8]) -> io::Result<()>)> =
-            Vec::new();
+        let mut readers: Vec<(Box<dyn io::Read + Send>, output::Sink)> = Vec::new();
         if let Some(stdout) = stdout {
             readers.push((Box::new(stdout), output::stdout_sink));
         }
@@ -588,7 +599,10 @@ mod tests {
             error: String::new(),
         };
         assert_eq!(report(spawn(io::ErrorKind::NotFound)).exit_code(), 127);
-        assert_eq!(report(spawn(io::ErrorKind::PermissionDenied)).exit_code(), 126);
+        assert_eq!(
+            report(spawn(io::ErrorKind::PermissionDenied)).exit_code(),
+            126
+        );
     }
 
     #[test]
@@ -656,8 +670,14 @@ mod tests {
 
     #[test]
     fn status_conversion() {
-        assert_eq!(RankExit::from_status(ExitStatus::from_raw(3 << 8)), RankExit::Code(3));
-        assert_eq!(RankExit::from_status(ExitStatus::from_raw(9)), RankExit::Signal(9));
+        assert_eq!(
+            RankExit::from_status(ExitStatus::from_raw(3 << 8)),
+            RankExit::Code(3)
+        );
+        assert_eq!(
+            RankExit::from_status(ExitStatus::from_raw(9)),
+            RankExit::Signal(9)
+        );
         assert!(RankExit::from_status(ExitStatus::from_raw(0)).success());
     }
 }
