@@ -889,9 +889,9 @@ mod tests {
         let devices: Vec<_> = (0..8).map(|i| gpu(0x10 + i)).collect();
         let dgx1 = dgx1v_mesh();
         let mut source = FakeLinks::default();
-        for a in 0..8 {
-            for b in 0..8 {
-                source.add(a, RemoteEndpoint::Gpu(devices[b]), dgx1.0[a][b]);
+        for (a, row) in dgx1.0.iter().enumerate() {
+            for (&remote, &count) in devices.iter().zip(row) {
+                source.add(a, RemoteEndpoint::Gpu(remote), count);
             }
         }
         let mesh = nvl_mesh_from_links(&source, &devices);
@@ -1022,8 +1022,13 @@ mod tests {
     fn nvml_mesh_of_this_machine() {
         let nvml = Nvml::init().expect("NVML loads on a GPU machine");
         let devices = list_system_gpus(&nvml).expect("NVML lists the GPUs");
-        drop(nvml);
         let devices = &devices[..devices.len().min(MAX_DEVICES)];
+        let source = NvmlLinks::new(&nvml, devices).expect("NVML knows its own GPUs");
+        for link in 0..NVLINK_MAX_LINKS {
+            println!("rank 0 link {link}: {:?}", source.remote_endpoint(0, link));
+        }
+        drop(source);
+        drop(nvml);
         println!(
             "gpus: {:?}",
             devices.iter().map(ToString::to_string).collect::<Vec<_>>()
