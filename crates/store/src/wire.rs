@@ -16,7 +16,7 @@
 //!
 //! NOTE [bounded allocation]: the decoder never allocates more than the
 //! bytes actually present. Frame lengths are checked against the bound
-//! before any body byte is read ([`read_frame`] then grows its buffer only
+//! before any body byte is read (`read_frame` then grows its buffer only
 //! as data arrives), every length inside a body is checked against the
 //! bytes left in the body, and every list count against the smallest size
 //! its items could have. `decode_request` is pure, so the fuzz target in
