@@ -9,10 +9,9 @@ pub const VEC_BYTES: usize = 16;
 
 /// How many elements of `elem_bytes` bytes fill one 16-byte vector.
 pub const fn elems_per_vec(elem_bytes: usize) -> usize {
-    if elem_bytes == 0 {
-        0
-    } else {
-        VEC_BYTES / elem_bytes
+    match VEC_BYTES.checked_div(elem_bytes) {
+        Some(n) => n,
+        None => 0,
     }
 }
 
@@ -35,7 +34,7 @@ pub const fn all_vec_aligned(addrs: &[usize]) -> bool {
         acc |= addrs[i];
         i += 1;
     }
-    acc % VEC_BYTES == 0
+    acc.is_multiple_of(VEC_BYTES)
 }
 
 /// Half-open range `[start, end)` of `total` items owned by `part` of

@@ -1,1 +1,144 @@
-fn main() {}
+//! `cargo xtask`: the project's build tasks, in Rust rather than scripts.
+//!
+//! - `build-ptx [--arch sm_90] [--out DIR]`: builds the kernels to PTX and
+//!   prints the file's path.
+//! - `check-ptx [--arch sm_90]`: assembles the PTX with `ptxas -v` (fetched
+//!   from PyPI into `.cache/` when absent) and fails on assembler errors,
+//!   out-of-line calls (`.extern .func`), spills or stack frames; prints
+//!   registers per kernel.
+//! - `ci`: everything CI checks (fmt, clippy for host and kernel targets,
+//!   tests, build-ptx, check-ptx).
+//! - `device-bundle [--out DIR]`: release binaries and test executables,
+//!   stripped, for a GPU machine that has no Rust tool chain.
+
+mod bundle;
+mod ptxas;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+fn main() {
+    if let Err(e) = try_main() {
+        eprintln!("xtask: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn try_main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (task, rest) = args.split_first().context(USAGE)?;
+    let opts = Opts::parse(rest)?;
+    match task.as_str() {
+        "build-ptx" => {
+            let path = build_ptx(&opts)?;
+            println!("{}", path.display());
+        }
+        "check-ptx" => {
+            let path = build_ptx(&opts)?;
+            ptxas::check(&root()?, &path, &opts.arch)?;
+        }
+        "ci" => ci(&opts)?,
+        "device-bundle" => bundle::build(&root()?, opts.out.as_deref())?,
+        other => bail!("unknown task {other:?}\n{USAGE}"),
+    }
+    Ok(())
+}
+
+const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|ci|device-bundle> [--arch sm_XX] [--out DIR]";
+
+#[derive(Debug)]
+struct Opts {
+    arch: String,
+    out: Option<PathBuf>,
+}
+
+impl Opts {
+    fn parse(args: &[String]) -> Result<Self> {
+        let mut opts = Opts { arch: ptx_builder::DEFAULT_ARCH.to_owned(), out: None };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--arch" => opts.arch = it.next().context("--arch needs a value")?.clone(),
+                "--out" => opts.out = Some(it.next().context("--out needs a value")?.into()),
+                other => bail!("unknown option {other:?}\n{USAGE}"),
+            }
+        }
+        Ok(opts)
+    }
+}
+
+/// The workspace root, from this crate's manifest directory.
+fn root() -> Result<PathBuf> {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_owned)
+        .context("xtask has no parent directory")
+}
+
+/// Builds the PTX for `opts.arch` into `opts.out` (default `target/ptx`).
+fn build_ptx(opts: &Opts) -> Result<PathBuf> {
+    let root = root()?;
+    let target_dir = root.join("target").join("ptx");
+    let ptx = ptx_builder::build_ptx(&ptx_builder::PtxBuild {
+        workspace_root: root.clone(),
+        arch: opts.arch.clone(),
+        target_dir: target_dir.clone(),
+        cargo: ptx_builder::cargo_binary(),
+    })?;
+    let out_dir = opts.out.clone().unwrap_or(target_dir);
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let path = out_dir.join(format!("kernels-{}.ptx", opts.arch));
+    std::fs::write(&path, ptx).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+/// Runs a command in the workspace root, failing with its command line.
+fn run(root: &Path, program: &str, args: &[&str]) -> Result<()> {
+    eprintln!("xtask: $ {program} {}", args.join(" "));
+    let status = Command::new(program)
+        .args(args)
+        .current_dir(root)
+        .status()
+        .with_context(|| format!("starting {program}"))?;
+    if !status.success() {
+        bail!("`{program} {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+fn ci(opts: &Opts) -> Result<()> {
+    let root = root()?;
+    let cargo = ptx_builder::cargo_binary();
+    let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
+    run(&root, cargo, &["fmt", "--all", "--", "--check"])?;
+    run(&root, cargo, &["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"])?;
+    run(
+        &root,
+        cargo,
+        &[
+            "clippy",
+            "-p",
+            "kernels-gpu",
+            "--target",
+            ptx_builder::TARGET,
+            "-Zbuild-std=core",
+            "--target-dir",
+            "target/ptx-clippy",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
+    run(&root, cargo, &["test", "--workspace", "--locked"])?;
+    let path = build_ptx(opts)?;
+    println!("{}", path.display());
+    ptxas::check(&root, &path, &opts.arch)?;
+    // The other architecture the kernels promise to support must build too.
+    let sm80 = Opts { arch: "sm_80".into(), out: None };
+    let path80 = build_ptx(&sm80)?;
+    ptxas::check(&root, &path80, &sm80.arch)?;
+    eprintln!("xtask: ci passed");
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! `device-bundle`: what a GPU machine without a Rust tool chain needs to
+//! run the project: the release binaries and every test executable,
+//! stripped, plus a `run-tests.sh` that runs the tests in order.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+
+/// Binaries of the workspace that belong in the bundle.
+const BINARIES: &[&str] = &["intranode-run", "intranode-bench"];
+
+pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
+    let out = out.map(Path::to_owned).unwrap_or_else(|| root.join("bundle"));
+    if out.exists() {
+        std::fs::remove_dir_all(&out).with_context(|| format!("clearing {}", out.display()))?;
+    }
+    std::fs::create_dir_all(&out)?;
+    let cargo = ptx_builder::cargo_binary();
+
+    let status = Command::new(&cargo)
+        .current_dir(root)
+        .args(["build", "--release", "--workspace", "--bins", "--locked"])
+        .status()
+        .context("cargo build --release")?;
+    if !status.success() {
+        bail!("cargo build --release failed ({status})");
+    }
+    for bin in BINARIES {
+        let src = root.join("target").join("release").join(bin);
+        if src.is_file() {
+            copy_stripped(&src, &out.join(bin))?;
+        }
+    }
+
+    // Test executables: cargo names them in its JSON messages.
+    let output = Command::new(&cargo)
+        .current_dir(root)
+        .args(["test", "--release", "--workspace", "--no-run", "--locked", "--message-format=json"])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cargo test --no-run")?;
+    if !output.status.success() {
+        bail!("cargo test --release --no-run failed ({})", output.status);
+    }
+    let mut tests = Vec::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let Some(exe) = msg.get("executable").and_then(|e| e.as_str()) else { continue };
+        let is_test = msg.pointer("/profile/test").and_then(|t| t.as_bool()).unwrap_or(false);
+        let name = msg.pointer("/target/name").and_then(|n| n.as_str()).unwrap_or("test");
+        if !is_test {
+            continue;
+        }
+        let file = format!("test-{}", name.replace('-', "_"));
+        copy_stripped(Path::new(exe), &out.join(&file))?;
+        tests.push(file);
+    }
+    tests.sort();
+    let mut script = String::from(
+        "#!/bin/sh\n# Runs every test executable of the bundle; GPU tests fail instead of\n\
+         # skipping when INTRANODE_REQUIRE_GPUS is set.\nset -u\ncd \"$(dirname \"$0\")\"\nexport NCCL_NVLS_ENABLE=0\nfail=0\n",
+    );
+    for t in &tests {
+        script.push_str(&format!("echo \"== {t}\"; ./{t} --test-threads=1 || fail=1\n"));
+    }
+    script.push_str("exit $fail\n");
+    let script_path = out.join("run-tests.sh");
+    std::fs::write(&script_path, script)?;
+    make_executable(&script_path)?;
+    println!("{}", out.display());
+    Ok(())
+}
+
+fn copy_stripped(src: &Path, dst: &Path) -> Result<()> {
+    std::fs::copy(src, dst).with_context(|| format!("copying {}", src.display()))?;
+    let status = Command::new("strip").arg(dst).status().context("running strip")?;
+    if !status.success() {
+        bail!("strip {} failed ({status})", dst.display());
+    }
+    Ok(())
+}
+
+fn make_executable(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut perms = std::fs::metadata(path)?.permissions();
+    perms.set_mode(0o755);
+    std::fs::set_permissions(path, perms)?;
+    Ok(())
+}

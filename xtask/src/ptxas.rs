@@ -1,0 +1,161 @@
+//! `ptxas` from the PyPI wheel `nvidia-cuda-nvcc` (CUDA 13.0, the version
+//! of the GPU machines), fetched into `.cache/ptxas` when absent, and the
+//! checks run on its report.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+const WHEEL: &str = "nvidia-cuda-nvcc==13.0.88";
+const PTXAS_IN_WHEEL: &str = "nvidia/cu13/bin/ptxas";
+
+/// The cached ptxas, fetched first if needed (`PTXAS` overrides).
+fn ptxas(root: &Path) -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("PTXAS") {
+        return Ok(p.into());
+    }
+    let cache = root.join(".cache").join("ptxas");
+    let bin = cache.join("ptxas");
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    std::fs::create_dir_all(&cache)?;
+    eprintln!("xtask: fetching ptxas ({WHEEL}) into {}", cache.display());
+    let status = Command::new("python3")
+        .args(["-m", "pip", "download", "--no-deps", "--quiet", "--only-binary=:all:", WHEEL, "-d"])
+        .arg(&cache)
+        .status()
+        .context("running python3 -m pip download")?;
+    if !status.success() {
+        bail!("pip download {WHEEL} failed ({status})");
+    }
+    // Unpack the one file with Python's zipfile: `unzip` is not everywhere.
+    let script = format!(
+        "import glob,os,zipfile,sys\n\
+         w=glob.glob(os.path.join(sys.argv[1],'nvidia_cuda_nvcc-*.whl'))[0]\n\
+         z=zipfile.ZipFile(w)\n\
+         open(sys.argv[2],'wb').write(z.read('{PTXAS_IN_WHEEL}'))\n\
+         os.chmod(sys.argv[2],0o755)\n\
+         os.remove(w)\n"
+    );
+    let status = Command::new("python3")
+        .args(["-c", &script])
+        .arg(&cache)
+        .arg(&bin)
+        .status()
+        .context("unpacking ptxas")?;
+    if !status.success() {
+        bail!("unpacking ptxas from the wheel failed ({status})");
+    }
+    Ok(bin)
+}
+
+/// One kernel's resources as `ptxas -v` reports them.
+#[derive(Debug, Default, PartialEq)]
+pub struct KernelReport {
+    pub name: String,
+    pub registers: u32,
+    pub stack_bytes: u32,
+    pub spill_store_bytes: u32,
+    pub spill_load_bytes: u32,
+}
+
+/// Parses `ptxas -v` output into per-kernel reports.
+pub fn parse_report(text: &str) -> Vec<KernelReport> {
+    let mut out: Vec<KernelReport> = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.split("Function properties for ").nth(1) {
+            out.push(KernelReport { name: rest.trim().to_owned(), ..Default::default() });
+        } else if let Some(k) = out.last_mut() {
+            if line.contains("bytes stack frame") {
+                let nums: Vec<u32> = line
+                    .split(|c: char| !c.is_ascii_digit())
+                    .filter_map(|w| w.parse().ok())
+                    .collect();
+                if let [stack, stores, loads, ..] = nums[..] {
+                    k.stack_bytes = stack;
+                    k.spill_store_bytes = stores;
+                    k.spill_load_bytes = loads;
+                }
+            } else if let Some(r) = line.split("Used ").nth(1) {
+                k.registers = r.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            }
+        }
+    }
+    out
+}
+
+/// Assembles `ptx` for `arch` and enforces the kernel rules.
+pub fn check(root: &Path, ptx: &Path, arch: &str) -> Result<()> {
+    let text = std::fs::read_to_string(ptx).with_context(|| format!("reading {}", ptx.display()))?;
+    if let Some(line) = text.lines().find(|l| l.contains(".extern .func")) {
+        bail!("{}: out-of-line call into core, the PTX would not load: {line}", ptx.display());
+    }
+    let ptxas = ptxas(root)?;
+    let cubin = ptx.with_extension("cubin");
+    let output = Command::new(&ptxas)
+        .arg(format!("-arch={arch}"))
+        .arg("-v")
+        .arg(ptx)
+        .arg("-o")
+        .arg(&cubin)
+        .output()
+        .with_context(|| format!("running {}", ptxas.display()))?;
+    let report = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        bail!("ptxas failed on {} ({}):\n{report}", ptx.display(), output.status);
+    }
+    let kernels = parse_report(&report);
+    if kernels.is_empty() {
+        bail!("ptxas reported no kernels for {}:\n{report}", ptx.display());
+    }
+    let mut bad = Vec::new();
+    println!("{:<40} {:>5} {:>6} {:>7}", format!("kernel ({arch})"), "regs", "stack", "spills");
+    for k in &kernels {
+        println!(
+            "{:<40} {:>5} {:>6} {:>7}",
+            k.name,
+            k.registers,
+            k.stack_bytes,
+            k.spill_store_bytes + k.spill_load_bytes
+        );
+        if k.stack_bytes > 0 || k.spill_store_bytes > 0 || k.spill_load_bytes > 0 {
+            bad.push(k.name.clone());
+        }
+    }
+    if !bad.is_empty() {
+        bail!("kernels with a stack frame or spills: {}", bad.join(", "));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ptxas_report() {
+        let text = "ptxas info    : Compiling entry function 'add_f32' for 'sm_90'\n\
+ptxas info    : Function properties for add_f32\n\
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n\
+ptxas info    : Used 24 registers, used 0 barriers\n\
+ptxas info    : Function properties for probe\n\
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
+ptxas info    : Used 4 registers, used 0 barriers\n";
+        let r = parse_report(text);
+        assert_eq!(
+            r,
+            [
+                KernelReport {
+                    name: "add_f32".into(),
+                    registers: 24,
+                    stack_bytes: 8,
+                    spill_store_bytes: 4,
+                    spill_load_bytes: 12
+                },
+                KernelReport { name: "probe".into(), registers: 4, ..Default::default() },
+            ]
+        );
+    }
+}
