@@ -191,6 +191,15 @@ impl TcpStore {
                 op,
                 message,
             }),
+            Ok(Response::Refused(message)) => {
+                // The server closes the connection after this reply.
+                *guard = None;
+                Err(StoreError::Server {
+                    addr: self.addr.clone(),
+                    op,
+                    message,
+                })
+            }
             Ok(resp) => Ok(resp),
             Err(e) => {
                 // The stream may be mid-frame: never reuse it.
@@ -333,7 +342,7 @@ fn handshake(
         Ok(Response::Hello { version }) => Err(refused(format!(
             "server speaks protocol version {version}, client speaks {PROTOCOL_VERSION}"
         ))),
-        Ok(Response::Error(reason)) => Err(refused(reason)),
+        Ok(Response::Error(reason) | Response::Refused(reason)) => Err(refused(reason)),
         Ok(other) => Err(refused(format!("unexpected reply {other:?}"))),
         Err(e) => Err(refused(format!("malformed reply: {e}"))),
     }

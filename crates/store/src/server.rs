@@ -298,7 +298,7 @@ fn serve_client(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
 /// Sends an error reply, then closes gracefully: stop writing, discard
 /// what the client still sends for a short while, close.
 fn refuse(stream: &mut TcpStream, message: String) {
-    let Ok(body) = wire::encode_response(&Response::Error(message)) else {
+    let Ok(body) = wire::encode_response(&Response::Refused(message)) else {
         return;
     };
     if stream
@@ -408,7 +408,7 @@ fn parked(
     match table.wait_get(keys, Duration::from_millis(timeout_ms)) {
         Ok(values) => ok(values),
         Err(WaitFailure::TimedOut) => Response::TimedOut,
-        Err(WaitFailure::Closed) => Response::Error(StoreError::Closed.to_string()),
+        Err(WaitFailure::Closed) => Response::Refused(StoreError::Closed.to_string()),
     }
 }
 

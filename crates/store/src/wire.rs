@@ -10,9 +10,12 @@
 //! ```
 //!
 //! Every integer is little-endian. A connection starts with a `Hello`
-//! request that the server answers with a `Hello` response (or an
-//! `Error` followed by closing the connection); after that, each request
-//! frame gets exactly one response frame, in order.
+//! request that the server answers with a `Hello` response (or a
+//! `Refused` followed by closing the connection); after that, each request
+//! frame gets exactly one response frame, in order. `Error` means the
+//! request failed and the connection stays usable; `Refused` (oversize or
+//! malformed frame, bad handshake) means the server closes it after this
+//! reply.
 //!
 //! NOTE [bounded allocation]: the decoder never allocates more than the
 //! bytes actually present. Frame lengths are checked against the bound
@@ -197,8 +200,12 @@ pub enum Response {
     List(Vec<Vec<u8>>),
     /// A parked request reached its deadline.
     TimedOut,
-    /// The request failed; the message says why.
+    /// The request failed; the message says why. The connection stays
+    /// usable.
     Error(String),
+    /// The server refuses this connection (bad handshake, oversize or
+    /// malformed frame) and closes it after this reply.
+    Refused(String),
 }
 
 mod op {
@@ -223,6 +230,7 @@ mod op {
     pub const R_LIST: u8 = 0x86;
     pub const R_TIMED_OUT: u8 = 0x87;
     pub const R_ERROR: u8 = 0x88;
+    pub const R_REFUSED: u8 = 0x89;
 }
 
 // ---------------------------------------------------------------- decoding
@@ -396,6 +404,10 @@ pub fn decode_request(body: &[u8]) -> Result<Request, WireError> {
     Ok(req)
 }
 
+fn lossy(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
 /// Decodes one response body. Same guarantees as [`decode_request`].
 pub fn decode_response(body: &[u8]) -> Result<Response, WireError> {
     let mut r = Reader { buf: body };
@@ -419,10 +431,8 @@ pub fn decode_response(body: &[u8]) -> Result<Response, WireError> {
             Response::List((0..n).map(|_| r.bytes("value")).collect::<Result<_, _>>()?)
         }
         op::R_TIMED_OUT => Response::TimedOut,
-        op::R_ERROR => {
-            let msg = r.bytes("message")?;
-            Response::Error(String::from_utf8_lossy(&msg).into_owned())
-        }
+        op::R_ERROR => Response::Error(lossy(r.bytes("message")?)),
+        op::R_REFUSED => Response::Refused(lossy(r.bytes("message")?)),
         other => return Err(WireError::UnknownOpcode(other)),
     };
     r.finish()?;
@@ -611,6 +621,11 @@ pub fn encode_response(resp: &Response) -> Result<Vec<u8>, WireError> {
             w.bytes(msg.as_bytes())?;
             w
         }
+        Response::Refused(msg) => {
+            let mut w = Writer::new(op::R_REFUSED);
+            w.bytes(msg.as_bytes())?;
+            w
+        }
     };
     w.finish()
 }
@@ -776,6 +791,7 @@ mod tests {
             Response::List(vec![vec![], vec![1]]),
             Response::TimedOut,
             Response::Error("nope".into()),
+            Response::Refused("go away".into()),
         ];
         for resp in all {
             let body = encode_response(&resp).unwrap();

@@ -75,10 +75,11 @@ impl Raw {
     }
 }
 
-fn expect_error(resp: Response, needle: &str) {
+/// The server refused the connection with a message containing `needle`.
+fn expect_refused(resp: Response, needle: &str) {
     match resp {
-        Response::Error(msg) => assert!(msg.contains(needle), "{msg:?} lacks {needle:?}"),
-        other => panic!("expected an error containing {needle:?}, got {other:?}"),
+        Response::Refused(msg) => assert!(msg.contains(needle), "{msg:?} lacks {needle:?}"),
+        other => panic!("expected a refusal containing {needle:?}, got {other:?}"),
     }
 }
 
@@ -142,7 +143,7 @@ fn token_is_required_when_configured() {
     // A raw client skipping the hello is refused too.
     let mut raw = Raw::connect(addr);
     raw.send(&Request::NumKeys);
-    expect_error(raw.recv(), "expected hello");
+    expect_refused(raw.recv(), "expected hello");
     raw.assert_closed();
 }
 
@@ -168,12 +169,12 @@ fn wrong_version_and_bad_magic_are_refused() {
         version: PROTOCOL_VERSION + 1,
         token: None,
     });
-    expect_error(raw.recv(), "unsupported protocol version");
+    expect_refused(raw.recv(), "unsupported protocol version");
     raw.assert_closed();
 
     let mut raw = Raw::connect(server.local_addr());
     raw.send_body(&[0x01, b'N', b'O', b'P', b'E', 1, 0, 0]);
-    expect_error(raw.recv(), "bad magic");
+    expect_refused(raw.recv(), "bad magic");
     raw.assert_closed();
 }
 
@@ -193,13 +194,13 @@ fn oversize_frame_gets_an_error_and_others_keep_working() {
     let mut frame = (1u32 << 30).to_le_bytes().to_vec();
     frame.extend_from_slice(&[0xab; 4096]);
     raw.0.write_all(&frame).unwrap();
-    expect_error(raw.recv(), "exceeds the limit of 1024 bytes");
+    expect_refused(raw.recv(), "exceeds the limit of 1024 bytes");
     raw.assert_closed();
 
     // Before the handshake, and just one byte over the bound.
     let mut raw = Raw::connect(addr);
     raw.send_body(&[0u8; 1025]);
-    expect_error(raw.recv(), "frame of 1025 bytes");
+    expect_refused(raw.recv(), "frame of 1025 bytes");
     raw.assert_closed();
 
     // Through the client API: a value too big for the server's bound.
@@ -210,6 +211,9 @@ fn oversize_frame_gets_an_error_and_others_keep_working() {
         "{err}"
     );
     assert!(err.to_string().contains("exceeds"), "{err}");
+    // The refused client reconnects on its next call.
+    big.set("small", b"ok").unwrap();
+    assert_eq!(big.get("small").unwrap(), b"ok");
 
     // The old client and new ones are unaffected.
     assert_eq!(bystander.get("before").unwrap(), b"1");
@@ -235,7 +239,7 @@ fn malformed_frames_get_an_error_and_others_keep_working() {
     for (body, needle) in cases {
         let mut raw = Raw::hello(addr);
         raw.send_body(body);
-        expect_error(raw.recv(), needle);
+        expect_refused(raw.recv(), needle);
         raw.assert_closed();
     }
 
@@ -245,7 +249,7 @@ fn malformed_frames_get_an_error_and_others_keep_working() {
         version: PROTOCOL_VERSION,
         token: None,
     });
-    expect_error(raw.recv(), "unexpected hello");
+    expect_refused(raw.recv(), "unexpected hello");
 
     // A peer that dies mid-frame costs nothing.
     let mut raw = Raw::hello(addr);
