@@ -10,12 +10,16 @@ use crate::LaunchError;
 
 const AFTER_HELP: &str = "\
 Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT, INTRANODE_STORE_TOKEN, INTRANODE_DEVICE (its GPU from --gpus) and
-NCCL_NVLS_ENABLE=0 (NVLink multicast stays off). Its output lines are prefixed with [rank].
+MASTER_PORT, INTRANODE_STORE_TOKEN, INTRANODE_DEVICE (its GPU from --gpus),
+and NCCL_NVLS_ENABLE=0 with the other switches that keep NVLink multicast off.
+Rank variables of other launchers (SLURM_PROCID, OMPI_COMM_WORLD_RANK, ...)
+are removed. Every output line of a rank is prefixed with [rank].
 
 Exit status: 0 when every rank exits 0; the exit code of the first failing
 rank (128+N when it was killed by signal N); 124 on --timeout; 128+N when the
-launcher got signal N (SIGINT, SIGTERM); 127 when the command cannot be found.";
+launcher got signal N (SIGINT, SIGTERM); 127 when the command cannot be found;
+2 when the launcher cannot run the job at all (bad arguments, store address in
+use).";
 
 /// `intranode-run --nproc-per-node N [OPTIONS] -- CMD ARGS...`
 #[derive(Debug, Clone, Parser)]

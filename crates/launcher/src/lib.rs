@@ -44,7 +44,7 @@ pub enum LaunchError {
         #[source]
         source: io::Error,
     },
-    #[error("cannot start the rendezvous store on {addr}:{port}")]
+    #[error("cannot start the rendezvous store (--master-addr {addr}, --master-port {port})")]
     Store {
         addr: String,
         port: u16,
@@ -53,13 +53,8 @@ pub enum LaunchError {
     },
     #[error("cannot install the SIGINT/SIGTERM handlers")]
     Signals(#[source] io::Error),
-    #[error("cannot start the {what} thread for rank {rank}")]
-    Thread {
-        what: &'static str,
-        rank: usize,
-        #[source]
-        source: io::Error,
-    },
+    #[error("cannot start the signal-handling thread")]
+    SignalThread(#[source] io::Error),
     #[error("all rank waiters stopped while {running} ranks were still running")]
     WaitersGone { running: usize },
 }

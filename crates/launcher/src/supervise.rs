@@ -248,11 +248,7 @@ pub fn run_ranks(job: &JobConfig, master_port: u16, token: &str) -> Result<Repor
                 }
             }
         })
-        .map_err(|source| LaunchError::Thread {
-            what: "signal",
-            rank: 0,
-            source,
-        })?;
+        .map_err(LaunchError::SignalThread)?;
     let mut supervisor = Supervisor {
         job,
         master_port,

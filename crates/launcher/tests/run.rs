@@ -440,3 +440,25 @@ fn ranks_reach_the_store_with_their_token() {
     child.wait().unwrap();
     reader.join().unwrap();
 }
+
+#[test]
+fn busy_store_port_is_an_error() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let run = run(&[
+        "--nproc-per-node",
+        "1",
+        "--master-port",
+        &port,
+        "--",
+        "true",
+    ]);
+    assert_eq!(run.code(), Some(2));
+    assert!(
+        run.stderr.contains("cannot start the rendezvous store"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains(&port));
+    drop(listener);
+}
