@@ -164,3 +164,64 @@ impl Element for f32 {
         unsafe { *p = v }
     }
 }
+
+/// Loads vector `i` of `p` (elements `i * LANES ..`), as one 16-byte load
+/// when `aligned` and the vector is whole, else element by element with
+/// zeros past `elems` (the tail, or a misaligned caller buffer).
+///
+/// # Safety
+/// `p` must hold `elems` elements; `i * LANES < elems`.
+#[inline(always)]
+pub unsafe fn load_vec<T: Element>(p: *const T, i: usize, elems: usize, aligned: bool) -> [u32; 4] {
+    let first = i * T::LANES;
+    if aligned && first + T::LANES <= elems {
+        // SAFETY: whole vector inside the buffer, 16-byte aligned.
+        return unsafe { ptx::ld_global_v4_u32((p as *const [u32; 4]).add(i)) };
+    }
+    let mut w = [0u32; 4];
+    let mut k = 0;
+    while k < T::LANES {
+        if first + k < elems {
+            // SAFETY: element `first + k` is inside the buffer.
+            unsafe {
+                if T::BYTES == 2 {
+                    let bits = *(p as *const u16).add(first + k) as u32;
+                    w[k / 2] |= bits << ((k & 1) * 16);
+                } else {
+                    w[k] = *(p as *const u32).add(first + k);
+                }
+            }
+        }
+        k += 1;
+    }
+    w
+}
+
+/// Stores vector `i` to `p`, the counterpart of [`load_vec`]: elements past
+/// `elems` are not written.
+///
+/// # Safety
+/// `p` must hold `elems` elements; `i * LANES < elems`.
+#[inline(always)]
+pub unsafe fn store_vec<T: Element>(p: *mut T, i: usize, elems: usize, aligned: bool, v: [u32; 4]) {
+    let first = i * T::LANES;
+    if aligned && first + T::LANES <= elems {
+        // SAFETY: whole vector inside the buffer, 16-byte aligned.
+        unsafe { ptx::st_global_v4_u32((p as *mut [u32; 4]).add(i), v) };
+        return;
+    }
+    let mut k = 0;
+    while k < T::LANES {
+        if first + k < elems {
+            // SAFETY: element `first + k` is inside the buffer.
+            unsafe {
+                if T::BYTES == 2 {
+                    *(p as *mut u16).add(first + k) = (v[k / 2] >> ((k & 1) * 16)) as u16;
+                } else {
+                    *(p as *mut u32).add(first + k) = v[k];
+                }
+            }
+        }
+        k += 1;
+    }
+}

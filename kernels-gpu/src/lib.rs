@@ -22,8 +22,11 @@
     feature(abi_ptx, stdarch_nvptx, asm_experimental_arch)
 )]
 
+pub mod layout;
 pub mod math;
 
+#[cfg(target_arch = "nvptx64")]
+pub mod all_reduce;
 #[cfg(target_arch = "nvptx64")]
 pub mod elem;
 #[cfg(target_arch = "nvptx64")]
@@ -32,6 +35,8 @@ pub mod elementwise;
 pub mod probes;
 #[cfg(target_arch = "nvptx64")]
 pub mod ptx;
+#[cfg(target_arch = "nvptx64")]
+pub mod sync;
 
 #[cfg(all(target_arch = "nvptx64", not(test)))]
 #[panic_handler]

@@ -75,3 +75,11 @@ pub unsafe extern "ptx-kernel" fn probe_globaltimer_ns(p: *mut u64) {
     // SAFETY: see the function's contract.
     unsafe { *p = ptx::globaltimer_ns() }
 }
+
+/// # Safety
+/// Never launched; `p` would have to be a valid global address.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn probe_atom_add_acq_rel_gpu_u32(p: *mut u32) {
+    // SAFETY: see the function's contract.
+    unsafe { *p.add(1) = ptx::atom_add_acq_rel_gpu_u32(p, 1) }
+}

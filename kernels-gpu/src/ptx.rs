@@ -209,3 +209,18 @@ pub fn cvt_f32_f16x2(v: u32) -> (f32, f32) {
     }
     (lo, hi)
 }
+
+/// `atom.add.acq_rel.gpu.global.u32`: counts finished blocks of one grid;
+/// acquire/release so the last block sees every other block's writes.
+///
+/// # Safety
+/// `p` must be a valid, 4-byte aligned global address.
+#[inline(always)]
+pub unsafe fn atom_add_acq_rel_gpu_u32(p: *mut u32, v: u32) -> u32 {
+    let old: u32;
+    // SAFETY: the caller guarantees `p` is a valid global address.
+    unsafe {
+        asm!("atom.add.acq_rel.gpu.global.u32 {old}, [{p}], {v};", old = out(reg32) old, p = in(reg64) p, v = in(reg32) v, options(nostack));
+    }
+    old
+}

@@ -1,0 +1,143 @@
+//! What the host and the kernels must agree on, defined once: the kernel
+//! parameter block, the layout of a signal pad, reduction op codes and the
+//! error word. Compiled for both sides, so a change here changes both.
+//!
+//! NOTE [signal pad layout]: a signal pad is an array of u32 words that
+//! every peer maps. Word `flag_index(slot, block, src)` on rank `r`'s pad is
+//! written only by rank `src` (block `block`), with the epoch of the call
+//! that reached barrier `slot`. The words from [`CALL_COUNTER`] on are
+//! written by rank `r` alone: its count of collective calls, a finished-
+//! block counter, and per-peer counts of explicit barriers. Every word
+//! starts at zero (the allocator zero-fills pads).
+
+/// Ranks of one group at most (seed kMaxDevices).
+pub const MAX_RANKS: usize = 8;
+/// Blocks of one collective launch at most; sizes the flag array.
+pub const MAX_BLOCKS: usize = 64;
+/// Barrier slots per launch: start (0), middle (1), explicit barrier (3).
+pub const SLOTS: usize = 4;
+/// Slot of the barrier after every rank has copied its input in.
+pub const SLOT_START: usize = 0;
+/// Slot of the two-shot barrier after the reduce-scatter.
+pub const SLOT_MID: usize = 1;
+/// Slot of explicit `barrier()` calls.
+pub const SLOT_EXPLICIT: usize = 3;
+
+/// Word index of the flag `src` sets on a pad for `(slot, block)`.
+pub const fn flag_index(slot: usize, block: usize, src: usize) -> usize {
+    (slot * MAX_BLOCKS + block) * MAX_RANKS + src
+}
+
+/// Word index of the owner's count of finished collective calls.
+pub const CALL_COUNTER: usize = SLOTS * MAX_BLOCKS * MAX_RANKS;
+/// Word index of the count of blocks of the current call that finished.
+pub const BLOCKS_DONE: usize = CALL_COUNTER + 1;
+/// Word index of the owner's count of explicit barriers shared with peer 0
+/// (peer `p` at `PAIR_COUNTER + p`).
+pub const PAIR_COUNTER: usize = CALL_COUNTER + 32;
+/// Smallest signal pad, in bytes, that holds the layout.
+pub const SIGNAL_PAD_MIN_BYTES: usize = (PAIR_COUNTER + MAX_RANKS) * 4;
+
+/// Reduction operators (`AllReduceParams::op`).
+pub const OP_SUM: u32 = 0;
+/// Sum, then times `1 / world`.
+pub const OP_AVG: u32 = 1;
+pub const OP_MIN: u32 = 2;
+pub const OP_MAX: u32 = 3;
+
+/// `ErrorWord::code` values.
+pub const ERR_NONE: u32 = 0;
+/// A bounded wait on a peer's flag ran out.
+pub const ERR_BARRIER_TIMEOUT: u32 = 1;
+
+/// Where a kernel reports a failed wait, in host-mapped memory so the host
+/// reads it without synchronizing the GPU. First writer wins loosely:
+/// concurrent failures may mix fields, each field is still one of theirs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ErrorWord {
+    pub code: u32,
+    /// The rank whose flag never came.
+    pub peer: u32,
+    pub block: u32,
+    pub slot: u32,
+    /// The waiting rank.
+    pub rank: u32,
+    pub _pad: [u32; 3],
+}
+
+/// The one parameter of every collective kernel, passed by value (it lives
+/// in the launch's parameter space; a CUDA graph captures it). The kernels
+/// index `bufs` and `pads` only with compile-time constants, so the array
+/// never moves to local memory.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllReduceParams {
+    /// Every rank's symmetric buffer, mapped into this process.
+    pub bufs: [u64; MAX_RANKS],
+    /// Every rank's signal pad, mapped into this process.
+    pub pads: [u64; MAX_RANKS],
+    /// The caller's input (any alignment).
+    pub input: u64,
+    /// The caller's output (any alignment; may equal `input`).
+    pub output: u64,
+    /// Elements to reduce.
+    pub elems: u64,
+    /// Bytes of each half of a symmetric buffer: calls alternate halves so
+    /// that no barrier is needed at the end of a call (see NOTE [double
+    /// buffering] in `all_reduce.rs`).
+    pub half_bytes: u64,
+    /// Bound of every wait on a peer, in nanoseconds of `%globaltimer`.
+    pub timeout_ns: u64,
+    /// Host-mapped [`ErrorWord`].
+    pub error: u64,
+    pub rank: u32,
+    /// One of the `OP_*` codes.
+    pub op: u32,
+}
+
+/// Parameters of the explicit barrier kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BarrierParams {
+    pub pads: [u64; MAX_RANKS],
+    /// Bit `r` set when rank `r` takes part.
+    pub rank_mask: u32,
+    pub rank: u32,
+    pub timeout_ns: u64,
+    pub error: u64,
+}
+
+/// Whether `flag` has reached `epoch`, counting with wrap-around (a peer may
+/// already be one call ahead, so equality would miss it).
+pub const fn epoch_reached(flag: u32, epoch: u32) -> bool {
+    (flag.wrapping_sub(epoch) as i32) >= 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_fit_below_the_counters() {
+        assert!(flag_index(SLOTS - 1, MAX_BLOCKS - 1, MAX_RANKS - 1) < CALL_COUNTER);
+        assert!(BLOCKS_DONE < PAIR_COUNTER);
+        assert_eq!(SIGNAL_PAD_MIN_BYTES, (CALL_COUNTER + 32 + 8) * 4);
+    }
+
+    #[test]
+    fn epochs_wrap() {
+        assert!(epoch_reached(5, 5));
+        assert!(epoch_reached(6, 5));
+        assert!(!epoch_reached(4, 5));
+        assert!(!epoch_reached(0, 1));
+        assert!(epoch_reached(0, u32::MAX));
+        assert!(!epoch_reached(u32::MAX, 0));
+    }
+
+    #[test]
+    fn params_are_plain_words() {
+        assert_eq!(core::mem::size_of::<AllReduceParams>(), 8 * 8 * 2 + 6 * 8 + 8);
+        assert_eq!(core::mem::size_of::<ErrorWord>(), 32);
+    }
+}

@@ -1,0 +1,160 @@
+//! Barriers between GPUs over signal pads (NOTE [signal pad layout] in
+//! `layout.rs`), with bounded waits that report to a host-mapped error word
+//! instead of hanging the GPU.
+
+use crate::layout::{
+    BLOCKS_DONE, CALL_COUNTER, ERR_BARRIER_TIMEOUT, MAX_RANKS, epoch_reached, flag_index,
+};
+use crate::ptx;
+
+/// `arr[i]` for a run-time `i`, as a chain of selects: indexing the
+/// parameter array with a run-time value would copy it to local memory.
+#[inline(always)]
+pub fn pick(arr: &[u64; MAX_RANKS], i: u32) -> u64 {
+    let mut v = arr[0];
+    let mut k = 1;
+    while k < MAX_RANKS {
+        if i as usize == k {
+            v = arr[k];
+        }
+        k += 1;
+    }
+    v
+}
+
+/// Records a failed wait in the host-mapped error word; `code` last, with
+/// release, so a host that sees the code sees the other fields.
+///
+/// # Safety
+/// `error` must be the device address of a mapped `ErrorWord` (or 0).
+#[inline(always)]
+unsafe fn report(error: u64, peer: u32, block: u32, slot: u32, rank: u32) {
+    if error == 0 {
+        return;
+    }
+    let e = error as *mut u32;
+    // SAFETY: `error` points to a mapped ErrorWord (caller's promise).
+    unsafe {
+        ptx::st_relaxed_sys_u32(e.add(1), peer);
+        ptx::st_relaxed_sys_u32(e.add(2), block);
+        ptx::st_relaxed_sys_u32(e.add(3), slot);
+        ptx::st_relaxed_sys_u32(e.add(4), rank);
+        ptx::st_release_sys_u32(e, ERR_BARRIER_TIMEOUT);
+    }
+}
+
+/// Spins until `*flag` reaches `epoch` or `timeout_ns` passes; false on
+/// timeout.
+///
+/// # Safety
+/// `flag` must be a valid global address.
+#[inline(always)]
+unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64) -> bool {
+    let start = ptx::globaltimer_ns();
+    loop {
+        // SAFETY: forwarded from the caller.
+        if epoch_reached(unsafe { ptx::ld_acquire_sys_u32(flag) }, epoch) {
+            return true;
+        }
+        if ptx::globaltimer_ns().wrapping_sub(start) > timeout_ns {
+            return false;
+        }
+    }
+}
+
+/// A barrier between block `blockIdx.x` of every rank: thread `t < W`
+/// tells rank `t` that this rank arrived, then waits for rank `t`'s word.
+/// Every thread of the block must call it.
+///
+/// Ordering: `bar.sync` orders the block's earlier writes before thread
+/// `t`'s release store (release is cumulative), so a peer that acquires the
+/// flag sees all of them; the acquire load plus the second `bar.sync` order
+/// every later read of the block after the peer's writes.
+///
+/// # Safety
+/// `pads` must hold the mapped signal pads of ranks `0..W`; `rank < W`.
+#[inline(always)]
+pub unsafe fn block_barrier<const W: usize>(
+    pads: &[u64; MAX_RANKS],
+    rank: u32,
+    slot: usize,
+    epoch: u32,
+    timeout_ns: u64,
+    error: u64,
+) {
+    ptx::sync_threads();
+    let t = ptx::thread_idx_x();
+    if (t as usize) < W {
+        let block = ptx::block_idx_x();
+        let peer_pad = pick(pads, t) as *mut u32;
+        let own_pad = pick(pads, rank) as *const u32;
+        // SAFETY: both pads are mapped (caller's promise) and the indices
+        // are inside the layout (slot < SLOTS, block < MAX_BLOCKS, ranks <
+        // MAX_RANKS: the host launches at most MAX_BLOCKS blocks).
+        unsafe {
+            ptx::st_release_sys_u32(peer_pad.add(flag_index(slot, block as usize, rank as usize)), epoch);
+            if !wait_epoch(own_pad.add(flag_index(slot, block as usize, t as usize)), epoch, timeout_ns) {
+                report(error, t, block, slot as u32, rank);
+            }
+        }
+    }
+    ptx::sync_threads();
+}
+
+/// This call's epoch: one more than the calls this rank finished.
+///
+/// # Safety
+/// `own_pad` must be this rank's signal pad.
+#[inline(always)]
+pub unsafe fn call_epoch(own_pad: *const u32) -> u32 {
+    // SAFETY: forwarded from the caller.
+    unsafe { ptx::ld_relaxed_sys_u32(own_pad.add(CALL_COUNTER)).wrapping_add(1) }
+}
+
+/// Ends a call: the last block to finish publishes `epoch` as the count of
+/// finished calls. Every block read the counter at its start, before its
+/// own increment of `BLOCKS_DONE`, so none can read the new value.
+///
+/// # Safety
+/// `own_pad` must be this rank's signal pad; every thread calls it.
+#[inline(always)]
+pub unsafe fn finish_call(own_pad: *mut u32, epoch: u32) {
+    ptx::sync_threads();
+    if ptx::thread_idx_x() == 0 {
+        // SAFETY: both words are inside this rank's pad.
+        unsafe {
+            let done = ptx::atom_add_acq_rel_gpu_u32(own_pad.add(BLOCKS_DONE), 1);
+            if done + 1 == ptx::grid_dim_x() {
+                ptx::st_relaxed_sys_u32(own_pad.add(BLOCKS_DONE), 0);
+                ptx::st_relaxed_sys_u32(own_pad.add(CALL_COUNTER), epoch);
+            }
+        }
+    }
+}
+
+/// Explicit barrier among the ranks of `rank_mask`, counted per pair of
+/// ranks so that barriers over different subsets never confuse each other
+/// (both ranks of a pair count the barriers they share). One block;
+/// thread `t` handles peer `t`.
+///
+/// # Safety
+/// `pads` must hold the mapped signal pads of every rank in `rank_mask`.
+#[inline(always)]
+pub unsafe fn pair_barrier(pads: &[u64; MAX_RANKS], rank_mask: u32, rank: u32, timeout_ns: u64, error: u64) {
+    use crate::layout::{PAIR_COUNTER, SLOT_EXPLICIT};
+    let t = ptx::thread_idx_x();
+    if (t as usize) < MAX_RANKS && (rank_mask >> t) & 1 == 1 {
+        let own_pad = pick(pads, rank) as *mut u32;
+        let peer_pad = pick(pads, t) as *mut u32;
+        // SAFETY: the pads are mapped; indices are inside the layout.
+        unsafe {
+            let epoch = ptx::ld_relaxed_sys_u32(own_pad.add(PAIR_COUNTER + t as usize)).wrapping_add(1);
+            ptx::fence_acq_rel_sys();
+            ptx::st_release_sys_u32(peer_pad.add(flag_index(SLOT_EXPLICIT, 0, rank as usize)), epoch);
+            if !wait_epoch(own_pad.add(flag_index(SLOT_EXPLICIT, 0, t as usize)), epoch, timeout_ns) {
+                report(error, t, 0, SLOT_EXPLICIT as u32, rank);
+            }
+            ptx::st_relaxed_sys_u32(own_pad.add(PAIR_COUNTER + t as usize), epoch);
+        }
+    }
+}
