@@ -263,3 +263,13 @@ fn prefix_store_namespaces_keys() {
     assert_eq!(inner.timeout(), SHORT);
     assert_eq!(a.prefix(), "a");
 }
+
+#[test]
+fn stores_are_send_sync_and_object_safe() {
+    fn check<T: Send + Sync>() {}
+    check::<HashStore>();
+    check::<PrefixStore>();
+    check::<TcpStore>();
+    check::<TcpStoreServer>();
+    check::<Arc<dyn Store>>();
+}
