@@ -371,10 +371,10 @@ fn shutdown_wakes_parked_requests_and_drop_does_not_hang() {
     let addr = server.local_addr();
     let idle = client(addr);
     idle.set("x", b"1").unwrap();
-    let parked = thread::spawn(move || {
-        let s = client(addr);
-        s.get_with_timeout("never", Duration::from_secs(60))
-    });
+    // Connected (and registered by the server) before the thread starts,
+    // so shutdown finds it whether or not its request has arrived yet.
+    let waiter = client(addr);
+    let parked = thread::spawn(move || waiter.get_with_timeout("never", Duration::from_secs(60)));
     thread::sleep(Duration::from_millis(100));
     server.shutdown();
     let err = parked.join().unwrap().unwrap_err();
