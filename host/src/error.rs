@@ -25,6 +25,38 @@ pub enum Error {
     /// The caller passed arguments the operation cannot accept.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A key-value store operation of a rendezvous failed (a peer that
+    /// never arrived shows up here as a store timeout).
+    #[error("rank {rank}: store {op} failed: {source}")]
+    Store {
+        op: &'static str,
+        rank: usize,
+        #[source]
+        source: intranode_store::StoreError,
+    },
+    /// Passing file descriptors between the ranks failed.
+    #[error("file-descriptor exchange failed: {0}")]
+    Ipc(#[from] crate::ipc_channel::IpcError),
+    /// Another rank failed a step of a collective set-up; every rank of
+    /// the group reports the first failing rank, so none waits for it.
+    #[error("rank {rank} failed during {phase}: {reason}")]
+    PeerFailed {
+        rank: usize,
+        phase: &'static str,
+        reason: String,
+    },
+    /// A typed view of a symmetric buffer does not fit inside it.
+    #[error(
+        "buffer view out of bounds: rank {rank}, offset {offset_elems} + length {len_elems} \
+         elements of {elem_bytes} bytes exceed the buffer of {buffer_bytes} bytes"
+    )]
+    OutOfBounds {
+        rank: usize,
+        offset_elems: usize,
+        len_elems: usize,
+        elem_bytes: usize,
+        buffer_bytes: usize,
+    },
 }
 
 /// Result with the crate's [`Error`].

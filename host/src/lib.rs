@@ -8,12 +8,15 @@
 //! Every GPU entry point returns [`Error::NoDriver`] or
 //! [`Error::TooFewGpus`] on machines without GPUs instead of panicking.
 
+pub mod comm;
 pub mod dist_env;
 pub mod driver_ext;
 pub mod error;
 pub mod gpu;
 pub mod ipc_channel;
 pub mod kernels;
+pub mod rendezvous;
+pub mod symm_mem;
 pub mod topology;
 
 pub use error::{Error, Result};
