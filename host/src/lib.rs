@@ -8,15 +8,24 @@
 //! Every GPU entry point returns [`Error::NoDriver`] or
 //! [`Error::TooFewGpus`] on machines without GPUs instead of panicking.
 
+pub mod algo;
 pub mod comm;
+pub mod communicator;
 pub mod dist_env;
 pub mod driver_ext;
 pub mod error;
 pub mod gpu;
 pub mod ipc_channel;
 pub mod kernels;
+pub mod nccl;
 pub mod rendezvous;
 pub mod symm_mem;
 pub mod topology;
+pub mod work;
 
+pub use algo::AllReduceAlgo;
+pub use comm::IntraNodeComm;
+pub use comm::all_reduce::ReduceOp;
+pub use communicator::Communicator;
 pub use error::{Error, Result};
+pub use work::Work;

@@ -1,0 +1,329 @@
+//! Latency and bus bandwidth of our all-reduce against NCCL, in the same
+//! run: CUDA-graph replay and eager, medians after warm-up, every timed
+//! configuration's output checked against the f64 reference.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::CudaSlice;
+use half::bf16;
+use intranode::algo::{AllReduceAlgo, Crossovers};
+use serde::{Deserialize, Serialize};
+
+use crate::data::{self, Op};
+use crate::rank::Rank;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Smallest message, bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub min_bytes: usize,
+    /// Largest message, bytes.
+    #[arg(long, default_value_t = 256 << 20)]
+    pub max_bytes: usize,
+    /// Timed samples per configuration (the median is reported).
+    #[arg(long, default_value_t = 21)]
+    pub repeats: usize,
+    /// Directory for JSON and CSV results.
+    #[arg(long, default_value = "bench-out")]
+    pub out: PathBuf,
+    /// Also write measured crossovers to this file (for INTRANODE_TUNING_FILE).
+    #[arg(long)]
+    pub tune: Option<PathBuf>,
+    /// Skip the eager measurements.
+    #[arg(long)]
+    pub graph_only: bool,
+}
+
+impl BenchArgs {
+    /// The README's demo: a short sweep.
+    pub fn demo() -> Self {
+        BenchArgs {
+            min_bytes: 4096,
+            max_bytes: 16 << 20,
+            repeats: 11,
+            out: PathBuf::from("bench-out"),
+            tune: None,
+            graph_only: true,
+        }
+    }
+}
+
+/// One measured configuration (maximum over ranks of each rank's median).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Row {
+    pub world: usize,
+    pub bytes: usize,
+    pub algo: String,
+    /// What `auto` chose, for the auto rows.
+    pub chosen: String,
+    pub graph_us: f64,
+    pub eager_us: Option<f64>,
+    /// Host time to enqueue one call, eager.
+    pub eager_host_us: Option<f64>,
+    pub busbw_gbps: f64,
+    pub graph_vs_nccl: Option<f64>,
+    pub eager_vs_nccl: Option<f64>,
+}
+
+fn sizes(args: &BenchArgs) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut s = args.min_bytes.max(16);
+    while s <= args.max_bytes {
+        v.push(s);
+        if s == 16 << 10 {
+            v.push(32 << 10);
+        }
+        s *= 4;
+    }
+    v
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Calls per timed sample: enough that launch gaps and event resolution
+/// stay small against the total.
+fn calls_per_sample(bytes: usize) -> usize {
+    match bytes {
+        0..=1_048_576 => 50,
+        ..=16_777_216 => 10,
+        _ => 3,
+    }
+}
+
+struct Measured {
+    graph_us: f64,
+    eager_us: Option<f64>,
+    eager_host_us: Option<f64>,
+}
+
+fn enqueue(r: &Rank, d_in: &CudaSlice<bf16>, d_out: &mut CudaSlice<bf16>, algo: Option<AllReduceAlgo>) -> Result<()> {
+    let op = cudarc::nccl::ReduceOp::Sum;
+    match algo {
+        None => r.comm.all_reduce(d_in, d_out, &op)?,
+        Some(a) => r.comm.all_reduce_with(d_in, d_out, &op, a)?,
+    }
+    Ok(())
+}
+
+/// Lines the ranks' GPUs up before a sample: a store barrier on the host,
+/// then one tiny all-reduce that every GPU leaves within a microsecond of
+/// the others.
+fn align(r: &mut Rank, tiny_in: &CudaSlice<bf16>, tiny_out: &mut CudaSlice<bf16>) -> Result<()> {
+    let (rank, world) = (r.rank(), r.world());
+    r.exchange.barrier(r.store.as_ref(), rank, world)?;
+    r.comm.all_reduce(tiny_in, tiny_out, &cudarc::nccl::ReduceOp::Sum)?;
+    Ok(())
+}
+
+fn measure(
+    r: &mut Rank,
+    args: &BenchArgs,
+    d_in: &CudaSlice<bf16>,
+    d_out: &mut CudaSlice<bf16>,
+    algo: Option<AllReduceAlgo>,
+    tiny: &mut (CudaSlice<bf16>, CudaSlice<bf16>),
+) -> Result<Measured> {
+    let bytes = d_in.len() * 2;
+    let k = calls_per_sample(bytes);
+    let start = r.ctx.new_event(None)?;
+    let end = r.ctx.new_event(None)?;
+
+    // CUDA-graph replay.
+    r.stream.synchronize()?;
+    r.stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    for _ in 0..k {
+        enqueue(r, d_in, d_out, algo)?;
+    }
+    let graph = r
+        .stream
+        .end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)?
+        .context("capture produced no graph")?;
+    for _ in 0..3 {
+        graph.launch()?;
+    }
+    r.stream.synchronize()?;
+    let mut samples = Vec::with_capacity(args.repeats);
+    for _ in 0..args.repeats {
+        align(r, &tiny.0, &mut tiny.1)?;
+        start.record(&r.stream)?;
+        graph.launch()?;
+        end.record(&r.stream)?;
+        end.synchronize()?;
+        samples.push(start.elapsed_ms(&end)? as f64 * 1000.0 / k as f64);
+    }
+    let graph_us = median(samples);
+    drop(graph);
+
+    // Eager: the same calls launched one by one from the host.
+    let (mut eager_us, mut eager_host_us) = (None, None);
+    if !args.graph_only {
+        for _ in 0..3 {
+            enqueue(r, d_in, d_out, algo)?;
+        }
+        r.stream.synchronize()?;
+        let mut dev = Vec::with_capacity(args.repeats);
+        let mut host = Vec::with_capacity(args.repeats);
+        for _ in 0..args.repeats {
+            align(r, &tiny.0, &mut tiny.1)?;
+            start.record(&r.stream)?;
+            let t = Instant::now();
+            for _ in 0..k {
+                enqueue(r, d_in, d_out, algo)?;
+            }
+            host.push(t.elapsed().as_secs_f64() * 1e6 / k as f64);
+            end.record(&r.stream)?;
+            end.synchronize()?;
+            dev.push(start.elapsed_ms(&end)? as f64 * 1000.0 / k as f64);
+        }
+        eager_us = Some(median(dev));
+        eager_host_us = Some(median(host));
+    }
+    Ok(Measured { graph_us, eager_us, eager_host_us })
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let Some(mut r) = Rank::setup("intranode-bench bench")? else { return Ok(()) };
+    let world = r.world();
+    let seed = 0xBE7C_u64;
+    let mut algos: Vec<Option<AllReduceAlgo>> = Vec::new();
+    if r.comm.intra().is_some() {
+        algos.extend([Some(AllReduceAlgo::OneShot), Some(AllReduceAlgo::TwoShot)]);
+    }
+    let have_nccl = r.comm.nccl().is_ok();
+    if have_nccl {
+        algos.push(Some(AllReduceAlgo::Nccl));
+    }
+    algos.push(None);
+    let mut tiny = (r.stream.clone_htod(&[bf16::ONE])?, r.stream.clone_htod(&[bf16::ZERO])?);
+    let mut rows: Vec<Row> = Vec::new();
+    for (si, bytes) in sizes(args).into_iter().enumerate() {
+        let elems = bytes / 2;
+        let call = si as u64;
+        let d_in = r.stream.clone_htod(&data::inputs::<bf16>(seed, call, r.rank(), elems))?;
+        let mut nccl_row: Option<(f64, Option<f64>)> = None;
+        for &algo in &algos {
+            let mut d_out = r.stream.clone_htod(&vec![data::poison::<bf16>(); elems])?;
+            let m = measure(&mut r, args, &d_in, &mut d_out, algo, &mut tiny)?;
+            let out = r.stream.clone_dtoh(&d_out)?;
+            r.stream.synchronize()?;
+            let name = algo.map_or("auto", AllReduceAlgo::name);
+            data::verify(&out, seed, call, world, Op::Sum)
+                .map_err(|e| anyhow::anyhow!("rank {}: {name} at {bytes} bytes gave a wrong result: {e}", r.rank()))?;
+            // The slowest rank's median is the collective's time.
+            let all = r.all_gather(&(m.graph_us, m.eager_us, m.eager_host_us))?;
+            let graph_us = all.iter().map(|a| a.0).fold(0.0, f64::max);
+            let eager_us = m.eager_us.map(|_| all.iter().filter_map(|a| a.1).fold(0.0, f64::max));
+            let eager_host_us = m.eager_host_us.map(|_| all.iter().filter_map(|a| a.2).fold(0.0, f64::max));
+            if algo == Some(AllReduceAlgo::Nccl) {
+                nccl_row = Some((graph_us, eager_us));
+            }
+            let chosen = r.comm.algo_for::<bf16>(elems, &cudarc::nccl::ReduceOp::Sum).name().to_owned();
+            rows.push(Row {
+                world,
+                bytes,
+                algo: name.to_owned(),
+                chosen: if algo.is_none() { chosen } else { name.to_owned() },
+                graph_us,
+                eager_us,
+                eager_host_us,
+                busbw_gbps: 2.0 * (world as f64 - 1.0) / world as f64 * bytes as f64 / (graph_us * 1e3),
+                graph_vs_nccl: None,
+                eager_vs_nccl: None,
+            });
+        }
+        if let Some((ng, ne)) = nccl_row {
+            for row in rows.iter_mut().filter(|row| row.bytes == bytes) {
+                row.graph_vs_nccl = Some(row.graph_us / ng);
+                row.eager_vs_nccl = row.eager_us.zip(ne).map(|(a, b)| a / b);
+            }
+        }
+        if r.rank() == 0 {
+            eprintln!("bench: {bytes} bytes done");
+        }
+    }
+    if r.rank() == 0 {
+        print_table(&rows);
+        std::fs::create_dir_all(&args.out)?;
+        let json = args.out.join(format!("bench_w{world}.json"));
+        std::fs::write(&json, serde_json::to_string_pretty(&rows)?)?;
+        let mut csv = String::from("world,bytes,algo,chosen,graph_us,eager_us,eager_host_us,busbw_gbps,graph_vs_nccl,eager_vs_nccl\n");
+        for row in &rows {
+            csv.push_str(&format!(
+                "{},{},{},{},{:.3},{},{},{:.2},{},{}\n",
+                row.world,
+                row.bytes,
+                row.algo,
+                row.chosen,
+                row.graph_us,
+                opt(row.eager_us),
+                opt(row.eager_host_us),
+                row.busbw_gbps,
+                opt(row.graph_vs_nccl),
+                opt(row.eager_vs_nccl)
+            ));
+        }
+        std::fs::write(args.out.join(format!("bench_w{world}.csv")), csv)?;
+        println!("results: {} (and .csv)", json.display());
+        if let Some(path) = &args.tune {
+            let x = tune(&rows, world, path)?;
+            std::fs::write(path, serde_json::to_string_pretty(&x)?)?;
+            println!("crossovers for world {world}: one-shot up to {} bytes, two-shot up to {} bytes -> {}", x.one_shot_max_bytes[world], x.two_shot_max_bytes[world], path.display());
+        }
+    }
+    Ok(())
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or(String::new(), |x| format!("{x:.3}"))
+}
+
+/// Crossovers from the graph-replay medians: one-shot while it beats
+/// everything else, then two-shot while it beats NCCL.
+fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result<Crossovers> {
+    let mut x = Crossovers::from_file(path).unwrap_or_default();
+    let time = |bytes: usize, algo: &str| rows.iter().find(|r| r.bytes == bytes && r.algo == algo).map(|r| r.graph_us);
+    let mut sizes: Vec<usize> = rows.iter().map(|r| r.bytes).collect();
+    sizes.dedup();
+    let (mut one, mut two) = (0, 0);
+    for &s in &sizes {
+        let (o, t, n) = (time(s, "one-shot"), time(s, "two-shot"), time(s, "nccl").unwrap_or(f64::INFINITY));
+        if let (Some(o), Some(t)) = (o, t) {
+            if o <= t && o <= n && one == two {
+                one = s;
+                two = s;
+            } else if t.min(o) <= n {
+                two = s;
+            }
+        }
+    }
+    x.one_shot_max_bytes[world] = one;
+    x.two_shot_max_bytes[world] = two;
+    Ok(x)
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "{:>10} {:>9} {:>9} {:>10} {:>8} {:>10} {:>8} {:>9} {:>9}",
+        "bytes", "algo", "chosen", "graph_us", "x_nccl", "eager_us", "x_nccl", "host_us", "busbw"
+    );
+    for r in rows {
+        println!(
+            "{:>10} {:>9} {:>9} {:>10.2} {:>8} {:>10} {:>8} {:>9} {:>9.1}",
+            r.bytes,
+            r.algo,
+            r.chosen,
+            r.graph_us,
+            r.graph_vs_nccl.map_or("-".into(), |v| format!("{v:.2}")),
+            r.eager_us.map_or("-".into(), |v| format!("{v:.2}")),
+            r.eager_vs_nccl.map_or("-".into(), |v| format!("{v:.2}")),
+            r.eager_host_us.map_or("-".into(), |v| format!("{v:.2}")),
+            r.busbw_gbps
+        );
+    }
+}

@@ -1,0 +1,217 @@
+//! The GPU correctness suite (issue: all-reduce correctness on GPUs).
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::nccl::NcclType;
+use half::{bf16, f16};
+use intranode::algo::AllReduceAlgo;
+use intranode::kernels::DType;
+
+use crate::data::{self, Op};
+use crate::rank::Rank;
+
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// Back-to-back calls of mixed sizes, types, ops and algorithms.
+    #[arg(long, default_value_t = 10_000)]
+    pub stress_calls: usize,
+    /// Replays of the captured graph of 10 all-reduces.
+    #[arg(long, default_value_t = 1000)]
+    pub graph_replays: usize,
+    /// Seed of every input (all ranks must agree).
+    #[arg(long, default_value_t = 0x1234_5678)]
+    pub seed: u64,
+}
+
+/// One checked call: upload fresh inputs, poison the output, reduce,
+/// compare with the f64 reference and across ranks.
+struct Case {
+    algo: AllReduceAlgo,
+    op: Op,
+    elems: usize,
+    call: u64,
+}
+
+fn algos(r: &Rank) -> Vec<Option<AllReduceAlgo>> {
+    let mut v = Vec::new();
+    if r.comm.intra().is_some() {
+        v.push(Some(AllReduceAlgo::OneShot));
+        v.push(Some(AllReduceAlgo::TwoShot));
+    }
+    if r.comm.nccl().is_ok() {
+        v.push(Some(AllReduceAlgo::Nccl));
+    }
+    v.push(None); // auto
+    v
+}
+
+fn upload<T: DType>(stream: &Arc<CudaStream>, host: &[T]) -> Result<CudaSlice<T>> {
+    Ok(stream.clone_htod(host)?)
+}
+
+fn run_case<T: DType + NcclType>(r: &mut Rank, seed: u64, case: &Case, auto: bool) -> Result<u64> {
+    let input = data::inputs::<T>(seed, case.call, r.rank(), case.elems);
+    let d_in = upload(&r.stream, &input)?;
+    let mut d_out = upload(&r.stream, &vec![data::poison::<T>(); case.elems])?;
+    let op = case.op.nccl();
+    if auto {
+        r.comm.all_reduce(&d_in, &mut d_out, &op)?;
+    } else {
+        r.comm.all_reduce_with(&d_in, &mut d_out, &op, case.algo)?;
+    }
+    let out = r.stream.clone_dtoh(&d_out)?;
+    r.stream.synchronize()?;
+    data::verify(&out, seed, case.call, r.world(), case.op)
+        .map_err(|e| anyhow::anyhow!("rank {}: {} n={}: {e}", r.rank(), if auto { "auto" } else { case.algo.name() }, case.elems))?;
+    Ok(data::fingerprint(&out))
+}
+
+fn sweep<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) -> Result<usize> {
+    let buffer_elems = r.comm.intra().map_or(5 << 20, |c| c.symm().buffer_bytes() / T::ELEM.bytes());
+    let lengths = [1, 7, 8, 4095, 4096, (1 << 20) + 3, buffer_elems, buffer_elems + 5];
+    let mut cases = 0;
+    for algo in algos(r) {
+        for op in Op::ALL {
+            for &elems in &lengths {
+                *call += 1;
+                let case = Case { algo: algo.unwrap_or(AllReduceAlgo::Nccl), op, elems, call: *call };
+                let fp = run_case::<T>(r, args.seed, &case, algo.is_none())?;
+                let all = r.all_gather(&fp)?;
+                if all.iter().any(|&f| f != fp) {
+                    bail!(
+                        "{:?} {op:?} n={elems} {}: outputs differ between ranks (fingerprints {all:x?})",
+                        T::ELEM,
+                        algo.map_or("auto", AllReduceAlgo::name)
+                    );
+                }
+                cases += 1;
+            }
+        }
+    }
+    Ok(cases)
+}
+
+/// Back-to-back calls without synchronizing in between, then a check of
+/// every one: catches barrier and double-buffering races.
+fn stress<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, calls: usize, call: &mut u64, rng: &mut u64) -> Result<()> {
+    const BATCH: usize = 50;
+    let choices = algos(r);
+    let mut remaining = calls;
+    while remaining > 0 {
+        let n_batch = remaining.min(BATCH);
+        let mut pending = Vec::with_capacity(n_batch);
+        for _ in 0..n_batch {
+            *rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let x = *rng >> 16;
+            let elems = 1 + (x % 70_000) as usize;
+            let op = Op::ALL[(x >> 20) as usize % 4];
+            let algo = choices[(x >> 24) as usize % choices.len()];
+            *call += 1;
+            let input = data::inputs::<T>(args.seed, *call, r.rank(), elems);
+            let d_in = upload(&r.stream, &input)?;
+            let mut d_out = upload(&r.stream, &vec![data::poison::<T>(); elems])?;
+            match algo {
+                None => r.comm.all_reduce(&d_in, &mut d_out, &op.nccl())?,
+                Some(a) => r.comm.all_reduce_with(&d_in, &mut d_out, &op.nccl(), a)?,
+            }
+            pending.push((d_in, d_out, op, *call, algo));
+        }
+        r.stream.synchronize()?;
+        for (_, d_out, op, c, algo) in &pending {
+            let out = r.stream.clone_dtoh(d_out)?;
+            data::verify(&out, args.seed, *c, r.world(), *op).map_err(|e| {
+                anyhow::anyhow!("stress call {c} ({}): {e}", algo.map_or("auto", AllReduceAlgo::name))
+            })?;
+        }
+        remaining -= n_batch;
+    }
+    Ok(())
+}
+
+/// Captures 10 all-reduces in a CUDA graph and replays it with new inputs.
+fn graph<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) -> Result<()> {
+    let sizes = [1usize, 7, 8, 100, 4095, 4096, 10_000, 65_537, 200_003, 1 << 20];
+    let mut algos_cycle = Vec::new();
+    if r.comm.intra().is_some() {
+        algos_cycle.extend([AllReduceAlgo::OneShot, AllReduceAlgo::TwoShot]);
+    }
+    if r.comm.nccl().is_ok() {
+        algos_cycle.push(AllReduceAlgo::Nccl);
+    }
+    let ops = [Op::Sum, Op::Max, Op::Avg, Op::Min];
+    let mut ins = Vec::new();
+    let mut outs = Vec::new();
+    for &n in &sizes {
+        ins.push(upload(&r.stream, &vec![T::from_f64(0.0); n])?);
+        outs.push(upload(&r.stream, &vec![data::poison::<T>(); n])?);
+    }
+    r.stream.synchronize()?;
+    r.stream
+        .begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .context("begin capture")?;
+    for (k, (d_in, d_out)) in ins.iter().zip(outs.iter_mut()).enumerate() {
+        let algo = algos_cycle[k % algos_cycle.len()];
+        r.comm.all_reduce_with(d_in, d_out, &ops[k % ops.len()].nccl(), algo)?;
+    }
+    let graph = r
+        .stream
+        .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)
+        .context("end capture")?
+        .context("capture produced no graph")?;
+    for _ in 0..args.graph_replays {
+        *call += 1;
+        for (k, d_in) in ins.iter_mut().enumerate() {
+            let host = data::inputs::<T>(args.seed, *call * 16 + k as u64, r.rank(), sizes[k]);
+            r.stream.memcpy_htod(&host, d_in)?;
+        }
+        for d_out in outs.iter_mut() {
+            let poison = vec![data::poison::<T>(); d_out.len()];
+            r.stream.memcpy_htod(&poison, d_out)?;
+        }
+        graph.launch().context("graph launch")?;
+        for (k, d_out) in outs.iter().enumerate() {
+            let out = r.stream.clone_dtoh(d_out)?;
+            r.stream.synchronize()?;
+            data::verify(&out, args.seed, *call * 16 + k as u64, r.world(), ops[k % ops.len()])
+                .map_err(|e| anyhow::anyhow!("graph replay, all-reduce {k}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+pub fn run(args: &CheckArgs) -> Result<()> {
+    let Some(mut r) = Rank::setup("intranode-bench check")? else { return Ok(()) };
+    let mut call = 0u64;
+    let t0 = std::time::Instant::now();
+    let mut cases = 0;
+    cases += sweep::<bf16>(&mut r, args, &mut call)?;
+    cases += sweep::<f16>(&mut r, args, &mut call)?;
+    cases += sweep::<f32>(&mut r, args, &mut call)?;
+    let t_sweep = t0.elapsed();
+    let mut rng = args.seed;
+    let per_type = args.stress_calls / 3;
+    stress::<bf16>(&mut r, args, per_type, &mut call, &mut rng)?;
+    stress::<f16>(&mut r, args, per_type, &mut call, &mut rng)?;
+    stress::<f32>(&mut r, args, args.stress_calls - 2 * per_type, &mut call, &mut rng)?;
+    let t_stress = t0.elapsed() - t_sweep;
+    graph::<bf16>(&mut r, args, &mut call)?;
+    let t_graph = t0.elapsed() - t_sweep - t_stress;
+    let intra = match r.comm.intra() {
+        Some(c) => format!("intra-node {:?}", c.topology()),
+        None => format!("no intra-node path ({})", r.comm.intra_reason().unwrap_or("?")),
+    };
+    println!(
+        "check rank {}/{} ok: {intra}; {cases} sweep cases ({:.1} s), {} back-to-back calls ({:.1} s), {} graph replays x 10 all-reduces ({:.1} s), all bitwise identical across ranks and within tolerance of the f64 reference",
+        r.rank(),
+        r.world(),
+        t_sweep.as_secs_f64(),
+        args.stress_calls,
+        t_stress.as_secs_f64(),
+        args.graph_replays,
+        t_graph.as_secs_f64()
+    );
+    let _ = &r.ctx;
+    Ok(())
+}

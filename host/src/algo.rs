@@ -1,0 +1,178 @@
+//! The one place that decides which all-reduce runs: ours (one-shot,
+//! two-shot, HCM) or NCCL's.
+//!
+//! [`select_all_reduce_algo`] is a pure function of the element type, the
+//! message size, the world size, the topology and the symmetric buffer
+//! size, plus the measured [`Crossovers`] (built-in defaults, or a file
+//! written by `intranode-bench --tune`). An env variable forces an
+//! algorithm for tests.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::kernels::ElemType;
+use crate::topology::{MAX_DEVICES, Topology};
+
+/// Forces an algorithm: `one-shot`, `two-shot`, `hcm` or `nccl`.
+pub const FORCE_ALGO_ENV: &str = "INTRANODE_ALL_REDUCE_ALGO";
+/// Path of a crossover file written by `intranode-bench --tune`.
+pub const TUNING_FILE_ENV: &str = "INTRANODE_TUNING_FILE";
+
+/// All-reduce algorithms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AllReduceAlgo {
+    /// Every rank reads every peer's input: lowest latency.
+    OneShot,
+    /// Reduce-scatter then all-gather over peer loads: bandwidth.
+    TwoShot,
+    /// Hybrid cube mesh (8 GPUs, DGX-1 links).
+    Hcm,
+    /// NCCL's all-reduce (the fallback).
+    Nccl,
+}
+
+impl AllReduceAlgo {
+    /// The name used by [`FORCE_ALGO_ENV`] and the benchmark.
+    pub const fn name(self) -> &'static str {
+        match self {
+            AllReduceAlgo::OneShot => "one-shot",
+            AllReduceAlgo::TwoShot => "two-shot",
+            AllReduceAlgo::Hcm => "hcm",
+            AllReduceAlgo::Nccl => "nccl",
+        }
+    }
+
+    /// Parses a [`name`](Self::name).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::OneShot, Self::TwoShot, Self::Hcm, Self::Nccl]
+            .into_iter()
+            .find(|a| a.name() == name.trim())
+    }
+}
+
+/// Message sizes (bytes, inclusive) up to which each of our algorithms is
+/// the fastest, per world size (index = world size). Above
+/// `two_shot_max_bytes`, NCCL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Crossovers {
+    pub one_shot_max_bytes: [usize; MAX_DEVICES + 1],
+    pub two_shot_max_bytes: [usize; MAX_DEVICES + 1],
+}
+
+impl Default for Crossovers {
+    /// Defaults for H200 on NVSwitch (see docs/PERF_NOTES.md for the runs
+    /// they come from; `intranode-bench --tune` replaces them per machine).
+    fn default() -> Self {
+        const KIB: usize = 1024;
+        const MIB: usize = 1024 * KIB;
+        Crossovers {
+            one_shot_max_bytes: [0, 0, 512 * KIB, 256 * KIB, 256 * KIB, 128 * KIB, 128 * KIB, 128 * KIB, 128 * KIB],
+            two_shot_max_bytes: [0, 0, 64 * MIB, 64 * MIB, 64 * MIB, 32 * MIB, 32 * MIB, 32 * MIB, 32 * MIB],
+        }
+    }
+}
+
+impl Crossovers {
+    /// Reads a crossover file (JSON).
+    pub fn from_file(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("parsing {}: {e}", path.display()))
+    }
+
+    /// The file named by [`TUNING_FILE_ENV`], else the defaults. A file
+    /// that cannot be read is reported and ignored, never fatal.
+    pub fn from_env() -> Self {
+        match std::env::var_os(TUNING_FILE_ENV) {
+            Some(p) => Self::from_file(Path::new(&p)).unwrap_or_else(|e| {
+                tracing::warn!("{TUNING_FILE_ENV}: {e}; using built-in crossovers");
+                Self::default()
+            }),
+            None => Self::default(),
+        }
+    }
+}
+
+/// The algorithm forced by [`FORCE_ALGO_ENV`], if any.
+pub fn forced_algo() -> Option<AllReduceAlgo> {
+    std::env::var(FORCE_ALGO_ENV).ok().and_then(|v| AllReduceAlgo::from_name(&v))
+}
+
+/// What a call of `bytes` bytes of `elem` on `world` ranks should use.
+///
+/// Ours needs a fully connected topology (HCM: the cube mesh) and a world
+/// of 2..=8; sizes beyond the symmetric buffer's half are run in chunks,
+/// so the buffer size only matters through the crossovers.
+pub fn select_all_reduce_algo(
+    elem: ElemType,
+    bytes: usize,
+    world: usize,
+    topology: Topology,
+    buffer_bytes: usize,
+    crossovers: &Crossovers,
+) -> AllReduceAlgo {
+    let _ = elem; // every element type is served by every kernel
+    if !(2..=MAX_DEVICES).contains(&world) || buffer_bytes < 64 {
+        return AllReduceAlgo::Nccl;
+    }
+    match topology {
+        Topology::FullyConnected => {
+            if bytes <= crossovers.one_shot_max_bytes[world] {
+                AllReduceAlgo::OneShot
+            } else if bytes <= crossovers.two_shot_max_bytes[world] {
+                AllReduceAlgo::TwoShot
+            } else {
+                AllReduceAlgo::Nccl
+            }
+        }
+        Topology::HybridCubeMesh => AllReduceAlgo::Nccl,
+        Topology::Unknown => AllReduceAlgo::Nccl,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn small_messages_go_one_shot_large_to_nccl() {
+        let x = Crossovers::default();
+        let fc = Topology::FullyConnected;
+        assert_eq!(select_all_reduce_algo(ElemType::Bf16, 4096, 4, fc, 10 * MIB, &x), AllReduceAlgo::OneShot);
+        assert_eq!(select_all_reduce_algo(ElemType::Bf16, 4 * MIB, 4, fc, 10 * MIB, &x), AllReduceAlgo::TwoShot);
+        assert_eq!(select_all_reduce_algo(ElemType::Bf16, 1 << 30, 4, fc, 10 * MIB, &x), AllReduceAlgo::Nccl);
+    }
+
+    #[test]
+    fn unusable_groups_fall_back() {
+        let x = Crossovers::default();
+        assert_eq!(select_all_reduce_algo(ElemType::F32, 8, 1, Topology::FullyConnected, MIB, &x), AllReduceAlgo::Nccl);
+        assert_eq!(select_all_reduce_algo(ElemType::F32, 8, 9, Topology::FullyConnected, MIB, &x), AllReduceAlgo::Nccl);
+        assert_eq!(select_all_reduce_algo(ElemType::F32, 8, 4, Topology::Unknown, MIB, &x), AllReduceAlgo::Nccl);
+        assert_eq!(select_all_reduce_algo(ElemType::F32, 8, 4, Topology::FullyConnected, 0, &x), AllReduceAlgo::Nccl);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for a in [AllReduceAlgo::OneShot, AllReduceAlgo::TwoShot, AllReduceAlgo::Hcm, AllReduceAlgo::Nccl] {
+            assert_eq!(AllReduceAlgo::from_name(a.name()), Some(a));
+        }
+        assert_eq!(AllReduceAlgo::from_name("three-shot"), None);
+    }
+
+    #[test]
+    fn crossover_file_round_trips() {
+        let dir = std::env::temp_dir().join(format!("intranode-xo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("xo.json");
+        let mut x = Crossovers::default();
+        x.one_shot_max_bytes[4] = 12345;
+        std::fs::write(&path, serde_json::to_string(&x).unwrap()).unwrap();
+        assert_eq!(Crossovers::from_file(&path).unwrap(), x);
+        std::fs::write(&path, "{").unwrap();
+        assert!(Crossovers::from_file(&path).unwrap_err().contains("parsing"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,286 @@
+//! `IntraNodeComm::all_reduce` and `barrier`: typed launches of the Rust
+//! kernels on the caller's stream.
+//!
+//! NOTE [IntraNodeComm stream semantics] (from the seed): everything is
+//! enqueued on the caller's stream; there is no communication stream and
+//! no host synchronization on the path, so calls are CUDA-graph capturable
+//! and cost the host one launch each. The kernels keep their own call
+//! count in the signal pad (NOTE [double buffering] in
+//! `kernels-gpu/src/all_reduce.rs`).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use kernels_gpu::layout::{self, AllReduceParams, BarrierParams, MAX_BLOCKS, MAX_RANKS};
+
+use super::IntraNodeComm;
+use crate::algo::AllReduceAlgo;
+use crate::driver_ext;
+use crate::error::{DriverContext, Error, Result};
+use crate::kernels::{DType, ElemType};
+use crate::work::Work;
+
+/// Reduction operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    /// Sum divided by the world size.
+    Avg,
+    Min,
+    Max,
+}
+
+impl ReduceOp {
+    /// Every op, in a fixed order.
+    pub const ALL: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max];
+
+    const fn code(self) -> u32 {
+        match self {
+            ReduceOp::Sum => layout::OP_SUM,
+            ReduceOp::Avg => layout::OP_AVG,
+            ReduceOp::Min => layout::OP_MIN,
+            ReduceOp::Max => layout::OP_MAX,
+        }
+    }
+}
+
+/// Threads per block of the collective kernels: 16 warps keep enough
+/// 16-byte loads in flight per SM.
+const THREADS: usize = 512;
+/// Most blocks per launch, per algorithm (at most `MAX_BLOCKS`, the
+/// signal-pad layout's bound).
+const ONE_SHOT_MAX_BLOCKS: usize = 24;
+const TWO_SHOT_MAX_BLOCKS: usize = 32;
+const _: () = assert!(ONE_SHOT_MAX_BLOCKS <= MAX_BLOCKS && TWO_SHOT_MAX_BLOCKS <= MAX_BLOCKS);
+
+/// Blocks for a launch over `vecs` 16-byte vectors.
+fn blocks_for(algo: AllReduceAlgo, vecs: usize, world: usize) -> usize {
+    let (work, cap) = match algo {
+        AllReduceAlgo::TwoShot => (vecs.div_ceil(world.max(1)), TWO_SHOT_MAX_BLOCKS),
+        _ => (vecs, ONE_SHOT_MAX_BLOCKS),
+    };
+    work.div_ceil(THREADS).clamp(1, cap)
+}
+
+fn kernel_name(algo: AllReduceAlgo, elem: ElemType, world: usize) -> Option<String> {
+    let prefix = match algo {
+        AllReduceAlgo::OneShot => "one_shot",
+        AllReduceAlgo::TwoShot => "two_shot",
+        AllReduceAlgo::Hcm | AllReduceAlgo::Nccl => return None,
+    };
+    Some(format!("{prefix}_{}_w{world}", elem.suffix()))
+}
+
+impl IntraNodeComm {
+    /// Bytes of each half of the symmetric buffer (calls alternate halves),
+    /// a multiple of 16: the most one kernel launch reduces.
+    pub fn half_buffer_bytes(&self) -> usize {
+        (self.symm().buffer_bytes() / 2) & !15
+    }
+
+    /// `output = op(input of every rank)`, on `stream`. `input` and
+    /// `output` may be the same buffer ([`all_reduce_in_place`]). Messages
+    /// larger than half the symmetric buffer run as several launches.
+    ///
+    /// [`all_reduce_in_place`]: Self::all_reduce_in_place
+    pub fn all_reduce<T: DType>(
+        &self,
+        input: &impl DevicePtr<T>,
+        output: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+        algo: AllReduceAlgo,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Work> {
+        let elems = input.len();
+        if output.len() != elems {
+            return Err(Error::InvalidArgument(format!(
+                "all_reduce on rank {}: input has {elems} elements, output {}",
+                self.rank(),
+                output.len()
+            )));
+        }
+        let (in_ptr, _in_guard) = input.device_ptr(stream);
+        let (out_ptr, _out_guard) = output.device_ptr_mut(stream);
+        // SAFETY: both pointers come from live device buffers of `elems`
+        // elements that the guards keep ordered with `stream`.
+        unsafe { self.all_reduce_raw(in_ptr, out_ptr, elems, T::ELEM, op, algo, stream) }
+    }
+
+    /// In-place all-reduce of `buf` on `stream`.
+    pub fn all_reduce_in_place<T: DType>(
+        &self,
+        buf: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+        algo: AllReduceAlgo,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Work> {
+        let elems = buf.len();
+        let (ptr, _guard) = buf.device_ptr_mut(stream);
+        // SAFETY: `ptr` is a live device buffer of `elems` elements.
+        unsafe { self.all_reduce_raw(ptr, ptr, elems, T::ELEM, op, algo, stream) }
+    }
+
+    /// All-reduce over raw device addresses.
+    ///
+    /// # Safety
+    /// `input` and `output` must each be device memory of this comm's
+    /// device holding `elems` elements of `elem` (they may be equal, not
+    /// otherwise overlapping), valid until the stream passes the call.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn all_reduce_raw(
+        &self,
+        input: u64,
+        output: u64,
+        elems: usize,
+        elem: ElemType,
+        op: ReduceOp,
+        algo: AllReduceAlgo,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Work> {
+        self.health().check()?;
+        if stream.context().ordinal() != self.device() {
+            return Err(Error::InvalidArgument(format!(
+                "all_reduce on rank {}: stream is on device {}, the communicator on device {}",
+                self.rank(),
+                stream.context().ordinal(),
+                self.device()
+            )));
+        }
+        let name = kernel_name(algo, elem, self.world()).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "all_reduce on rank {}: algorithm {} is not run by IntraNodeComm (use Communicator)",
+                self.rank(),
+                algo.name()
+            ))
+        })?;
+        let f = self.kernels().function(&name)?;
+        self.increment_usage_counter();
+        if elems == 0 {
+            return Ok(Work::new(stream.clone()));
+        }
+        let mut params = self.params_template();
+        params.op = op.code();
+        let chunk_elems = self.half_buffer_bytes() / elem.bytes();
+        let mut done = 0usize;
+        while done < elems {
+            let n = chunk_elems.min(elems - done);
+            let offset_bytes = (done * elem.bytes()) as u64;
+            params.input = input + offset_bytes;
+            params.output = output + offset_bytes;
+            params.elems = n as u64;
+            let vecs = n.div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
+            let blocks = blocks_for(algo, vecs, self.world());
+            let mut arg = (&mut params) as *mut AllReduceParams as *mut c_void;
+            // SAFETY: every collective kernel takes one AllReduceParams by
+            // value; the peers' buffers and pads are mapped for the life of
+            // `self`; the caller vouches for input and output; at most
+            // MAX_BLOCKS blocks (the signal-pad layout's bound).
+            unsafe {
+                driver_ext::launch(f, blocks as u32, THREADS as u32, 0, stream.cu_stream(), std::slice::from_mut(&mut arg))
+            }
+            .ctx("cuLaunchKernel(all_reduce)", Some(self.device()))?;
+            done += n;
+        }
+        Ok(Work::new(stream.clone()))
+    }
+
+    /// A GPU barrier among `ranks` (all ranks when `None`) on `stream`:
+    /// returns at once; the stream waits until every listed rank's stream
+    /// reached its barrier. A rank that never arrives turns into
+    /// [`Error::PeerTimeout`] on the next call, not a hung GPU.
+    pub fn barrier(&self, ranks: Option<&[usize]>, stream: &Arc<CudaStream>) -> Result<Work> {
+        self.health().check()?;
+        let mut mask = 0u32;
+        match ranks {
+            None => mask = (1u32 << self.world()) - 1,
+            Some(list) => {
+                for &r in list {
+                    if r >= self.world() {
+                        return Err(Error::InvalidArgument(format!(
+                            "barrier on rank {}: rank {r} is outside the world of {}",
+                            self.rank(),
+                            self.world()
+                        )));
+                    }
+                    mask |= 1 << r;
+                }
+                if mask & (1 << self.rank()) == 0 {
+                    return Err(Error::InvalidArgument(format!(
+                        "barrier on rank {}: the calling rank is not in {list:?}",
+                        self.rank()
+                    )));
+                }
+            }
+        }
+        let f = self.kernels().function("barrier")?;
+        let template = self.params_template();
+        let mut params = BarrierParams {
+            pads: template.pads,
+            rank_mask: mask,
+            rank: self.rank() as u32,
+            timeout_ns: template.timeout_ns,
+            error: template.error,
+        };
+        let mut arg = (&mut params) as *mut BarrierParams as *mut c_void;
+        // SAFETY: `barrier` takes one BarrierParams by value; the pads are
+        // mapped for the life of `self`.
+        unsafe {
+            driver_ext::launch(f, 1, MAX_RANKS as u32, 0, stream.cu_stream(), std::slice::from_mut(&mut arg))
+        }
+        .ctx("cuLaunchKernel(barrier)", Some(self.device()))?;
+        Ok(Work::new(stream.clone()))
+    }
+
+    /// The parameters every launch shares: peers' buffers and pads, the
+    /// wait bound, the error word.
+    fn params_template(&self) -> AllReduceParams {
+        let mut p = AllReduceParams::default();
+        let symm = self.symm();
+        for (dst, src) in p.bufs.iter_mut().zip(symm.buffer_ptrs()) {
+            *dst = *src;
+        }
+        for (dst, src) in p.pads.iter_mut().zip(symm.signal_pad_ptrs()) {
+            *dst = *src;
+        }
+        p.half_bytes = self.half_buffer_bytes() as u64;
+        p.timeout_ns = u64::try_from(self.barrier_timeout().as_nanos()).unwrap_or(u64::MAX);
+        p.error = self.health().device_ptr();
+        p.rank = self.rank() as u32;
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_names_match_the_ptx() {
+        let names = crate::kernels::entry_names(crate::kernels::PTX);
+        for elem in ElemType::ALL {
+            for world in 2..=MAX_RANKS {
+                for algo in [AllReduceAlgo::OneShot, AllReduceAlgo::TwoShot] {
+                    let name = kernel_name(algo, elem, world).unwrap();
+                    assert!(names.contains(&name.as_str()), "{name} missing from the PTX");
+                }
+            }
+        }
+        assert!(names.contains(&"barrier"));
+        assert_eq!(kernel_name(AllReduceAlgo::Nccl, ElemType::F32, 2), None);
+    }
+
+    #[test]
+    fn block_counts_stay_inside_the_pad_layout() {
+        for world in 2..=8 {
+            for vecs in [1usize, 7, 512, 513, 1 << 20, 1 << 30] {
+                for algo in [AllReduceAlgo::OneShot, AllReduceAlgo::TwoShot] {
+                    let b = blocks_for(algo, vecs, world);
+                    assert!((1..=MAX_BLOCKS).contains(&b), "{algo:?} {vecs} {world}: {b}");
+                }
+            }
+        }
+        assert_eq!(blocks_for(AllReduceAlgo::OneShot, 512, 4), 1);
+        assert_eq!(blocks_for(AllReduceAlgo::OneShot, 513, 4), 2);
+    }
+}

@@ -1,0 +1,104 @@
+//! The host-mapped error word kernels write when a wait on a peer runs out
+//! (NOTE [signal pad layout] in `kernels-gpu/src/layout.rs`), and the
+//! bound of those waits.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cudarc::driver::CudaContext;
+use kernels_gpu::layout::{ERR_NONE, ErrorWord};
+
+use crate::driver_ext;
+use crate::error::{DriverContext, Error, Result};
+
+/// Bound of every GPU wait on a peer, in milliseconds (env override).
+pub const BARRIER_TIMEOUT_ENV: &str = "INTRANODE_BARRIER_TIMEOUT_MS";
+/// Default bound: long enough for a slow peer's launch under load, short
+/// enough that a dead peer is reported well inside a store timeout.
+pub const DEFAULT_BARRIER_TIMEOUT_MS: u64 = 10_000;
+
+/// The wait bound from [`BARRIER_TIMEOUT_ENV`], else the default.
+pub fn barrier_timeout() -> Duration {
+    let ms = std::env::var(BARRIER_TIMEOUT_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(DEFAULT_BARRIER_TIMEOUT_MS);
+    Duration::from_millis(ms)
+}
+
+/// One [`ErrorWord`] in page-locked host memory mapped into the device.
+#[derive(Debug)]
+pub struct HostErrorWord {
+    ctx: Arc<CudaContext>,
+    host: *mut c_void,
+    device: u64,
+}
+
+// SAFETY: the pointer is page-locked memory owned by this value alone; it
+// is only read with volatile loads and freed once in Drop.
+unsafe impl Send for HostErrorWord {}
+// SAFETY: as above; shared access is read-only on the host.
+unsafe impl Sync for HostErrorWord {}
+
+impl HostErrorWord {
+    /// Allocates a zeroed word mapped into `ctx`'s device.
+    pub fn new(ctx: &Arc<CudaContext>) -> Result<Self> {
+        let dev = Some(ctx.ordinal());
+        ctx.bind_to_thread().ctx("cuCtxSetCurrent", dev)?;
+        let bytes = std::mem::size_of::<ErrorWord>();
+        // SAFETY: the context is current.
+        let host = unsafe { driver_ext::mem_host_alloc_mapped(bytes) }.ctx("cuMemHostAlloc", dev)?;
+        // SAFETY: `host` holds `bytes` bytes, just allocated.
+        unsafe { std::ptr::write_bytes(host as *mut u8, 0, bytes) };
+        // SAFETY: `host` is mapped host memory from mem_host_alloc_mapped.
+        let device = match unsafe { driver_ext::mem_host_get_device_pointer(host) } {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: allocated above, never shared.
+                let _ = unsafe { driver_ext::mem_free_host(host) };
+                return Err(Error::Driver { op: "cuMemHostGetDevicePointer", device: dev, source: e });
+            }
+        };
+        Ok(HostErrorWord { ctx: ctx.clone(), host, device })
+    }
+
+    /// The address kernels write to.
+    pub fn device_ptr(&self) -> u64 {
+        self.device
+    }
+
+    /// The word as the GPU last wrote it (no synchronization needed: the
+    /// kernel writes `code` last, with release).
+    pub fn read(&self) -> ErrorWord {
+        // SAFETY: `host` is a live, aligned ErrorWord; volatile because the
+        // GPU writes it behind the compiler's back.
+        unsafe { std::ptr::read_volatile(self.host as *const ErrorWord) }
+    }
+
+    /// `Ok` while no kernel reported a failed wait; afterwards an error
+    /// naming the waiting rank, the peer and where.
+    pub fn check(&self) -> Result<()> {
+        let w = self.read();
+        if w.code == ERR_NONE {
+            return Ok(());
+        }
+        Err(Error::PeerTimeout {
+            rank: w.rank as usize,
+            peer: w.peer as usize,
+            block: w.block,
+            slot: w.slot,
+        })
+    }
+}
+
+impl Drop for HostErrorWord {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: allocated in `new`, freed once; kernels that could
+            // still write it are waited for first.
+            let result = self.ctx.synchronize().and_then(|()| unsafe { driver_ext::mem_free_host(self.host) });
+            self.ctx.record_err(result);
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! [`Communicator`]: what applications use. It owns an [`IntraNodeComm`]
+//! when the rendezvous allowed one and an NCCL communicator when NCCL
+//! loads, and routes each all-reduce to whichever
+//! [`select_all_reduce_algo`] picks, so every size, element type, op and
+//! topology works. Its API mirrors `cudarc::nccl::Comm` (`rank`,
+//! `world_size`, `all_reduce`, `all_reduce_in_place`), so code written for
+//! that can swap it in.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::nccl::{Comm, NcclType, ReduceOp as NcclOp};
+use intranode_store::{Store, StoreExchange};
+
+use crate::algo::{AllReduceAlgo, Crossovers, forced_algo, select_all_reduce_algo};
+use crate::comm::{IntraNodeComm, RendezvousError};
+use crate::comm::all_reduce::ReduceOp;
+use crate::error::{Error, Result};
+use crate::kernels::DType;
+use crate::rendezvous::CommConfig;
+use crate::topology::Topology;
+
+/// The application-facing communicator of one rank.
+pub struct Communicator {
+    stream: Arc<CudaStream>,
+    rank: usize,
+    world: usize,
+    intra: Option<IntraNodeComm>,
+    /// Why there is no [`IntraNodeComm`] (for logs and the benchmark).
+    intra_reason: Option<String>,
+    nccl: std::result::Result<Comm, String>,
+    crossovers: Crossovers,
+    forced: Option<AllReduceAlgo>,
+}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .field("intra", &self.intra.is_some())
+            .field("intra_reason", &self.intra_reason)
+            .field("nccl", &self.nccl.as_ref().map(|_| "ok"))
+            .finish()
+    }
+}
+
+impl Communicator {
+    /// Builds the communicator of `rank` on `stream` (collective: every
+    /// rank calls it with the same store). Fails only when neither path
+    /// can serve this group.
+    pub fn new(stream: Arc<CudaStream>, store: Arc<dyn Store>, rank: usize, world: usize) -> Result<Self> {
+        let config = CommConfig::from_env().map_err(|e| Error::InvalidArgument(format!("rank {rank}: {e}")))?;
+        let ctx = stream.context().clone();
+        let (intra, intra_reason) = match IntraNodeComm::rendezvous(&ctx, store.clone(), rank, world, &config) {
+            Ok(c) => (Some(c), None),
+            Err(RendezvousError::Unsupported(why)) => (None, Some(why.to_string())),
+            Err(RendezvousError::Failed(e)) => return Err(e),
+        };
+        let mut exchange = StoreExchange::new("intranode/nccl");
+        let nccl = crate::nccl::nccl_comm(&stream, store.as_ref(), &mut exchange, rank, world).map_err(|e| e.to_string());
+        if intra.is_none() {
+            if let Err(why) = &nccl {
+                return Err(Error::NcclUnavailable(format!(
+                    "rank {rank}: no path for this group: intra-node comm unsupported ({}), and {why}",
+                    intra_reason.as_deref().unwrap_or("unknown")
+                )));
+            }
+        }
+        Ok(Communicator {
+            stream,
+            rank,
+            world,
+            intra,
+            intra_reason,
+            nccl,
+            crossovers: Crossovers::from_env(),
+            forced: forced_algo(),
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn world_size(&self) -> usize {
+        self.world
+    }
+
+    /// The stream every call is enqueued on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The intra-node communicator, when the rendezvous allowed one.
+    pub fn intra(&self) -> Option<&IntraNodeComm> {
+        self.intra.as_ref()
+    }
+
+    /// Why there is no intra-node communicator, if there is none.
+    pub fn intra_reason(&self) -> Option<&str> {
+        self.intra_reason.as_deref()
+    }
+
+    /// The NCCL communicator, or why there is none.
+    pub fn nccl(&self) -> std::result::Result<&Comm, &str> {
+        self.nccl.as_ref().map_err(String::as_str)
+    }
+
+    /// The algorithm a call of `elems` elements of `T` with `op` would use.
+    pub fn algo_for<T: DType>(&self, elems: usize, op: &NcclOp) -> AllReduceAlgo {
+        let Some(intra) = &self.intra else { return AllReduceAlgo::Nccl };
+        if to_intra_op(op).is_none() {
+            return AllReduceAlgo::Nccl;
+        }
+        if let Some(a) = self.forced {
+            return a;
+        }
+        let topology = intra.topology();
+        select_all_reduce_algo(
+            T::ELEM,
+            elems * T::ELEM.bytes(),
+            self.world,
+            topology,
+            intra.symm().buffer_bytes(),
+            &self.crossovers,
+        )
+    }
+
+    /// `recv = op(send of every rank)`, like `cudarc::nccl::Comm::all_reduce`.
+    pub fn all_reduce<T: DType + NcclType>(
+        &self,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        op: &NcclOp,
+    ) -> Result<()> {
+        let algo = self.algo_for::<T>(send.len(), op);
+        self.all_reduce_with(send, recv, op, algo)
+    }
+
+    /// In-place all-reduce, like `cudarc::nccl::Comm::all_reduce_in_place`.
+    pub fn all_reduce_in_place<T: DType + NcclType>(&self, buf: &mut impl DevicePtrMut<T>, op: &NcclOp) -> Result<()> {
+        let algo = self.algo_for::<T>(buf.len(), op);
+        match (algo, &self.intra, to_intra_op(op)) {
+            (AllReduceAlgo::Nccl, _, _) | (_, None, _) | (_, _, None) => {
+                let comm = self.nccl_or_err()?;
+                comm.all_reduce_in_place(buf, op).map(|_| ()).map_err(|e| Error::Nccl {
+                    op: "ncclAllReduce",
+                    detail: format!("rank {}: {e:?}", self.rank),
+                })
+            }
+            (algo, Some(intra), Some(iop)) => intra.all_reduce_in_place(buf, iop, algo, &self.stream).map(|_| ()),
+        }
+    }
+
+    /// All-reduce with an explicit algorithm (tests and the benchmark).
+    pub fn all_reduce_with<T: DType + NcclType>(
+        &self,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        op: &NcclOp,
+        algo: AllReduceAlgo,
+    ) -> Result<()> {
+        if send.len() != recv.len() {
+            return Err(Error::InvalidArgument(format!(
+                "all_reduce on rank {}: send has {} elements, recv {}",
+                self.rank,
+                send.len(),
+                recv.len()
+            )));
+        }
+        match (algo, &self.intra, to_intra_op(op)) {
+            (AllReduceAlgo::Nccl, _, _) => {
+                let comm = self.nccl_or_err()?;
+                comm.all_reduce(send, recv, op).map(|_| ()).map_err(|e| Error::Nccl {
+                    op: "ncclAllReduce",
+                    detail: format!("rank {}: {e:?}", self.rank),
+                })
+            }
+            (_, None, _) => Err(Error::InvalidArgument(format!(
+                "all_reduce on rank {}: {} needs the intra-node path, which is unavailable: {}",
+                self.rank,
+                algo.name(),
+                self.intra_reason.as_deref().unwrap_or("unknown")
+            ))),
+            (_, _, None) => Err(Error::InvalidArgument(format!(
+                "all_reduce on rank {}: product is only served by nccl",
+                self.rank
+            ))),
+            (algo, Some(intra), Some(iop)) => intra.all_reduce(send, recv, iop, algo, &self.stream).map(|_| ()),
+        }
+    }
+
+    fn nccl_or_err(&self) -> Result<&Comm> {
+        self.nccl
+            .as_ref()
+            .map_err(|why| Error::NcclUnavailable(format!("rank {}: {why}", self.rank)))
+    }
+
+    /// The topology the intra-node path found ([`Topology::Unknown`] when
+    /// there is no intra-node path).
+    pub fn topology(&self) -> Topology {
+        self.intra.as_ref().map_or(Topology::Unknown, IntraNodeComm::topology)
+    }
+}
+
+/// The kernels' op for an NCCL op; `None` for the ops only NCCL has.
+fn to_intra_op(op: &NcclOp) -> Option<ReduceOp> {
+    match op {
+        NcclOp::Sum => Some(ReduceOp::Sum),
+        NcclOp::Avg => Some(ReduceOp::Avg),
+        NcclOp::Min => Some(ReduceOp::Min),
+        NcclOp::Max => Some(ReduceOp::Max),
+        NcclOp::Prod => None,
+    }
+}

@@ -1,0 +1,44 @@
+//! [`Work`]: the handle a collective returns.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+
+use crate::error::{DriverContext, Result};
+
+/// A collective enqueued on a stream (seed: `Work`). The collective runs in
+/// the stream's order, so the stream it ran on needs no waiting; another
+/// stream waits with [`Work::wait_on`].
+#[derive(Debug, Clone)]
+pub struct Work {
+    stream: Arc<CudaStream>,
+}
+
+impl Work {
+    pub(crate) fn new(stream: Arc<CudaStream>) -> Self {
+        Work { stream }
+    }
+
+    /// The stream the collective was enqueued on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Makes `other` wait for the collective: an event is recorded on the
+    /// collective's stream now (so it also covers work enqueued there
+    /// since) and `other` waits on it. A no-op when `other` is that stream.
+    pub fn wait_on(&self, other: &CudaStream) -> Result<()> {
+        if other.cu_stream() == self.stream.cu_stream() {
+            return Ok(());
+        }
+        let device = Some(self.stream.context().ordinal());
+        let event = self.stream.record_event(None).ctx("cuEventRecord", device)?;
+        other.wait(&event).ctx("cuStreamWaitEvent", device)
+    }
+
+    /// Blocks the host until the collective (and everything before it on
+    /// its stream) finished.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize().ctx("cuStreamSynchronize", Some(self.stream.context().ordinal()))
+    }
+}
