@@ -56,7 +56,7 @@ enum Verdict {
     /// The group works, with this topology and mesh.
     Ok {
         topology: String,
-        mesh: [[u32; MAX_DEVICES]; MAX_DEVICES],
+        mesh: Vec<[u32; MAX_DEVICES]>,
     },
     /// The group cannot use the fast path, and why.
     Unsupported(String),
@@ -238,17 +238,19 @@ impl IntraNodeComm {
         };
 
         // Step 3: verdicts.
-        let local: std::result::Result<(ValidatedGroup, KernelModule, HostErrorWord), RendezvousError> =
-            match validate(&requests, &mesh, config) {
-                Err(u) => Err(u.into()),
-                Ok(group) => KernelModule::load(ctx)
-                    .and_then(|k| HostErrorWord::new(ctx).map(|h| (group, k, h)))
-                    .map_err(RendezvousError::from),
-            };
+        let local: std::result::Result<
+            (ValidatedGroup, KernelModule, HostErrorWord),
+            RendezvousError,
+        > = match validate(&requests, &mesh, config) {
+            Err(u) => Err(u.into()),
+            Ok(group) => KernelModule::load(ctx)
+                .and_then(|k| HostErrorWord::new(ctx).map(|h| (group, k, h)))
+                .map_err(RendezvousError::from),
+        };
         let verdict = match &local {
             Ok((group, _, _)) => Verdict::Ok {
                 topology: group.topology.to_string(),
-                mesh: group.mesh.0,
+                mesh: group.mesh.0.to_vec(),
             },
             Err(RendezvousError::Unsupported(u)) => Verdict::Unsupported(u.to_string()),
             Err(RendezvousError::Failed(e)) => Verdict::Failed(e.to_string()),
@@ -427,7 +429,7 @@ mod tests {
     fn verdicts_compare_by_value() {
         let a = Verdict::Ok {
             topology: "fully connected".into(),
-            mesh: [[1; MAX_DEVICES]; MAX_DEVICES],
+            mesh: vec![[1; MAX_DEVICES]; MAX_DEVICES],
         };
         let mut b = a.clone();
         assert_eq!(a, b);
