@@ -3,7 +3,7 @@
 //! `CUDASymmetricMemory`).
 //!
 //! Main types: [`SymmetricMemory`] (the handle: per-rank buffer and
-//! signal-pad addresses, device-side pointer tables, [`get_buffer`]),
+//! signal-pad addresses, device-side pointer tables, [`SymmetricMemory::get_buffer`]),
 //! [`BufferView`] (a typed, bounds-checked view of one rank's buffer),
 //! [`Backend`] (how blocks travel between processes) and [`BlockLayout`]
 //! (where buffer and signal pad sit in a block).
@@ -22,7 +22,7 @@
 //!
 //! - [`Backend::Vmm`] (default, module `vmm`): `cuMemCreate` with a POSIX
 //!   file-descriptor handle; descriptors travel over an
-//!   [`IpcChannel`](crate::ipc_channel::IpcChannel); peers import and map
+//!   [`IpcChannel`]; peers import and map
 //!   them (`map_block`: reserve, `cuMemMap`, `cuMemSetAccess`).
 //! - [`Backend::CudaIpc`] (`INTRANODE_SYMM_MEM_BACKEND=cuda-ipc`, module
 //!   `cuda_ipc`): `cuMemAlloc` plus legacy `cuIpcGetMemHandle` handles
