@@ -131,8 +131,8 @@ fn measure(
 ) -> Result<Measured> {
     let bytes = d_in.len() * 2;
     let k = calls_per_sample(bytes);
-    let start = r.ctx.new_event(None)?;
-    let end = r.ctx.new_event(None)?;
+    let start = r.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+    let end = r.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
 
     // CUDA-graph replay.
     r.stream.synchronize()?;
