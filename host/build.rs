@@ -22,10 +22,14 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     let kernels = workspace_root.join("kernels-gpu");
     println!("cargo:rerun-if-changed={}", kernels.join("src").display());
-    println!("cargo:rerun-if-changed={}", kernels.join("Cargo.toml").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        kernels.join("Cargo.toml").display()
+    );
     println!("cargo:rerun-if-env-changed=INTRANODE_PTX_ARCH");
 
-    let arch = std::env::var("INTRANODE_PTX_ARCH").unwrap_or_else(|_| ptx_builder::DEFAULT_ARCH.into());
+    let arch =
+        std::env::var("INTRANODE_PTX_ARCH").unwrap_or_else(|_| ptx_builder::DEFAULT_ARCH.into());
     let ptx = ptx_builder::build_ptx(&ptx_builder::PtxBuild {
         workspace_root,
         arch,

@@ -67,8 +67,28 @@ impl Default for Crossovers {
         const KIB: usize = 1024;
         const MIB: usize = 1024 * KIB;
         Crossovers {
-            one_shot_max_bytes: [0, 0, 512 * KIB, 256 * KIB, 256 * KIB, 128 * KIB, 128 * KIB, 128 * KIB, 128 * KIB],
-            two_shot_max_bytes: [0, 0, 64 * MIB, 64 * MIB, 64 * MIB, 32 * MIB, 32 * MIB, 32 * MIB, 32 * MIB],
+            one_shot_max_bytes: [
+                0,
+                0,
+                512 * KIB,
+                256 * KIB,
+                256 * KIB,
+                128 * KIB,
+                128 * KIB,
+                128 * KIB,
+                128 * KIB,
+            ],
+            two_shot_max_bytes: [
+                0,
+                0,
+                64 * MIB,
+                64 * MIB,
+                64 * MIB,
+                32 * MIB,
+                32 * MIB,
+                32 * MIB,
+                32 * MIB,
+            ],
         }
     }
 }
@@ -76,7 +96,8 @@ impl Default for Crossovers {
 impl Crossovers {
     /// Reads a crossover file (JSON).
     pub fn from_file(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
         serde_json::from_str(&text).map_err(|e| format!("parsing {}: {e}", path.display()))
     }
 
@@ -95,7 +116,9 @@ impl Crossovers {
 
 /// The algorithm forced by [`FORCE_ALGO_ENV`], if any.
 pub fn forced_algo() -> Option<AllReduceAlgo> {
-    std::env::var(FORCE_ALGO_ENV).ok().and_then(|v| AllReduceAlgo::from_name(&v))
+    std::env::var(FORCE_ALGO_ENV)
+        .ok()
+        .and_then(|v| AllReduceAlgo::from_name(&v))
 }
 
 /// What a call of `bytes` bytes of `elem` on `world` ranks should use.
@@ -140,23 +163,49 @@ mod tests {
     fn small_messages_go_one_shot_large_to_nccl() {
         let x = Crossovers::default();
         let fc = Topology::FullyConnected;
-        assert_eq!(select_all_reduce_algo(ElemType::Bf16, 4096, 4, fc, 10 * MIB, &x), AllReduceAlgo::OneShot);
-        assert_eq!(select_all_reduce_algo(ElemType::Bf16, 4 * MIB, 4, fc, 10 * MIB, &x), AllReduceAlgo::TwoShot);
-        assert_eq!(select_all_reduce_algo(ElemType::Bf16, 1 << 30, 4, fc, 10 * MIB, &x), AllReduceAlgo::Nccl);
+        assert_eq!(
+            select_all_reduce_algo(ElemType::Bf16, 4096, 4, fc, 10 * MIB, &x),
+            AllReduceAlgo::OneShot
+        );
+        assert_eq!(
+            select_all_reduce_algo(ElemType::Bf16, 4 * MIB, 4, fc, 10 * MIB, &x),
+            AllReduceAlgo::TwoShot
+        );
+        assert_eq!(
+            select_all_reduce_algo(ElemType::Bf16, 1 << 30, 4, fc, 10 * MIB, &x),
+            AllReduceAlgo::Nccl
+        );
     }
 
     #[test]
     fn unusable_groups_fall_back() {
         let x = Crossovers::default();
-        assert_eq!(select_all_reduce_algo(ElemType::F32, 8, 1, Topology::FullyConnected, MIB, &x), AllReduceAlgo::Nccl);
-        assert_eq!(select_all_reduce_algo(ElemType::F32, 8, 9, Topology::FullyConnected, MIB, &x), AllReduceAlgo::Nccl);
-        assert_eq!(select_all_reduce_algo(ElemType::F32, 8, 4, Topology::Unknown, MIB, &x), AllReduceAlgo::Nccl);
-        assert_eq!(select_all_reduce_algo(ElemType::F32, 8, 4, Topology::FullyConnected, 0, &x), AllReduceAlgo::Nccl);
+        assert_eq!(
+            select_all_reduce_algo(ElemType::F32, 8, 1, Topology::FullyConnected, MIB, &x),
+            AllReduceAlgo::Nccl
+        );
+        assert_eq!(
+            select_all_reduce_algo(ElemType::F32, 8, 9, Topology::FullyConnected, MIB, &x),
+            AllReduceAlgo::Nccl
+        );
+        assert_eq!(
+            select_all_reduce_algo(ElemType::F32, 8, 4, Topology::Unknown, MIB, &x),
+            AllReduceAlgo::Nccl
+        );
+        assert_eq!(
+            select_all_reduce_algo(ElemType::F32, 8, 4, Topology::FullyConnected, 0, &x),
+            AllReduceAlgo::Nccl
+        );
     }
 
     #[test]
     fn names_round_trip() {
-        for a in [AllReduceAlgo::OneShot, AllReduceAlgo::TwoShot, AllReduceAlgo::Hcm, AllReduceAlgo::Nccl] {
+        for a in [
+            AllReduceAlgo::OneShot,
+            AllReduceAlgo::TwoShot,
+            AllReduceAlgo::Hcm,
+            AllReduceAlgo::Nccl,
+        ] {
             assert_eq!(AllReduceAlgo::from_name(a.name()), Some(a));
         }
         assert_eq!(AllReduceAlgo::from_name("three-shot"), None);
@@ -172,7 +221,11 @@ mod tests {
         std::fs::write(&path, serde_json::to_string(&x).unwrap()).unwrap();
         assert_eq!(Crossovers::from_file(&path).unwrap(), x);
         std::fs::write(&path, "{").unwrap();
-        assert!(Crossovers::from_file(&path).unwrap_err().contains("parsing"));
+        assert!(
+            Crossovers::from_file(&path)
+                .unwrap_err()
+                .contains("parsing")
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

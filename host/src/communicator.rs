@@ -13,8 +13,8 @@ use cudarc::nccl::{Comm, NcclType, ReduceOp as NcclOp};
 use intranode_store::{Store, StoreExchange};
 
 use crate::algo::{AllReduceAlgo, Crossovers, forced_algo, select_all_reduce_algo};
-use crate::comm::{IntraNodeComm, RendezvousError};
 use crate::comm::all_reduce::ReduceOp;
+use crate::comm::{IntraNodeComm, RendezvousError};
 use crate::error::{Error, Result};
 use crate::kernels::DType;
 use crate::rendezvous::CommConfig;
@@ -49,23 +49,29 @@ impl Communicator {
     /// Builds the communicator of `rank` on `stream` (collective: every
     /// rank calls it with the same store). Fails only when neither path
     /// can serve this group.
-    pub fn new(stream: Arc<CudaStream>, store: Arc<dyn Store>, rank: usize, world: usize) -> Result<Self> {
-        let config = CommConfig::from_env().map_err(|e| Error::InvalidArgument(format!("rank {rank}: {e}")))?;
+    pub fn new(
+        stream: Arc<CudaStream>,
+        store: Arc<dyn Store>,
+        rank: usize,
+        world: usize,
+    ) -> Result<Self> {
+        let config = CommConfig::from_env()
+            .map_err(|e| Error::InvalidArgument(format!("rank {rank}: {e}")))?;
         let ctx = stream.context().clone();
-        let (intra, intra_reason) = match IntraNodeComm::rendezvous(&ctx, store.clone(), rank, world, &config) {
-            Ok(c) => (Some(c), None),
-            Err(RendezvousError::Unsupported(why)) => (None, Some(why.to_string())),
-            Err(RendezvousError::Failed(e)) => return Err(e),
-        };
+        let (intra, intra_reason) =
+            match IntraNodeComm::rendezvous(&ctx, store.clone(), rank, world, &config) {
+                Ok(c) => (Some(c), None),
+                Err(RendezvousError::Unsupported(why)) => (None, Some(why.to_string())),
+                Err(RendezvousError::Failed(e)) => return Err(e),
+            };
         let mut exchange = StoreExchange::new("intranode/nccl");
-        let nccl = crate::nccl::nccl_comm(&stream, store.as_ref(), &mut exchange, rank, world).map_err(|e| e.to_string());
-        if intra.is_none() {
-            if let Err(why) = &nccl {
-                return Err(Error::NcclUnavailable(format!(
-                    "rank {rank}: no path for this group: intra-node comm unsupported ({}), and {why}",
-                    intra_reason.as_deref().unwrap_or("unknown")
-                )));
-            }
+        let nccl = crate::nccl::nccl_comm(&stream, store.as_ref(), &mut exchange, rank, world)
+            .map_err(|e| e.to_string());
+        if let (None, Err(why)) = (&intra, &nccl) {
+            return Err(Error::NcclUnavailable(format!(
+                "rank {rank}: no path for this group: intra-node comm unsupported ({}), and {why}",
+                intra_reason.as_deref().unwrap_or("unknown")
+            )));
         }
         Ok(Communicator {
             stream,
@@ -109,7 +115,9 @@ impl Communicator {
 
     /// The algorithm a call of `elems` elements of `T` with `op` would use.
     pub fn algo_for<T: DType>(&self, elems: usize, op: &NcclOp) -> AllReduceAlgo {
-        let Some(intra) = &self.intra else { return AllReduceAlgo::Nccl };
+        let Some(intra) = &self.intra else {
+            return AllReduceAlgo::Nccl;
+        };
         if to_intra_op(op).is_none() {
             return AllReduceAlgo::Nccl;
         }
@@ -139,17 +147,25 @@ impl Communicator {
     }
 
     /// In-place all-reduce, like `cudarc::nccl::Comm::all_reduce_in_place`.
-    pub fn all_reduce_in_place<T: DType + NcclType>(&self, buf: &mut impl DevicePtrMut<T>, op: &NcclOp) -> Result<()> {
+    pub fn all_reduce_in_place<T: DType + NcclType>(
+        &self,
+        buf: &mut impl DevicePtrMut<T>,
+        op: &NcclOp,
+    ) -> Result<()> {
         let algo = self.algo_for::<T>(buf.len(), op);
         match (algo, &self.intra, to_intra_op(op)) {
             (AllReduceAlgo::Nccl, _, _) | (_, None, _) | (_, _, None) => {
                 let comm = self.nccl_or_err()?;
-                comm.all_reduce_in_place(buf, op).map(|_| ()).map_err(|e| Error::Nccl {
-                    op: "ncclAllReduce",
-                    detail: format!("rank {}: {e:?}", self.rank),
-                })
+                comm.all_reduce_in_place(buf, op)
+                    .map(|_| ())
+                    .map_err(|e| Error::Nccl {
+                        op: "ncclAllReduce",
+                        detail: format!("rank {}: {e:?}", self.rank),
+                    })
             }
-            (algo, Some(intra), Some(iop)) => intra.all_reduce_in_place(buf, iop, algo, &self.stream).map(|_| ()),
+            (algo, Some(intra), Some(iop)) => intra
+                .all_reduce_in_place(buf, iop, algo, &self.stream)
+                .map(|_| ()),
         }
     }
 
@@ -172,10 +188,12 @@ impl Communicator {
         match (algo, &self.intra, to_intra_op(op)) {
             (AllReduceAlgo::Nccl, _, _) => {
                 let comm = self.nccl_or_err()?;
-                comm.all_reduce(send, recv, op).map(|_| ()).map_err(|e| Error::Nccl {
-                    op: "ncclAllReduce",
-                    detail: format!("rank {}: {e:?}", self.rank),
-                })
+                comm.all_reduce(send, recv, op)
+                    .map(|_| ())
+                    .map_err(|e| Error::Nccl {
+                        op: "ncclAllReduce",
+                        detail: format!("rank {}: {e:?}", self.rank),
+                    })
             }
             (_, None, _) => Err(Error::InvalidArgument(format!(
                 "all_reduce on rank {}: {} needs the intra-node path, which is unavailable: {}",
@@ -187,7 +205,9 @@ impl Communicator {
                 "all_reduce on rank {}: product is only served by nccl",
                 self.rank
             ))),
-            (algo, Some(intra), Some(iop)) => intra.all_reduce(send, recv, iop, algo, &self.stream).map(|_| ()),
+            (algo, Some(intra), Some(iop)) => intra
+                .all_reduce(send, recv, iop, algo, &self.stream)
+                .map(|_| ()),
         }
     }
 
@@ -200,7 +220,9 @@ impl Communicator {
     /// The topology the intra-node path found ([`Topology::Unknown`] when
     /// there is no intra-node path).
     pub fn topology(&self) -> Topology {
-        self.intra.as_ref().map_or(Topology::Unknown, IntraNodeComm::topology)
+        self.intra
+            .as_ref()
+            .map_or(Topology::Unknown, IntraNodeComm::topology)
     }
 }
 

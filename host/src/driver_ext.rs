@@ -26,7 +26,10 @@ pub unsafe fn module_load_data(ptx: &CStr) -> Result<sys::CUmodule, DriverError>
 ///
 /// # Safety
 /// `module` must be loaded and not yet unloaded.
-pub unsafe fn module_get_function(module: sys::CUmodule, name: &CStr) -> Result<sys::CUfunction, DriverError> {
+pub unsafe fn module_get_function(
+    module: sys::CUmodule,
+    name: &CStr,
+) -> Result<sys::CUfunction, DriverError> {
     let mut f = MaybeUninit::uninit();
     // SAFETY: valid out pointer and NUL-terminated name; the module is live
     // (caller's promise).
@@ -64,8 +67,20 @@ pub unsafe fn launch(
 ) -> Result<(), DriverError> {
     // SAFETY: forwarded from the caller.
     unsafe {
-        sys::cuLaunchKernel(f, grid, 1, 1, block, 1, 1, shared_bytes, stream, params.as_mut_ptr(), std::ptr::null_mut())
-            .result()
+        sys::cuLaunchKernel(
+            f,
+            grid,
+            1,
+            1,
+            block,
+            1,
+            1,
+            shared_bytes,
+            stream,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+        .result()
     }
 }
 

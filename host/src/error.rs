@@ -59,8 +59,15 @@ pub enum Error {
     },
     /// A GPU wait on a peer's signal ran out: the peer died, hung, or
     /// took a different path; the communicator is unusable afterwards.
-    #[error("rank {rank}: peer rank {peer} never reached barrier slot {slot} (block {block}) within the barrier timeout")]
-    PeerTimeout { rank: usize, peer: usize, block: u32, slot: u32 },
+    #[error(
+        "rank {rank}: peer rank {peer} never reached barrier slot {slot} (block {block}) within the barrier timeout"
+    )]
+    PeerTimeout {
+        rank: usize,
+        peer: usize,
+        block: u32,
+        slot: u32,
+    },
     /// NCCL is needed for this call but could not be used.
     #[error("nccl unavailable: {0}")]
     NcclUnavailable(String),

@@ -28,12 +28,19 @@ pub fn nccl_comm(
     let here = nccl_available();
     let everywhere = exchange
         .all_gather(store, rank, world, &here)
-        .map_err(|e| Error::NcclUnavailable(format!("rank {rank}: exchanging nccl availability: {e}")))?;
+        .map_err(|e| {
+            Error::NcclUnavailable(format!("rank {rank}: exchanging nccl availability: {e}"))
+        })?;
     if let Some(missing) = everywhere.iter().position(|ok| !ok) {
-        return Err(Error::NcclUnavailable(format!("libnccl.so.2 could not be loaded on rank {missing}")));
+        return Err(Error::NcclUnavailable(format!(
+            "libnccl.so.2 could not be loaded on rank {missing}"
+        )));
     }
     let id_bytes: Option<Vec<u8>> = if rank == 0 {
-        let id = Id::new().map_err(|e| Error::Nccl { op: "ncclGetUniqueId", detail: format!("{e:?}") })?;
+        let id = Id::new().map_err(|e| Error::Nccl {
+            op: "ncclGetUniqueId",
+            detail: format!("{e:?}"),
+        })?;
         Some(id.internal().iter().map(|&c| c as u8).collect())
     } else {
         None
@@ -43,11 +50,16 @@ pub fn nccl_comm(
         .map_err(|e| Error::NcclUnavailable(format!("rank {rank}: receiving the nccl id: {e}")))?;
     let mut internal = [0 as std::ffi::c_char; 128];
     if id_bytes.len() != internal.len() {
-        return Err(Error::Nccl { op: "ncclCommInitRank", detail: format!("unique id of {} bytes, want 128", id_bytes.len()) });
+        return Err(Error::Nccl {
+            op: "ncclCommInitRank",
+            detail: format!("unique id of {} bytes, want 128", id_bytes.len()),
+        });
     }
     for (dst, src) in internal.iter_mut().zip(&id_bytes) {
         *dst = *src as std::ffi::c_char;
     }
-    Comm::from_rank(stream.clone(), rank, world, Id::uninit(internal))
-        .map_err(|e| Error::Nccl { op: "ncclCommInitRank", detail: format!("rank {rank} of {world}: {e:?}") })
+    Comm::from_rank(stream.clone(), rank, world, Id::uninit(internal)).map_err(|e| Error::Nccl {
+        op: "ncclCommInitRank",
+        detail: format!("rank {rank} of {world}: {e:?}"),
+    })
 }

@@ -32,13 +32,18 @@ impl Work {
             return Ok(());
         }
         let device = Some(self.stream.context().ordinal());
-        let event = self.stream.record_event(None).ctx("cuEventRecord", device)?;
+        let event = self
+            .stream
+            .record_event(None)
+            .ctx("cuEventRecord", device)?;
         other.wait(&event).ctx("cuStreamWaitEvent", device)
     }
 
     /// Blocks the host until the collective (and everything before it on
     /// its stream) finished.
     pub fn synchronize(&self) -> Result<()> {
-        self.stream.synchronize().ctx("cuStreamSynchronize", Some(self.stream.context().ordinal()))
+        self.stream
+            .synchronize()
+            .ctx("cuStreamSynchronize", Some(self.stream.context().ordinal()))
     }
 }

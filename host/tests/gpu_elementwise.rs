@@ -14,7 +14,9 @@ use rand::Rng;
 const LENGTHS: [usize; 9] = [1, 3, 7, 8, 9, 4095, 4096, 65_537, (1 << 20) + 3];
 
 fn random_vec<T: DType>(rng: &mut impl Rng, n: usize) -> Vec<T> {
-    (0..n).map(|_| T::from_f64(rng.random_range(-8.0..8.0))).collect()
+    (0..n)
+        .map(|_| T::from_f64(rng.random_range(-8.0..8.0)))
+        .collect()
 }
 
 /// Checks `add` for one type; `offset` shifts every view by that many
@@ -37,7 +39,9 @@ fn check_add<T: DType + PartialEq + std::fmt::Debug>(
         let va = da.slice(offset..);
         let vb = db.slice(offset..);
         let mut vo = dout.slice_mut(offset..);
-        module.add(stream, &va, &vb, &mut vo).map_err(|e| e.to_string())?;
+        module
+            .add(stream, &va, &vb, &mut vo)
+            .map_err(|e| e.to_string())?;
     }
     let out = stream.clone_dtoh(&dout).map_err(|e| e.to_string())?;
     stream.synchronize().map_err(|e| e.to_string())?;
@@ -93,7 +97,9 @@ fn add_rejects_mismatched_lengths() -> Result<(), Box<dyn std::error::Error>> {
     let a = stream.alloc_zeros::<f32>(10)?;
     let b = stream.alloc_zeros::<f32>(11)?;
     let mut out = stream.alloc_zeros::<f32>(10)?;
-    let err = module.add(&stream, &a, &b, &mut out).expect_err("lengths differ");
+    let err = module
+        .add(&stream, &a, &b, &mut out)
+        .expect_err("lengths differ");
     assert!(err.to_string().contains("lengths differ"), "{err}");
     Ok(())
 }

@@ -94,10 +94,16 @@ fn globaltimer_is_read() {
 
 #[test]
 fn no_out_of_line_calls() {
-    assert!(!PTX.contains(".extern .func"), "the PTX calls into core out of line");
+    assert!(
+        !PTX.contains(".extern .func"),
+        "the PTX calls into core out of line"
+    );
 }
 
 #[test]
 fn block_counter_atomic_has_gpu_scope() {
-    assert_probe("atom_add_acq_rel_gpu_u32", "atom.add.acq_rel.gpu.global.u32");
+    assert_probe(
+        "atom_add_acq_rel_gpu_u32",
+        "atom.add.acq_rel.gpu.global.u32",
+    );
 }

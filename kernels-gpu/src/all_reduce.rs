@@ -45,7 +45,11 @@ fn combine<const OP: u32>(a: Lanes, b: &Lanes) -> Lanes {
 /// # Safety
 /// Every `bufs[r] + half_off` must hold vector `i`.
 #[inline(always)]
-unsafe fn reduce_vec<T: Element, const W: usize, const OP: u32>(bufs: &[u64; 8], half_off: u64, i: usize) -> [u32; 4] {
+unsafe fn reduce_vec<T: Element, const W: usize, const OP: u32>(
+    bufs: &[u64; 8],
+    half_off: u64,
+    i: usize,
+) -> [u32; 4] {
     // Issue all W loads before combining: they travel over NVLink in
     // parallel instead of one round trip after another.
     let mut raw = [[0u32; 4]; W];
@@ -71,10 +75,12 @@ unsafe fn reduce_vec<T: Element, const W: usize, const OP: u32>(bufs: &[u64; 8],
     T::narrow(acc)
 }
 
-struct Setup {
-    own_pad: *mut u32,
+/// One chunk of a call: at most half a symmetric buffer of elements.
+struct Chunk {
     epoch: u32,
     half_off: u64,
+    input: u64,
+    output: u64,
     elems: usize,
     vecs: usize,
     aligned: bool,
@@ -82,36 +88,25 @@ struct Setup {
     stride: usize,
 }
 
-#[inline(always)]
-unsafe fn setup<T: Element>(p: &AllReduceParams) -> Setup {
-    let own_pad = pick(&p.pads, p.rank) as *mut u32;
-    // SAFETY: the host passes this rank's mapped pad.
-    let epoch = unsafe { call_epoch(own_pad) };
-    let elems = p.elems as usize;
-    Setup {
-        own_pad,
-        epoch,
-        half_off: (epoch & 1) as u64 * p.half_bytes,
-        elems,
-        vecs: math::div_ceil(elems, T::LANES),
-        aligned: math::all_vec_aligned(&[p.input as usize, p.output as usize]),
-        tid: (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize,
-        stride: (ptx::grid_dim_x() * ptx::block_dim_x()) as usize,
-    }
-}
-
-/// Copies the caller's vectors `[start, end)` into this rank's half.
+/// Copies the caller's vectors `[start, end)` of the chunk into this
+/// rank's half.
 ///
 /// # Safety
-/// The input holds `s.elems` elements; the half holds `s.vecs` vectors.
+/// The chunk's input holds `c.elems` elements; the half holds `c.vecs`
+/// vectors.
 #[inline(always)]
-unsafe fn copy_in<T: Element>(p: &AllReduceParams, s: &Setup, start: usize, end: usize) {
-    let own = (pick(&p.bufs, p.rank) + s.half_off) as *mut [u32; 4];
-    let mut i = start + s.tid;
+unsafe fn copy_in<T: Element>(p: &AllReduceParams, c: &Chunk, start: usize, end: usize) {
+    let own = (pick(&p.bufs, p.rank) + c.half_off) as *mut [u32; 4];
+    let mut i = start + c.tid;
     while i < end {
         // SAFETY: i < vecs; see the function's contract.
-        unsafe { ptx::st_global_v4_u32(own.add(i), load_vec(p.input as *const T, i, s.elems, s.aligned)) };
-        i += s.stride;
+        unsafe {
+            ptx::st_global_v4_u32(
+                own.add(i),
+                load_vec(c.input as *const T, i, c.elems, c.aligned),
+            )
+        };
+        i += c.stride;
     }
 }
 
@@ -119,23 +114,22 @@ unsafe fn copy_in<T: Element>(p: &AllReduceParams, s: &Setup, start: usize, end:
 /// W times the bytes over NVLink; the latency path for small messages.
 ///
 /// # Safety
-/// `p` must describe mapped buffers and pads of W ranks, caller buffers of
-/// `p.elems` elements, and halves of at least `p.elems` rounded up to 16
-/// bytes.
+/// See [`run_chunks`].
 #[inline(always)]
-unsafe fn one_shot<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+unsafe fn one_shot_chunk<T: Element, const W: usize, const OP: u32>(
+    p: &AllReduceParams,
+    c: &Chunk,
+) {
     // SAFETY: forwarded from the caller throughout.
     unsafe {
-        let s = setup::<T>(p);
-        copy_in::<T>(p, &s, 0, s.vecs);
-        block_barrier::<W>(&p.pads, p.rank, SLOT_START, s.epoch, p.timeout_ns, p.error);
-        let mut i = s.tid;
-        while i < s.vecs {
-            let v = reduce_vec::<T, W, OP>(&p.bufs, s.half_off, i);
-            store_vec(p.output as *mut T, i, s.elems, s.aligned, v);
-            i += s.stride;
+        copy_in::<T>(p, c, 0, c.vecs);
+        block_barrier::<W>(&p.pads, p.rank, SLOT_START, c.epoch, p.timeout_ns, p.error);
+        let mut i = c.tid;
+        while i < c.vecs {
+            let v = reduce_vec::<T, W, OP>(&p.bufs, c.half_off, i);
+            store_vec(c.output as *mut T, i, c.elems, c.aligned, v);
+            i += c.stride;
         }
-        finish_call(s.own_pad, s.epoch);
     }
 }
 
@@ -145,46 +139,143 @@ unsafe fn one_shot<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
 /// messages.
 ///
 /// # Safety
-/// As for [`one_shot`].
+/// See [`run_chunks`].
 #[inline(always)]
-unsafe fn two_shot<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+unsafe fn two_shot_chunk<T: Element, const W: usize, const OP: u32>(
+    p: &AllReduceParams,
+    c: &Chunk,
+) {
     // SAFETY: forwarded from the caller throughout.
     unsafe {
-        let s = setup::<T>(p);
         let mut r = 0;
         while r < W {
-            let (start, end) = math::even_split(s.vecs, W, r);
-            copy_in::<T>(p, &s, start, end);
+            let (start, end) = math::even_split(c.vecs, W, r);
+            copy_in::<T>(p, c, start, end);
             r += 1;
         }
-        block_barrier::<W>(&p.pads, p.rank, SLOT_START, s.epoch, p.timeout_ns, p.error);
+        block_barrier::<W>(&p.pads, p.rank, SLOT_START, c.epoch, p.timeout_ns, p.error);
 
-        let own = (pick(&p.bufs, p.rank) + s.half_off) as *mut [u32; 4];
-        let (start, end) = math::even_split(s.vecs, W, p.rank as usize);
-        let mut i = start + s.tid;
+        let own = (pick(&p.bufs, p.rank) + c.half_off) as *mut [u32; 4];
+        let (start, end) = math::even_split(c.vecs, W, p.rank as usize);
+        let mut i = start + c.tid;
         while i < end {
-            let v = reduce_vec::<T, W, OP>(&p.bufs, s.half_off, i);
+            let v = reduce_vec::<T, W, OP>(&p.bufs, c.half_off, i);
             ptx::st_global_v4_u32(own.add(i), v);
-            store_vec(p.output as *mut T, i, s.elems, s.aligned, v);
-            i += s.stride;
+            store_vec(c.output as *mut T, i, c.elems, c.aligned, v);
+            i += c.stride;
         }
-        block_barrier::<W>(&p.pads, p.rank, SLOT_MID, s.epoch, p.timeout_ns, p.error);
+        block_barrier::<W>(&p.pads, p.rank, SLOT_MID, c.epoch, p.timeout_ns, p.error);
 
+        // Gather, shard by shard: four independent 16-byte loads in flight
+        // per thread (written out, so no array goes to local memory).
         let mut r = 0;
         while r < W {
             if r != p.rank as usize {
-                let (start, end) = math::even_split(s.vecs, W, r);
-                let src = (pick(&p.bufs, r as u32) + s.half_off) as *const [u32; 4];
-                let mut i = start + s.tid;
+                let (start, end) = math::even_split(c.vecs, W, r);
+                let src = (pick(&p.bufs, r as u32) + c.half_off) as *const [u32; 4];
+                let out = c.output as *mut T;
+                let s = c.stride;
+                let mut i = start + c.tid;
+                while i + 3 * s < end {
+                    let a = ptx::ld_global_v4_u32(src.add(i));
+                    let b = ptx::ld_global_v4_u32(src.add(i + s));
+                    let d = ptx::ld_global_v4_u32(src.add(i + 2 * s));
+                    let e = ptx::ld_global_v4_u32(src.add(i + 3 * s));
+                    store_vec(out, i, c.elems, c.aligned, a);
+                    store_vec(out, i + s, c.elems, c.aligned, b);
+                    store_vec(out, i + 2 * s, c.elems, c.aligned, d);
+                    store_vec(out, i + 3 * s, c.elems, c.aligned, e);
+                    i += 4 * s;
+                }
                 while i < end {
-                    store_vec(p.output as *mut T, i, s.elems, s.aligned, ptx::ld_global_v4_u32(src.add(i)));
-                    i += s.stride;
+                    store_vec(
+                        out,
+                        i,
+                        c.elems,
+                        c.aligned,
+                        ptx::ld_global_v4_u32(src.add(i)),
+                    );
+                    i += s;
                 }
             }
             r += 1;
         }
-        finish_call(s.own_pad, s.epoch);
     }
+}
+
+/// Runs a call as chunks of at most half a symmetric buffer, all in this
+/// one launch: chunk `k` is its own epoch (`base + k`) and uses half
+/// `epoch & 1`. Reuse of a half inside the launch is safe for the same
+/// reason as across calls (NOTE [double buffering]), block by block: block
+/// `b` starts chunk `k + 2` only after passing chunk `k + 1`'s barrier with
+/// block `b` of every peer, which had finished chunk `k`, and block `b` only
+/// touches block `b`'s vectors (NOTE [block-local barriers]).
+///
+/// # Safety
+/// `p` must describe mapped buffers and pads of W ranks (`rank < W`),
+/// caller buffers of `p.elems` elements, and `p.half_bytes` a non-zero
+/// multiple of 16 inside every buffer's halves.
+#[inline(always)]
+unsafe fn run_chunks<T: Element, const W: usize, const OP: u32, const TWO_SHOT: bool>(
+    p: &AllReduceParams,
+) {
+    let own_pad = pick(&p.pads, p.rank) as *mut u32;
+    // SAFETY: the host passes this rank's mapped pad.
+    let base = unsafe { call_epoch(own_pad) };
+    let elems = p.elems as usize;
+    let chunk_elems = (p.half_bytes as usize) / T::BYTES;
+    let chunks = math::div_ceil(elems, chunk_elems).max(1);
+    let aligned = math::all_vec_aligned(&[p.input as usize, p.output as usize]);
+    let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
+    let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
+    let mut k = 0;
+    while k < chunks {
+        let epoch = base.wrapping_add(k as u32);
+        let first = k * chunk_elems;
+        let n = if elems - first < chunk_elems {
+            elems - first
+        } else {
+            chunk_elems
+        };
+        let c = Chunk {
+            epoch,
+            half_off: (epoch & 1) as u64 * p.half_bytes,
+            input: p.input + (first * T::BYTES) as u64,
+            output: p.output + (first * T::BYTES) as u64,
+            elems: n,
+            vecs: math::div_ceil(n, T::LANES),
+            aligned,
+            tid,
+            stride,
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            if TWO_SHOT {
+                two_shot_chunk::<T, W, OP>(p, &c);
+            } else {
+                one_shot_chunk::<T, W, OP>(p, &c);
+            }
+        }
+        k += 1;
+    }
+    // SAFETY: `own_pad` is this rank's pad; every thread gets here.
+    unsafe { finish_call(own_pad, base.wrapping_add(chunks as u32 - 1)) };
+}
+
+/// # Safety
+/// See [`run_chunks`].
+#[inline(always)]
+unsafe fn one_shot<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+    // SAFETY: forwarded.
+    unsafe { run_chunks::<T, W, OP, false>(p) }
+}
+
+/// # Safety
+/// See [`run_chunks`].
+#[inline(always)]
+unsafe fn two_shot<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+    // SAFETY: forwarded.
+    unsafe { run_chunks::<T, W, OP, true>(p) }
 }
 
 /// Defines one kernel per (algorithm, element type, world size); the op
@@ -209,12 +300,72 @@ macro_rules! all_reduce_kernels {
     )+};
 }
 
-all_reduce_kernels!(one_shot, Bf16, one_shot_bf16_w2 = 2, one_shot_bf16_w3 = 3, one_shot_bf16_w4 = 4, one_shot_bf16_w5 = 5, one_shot_bf16_w6 = 6, one_shot_bf16_w7 = 7, one_shot_bf16_w8 = 8);
-all_reduce_kernels!(one_shot, F16, one_shot_f16_w2 = 2, one_shot_f16_w3 = 3, one_shot_f16_w4 = 4, one_shot_f16_w5 = 5, one_shot_f16_w6 = 6, one_shot_f16_w7 = 7, one_shot_f16_w8 = 8);
-all_reduce_kernels!(one_shot, f32, one_shot_f32_w2 = 2, one_shot_f32_w3 = 3, one_shot_f32_w4 = 4, one_shot_f32_w5 = 5, one_shot_f32_w6 = 6, one_shot_f32_w7 = 7, one_shot_f32_w8 = 8);
-all_reduce_kernels!(two_shot, Bf16, two_shot_bf16_w2 = 2, two_shot_bf16_w3 = 3, two_shot_bf16_w4 = 4, two_shot_bf16_w5 = 5, two_shot_bf16_w6 = 6, two_shot_bf16_w7 = 7, two_shot_bf16_w8 = 8);
-all_reduce_kernels!(two_shot, F16, two_shot_f16_w2 = 2, two_shot_f16_w3 = 3, two_shot_f16_w4 = 4, two_shot_f16_w5 = 5, two_shot_f16_w6 = 6, two_shot_f16_w7 = 7, two_shot_f16_w8 = 8);
-all_reduce_kernels!(two_shot, f32, two_shot_f32_w2 = 2, two_shot_f32_w3 = 3, two_shot_f32_w4 = 4, two_shot_f32_w5 = 5, two_shot_f32_w6 = 6, two_shot_f32_w7 = 7, two_shot_f32_w8 = 8);
+all_reduce_kernels!(
+    one_shot,
+    Bf16,
+    one_shot_bf16_w2 = 2,
+    one_shot_bf16_w3 = 3,
+    one_shot_bf16_w4 = 4,
+    one_shot_bf16_w5 = 5,
+    one_shot_bf16_w6 = 6,
+    one_shot_bf16_w7 = 7,
+    one_shot_bf16_w8 = 8
+);
+all_reduce_kernels!(
+    one_shot,
+    F16,
+    one_shot_f16_w2 = 2,
+    one_shot_f16_w3 = 3,
+    one_shot_f16_w4 = 4,
+    one_shot_f16_w5 = 5,
+    one_shot_f16_w6 = 6,
+    one_shot_f16_w7 = 7,
+    one_shot_f16_w8 = 8
+);
+all_reduce_kernels!(
+    one_shot,
+    f32,
+    one_shot_f32_w2 = 2,
+    one_shot_f32_w3 = 3,
+    one_shot_f32_w4 = 4,
+    one_shot_f32_w5 = 5,
+    one_shot_f32_w6 = 6,
+    one_shot_f32_w7 = 7,
+    one_shot_f32_w8 = 8
+);
+all_reduce_kernels!(
+    two_shot,
+    Bf16,
+    two_shot_bf16_w2 = 2,
+    two_shot_bf16_w3 = 3,
+    two_shot_bf16_w4 = 4,
+    two_shot_bf16_w5 = 5,
+    two_shot_bf16_w6 = 6,
+    two_shot_bf16_w7 = 7,
+    two_shot_bf16_w8 = 8
+);
+all_reduce_kernels!(
+    two_shot,
+    F16,
+    two_shot_f16_w2 = 2,
+    two_shot_f16_w3 = 3,
+    two_shot_f16_w4 = 4,
+    two_shot_f16_w5 = 5,
+    two_shot_f16_w6 = 6,
+    two_shot_f16_w7 = 7,
+    two_shot_f16_w8 = 8
+);
+all_reduce_kernels!(
+    two_shot,
+    f32,
+    two_shot_f32_w2 = 2,
+    two_shot_f32_w3 = 3,
+    two_shot_f32_w4 = 4,
+    two_shot_f32_w5 = 5,
+    two_shot_f32_w6 = 6,
+    two_shot_f32_w7 = 7,
+    two_shot_f32_w8 = 8
+);
 
 /// Explicit barrier among the ranks of `p.rank_mask`: one block of
 /// `MAX_RANKS` threads.

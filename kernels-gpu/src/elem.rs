@@ -149,7 +149,12 @@ impl Element for f32 {
 
     #[inline(always)]
     fn narrow(l: Lanes) -> [u32; 4] {
-        [l[0].to_bits(), l[1].to_bits(), l[2].to_bits(), l[3].to_bits()]
+        [
+            l[0].to_bits(),
+            l[1].to_bits(),
+            l[2].to_bits(),
+            l[3].to_bits(),
+        ]
     }
 
     #[inline(always)]

@@ -55,7 +55,12 @@ unsafe fn add<T: Element>(a: *const T, b: *const T, out: *mut T, n: usize) {
 /// # Safety
 /// See [`add`].
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn add_bf16(a: *const Bf16, b: *const Bf16, out: *mut Bf16, n: usize) {
+pub unsafe extern "ptx-kernel" fn add_bf16(
+    a: *const Bf16,
+    b: *const Bf16,
+    out: *mut Bf16,
+    n: usize,
+) {
     // SAFETY: forwarded from the launcher.
     unsafe { add(a, b, out, n) }
 }

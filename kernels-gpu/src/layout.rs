@@ -120,8 +120,8 @@ mod tests {
 
     #[test]
     fn flags_fit_below_the_counters() {
-        assert!(flag_index(SLOTS - 1, MAX_BLOCKS - 1, MAX_RANKS - 1) < CALL_COUNTER);
-        assert!(BLOCKS_DONE < PAIR_COUNTER);
+        const { assert!(flag_index(SLOTS - 1, MAX_BLOCKS - 1, MAX_RANKS - 1) < CALL_COUNTER) };
+        const { assert!(BLOCKS_DONE < PAIR_COUNTER) };
         assert_eq!(SIGNAL_PAD_MIN_BYTES, (CALL_COUNTER + 32 + 8) * 4);
     }
 
@@ -137,7 +137,10 @@ mod tests {
 
     #[test]
     fn params_are_plain_words() {
-        assert_eq!(core::mem::size_of::<AllReduceParams>(), 8 * 8 * 2 + 6 * 8 + 8);
+        assert_eq!(
+            core::mem::size_of::<AllReduceParams>(),
+            8 * 8 * 2 + 6 * 8 + 8
+        );
         assert_eq!(core::mem::size_of::<ErrorWord>(), 32);
     }
 }

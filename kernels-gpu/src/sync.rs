@@ -92,8 +92,15 @@ pub unsafe fn block_barrier<const W: usize>(
         // are inside the layout (slot < SLOTS, block < MAX_BLOCKS, ranks <
         // MAX_RANKS: the host launches at most MAX_BLOCKS blocks).
         unsafe {
-            ptx::st_release_sys_u32(peer_pad.add(flag_index(slot, block as usize, rank as usize)), epoch);
-            if !wait_epoch(own_pad.add(flag_index(slot, block as usize, t as usize)), epoch, timeout_ns) {
+            ptx::st_release_sys_u32(
+                peer_pad.add(flag_index(slot, block as usize, rank as usize)),
+                epoch,
+            );
+            if !wait_epoch(
+                own_pad.add(flag_index(slot, block as usize, t as usize)),
+                epoch,
+                timeout_ns,
+            ) {
                 report(error, t, block, slot as u32, rank);
             }
         }
@@ -140,7 +147,13 @@ pub unsafe fn finish_call(own_pad: *mut u32, epoch: u32) {
 /// # Safety
 /// `pads` must hold the mapped signal pads of every rank in `rank_mask`.
 #[inline(always)]
-pub unsafe fn pair_barrier(pads: &[u64; MAX_RANKS], rank_mask: u32, rank: u32, timeout_ns: u64, error: u64) {
+pub unsafe fn pair_barrier(
+    pads: &[u64; MAX_RANKS],
+    rank_mask: u32,
+    rank: u32,
+    timeout_ns: u64,
+    error: u64,
+) {
     use crate::layout::{PAIR_COUNTER, SLOT_EXPLICIT};
     let t = ptx::thread_idx_x();
     if (t as usize) < MAX_RANKS && (rank_mask >> t) & 1 == 1 {
@@ -148,10 +161,18 @@ pub unsafe fn pair_barrier(pads: &[u64; MAX_RANKS], rank_mask: u32, rank: u32, t
         let peer_pad = pick(pads, t) as *mut u32;
         // SAFETY: the pads are mapped; indices are inside the layout.
         unsafe {
-            let epoch = ptx::ld_relaxed_sys_u32(own_pad.add(PAIR_COUNTER + t as usize)).wrapping_add(1);
+            let epoch =
+                ptx::ld_relaxed_sys_u32(own_pad.add(PAIR_COUNTER + t as usize)).wrapping_add(1);
             ptx::fence_acq_rel_sys();
-            ptx::st_release_sys_u32(peer_pad.add(flag_index(SLOT_EXPLICIT, 0, rank as usize)), epoch);
-            if !wait_epoch(own_pad.add(flag_index(SLOT_EXPLICIT, 0, t as usize)), epoch, timeout_ns) {
+            ptx::st_release_sys_u32(
+                peer_pad.add(flag_index(SLOT_EXPLICIT, 0, rank as usize)),
+                epoch,
+            );
+            if !wait_epoch(
+                own_pad.add(flag_index(SLOT_EXPLICIT, 0, t as usize)),
+                epoch,
+                timeout_ns,
+            ) {
                 report(error, t, 0, SLOT_EXPLICIT as u32, rank);
             }
             ptx::st_relaxed_sys_u32(own_pad.add(PAIR_COUNTER + t as usize), epoch);

@@ -11,7 +11,9 @@ use anyhow::{Context, Result, bail};
 const BINARIES: &[&str] = &["intranode-run", "intranode-bench"];
 
 pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
-    let out = out.map(Path::to_owned).unwrap_or_else(|| root.join("bundle"));
+    let out = out
+        .map(Path::to_owned)
+        .unwrap_or_else(|| root.join("bundle"));
     if out.exists() {
         std::fs::remove_dir_all(&out).with_context(|| format!("clearing {}", out.display()))?;
     }
@@ -36,7 +38,14 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
     // Test executables: cargo names them in its JSON messages.
     let output = Command::new(&cargo)
         .current_dir(root)
-        .args(["test", "--release", "--workspace", "--no-run", "--locked", "--message-format=json"])
+        .args([
+            "test",
+            "--release",
+            "--workspace",
+            "--no-run",
+            "--locked",
+            "--message-format=json",
+        ])
         .stderr(Stdio::inherit())
         .output()
         .context("cargo test --no-run")?;
@@ -45,10 +54,20 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
     }
     let mut tests = Vec::new();
     for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-        let Some(exe) = msg.get("executable").and_then(|e| e.as_str()) else { continue };
-        let is_test = msg.pointer("/profile/test").and_then(|t| t.as_bool()).unwrap_or(false);
-        let name = msg.pointer("/target/name").and_then(|n| n.as_str()).unwrap_or("test");
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let Some(exe) = msg.get("executable").and_then(|e| e.as_str()) else {
+            continue;
+        };
+        let is_test = msg
+            .pointer("/profile/test")
+            .and_then(|t| t.as_bool())
+            .unwrap_or(false);
+        let name = msg
+            .pointer("/target/name")
+            .and_then(|n| n.as_str())
+            .unwrap_or("test");
         if !is_test {
             continue;
         }
@@ -62,7 +81,9 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
          # skipping when INTRANODE_REQUIRE_GPUS is set.\nset -u\ncd \"$(dirname \"$0\")\"\nexport NCCL_NVLS_ENABLE=0\nfail=0\n",
     );
     for t in &tests {
-        script.push_str(&format!("echo \"== {t}\"; ./{t} --test-threads=1 || fail=1\n"));
+        script.push_str(&format!(
+            "echo \"== {t}\"; ./{t} --test-threads=1 || fail=1\n"
+        ));
     }
     script.push_str("exit $fail\n");
     let script_path = out.join("run-tests.sh");
@@ -74,7 +95,10 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
 
 fn copy_stripped(src: &Path, dst: &Path) -> Result<()> {
     std::fs::copy(src, dst).with_context(|| format!("copying {}", src.display()))?;
-    let status = Command::new("strip").arg(dst).status().context("running strip")?;
+    let status = Command::new("strip")
+        .arg(dst)
+        .status()
+        .context("running strip")?;
     if !status.success() {
         bail!("strip {} failed ({status})", dst.display());
     }

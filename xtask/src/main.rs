@@ -46,7 +46,8 @@ fn try_main() -> Result<()> {
     Ok(())
 }
 
-const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|ci|device-bundle> [--arch sm_XX] [--out DIR]";
+const USAGE: &str =
+    "usage: cargo xtask <build-ptx|check-ptx|ci|device-bundle> [--arch sm_XX] [--out DIR]";
 
 #[derive(Debug)]
 struct Opts {
@@ -56,7 +57,10 @@ struct Opts {
 
 impl Opts {
     fn parse(args: &[String]) -> Result<Self> {
-        let mut opts = Opts { arch: ptx_builder::DEFAULT_ARCH.to_owned(), out: None };
+        let mut opts = Opts {
+            arch: ptx_builder::DEFAULT_ARCH.to_owned(),
+            out: None,
+        };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
@@ -113,7 +117,19 @@ fn ci(opts: &Opts) -> Result<()> {
     let cargo = ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
     run(&root, cargo, &["fmt", "--all", "--", "--check"])?;
-    run(&root, cargo, &["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"])?;
+    run(
+        &root,
+        cargo,
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
     run(
         &root,
         cargo,
@@ -136,7 +152,10 @@ fn ci(opts: &Opts) -> Result<()> {
     println!("{}", path.display());
     ptxas::check(&root, &path, &opts.arch)?;
     // The other architecture the kernels promise to support must build too.
-    let sm80 = Opts { arch: "sm_80".into(), out: None };
+    let sm80 = Opts {
+        arch: "sm_80".into(),
+        out: None,
+    };
     let path80 = build_ptx(&sm80)?;
     ptxas::check(&root, &path80, &sm80.arch)?;
     eprintln!("xtask: ci passed");

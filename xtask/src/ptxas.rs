@@ -23,7 +23,16 @@ fn ptxas(root: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(&cache)?;
     eprintln!("xtask: fetching ptxas ({WHEEL}) into {}", cache.display());
     let status = Command::new("python3")
-        .args(["-m", "pip", "download", "--no-deps", "--quiet", "--only-binary=:all:", WHEEL, "-d"])
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            "--only-binary=:all:",
+            WHEEL,
+            "-d",
+        ])
         .arg(&cache)
         .status()
         .context("running python3 -m pip download")?;
@@ -66,7 +75,10 @@ pub fn parse_report(text: &str) -> Vec<KernelReport> {
     let mut out: Vec<KernelReport> = Vec::new();
     for line in text.lines() {
         if let Some(rest) = line.split("Function properties for ").nth(1) {
-            out.push(KernelReport { name: rest.trim().to_owned(), ..Default::default() });
+            out.push(KernelReport {
+                name: rest.trim().to_owned(),
+                ..Default::default()
+            });
         } else if let Some(k) = out.last_mut() {
             if line.contains("bytes stack frame") {
                 let nums: Vec<u32> = line
@@ -79,7 +91,11 @@ pub fn parse_report(text: &str) -> Vec<KernelReport> {
                     k.spill_load_bytes = loads;
                 }
             } else if let Some(r) = line.split("Used ").nth(1) {
-                k.registers = r.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
+                k.registers = r
+                    .split_whitespace()
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
             }
         }
     }
@@ -88,9 +104,13 @@ pub fn parse_report(text: &str) -> Vec<KernelReport> {
 
 /// Assembles `ptx` for `arch` and enforces the kernel rules.
 pub fn check(root: &Path, ptx: &Path, arch: &str) -> Result<()> {
-    let text = std::fs::read_to_string(ptx).with_context(|| format!("reading {}", ptx.display()))?;
+    let text =
+        std::fs::read_to_string(ptx).with_context(|| format!("reading {}", ptx.display()))?;
     if let Some(line) = text.lines().find(|l| l.contains(".extern .func")) {
-        bail!("{}: out-of-line call into core, the PTX would not load: {line}", ptx.display());
+        bail!(
+            "{}: out-of-line call into core, the PTX would not load: {line}",
+            ptx.display()
+        );
     }
     let ptxas = ptxas(root)?;
     let cubin = ptx.with_extension("cubin");
@@ -104,14 +124,24 @@ pub fn check(root: &Path, ptx: &Path, arch: &str) -> Result<()> {
         .with_context(|| format!("running {}", ptxas.display()))?;
     let report = String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
-        bail!("ptxas failed on {} ({}):\n{report}", ptx.display(), output.status);
+        bail!(
+            "ptxas failed on {} ({}):\n{report}",
+            ptx.display(),
+            output.status
+        );
     }
     let kernels = parse_report(&report);
     if kernels.is_empty() {
         bail!("ptxas reported no kernels for {}:\n{report}", ptx.display());
     }
     let mut bad = Vec::new();
-    println!("{:<40} {:>5} {:>6} {:>7}", format!("kernel ({arch})"), "regs", "stack", "spills");
+    println!(
+        "{:<40} {:>5} {:>6} {:>7}",
+        format!("kernel ({arch})"),
+        "regs",
+        "stack",
+        "spills"
+    );
     for k in &kernels {
         println!(
             "{:<40} {:>5} {:>6} {:>7}",
@@ -154,7 +184,11 @@ ptxas info    : Used 4 registers, used 0 barriers\n";
                     spill_store_bytes: 4,
                     spill_load_bytes: 12
                 },
-                KernelReport { name: "probe".into(), registers: 4, ..Default::default() },
+                KernelReport {
+                    name: "probe".into(),
+                    registers: 4,
+                    ..Default::default()
+                },
             ]
         );
     }

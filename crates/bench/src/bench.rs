@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaSlice;
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use half::bf16;
 use intranode::algo::{AllReduceAlgo, Crossovers};
 use serde::{Deserialize, Serialize};
@@ -89,10 +89,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Calls per timed sample: enough that launch gaps and event resolution
 /// stay small against the total.
 fn calls_per_sample(bytes: usize) -> usize {
-    match bytes {
-        0..=1_048_576 => 50,
-        ..=16_777_216 => 10,
-        _ => 3,
+    if bytes <= 1 << 20 {
+        50
+    } else if bytes <= 16 << 20 {
+        10
+    } else {
+        3
     }
 }
 
@@ -102,7 +104,12 @@ struct Measured {
     eager_host_us: Option<f64>,
 }
 
-fn enqueue(r: &Rank, d_in: &CudaSlice<bf16>, d_out: &mut CudaSlice<bf16>, algo: Option<AllReduceAlgo>) -> Result<()> {
+fn enqueue(
+    r: &Rank,
+    d_in: &CudaSlice<bf16>,
+    d_out: &mut CudaSlice<bf16>,
+    algo: Option<AllReduceAlgo>,
+) -> Result<()> {
     let op = cudarc::nccl::ReduceOp::Sum;
     match algo {
         None => r.comm.all_reduce(d_in, d_out, &op)?,
@@ -117,7 +124,8 @@ fn enqueue(r: &Rank, d_in: &CudaSlice<bf16>, d_out: &mut CudaSlice<bf16>, algo: 
 fn align(r: &mut Rank, tiny_in: &CudaSlice<bf16>, tiny_out: &mut CudaSlice<bf16>) -> Result<()> {
     let (rank, world) = (r.rank(), r.world());
     r.exchange.barrier(r.store.as_ref(), rank, world)?;
-    r.comm.all_reduce(tiny_in, tiny_out, &cudarc::nccl::ReduceOp::Sum)?;
+    r.comm
+        .all_reduce(tiny_in, tiny_out, &cudarc::nccl::ReduceOp::Sum)?;
     Ok(())
 }
 
@@ -131,12 +139,17 @@ fn measure(
 ) -> Result<Measured> {
     let bytes = d_in.len() * 2;
     let k = calls_per_sample(bytes);
-    let start = r.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
-    let end = r.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+    let start = r
+        .ctx
+        .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+    let end = r
+        .ctx
+        .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
 
     // CUDA-graph replay.
     r.stream.synchronize()?;
-    r.stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    r.stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
     for _ in 0..k {
         enqueue(r, d_in, d_out, algo)?;
     }
@@ -184,11 +197,17 @@ fn measure(
         eager_us = Some(median(dev));
         eager_host_us = Some(median(host));
     }
-    Ok(Measured { graph_us, eager_us, eager_host_us })
+    Ok(Measured {
+        graph_us,
+        eager_us,
+        eager_host_us,
+    })
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
-    let Some(mut r) = Rank::setup("intranode-bench bench")? else { return Ok(()) };
+    let Some(mut r) = Rank::setup("intranode-bench bench")? else {
+        return Ok(());
+    };
     let world = r.world();
     let seed = 0xBE7C_u64;
     let mut algos: Vec<Option<AllReduceAlgo>> = Vec::new();
@@ -200,12 +219,17 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         algos.push(Some(AllReduceAlgo::Nccl));
     }
     algos.push(None);
-    let mut tiny = (r.stream.clone_htod(&[bf16::ONE])?, r.stream.clone_htod(&[bf16::ZERO])?);
+    let mut tiny = (
+        r.stream.clone_htod(&[bf16::ONE])?,
+        r.stream.clone_htod(&[bf16::ZERO])?,
+    );
     let mut rows: Vec<Row> = Vec::new();
     for (si, bytes) in sizes(args).into_iter().enumerate() {
         let elems = bytes / 2;
         let call = si as u64;
-        let d_in = r.stream.clone_htod(&data::inputs::<bf16>(seed, call, r.rank(), elems))?;
+        let d_in = r
+            .stream
+            .clone_htod(&data::inputs::<bf16>(seed, call, r.rank(), elems))?;
         let mut nccl_row: Option<(f64, Option<f64>)> = None;
         for &algo in &algos {
             let mut d_out = r.stream.clone_htod(&vec![data::poison::<bf16>(); elems])?;
@@ -213,26 +237,43 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             let out = r.stream.clone_dtoh(&d_out)?;
             r.stream.synchronize()?;
             let name = algo.map_or("auto", AllReduceAlgo::name);
-            data::verify(&out, seed, call, world, Op::Sum)
-                .map_err(|e| anyhow::anyhow!("rank {}: {name} at {bytes} bytes gave a wrong result: {e}", r.rank()))?;
+            data::verify(&out, seed, call, world, Op::Sum).map_err(|e| {
+                anyhow::anyhow!(
+                    "rank {}: {name} at {bytes} bytes gave a wrong result: {e}",
+                    r.rank()
+                )
+            })?;
             // The slowest rank's median is the collective's time.
             let all = r.all_gather(&(m.graph_us, m.eager_us, m.eager_host_us))?;
             let graph_us = all.iter().map(|a| a.0).fold(0.0, f64::max);
-            let eager_us = m.eager_us.map(|_| all.iter().filter_map(|a| a.1).fold(0.0, f64::max));
-            let eager_host_us = m.eager_host_us.map(|_| all.iter().filter_map(|a| a.2).fold(0.0, f64::max));
+            let eager_us = m
+                .eager_us
+                .map(|_| all.iter().filter_map(|a| a.1).fold(0.0, f64::max));
+            let eager_host_us = m
+                .eager_host_us
+                .map(|_| all.iter().filter_map(|a| a.2).fold(0.0, f64::max));
             if algo == Some(AllReduceAlgo::Nccl) {
                 nccl_row = Some((graph_us, eager_us));
             }
-            let chosen = r.comm.algo_for::<bf16>(elems, &cudarc::nccl::ReduceOp::Sum).name().to_owned();
+            let chosen = r
+                .comm
+                .algo_for::<bf16>(elems, &cudarc::nccl::ReduceOp::Sum)
+                .name()
+                .to_owned();
             rows.push(Row {
                 world,
                 bytes,
                 algo: name.to_owned(),
-                chosen: if algo.is_none() { chosen } else { name.to_owned() },
+                chosen: if algo.is_none() {
+                    chosen
+                } else {
+                    name.to_owned()
+                },
                 graph_us,
                 eager_us,
                 eager_host_us,
-                busbw_gbps: 2.0 * (world as f64 - 1.0) / world as f64 * bytes as f64 / (graph_us * 1e3),
+                busbw_gbps: 2.0 * (world as f64 - 1.0) / world as f64 * bytes as f64
+                    / (graph_us * 1e3),
                 graph_vs_nccl: None,
                 eager_vs_nccl: None,
             });
@@ -252,7 +293,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         std::fs::create_dir_all(&args.out)?;
         let json = args.out.join(format!("bench_w{world}.json"));
         std::fs::write(&json, serde_json::to_string_pretty(&rows)?)?;
-        let mut csv = String::from("world,bytes,algo,chosen,graph_us,eager_us,eager_host_us,busbw_gbps,graph_vs_nccl,eager_vs_nccl\n");
+        let mut csv = String::from(
+            "world,bytes,algo,chosen,graph_us,eager_us,eager_host_us,busbw_gbps,graph_vs_nccl,eager_vs_nccl\n",
+        );
         for row in &rows {
             csv.push_str(&format!(
                 "{},{},{},{},{:.3},{},{},{:.2},{},{}\n",
@@ -273,7 +316,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         if let Some(path) = &args.tune {
             let x = tune(&rows, world, path)?;
             std::fs::write(path, serde_json::to_string_pretty(&x)?)?;
-            println!("crossovers for world {world}: one-shot up to {} bytes, two-shot up to {} bytes -> {}", x.one_shot_max_bytes[world], x.two_shot_max_bytes[world], path.display());
+            println!(
+                "crossovers for world {world}: one-shot up to {} bytes, two-shot up to {} bytes -> {}",
+                x.one_shot_max_bytes[world],
+                x.two_shot_max_bytes[world],
+                path.display()
+            );
         }
     }
     Ok(())
@@ -287,12 +335,20 @@ fn opt(v: Option<f64>) -> String {
 /// everything else, then two-shot while it beats NCCL.
 fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result<Crossovers> {
     let mut x = Crossovers::from_file(path).unwrap_or_default();
-    let time = |bytes: usize, algo: &str| rows.iter().find(|r| r.bytes == bytes && r.algo == algo).map(|r| r.graph_us);
+    let time = |bytes: usize, algo: &str| {
+        rows.iter()
+            .find(|r| r.bytes == bytes && r.algo == algo)
+            .map(|r| r.graph_us)
+    };
     let mut sizes: Vec<usize> = rows.iter().map(|r| r.bytes).collect();
     sizes.dedup();
     let (mut one, mut two) = (0, 0);
     for &s in &sizes {
-        let (o, t, n) = (time(s, "one-shot"), time(s, "two-shot"), time(s, "nccl").unwrap_or(f64::INFINITY));
+        let (o, t, n) = (
+            time(s, "one-shot"),
+            time(s, "two-shot"),
+            time(s, "nccl").unwrap_or(f64::INFINITY),
+        );
         if let (Some(o), Some(t)) = (o, t) {
             if o <= t && o <= n && one == two {
                 one = s;

@@ -63,20 +63,43 @@ fn run_case<T: DType + NcclType>(r: &mut Rank, seed: u64, case: &Case, auto: boo
     }
     let out = r.stream.clone_dtoh(&d_out)?;
     r.stream.synchronize()?;
-    data::verify(&out, seed, case.call, r.world(), case.op)
-        .map_err(|e| anyhow::anyhow!("rank {}: {} n={}: {e}", r.rank(), if auto { "auto" } else { case.algo.name() }, case.elems))?;
+    data::verify(&out, seed, case.call, r.world(), case.op).map_err(|e| {
+        anyhow::anyhow!(
+            "rank {}: {} n={}: {e}",
+            r.rank(),
+            if auto { "auto" } else { case.algo.name() },
+            case.elems
+        )
+    })?;
     Ok(data::fingerprint(&out))
 }
 
 fn sweep<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) -> Result<usize> {
-    let buffer_elems = r.comm.intra().map_or(5 << 20, |c| c.symm().buffer_bytes() / T::ELEM.bytes());
-    let lengths = [1, 7, 8, 4095, 4096, (1 << 20) + 3, buffer_elems, buffer_elems + 5];
+    let buffer_elems = r
+        .comm
+        .intra()
+        .map_or(5 << 20, |c| c.symm().buffer_bytes() / T::ELEM.bytes());
+    let lengths = [
+        1,
+        7,
+        8,
+        4095,
+        4096,
+        (1 << 20) + 3,
+        buffer_elems,
+        buffer_elems + 5,
+    ];
     let mut cases = 0;
     for algo in algos(r) {
         for op in Op::ALL {
             for &elems in &lengths {
                 *call += 1;
-                let case = Case { algo: algo.unwrap_or(AllReduceAlgo::Nccl), op, elems, call: *call };
+                let case = Case {
+                    algo: algo.unwrap_or(AllReduceAlgo::Nccl),
+                    op,
+                    elems,
+                    call: *call,
+                };
                 let fp = run_case::<T>(r, args.seed, &case, algo.is_none())?;
                 let all = r.all_gather(&fp)?;
                 if all.iter().any(|&f| f != fp) {
@@ -95,7 +118,13 @@ fn sweep<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) ->
 
 /// Back-to-back calls without synchronizing in between, then a check of
 /// every one: catches barrier and double-buffering races.
-fn stress<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, calls: usize, call: &mut u64, rng: &mut u64) -> Result<()> {
+fn stress<T: DType + NcclType>(
+    r: &mut Rank,
+    args: &CheckArgs,
+    calls: usize,
+    call: &mut u64,
+    rng: &mut u64,
+) -> Result<()> {
     const BATCH: usize = 50;
     let choices = algos(r);
     let mut remaining = calls;
@@ -103,7 +132,9 @@ fn stress<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, calls: usize, cal
         let n_batch = remaining.min(BATCH);
         let mut pending = Vec::with_capacity(n_batch);
         for _ in 0..n_batch {
-            *rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            *rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let x = *rng >> 16;
             let elems = 1 + (x % 70_000) as usize;
             let op = Op::ALL[(x >> 20) as usize % 4];
@@ -122,7 +153,10 @@ fn stress<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, calls: usize, cal
         for (_, d_out, op, c, algo) in &pending {
             let out = r.stream.clone_dtoh(d_out)?;
             data::verify(&out, args.seed, *c, r.world(), *op).map_err(|e| {
-                anyhow::anyhow!("stress call {c} ({}): {e}", algo.map_or("auto", AllReduceAlgo::name))
+                anyhow::anyhow!(
+                    "stress call {c} ({}): {e}",
+                    algo.map_or("auto", AllReduceAlgo::name)
+                )
             })?;
         }
         remaining -= n_batch;
@@ -132,7 +166,18 @@ fn stress<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, calls: usize, cal
 
 /// Captures 10 all-reduces in a CUDA graph and replays it with new inputs.
 fn graph<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) -> Result<()> {
-    let sizes = [1usize, 7, 8, 100, 4095, 4096, 10_000, 65_537, 200_003, 1 << 20];
+    let sizes = [
+        1usize,
+        7,
+        8,
+        100,
+        4095,
+        4096,
+        10_000,
+        65_537,
+        200_003,
+        1 << 20,
+    ];
     let mut algos_cycle = Vec::new();
     if r.comm.intra().is_some() {
         algos_cycle.extend([AllReduceAlgo::OneShot, AllReduceAlgo::TwoShot]);
@@ -149,11 +194,14 @@ fn graph<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) ->
     }
     r.stream.synchronize()?;
     r.stream
-        .begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .begin_capture(
+            cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        )
         .context("begin capture")?;
     for (k, (d_in, d_out)) in ins.iter().zip(outs.iter_mut()).enumerate() {
         let algo = algos_cycle[k % algos_cycle.len()];
-        r.comm.all_reduce_with(d_in, d_out, &ops[k % ops.len()].nccl(), algo)?;
+        r.comm
+            .all_reduce_with(d_in, d_out, &ops[k % ops.len()].nccl(), algo)?;
     }
     let graph = r
         .stream
@@ -174,15 +222,23 @@ fn graph<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) ->
         for (k, d_out) in outs.iter().enumerate() {
             let out = r.stream.clone_dtoh(d_out)?;
             r.stream.synchronize()?;
-            data::verify(&out, args.seed, *call * 16 + k as u64, r.world(), ops[k % ops.len()])
-                .map_err(|e| anyhow::anyhow!("graph replay, all-reduce {k}: {e}"))?;
+            data::verify(
+                &out,
+                args.seed,
+                *call * 16 + k as u64,
+                r.world(),
+                ops[k % ops.len()],
+            )
+            .map_err(|e| anyhow::anyhow!("graph replay, all-reduce {k}: {e}"))?;
         }
     }
     Ok(())
 }
 
 pub fn run(args: &CheckArgs) -> Result<()> {
-    let Some(mut r) = Rank::setup("intranode-bench check")? else { return Ok(()) };
+    let Some(mut r) = Rank::setup("intranode-bench check")? else {
+        return Ok(());
+    };
     let mut call = 0u64;
     let t0 = std::time::Instant::now();
     let mut cases = 0;
@@ -194,13 +250,22 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     let per_type = args.stress_calls / 3;
     stress::<bf16>(&mut r, args, per_type, &mut call, &mut rng)?;
     stress::<f16>(&mut r, args, per_type, &mut call, &mut rng)?;
-    stress::<f32>(&mut r, args, args.stress_calls - 2 * per_type, &mut call, &mut rng)?;
+    stress::<f32>(
+        &mut r,
+        args,
+        args.stress_calls - 2 * per_type,
+        &mut call,
+        &mut rng,
+    )?;
     let t_stress = t0.elapsed() - t_sweep;
     graph::<bf16>(&mut r, args, &mut call)?;
     let t_graph = t0.elapsed() - t_sweep - t_stress;
     let intra = match r.comm.intra() {
         Some(c) => format!("intra-node {:?}", c.topology()),
-        None => format!("no intra-node path ({})", r.comm.intra_reason().unwrap_or("?")),
+        None => format!(
+            "no intra-node path ({})",
+            r.comm.intra_reason().unwrap_or("?")
+        ),
     };
     println!(
         "check rank {}/{} ok: {intra}; {cases} sweep cases ({:.1} s), {} back-to-back calls ({:.1} s), {} graph replays x 10 all-reduces ({:.1} s), all bitwise identical across ranks and within tolerance of the f64 reference",

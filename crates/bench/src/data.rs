@@ -15,12 +15,16 @@ fn mix(mut x: u64) -> u64 {
 /// Input value: a multiple of 1/8 in [-8, 8], exact in every element type,
 /// fresh for every (seed, call, rank, element).
 pub fn input_value(seed: u64, call: u64, rank: usize, i: usize) -> f64 {
-    let h = mix(seed ^ mix(call ^ ((rank as u64) << 48)) ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93));
+    let h = mix(seed
+        ^ mix(call ^ ((rank as u64) << 48))
+        ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93));
     ((h >> 40) % 129) as f64 / 8.0 - 8.0
 }
 
 pub fn inputs<T: DType>(seed: u64, call: u64, rank: usize, n: usize) -> Vec<T> {
-    (0..n).map(|i| T::from_f64(input_value(seed, call, rank, i))).collect()
+    (0..n)
+        .map(|i| T::from_f64(input_value(seed, call, rank, i)))
+        .collect()
 }
 
 /// Reduction ops of the suite.
@@ -68,12 +72,22 @@ pub fn tolerance(elem: ElemType, reference: f64) -> f64 {
 }
 
 /// The first element of `out` off the reference, as a message.
-pub fn verify<T: DType>(out: &[T], seed: u64, call: u64, world: usize, op: Op) -> Result<(), String> {
+pub fn verify<T: DType>(
+    out: &[T],
+    seed: u64,
+    call: u64,
+    world: usize,
+    op: Op,
+) -> Result<(), String> {
     for (i, v) in out.iter().enumerate() {
         let want = reference(seed, call, world, i, op);
         let got = v.to_f64();
         if !(got - want).abs().le(&tolerance(T::ELEM, want)) {
-            return Err(format!("element {i} of {}: got {got}, want {want} ({:?} {op:?})", out.len(), T::ELEM));
+            return Err(format!(
+                "element {i} of {}: got {got}, want {want} ({:?} {op:?})",
+                out.len(),
+                T::ELEM
+            ));
         }
     }
     Ok(())

@@ -22,7 +22,8 @@ impl Rank {
     /// `None` (after a visible message) when this machine has too few GPUs
     /// and `INTRANODE_REQUIRE_GPUS` does not demand them.
     pub fn setup(what: &str) -> Result<Option<Rank>> {
-        let env = DistEnv::from_env().context("reading the rank environment (run under intranode-run)")?;
+        let env = DistEnv::from_env()
+            .context("reading the rank environment (run under intranode-run)")?;
         let device = env.device.unwrap_or(env.local_rank);
         match intranode::gpu::gpus_or_skip(device + 1, what) {
             Ok(true) => {}
@@ -31,7 +32,8 @@ impl Rank {
         }
         let addr = env.store_addr()?;
         let store: Arc<dyn Store> = Arc::new(
-            TcpStore::connect(addr.as_str(), ClientConfig::from_env()).with_context(|| format!("connecting to the store at {addr}"))?,
+            TcpStore::connect(addr.as_str(), ClientConfig::from_env())
+                .with_context(|| format!("connecting to the store at {addr}"))?,
         );
         let ctx = intranode::gpu::context(device)?;
         // The suite hands raw buffers to graphs and two paths; cudarc's
@@ -42,7 +44,14 @@ impl Rank {
         let stream = ctx.new_stream().context("creating a stream")?;
         let comm = Communicator::new(stream.clone(), store.clone(), env.rank, env.world_size)
             .with_context(|| format!("rank {}: building the communicator", env.rank))?;
-        Ok(Some(Rank { env, ctx, stream, store, exchange: StoreExchange::new("intranode/bench"), comm }))
+        Ok(Some(Rank {
+            env,
+            ctx,
+            stream,
+            store,
+            exchange: StoreExchange::new("intranode/bench"),
+            comm,
+        }))
     }
 
     pub fn rank(&self) -> usize {
@@ -54,8 +63,13 @@ impl Rank {
     }
 
     /// Gathers one value per rank.
-    pub fn all_gather<T: serde::Serialize + serde::de::DeserializeOwned>(&mut self, v: &T) -> Result<Vec<T>> {
+    pub fn all_gather<T: serde::Serialize + serde::de::DeserializeOwned>(
+        &mut self,
+        v: &T,
+    ) -> Result<Vec<T>> {
         let (rank, world) = (self.rank(), self.world());
-        Ok(self.exchange.all_gather(self.store.as_ref(), rank, world, v)?)
+        Ok(self
+            .exchange
+            .all_gather(self.store.as_ref(), rank, world, v)?)
     }
 }

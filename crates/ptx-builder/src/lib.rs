@@ -54,7 +54,10 @@ impl fmt::Display for PtxBuildError {
             Self::BadArch(a) => write!(f, "architecture {a:?} is not of the form sm_<digits>"),
             Self::Spawn(e) => write!(f, "could not run cargo to build the kernels: {e}"),
             Self::Cargo { status, stderr } => {
-                write!(f, "building kernels-gpu for {TARGET} failed ({status}):\n{stderr}")
+                write!(
+                    f,
+                    "building kernels-gpu for {TARGET} failed ({status}):\n{stderr}"
+                )
             }
             Self::MissingOutput(dir) => write!(f, "no kernels_gpu-*.s under {}", dir.display()),
             Self::Io(p, e) => write!(f, "reading {}: {e}", p.display()),
@@ -184,7 +187,8 @@ mod tests {
 
     #[test]
     fn entries() {
-        let ptx = ".visible .entry add_f32(\n.param .u64 a\n)\n{\n}\n.visible .entry probe_x()\n{\n}\n";
+        let ptx =
+            ".visible .entry add_f32(\n.param .u64 a\n)\n{\n}\n.visible .entry probe_x()\n{\n}\n";
         assert_eq!(entry_names(ptx), ["add_f32", "probe_x"]);
     }
 }

@@ -51,7 +51,7 @@ const THREADS: usize = 512;
 /// Most blocks per launch, per algorithm (at most `MAX_BLOCKS`, the
 /// signal-pad layout's bound).
 const ONE_SHOT_MAX_BLOCKS: usize = 24;
-const TWO_SHOT_MAX_BLOCKS: usize = 32;
+const TWO_SHOT_MAX_BLOCKS: usize = 64;
 const _: () = assert!(ONE_SHOT_MAX_BLOCKS <= MAX_BLOCKS && TWO_SHOT_MAX_BLOCKS <= MAX_BLOCKS);
 
 /// Blocks for a launch over `vecs` 16-byte vectors.
@@ -161,27 +161,33 @@ impl IntraNodeComm {
         }
         let mut params = self.params_template();
         params.op = op.code();
+        params.input = input;
+        params.output = output;
+        params.elems = elems as u64;
+        // One launch per call: the kernel walks messages larger than half
+        // the symmetric buffer chunk by chunk (`run_chunks`), so the grid is
+        // sized for one chunk.
         let chunk_elems = self.half_buffer_bytes() / elem.bytes();
-        let mut done = 0usize;
-        while done < elems {
-            let n = chunk_elems.min(elems - done);
-            let offset_bytes = (done * elem.bytes()) as u64;
-            params.input = input + offset_bytes;
-            params.output = output + offset_bytes;
-            params.elems = n as u64;
-            let vecs = n.div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
-            let blocks = blocks_for(algo, vecs, self.world());
-            let mut arg = (&mut params) as *mut AllReduceParams as *mut c_void;
-            // SAFETY: every collective kernel takes one AllReduceParams by
-            // value; the peers' buffers and pads are mapped for the life of
-            // `self`; the caller vouches for input and output; at most
-            // MAX_BLOCKS blocks (the signal-pad layout's bound).
-            unsafe {
-                driver_ext::launch(f, blocks as u32, THREADS as u32, 0, stream.cu_stream(), std::slice::from_mut(&mut arg))
-            }
-            .ctx("cuLaunchKernel(all_reduce)", Some(self.device()))?;
-            done += n;
+        let vecs = elems
+            .min(chunk_elems)
+            .div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
+        let blocks = blocks_for(algo, vecs, self.world());
+        let mut arg = (&mut params) as *mut AllReduceParams as *mut c_void;
+        // SAFETY: every collective kernel takes one AllReduceParams by
+        // value; the peers' buffers and pads are mapped for the life of
+        // `self`; the caller vouches for input and output; at most
+        // MAX_BLOCKS blocks (the signal-pad layout's bound).
+        unsafe {
+            driver_ext::launch(
+                f,
+                blocks as u32,
+                THREADS as u32,
+                0,
+                stream.cu_stream(),
+                std::slice::from_mut(&mut arg),
+            )
         }
+        .ctx("cuLaunchKernel(all_reduce)", Some(self.device()))?;
         Ok(Work::new(stream.clone()))
     }
 
@@ -226,7 +232,14 @@ impl IntraNodeComm {
         // SAFETY: `barrier` takes one BarrierParams by value; the pads are
         // mapped for the life of `self`.
         unsafe {
-            driver_ext::launch(f, 1, MAX_RANKS as u32, 0, stream.cu_stream(), std::slice::from_mut(&mut arg))
+            driver_ext::launch(
+                f,
+                1,
+                MAX_RANKS as u32,
+                0,
+                stream.cu_stream(),
+                std::slice::from_mut(&mut arg),
+            )
         }
         .ctx("cuLaunchKernel(barrier)", Some(self.device()))?;
         Ok(Work::new(stream.clone()))
@@ -262,7 +275,10 @@ mod tests {
             for world in 2..=MAX_RANKS {
                 for algo in [AllReduceAlgo::OneShot, AllReduceAlgo::TwoShot] {
                     let name = kernel_name(algo, elem, world).unwrap();
-                    assert!(names.contains(&name.as_str()), "{name} missing from the PTX");
+                    assert!(
+                        names.contains(&name.as_str()),
+                        "{name} missing from the PTX"
+                    );
                 }
             }
         }
@@ -276,7 +292,10 @@ mod tests {
             for vecs in [1usize, 7, 512, 513, 1 << 20, 1 << 30] {
                 for algo in [AllReduceAlgo::OneShot, AllReduceAlgo::TwoShot] {
                     let b = blocks_for(algo, vecs, world);
-                    assert!((1..=MAX_BLOCKS).contains(&b), "{algo:?} {vecs} {world}: {b}");
+                    assert!(
+                        (1..=MAX_BLOCKS).contains(&b),
+                        "{algo:?} {vecs} {world}: {b}"
+                    );
                 }
             }
         }

@@ -48,7 +48,8 @@ impl HostErrorWord {
         ctx.bind_to_thread().ctx("cuCtxSetCurrent", dev)?;
         let bytes = std::mem::size_of::<ErrorWord>();
         // SAFETY: the context is current.
-        let host = unsafe { driver_ext::mem_host_alloc_mapped(bytes) }.ctx("cuMemHostAlloc", dev)?;
+        let host =
+            unsafe { driver_ext::mem_host_alloc_mapped(bytes) }.ctx("cuMemHostAlloc", dev)?;
         // SAFETY: `host` holds `bytes` bytes, just allocated.
         unsafe { std::ptr::write_bytes(host as *mut u8, 0, bytes) };
         // SAFETY: `host` is mapped host memory from mem_host_alloc_mapped.
@@ -57,10 +58,18 @@ impl HostErrorWord {
             Err(e) => {
                 // SAFETY: allocated above, never shared.
                 let _ = unsafe { driver_ext::mem_free_host(host) };
-                return Err(Error::Driver { op: "cuMemHostGetDevicePointer", device: dev, source: e });
+                return Err(Error::Driver {
+                    op: "cuMemHostGetDevicePointer",
+                    device: dev,
+                    source: e,
+                });
             }
         };
-        Ok(HostErrorWord { ctx: ctx.clone(), host, device })
+        Ok(HostErrorWord {
+            ctx: ctx.clone(),
+            host,
+            device,
+        })
     }
 
     /// The address kernels write to.
@@ -97,7 +106,10 @@ impl Drop for HostErrorWord {
         if self.ctx.bind_to_thread().is_ok() {
             // SAFETY: allocated in `new`, freed once; kernels that could
             // still write it are waited for first.
-            let result = self.ctx.synchronize().and_then(|()| unsafe { driver_ext::mem_free_host(self.host) });
+            let result = self
+                .ctx
+                .synchronize()
+                .and_then(|()| unsafe { driver_ext::mem_free_host(self.host) });
             self.ctx.record_err(result);
         }
     }

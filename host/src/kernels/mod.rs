@@ -11,8 +11,8 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, sys};
 
 use crate::driver_ext;
-pub use ptx_builder::entry_names;
 use crate::error::{DriverContext, Error, Result};
+pub use ptx_builder::entry_names;
 
 /// PTX of the `kernels-gpu` crate, for the architecture `build.rs` was
 /// asked for (`INTRANODE_PTX_ARCH`, default sm_90).
@@ -130,14 +130,23 @@ impl KernelModule {
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
         let device = Some(ctx.ordinal());
         ctx.bind_to_thread().ctx("cuCtxSetCurrent", device)?;
-        let image = CString::new(PTX).map_err(|_| Error::InvalidArgument("embedded PTX holds a NUL byte".into()))?;
+        let image = CString::new(PTX)
+            .map_err(|_| Error::InvalidArgument("embedded PTX holds a NUL byte".into()))?;
         // SAFETY: the context was made current just above.
-        let module = unsafe { driver_ext::module_load_data(&image) }.ctx("cuModuleLoadData", device)?;
-        let mut this = KernelModule { ctx: ctx.clone(), module, functions: HashMap::new() };
+        let module =
+            unsafe { driver_ext::module_load_data(&image) }.ctx("cuModuleLoadData", device)?;
+        let mut this = KernelModule {
+            ctx: ctx.clone(),
+            module,
+            functions: HashMap::new(),
+        };
         for name in entry_names(PTX) {
-            let cname = CString::new(name).map_err(|_| Error::MissingKernel { name: name.to_owned() })?;
+            let cname = CString::new(name).map_err(|_| Error::MissingKernel {
+                name: name.to_owned(),
+            })?;
             // SAFETY: `module` was loaded above and is unloaded only in Drop.
-            let f = unsafe { driver_ext::module_get_function(this.module, &cname) }.ctx("cuModuleGetFunction", device)?;
+            let f = unsafe { driver_ext::module_get_function(this.module, &cname) }
+                .ctx("cuModuleGetFunction", device)?;
             this.functions.insert(name, f);
         }
         Ok(this)
@@ -153,7 +162,9 @@ impl KernelModule {
         self.functions
             .get(name)
             .copied()
-            .ok_or_else(|| Error::MissingKernel { name: name.to_owned() })
+            .ok_or_else(|| Error::MissingKernel {
+                name: name.to_owned(),
+            })
     }
 
     /// `out = a + b` elementwise, computed in f32 and rounded once, on
@@ -205,7 +216,10 @@ impl Drop for KernelModule {
             // SAFETY: loaded in `load`, unloaded only here; kernels already
             // enqueued keep their code alive per the driver's rules for
             // module unload after synchronization, so wait first.
-            let result = self.ctx.synchronize().and_then(|()| unsafe { driver_ext::module_unload(self.module) });
+            let result = self
+                .ctx
+                .synchronize()
+                .and_then(|()| unsafe { driver_ext::module_unload(self.module) });
             // Drop must not panic: keep the error for the context's next call.
             self.ctx.record_err(result);
         }
@@ -233,13 +247,19 @@ mod tests {
         let names = entry_names(PTX);
         for ty in ElemType::ALL {
             let want = format!("add_{}", ty.suffix());
-            assert!(names.contains(&want.as_str()), "{want} missing from {names:?}");
+            assert!(
+                names.contains(&want.as_str()),
+                "{want} missing from {names:?}"
+            );
         }
     }
 
     #[test]
     fn embedded_ptx_calls_nothing_out_of_line() {
-        assert!(!PTX.contains(".extern .func"), "the PTX calls into core out of line");
+        assert!(
+            !PTX.contains(".extern .func"),
+            "the PTX calls into core out of line"
+        );
     }
 
     #[test]
