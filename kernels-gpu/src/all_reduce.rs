@@ -83,9 +83,24 @@ struct Chunk {
     output: u64,
     elems: usize,
     vecs: usize,
+    /// Vectors the shard geometry is computed from: the same for every
+    /// chunk of a launch (the first chunk's count), so that a vector index
+    /// maps to the same block in every chunk, the last, shorter one too
+    /// (NOTE [block-local barriers]).
+    basis_vecs: usize,
     aligned: bool,
     tid: usize,
     stride: usize,
+}
+
+impl Chunk {
+    /// Shard `r` of this chunk: `r`'s share of `basis_vecs`, cut at `vecs`.
+    #[inline(always)]
+    fn shard<const W: usize>(&self, r: usize) -> (usize, usize) {
+        let (start, end) = math::even_split(self.basis_vecs, W, r);
+        let cut = |x: usize| if x < self.vecs { x } else { self.vecs };
+        (cut(start), cut(end))
+    }
 }
 
 /// Copies the caller's vectors `[start, end)` of the chunk into this
@@ -149,14 +164,14 @@ unsafe fn two_shot_chunk<T: Element, const W: usize, const OP: u32>(
     unsafe {
         let mut r = 0;
         while r < W {
-            let (start, end) = math::even_split(c.vecs, W, r);
+            let (start, end) = c.shard::<W>(r);
             copy_in::<T>(p, c, start, end);
             r += 1;
         }
         block_barrier::<W>(&p.pads, p.rank, SLOT_START, c.epoch, p.timeout_ns, p.error);
 
         let own = (pick(&p.bufs, p.rank) + c.half_off) as *mut [u32; 4];
-        let (start, end) = math::even_split(c.vecs, W, p.rank as usize);
+        let (start, end) = c.shard::<W>(p.rank as usize);
         let mut i = start + c.tid;
         while i < end {
             let v = reduce_vec::<T, W, OP>(&p.bufs, c.half_off, i);
@@ -171,7 +186,7 @@ unsafe fn two_shot_chunk<T: Element, const W: usize, const OP: u32>(
         let mut r = 0;
         while r < W {
             if r != p.rank as usize {
-                let (start, end) = math::even_split(c.vecs, W, r);
+                let (start, end) = c.shard::<W>(r);
                 let src = (pick(&p.bufs, r as u32) + c.half_off) as *const [u32; 4];
                 let out = c.output as *mut T;
                 let s = c.stride;
@@ -228,6 +243,14 @@ unsafe fn run_chunks<T: Element, const W: usize, const OP: u32, const TWO_SHOT: 
     let aligned = math::all_vec_aligned(&[p.input as usize, p.output as usize]);
     let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
     let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
+    let basis_vecs = math::div_ceil(
+        if elems < chunk_elems {
+            elems
+        } else {
+            chunk_elems
+        },
+        T::LANES,
+    );
     let mut k = 0;
     while k < chunks {
         let epoch = base.wrapping_add(k as u32);
@@ -244,6 +267,7 @@ unsafe fn run_chunks<T: Element, const W: usize, const OP: u32, const TWO_SHOT: 
             output: p.output + (first * T::BYTES) as u64,
             elems: n,
             vecs: math::div_ceil(n, T::LANES),
+            basis_vecs,
             aligned,
             tid,
             stride,

@@ -122,6 +122,7 @@ fn stress<T: DType + NcclType>(
     r: &mut Rank,
     args: &CheckArgs,
     calls: usize,
+    max_elems: usize,
     call: &mut u64,
     rng: &mut u64,
 ) -> Result<()> {
@@ -136,7 +137,7 @@ fn stress<T: DType + NcclType>(
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             let x = *rng >> 16;
-            let elems = 1 + (x % 70_000) as usize;
+            let elems = 1 + (x as usize % max_elems);
             let op = Op::ALL[(x >> 20) as usize % 4];
             let algo = choices[(x >> 24) as usize % choices.len()];
             *call += 1;
