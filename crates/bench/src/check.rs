@@ -249,15 +249,19 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     let t_sweep = t0.elapsed();
     let mut rng = args.seed;
     let per_type = args.stress_calls / 3;
-    stress::<bf16>(&mut r, args, per_type, &mut call, &mut rng)?;
-    stress::<f16>(&mut r, args, per_type, &mut call, &mut rng)?;
-    stress::<f32>(
-        &mut r,
-        args,
-        args.stress_calls - 2 * per_type,
-        &mut call,
-        &mut rng,
-    )?;
+    stress::<bf16>(&mut r, args, per_type, 70_000, &mut call, &mut rng)?;
+    stress::<f16>(&mut r, args, per_type, 70_000, &mut call, &mut rng)?;
+    let rest = args.stress_calls - 2 * per_type;
+    stress::<f32>(&mut r, args, rest, 70_000, &mut call, &mut rng)?;
+    // Messages of up to four symmetric buffers, back to back: every call
+    // runs several chunks in one launch, where a block running ahead of
+    // its peers would show any reuse race.
+    let big = r
+        .comm
+        .intra()
+        .map_or(5 << 20, |c| c.symm().buffer_bytes() / 2)
+        * 4;
+    stress::<bf16>(&mut r, args, 60, big, &mut call, &mut rng)?;
     let t_stress = t0.elapsed() - t_sweep;
     graph::<bf16>(&mut r, args, &mut call)?;
     let t_graph = t0.elapsed() - t_sweep - t_stress;
