@@ -61,8 +61,11 @@ pub struct Crossovers {
 }
 
 impl Default for Crossovers {
-    /// Defaults for H200 on NVSwitch (see docs/PERF_NOTES.md for the runs
-    /// they come from; `intranode-bench --tune` replaces them per machine).
+    /// Measured with `intranode-bench bench --tune` on 2 and 4 H200
+    /// (NVSwitch), kernels v3, 2026-11-21 (docs/PERF_NOTES.md): one-shot
+    /// wins up to 256 KiB, two-shot up to 4 MiB, NCCL above. World sizes
+    /// 3 and 5..=8 were not measured; they take the 4-GPU figures, with
+    /// one-shot capped lower since its traffic grows with the world size.
     fn default() -> Self {
         const KIB: usize = 1024;
         const MIB: usize = 1024 * KIB;
@@ -70,7 +73,7 @@ impl Default for Crossovers {
             one_shot_max_bytes: [
                 0,
                 0,
-                512 * KIB,
+                256 * KIB,
                 256 * KIB,
                 256 * KIB,
                 128 * KIB,
@@ -81,13 +84,13 @@ impl Default for Crossovers {
             two_shot_max_bytes: [
                 0,
                 0,
-                64 * MIB,
-                64 * MIB,
-                64 * MIB,
-                32 * MIB,
-                32 * MIB,
-                32 * MIB,
-                32 * MIB,
+                4 * MIB,
+                4 * MIB,
+                4 * MIB,
+                4 * MIB,
+                4 * MIB,
+                4 * MIB,
+                4 * MIB,
             ],
         }
     }

@@ -10,6 +10,8 @@
 //!   tests, build-ptx, check-ptx).
 //! - `device-bundle [--out DIR]`: release binaries and test executables,
 //!   stripped, for a GPU machine that has no Rust tool chain.
+//! - `demo`: the main job: one process per local GPU under `intranode-run`,
+//!   a short all-reduce sweep of ours against NCCL, checked, as a table.
 
 mod bundle;
 mod ptxas;
@@ -41,6 +43,7 @@ fn try_main() -> Result<()> {
         }
         "ci" => ci(&opts)?,
         "device-bundle" => bundle::build(&root()?, opts.out.as_deref())?,
+        "demo" => demo()?,
         other => bail!("unknown task {other:?}\n{USAGE}"),
     }
     Ok(())
@@ -160,4 +163,60 @@ fn ci(opts: &Opts) -> Result<()> {
     ptxas::check(&root, &path80, &sm80.arch)?;
     eprintln!("xtask: ci passed");
     Ok(())
+}
+
+/// GPUs on this machine, from `nvidia-smi -L` (0 when it is missing).
+fn local_gpu_count() -> usize {
+    Command::new("nvidia-smi")
+        .arg("-L")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.starts_with("GPU "))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn demo() -> Result<()> {
+    let root = root()?;
+    let gpus = local_gpu_count();
+    if gpus < 2 {
+        println!(
+            "intranode demo: {gpus} NVIDIA GPU(s) found (nvidia-smi -L); the all-reduce demo needs at least 2 GPUs of one machine. Nothing to run."
+        );
+        return Ok(());
+    }
+    let cargo = ptx_builder::cargo_binary();
+    let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
+    run(
+        &root,
+        cargo,
+        &[
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "intranode-launcher",
+            "-p",
+            "intranode-bench",
+        ],
+    )?;
+    let n = gpus.to_string();
+    run(
+        &root,
+        "target/release/intranode-run",
+        &[
+            "--nproc-per-node",
+            &n,
+            "--timeout",
+            "600",
+            "--",
+            "target/release/intranode-bench",
+            "demo",
+        ],
+    )
 }
