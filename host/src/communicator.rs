@@ -125,14 +125,21 @@ impl Communicator {
             return a;
         }
         let topology = intra.topology();
-        select_all_reduce_algo(
+        let algo = select_all_reduce_algo(
             T::ELEM,
             elems * T::ELEM.bytes(),
             self.world,
             topology,
             intra.symm().buffer_bytes(),
             &self.crossovers,
-        )
+        );
+        // Where NCCL would win but cannot run (not loadable, or several
+        // ranks share a GPU, which NCCL refuses), our kernels serve every
+        // size: two-shot walks large messages chunk by chunk.
+        if algo == AllReduceAlgo::Nccl && self.nccl.is_err() {
+            return AllReduceAlgo::TwoShot;
+        }
+        algo
     }
 
     /// `recv = op(send of every rank)`, like `cudarc::nccl::Comm::all_reduce`.
