@@ -124,6 +124,12 @@ pub fn forced_algo() -> Option<AllReduceAlgo> {
         .and_then(|v| AllReduceAlgo::from_name(&v))
 }
 
+/// Largest message HCM takes on a hybrid cube mesh; NCCL above. PyTorch's
+/// `kHcmThreshBytes` (256 KiB): no DGX-1 was at hand to measure ours, and
+/// on NVSwitch machines HCM is never chosen (one-shot and two-shot read
+/// every peer directly).
+pub const HCM_MAX_BYTES: usize = 256 * 1024;
+
 /// What a call of `bytes` bytes of `elem` on `world` ranks should use.
 ///
 /// Ours needs a fully connected topology (HCM: the cube mesh) and a world
@@ -150,6 +156,9 @@ pub fn select_all_reduce_algo(
             } else {
                 AllReduceAlgo::Nccl
             }
+        }
+        Topology::HybridCubeMesh if world == MAX_DEVICES && bytes <= HCM_MAX_BYTES => {
+            AllReduceAlgo::Hcm
         }
         Topology::HybridCubeMesh => AllReduceAlgo::Nccl,
         Topology::Unknown => AllReduceAlgo::Nccl,
@@ -178,6 +187,34 @@ mod tests {
             select_all_reduce_algo(ElemType::Bf16, 1 << 30, 4, fc, 10 * MIB, &x),
             AllReduceAlgo::Nccl
         );
+    }
+
+    #[test]
+    fn cube_meshes_use_hcm_for_small_messages() {
+        let x = Crossovers::default();
+        let hcm = Topology::HybridCubeMesh;
+        assert_eq!(
+            select_all_reduce_algo(ElemType::Bf16, HCM_MAX_BYTES, 8, hcm, 10 * MIB, &x),
+            AllReduceAlgo::Hcm
+        );
+        assert_eq!(
+            select_all_reduce_algo(ElemType::Bf16, HCM_MAX_BYTES + 2, 8, hcm, 10 * MIB, &x),
+            AllReduceAlgo::Nccl
+        );
+        // Never on NVSwitch machines.
+        for bytes in [16, 4096, MIB, 64 * MIB] {
+            assert_ne!(
+                select_all_reduce_algo(
+                    ElemType::F32,
+                    bytes,
+                    8,
+                    Topology::FullyConnected,
+                    10 * MIB,
+                    &x
+                ),
+                AllReduceAlgo::Hcm
+            );
+        }
     }
 
     #[test]

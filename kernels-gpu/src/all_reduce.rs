@@ -1,4 +1,5 @@
-//! All-reduce kernels over symmetric memory: one-shot and two-shot.
+//! All-reduce kernels over symmetric memory: one-shot, two-shot and
+//! hybrid cube mesh (HCM).
 //!
 //! Every kernel is monomorphized over the element type, the world size `W`
 //! (so loops over peers unroll and the peer-pointer array stays in
@@ -18,12 +19,29 @@
 //! only read what block `b` of the peer wrote before the barrier. Copy-in,
 //! reduction and gather therefore walk the same index sets: vector
 //! `start + b * blockDim + t + k * gridDim * blockDim` of each range.
+//!
+//! NOTE [hcm groups]: HCM splits the W ranks into two groups of G = W / 2
+//! whose members are linked to each other, and pairs every rank with a
+//! relay in the other group (on a DGX-1: the quads and the one cross-quad
+//! link of each GPU). A rank sums its group's inputs (one-shot within the
+//! group, in increasing rank order, kept in f32), writes that partial sum
+//! after its input in its half, then, after a barrier with its relay only,
+//! adds the relay's partial sum, the lower group's first. Every member of
+//! a group computes the same partial, so results are bitwise identical on
+//! all ranks. Data moves only over group and relay links.
+//!
+//! HCM has no barrier among all ranks, yet NOTE [double buffering] still
+//! holds: passing the relay barrier of call `e` means the relay passed its
+//! group barrier of call `e`, so every member of both groups (all W ranks)
+//! started call `e` and had finished call `e - 1`. That is the guarantee a
+//! full barrier gives, so HCM calls interleave freely with the others.
 
 use crate::elem::{Bf16, Element, F16, Lanes, load_vec, store_vec};
 use crate::layout::{AllReduceParams, OP_AVG, OP_MAX, OP_MIN, OP_SUM, SLOT_MID, SLOT_START};
 use crate::math;
+use crate::math::hcm_chunk_elems;
 use crate::ptx;
-use crate::sync::{block_barrier, call_epoch, finish_call, pick};
+use crate::sync::{block_barrier, call_epoch, finish_call, group_barrier, nth_rank, pick};
 
 #[inline(always)]
 fn combine<const OP: u32>(a: Lanes, b: &Lanes) -> Lanes {
@@ -218,6 +236,150 @@ unsafe fn two_shot_chunk<T: Element, const W: usize, const OP: u32>(
     }
 }
 
+/// Stores f32 lanes as `T::LANES` f32 words at vector `i` of `base`.
+///
+/// # Safety
+/// `base` must hold vector `i` of `4 * T::LANES` bytes, 16-byte aligned.
+#[inline(always)]
+unsafe fn store_partial<T: Element>(base: u64, i: usize, l: &Lanes) {
+    let p = (base as *mut [u32; 4]).wrapping_add(i * (T::LANES / 4));
+    // SAFETY: forwarded from the caller; the second store only for
+    // 8-lane types, whose vectors are 32 bytes.
+    unsafe {
+        ptx::st_global_v4_u32(
+            p,
+            [
+                l[0].to_bits(),
+                l[1].to_bits(),
+                l[2].to_bits(),
+                l[3].to_bits(),
+            ],
+        );
+        if T::LANES == 8 {
+            ptx::st_global_v4_u32(
+                p.add(1),
+                [
+                    l[4].to_bits(),
+                    l[5].to_bits(),
+                    l[6].to_bits(),
+                    l[7].to_bits(),
+                ],
+            );
+        }
+    }
+}
+
+/// Loads what [`store_partial`] stored.
+///
+/// # Safety
+/// As for [`store_partial`].
+#[inline(always)]
+unsafe fn load_partial<T: Element>(base: u64, i: usize) -> Lanes {
+    let p = (base as *const [u32; 4]).wrapping_add(i * (T::LANES / 4));
+    let mut l = [0f32; 8];
+    // SAFETY: forwarded from the caller, as in `store_partial`.
+    unsafe {
+        let a = ptx::ld_global_v4_u32(p);
+        l[0] = f32::from_bits(a[0]);
+        l[1] = f32::from_bits(a[1]);
+        l[2] = f32::from_bits(a[2]);
+        l[3] = f32::from_bits(a[3]);
+        if T::LANES == 8 {
+            let b = ptx::ld_global_v4_u32(p.add(1));
+            l[4] = f32::from_bits(b[0]);
+            l[5] = f32::from_bits(b[1]);
+            l[6] = f32::from_bits(b[2]);
+            l[7] = f32::from_bits(b[3]);
+        }
+    }
+    l
+}
+
+/// HCM (NOTE [hcm groups]): group one-shot into an f32 partial sum, then
+/// a swap of partial sums with the relay. The half holds the chunk's input
+/// vectors, then their partials (`math::hcm_chunk_elems`).
+///
+/// # Safety
+/// See [`run_chunks`]; `p.hcm_group_mask` holds G ranks and `p.hcm_relay`
+/// is a rank (NOTE [hcm groups]).
+#[inline(always)]
+unsafe fn hcm_chunk<T: Element, const G: usize, const OP: u32>(p: &AllReduceParams, c: &Chunk) {
+    // The partials start after a full chunk's input vectors, the same
+    // offset on every rank and for every chunk.
+    let partial_off = (hcm_chunk_elems(p.half_bytes as usize, T::BYTES) / T::LANES * 16) as u64;
+    let mut srcs = [0u64; G];
+    let mut k = 0;
+    while k < G {
+        srcs[k] = pick(&p.bufs, nth_rank(p.hcm_group_mask, k as u32)) + c.half_off;
+        k += 1;
+    }
+    let own_partial = pick(&p.bufs, p.rank) + c.half_off + partial_off;
+    let relay_partial = pick(&p.bufs, p.hcm_relay) + c.half_off + partial_off;
+    // SAFETY: forwarded from the caller throughout.
+    unsafe {
+        copy_in::<T>(p, c, 0, c.vecs);
+        group_barrier(
+            &p.pads,
+            p.rank,
+            SLOT_START,
+            c.epoch,
+            p.timeout_ns,
+            p.error,
+            p.hcm_group_mask,
+        );
+        let mut i = c.tid;
+        while i < c.vecs {
+            // All G loads in flight before combining, as in `reduce_vec`.
+            let mut raw = [[0u32; 4]; G];
+            let mut k = 0;
+            while k < G {
+                raw[k] = ptx::ld_global_v4_u32((srcs[k] as *const [u32; 4]).add(i));
+                k += 1;
+            }
+            let mut acc = T::widen(raw[0]);
+            let mut k = 1;
+            while k < G {
+                acc = combine::<OP>(acc, &T::widen(raw[k]));
+                k += 1;
+            }
+            store_partial::<T>(own_partial, i, &acc);
+            i += c.stride;
+        }
+        group_barrier(
+            &p.pads,
+            p.rank,
+            SLOT_MID,
+            c.epoch,
+            p.timeout_ns,
+            p.error,
+            1 << p.hcm_relay,
+        );
+        let mut i = c.tid;
+        while i < c.vecs {
+            let theirs = load_partial::<T>(relay_partial, i);
+            let mine = load_partial::<T>(own_partial, i);
+            let mut acc = if p.hcm_relay_first != 0 {
+                combine::<OP>(theirs, &mine)
+            } else {
+                combine::<OP>(mine, &theirs)
+            };
+            if OP == OP_AVG {
+                let mut k = 0;
+                while k < 8 {
+                    acc[k] /= (2 * G) as f32;
+                    k += 1;
+                }
+            }
+            store_vec(c.output as *mut T, i, c.elems, c.aligned, T::narrow(acc));
+            i += c.stride;
+        }
+    }
+}
+
+const ALGO_ONE_SHOT: u32 = 0;
+const ALGO_TWO_SHOT: u32 = 1;
+const ALGO_HCM: u32 = 2;
+
 /// Runs a call as chunks of at most half a symmetric buffer, all in this
 /// one launch: chunk `k` is its own epoch (`base + k`) and uses half
 /// `epoch & 1`. Reuse of a half inside the launch is safe for the same
@@ -231,14 +393,18 @@ unsafe fn two_shot_chunk<T: Element, const W: usize, const OP: u32>(
 /// caller buffers of `p.elems` elements, and `p.half_bytes` a non-zero
 /// multiple of 16 inside every buffer's halves.
 #[inline(always)]
-unsafe fn run_chunks<T: Element, const W: usize, const OP: u32, const TWO_SHOT: bool>(
+unsafe fn run_chunks<T: Element, const W: usize, const OP: u32, const ALGO: u32>(
     p: &AllReduceParams,
 ) {
     let own_pad = pick(&p.pads, p.rank) as *mut u32;
     // SAFETY: the host passes this rank's mapped pad.
     let base = unsafe { call_epoch(own_pad) };
     let elems = p.elems as usize;
-    let chunk_elems = (p.half_bytes as usize) / T::BYTES;
+    let chunk_elems = if ALGO == ALGO_HCM {
+        hcm_chunk_elems(p.half_bytes as usize, T::BYTES)
+    } else {
+        (p.half_bytes as usize) / T::BYTES
+    };
     let chunks = math::div_ceil(elems, chunk_elems).max(1);
     let aligned = math::all_vec_aligned(&[p.input as usize, p.output as usize]);
     let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
@@ -274,10 +440,11 @@ unsafe fn run_chunks<T: Element, const W: usize, const OP: u32, const TWO_SHOT: 
         };
         // SAFETY: forwarded from the caller.
         unsafe {
-            if TWO_SHOT {
-                two_shot_chunk::<T, W, OP>(p, &c);
-            } else {
-                one_shot_chunk::<T, W, OP>(p, &c);
+            match ALGO {
+                ALGO_TWO_SHOT => two_shot_chunk::<T, W, OP>(p, &c),
+                // For HCM, `W` is the group size G (see `hcm`).
+                ALGO_HCM => hcm_chunk::<T, W, OP>(p, &c),
+                _ => one_shot_chunk::<T, W, OP>(p, &c),
             }
         }
         k += 1;
@@ -291,7 +458,7 @@ unsafe fn run_chunks<T: Element, const W: usize, const OP: u32, const TWO_SHOT: 
 #[inline(always)]
 unsafe fn one_shot<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded.
-    unsafe { run_chunks::<T, W, OP, false>(p) }
+    unsafe { run_chunks::<T, W, OP, ALGO_ONE_SHOT>(p) }
 }
 
 /// # Safety
@@ -299,7 +466,17 @@ unsafe fn one_shot<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
 #[inline(always)]
 unsafe fn two_shot<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded.
-    unsafe { run_chunks::<T, W, OP, true>(p) }
+    unsafe { run_chunks::<T, W, OP, ALGO_TWO_SHOT>(p) }
+}
+
+/// HCM over 2 G ranks: `run_chunks` gets the group size G as its `W`.
+///
+/// # Safety
+/// See [`run_chunks`] and [`hcm_chunk`].
+#[inline(always)]
+unsafe fn hcm<T: Element, const G: usize, const OP: u32>(p: &AllReduceParams) {
+    // SAFETY: forwarded.
+    unsafe { run_chunks::<T, G, OP, ALGO_HCM>(p) }
 }
 
 /// Defines one kernel per (algorithm, element type, world size); the op
@@ -390,6 +567,11 @@ all_reduce_kernels!(
     two_shot_f32_w7 = 7,
     two_shot_f32_w8 = 8
 );
+
+// HCM kernels are named by world size W and instantiated with G = W / 2.
+all_reduce_kernels!(hcm, Bf16, hcm_bf16_w4 = 2, hcm_bf16_w6 = 3, hcm_bf16_w8 = 4);
+all_reduce_kernels!(hcm, F16, hcm_f16_w4 = 2, hcm_f16_w6 = 3, hcm_f16_w8 = 4);
+all_reduce_kernels!(hcm, f32, hcm_f32_w4 = 2, hcm_f32_w6 = 3, hcm_f32_w8 = 4);
 
 /// Explicit barrier among the ranks of `p.rank_mask`: one block of
 /// `MAX_RANKS` threads.

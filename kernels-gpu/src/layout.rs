@@ -94,6 +94,17 @@ pub struct AllReduceParams {
     pub rank: u32,
     /// One of the `OP_*` codes.
     pub op: u32,
+    /// HCM only (NOTE [hcm groups] in `all_reduce.rs`): bit `r` set for
+    /// every rank `r` of this rank's group, itself included.
+    pub hcm_group_mask: u32,
+    /// HCM only: the rank in the other group this rank swaps partial sums
+    /// with.
+    pub hcm_relay: u32,
+    /// HCM only: 1 when the relay's group holds the lower ranks, so its
+    /// partial sum comes first in the final combine (the same order on
+    /// every rank).
+    pub hcm_relay_first: u32,
+    pub _pad: u32,
 }
 
 /// Parameters of the explicit barrier kernel.
@@ -139,7 +150,7 @@ mod tests {
     fn params_are_plain_words() {
         assert_eq!(
             core::mem::size_of::<AllReduceParams>(),
-            8 * 8 * 2 + 6 * 8 + 8
+            8 * 8 * 2 + 6 * 8 + 8 + 4 * 4
         );
         assert_eq!(core::mem::size_of::<ErrorWord>(), 32);
     }

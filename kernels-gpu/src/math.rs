@@ -52,6 +52,18 @@ pub const fn even_split(total: usize, parts: usize, part: usize) -> (usize, usiz
     (start, start + len)
 }
 
+/// Elements of one HCM chunk in a half of `half_bytes`: the half holds
+/// the chunk's input vectors and, after them, their partial sums in f32
+/// (4 bytes per element), so that the sum of a group is rounded only once,
+/// at the very end. Zero when the half cannot hold one vector.
+pub const fn hcm_chunk_elems(half_bytes: usize, elem_bytes: usize) -> usize {
+    let per_vec = elems_per_vec(elem_bytes);
+    match half_bytes.checked_div(VEC_BYTES + 4 * per_vec) {
+        Some(vecs) => vecs * per_vec,
+        None => 0,
+    }
+}
+
 /// `ceil(a / b)`, zero when `b == 0`.
 pub const fn div_ceil(a: usize, b: usize) -> usize {
     if b == 0 { 0 } else { a.div_ceil(b) }
@@ -94,6 +106,23 @@ mod tests {
         }
         assert_eq!(even_split(10, 0, 0), (0, 0));
         assert_eq!(even_split(10, 2, 2), (0, 0));
+    }
+
+    #[test]
+    fn hcm_chunks_fit_their_half() {
+        for half in [0usize, 16, 47, 48, 4096, 5 << 20] {
+            for bytes in [2usize, 4] {
+                let elems = hcm_chunk_elems(half, bytes);
+                assert_eq!(elems % elems_per_vec(bytes), 0);
+                // Input vectors plus 4 bytes of partial sum per element.
+                assert!(elems * bytes + elems * 4 <= half, "{half} {bytes}");
+                // And no room left for one more vector of either.
+                assert!((elems + elems_per_vec(bytes)) * (bytes + 4) > half);
+            }
+        }
+        assert_eq!(hcm_chunk_elems(48, 2), 8);
+        assert_eq!(hcm_chunk_elems(32, 4), 4);
+        assert_eq!(hcm_chunk_elems(100, 0), 0);
     }
 
     #[test]

@@ -66,11 +66,6 @@ unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64) -> bool {
 /// tells rank `t` that this rank arrived, then waits for rank `t`'s word.
 /// Every thread of the block must call it.
 ///
-/// Ordering: `bar.sync` orders the block's earlier writes before thread
-/// `t`'s release store (release is cumulative), so a peer that acquires the
-/// flag sees all of them; the acquire load plus the second `bar.sync` order
-/// every later read of the block after the peer's writes.
-///
 /// # Safety
 /// `pads` must hold the mapped signal pads of ranks `0..W`; `rank < W`.
 #[inline(always)]
@@ -82,11 +77,80 @@ pub unsafe fn block_barrier<const W: usize>(
     timeout_ns: u64,
     error: u64,
 ) {
+    // SAFETY: forwarded; thread t's peer is rank t < W.
+    unsafe { barrier_with(pads, rank, slot, epoch, timeout_ns, error, W as u32, |t| t) }
+}
+
+/// A barrier between block `blockIdx.x` of this rank and of every rank
+/// in `peer_mask` (bit `r` for rank `r`; it may include this rank). Every
+/// thread of the block must call it.
+///
+/// # Safety
+/// `pads` must hold the mapped signal pads of `rank` and of every rank in
+/// `peer_mask`, whose bits are below `MAX_RANKS`.
+#[inline(always)]
+pub unsafe fn group_barrier(
+    pads: &[u64; MAX_RANKS],
+    rank: u32,
+    slot: usize,
+    epoch: u32,
+    timeout_ns: u64,
+    error: u64,
+    peer_mask: u32,
+) {
+    let n = peer_mask.count_ones();
+    // SAFETY: forwarded; thread t < n's peer is the t-th rank of the mask.
+    unsafe {
+        barrier_with(pads, rank, slot, epoch, timeout_ns, error, n, |t| {
+            nth_rank(peer_mask, t)
+        })
+    }
+}
+
+/// The `n`-th lowest rank in `mask` (bit arithmetic, not an array:
+/// indexing a parameter array at run time would copy the whole parameter
+/// block to local memory).
+#[inline(always)]
+pub fn nth_rank(mask: u32, n: u32) -> u32 {
+    let mut m = mask;
+    let mut k = 0;
+    while k < n {
+        m &= m.wrapping_sub(1);
+        k += 1;
+    }
+    m.trailing_zeros()
+}
+
+/// The barrier behind [`block_barrier`] and [`group_barrier`]: thread
+/// `t < n` tells rank `peer_of(t)` that this rank arrived, then waits for
+/// that rank's word.
+///
+/// Ordering: `bar.sync` orders the block's earlier writes before thread
+/// `t`'s release store (release is cumulative), so a peer that acquires the
+/// flag sees all of them; the acquire load plus the second `bar.sync` order
+/// every later read of the block after the peer's writes.
+///
+/// # Safety
+/// `pads` must hold the mapped signal pads of `rank` and of every
+/// `peer_of(t)`, `t < n`, each below `MAX_RANKS`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn barrier_with(
+    pads: &[u64; MAX_RANKS],
+    rank: u32,
+    slot: usize,
+    epoch: u32,
+    timeout_ns: u64,
+    error: u64,
+    n: u32,
+    peer_of: impl Fn(u32) -> u32,
+) {
     ptx::sync_threads();
     let t = ptx::thread_idx_x();
-    if (t as usize) < W {
+    if t < n {
+        let peer = peer_of(t);
         let block = ptx::block_idx_x();
-        let peer_pad = pick(pads, t) as *mut u32;
+        let peer_pad = pick(pads, peer) as *mut u32;
         let own_pad = pick(pads, rank) as *const u32;
         // SAFETY: both pads are mapped (caller's promise) and the indices
         // are inside the layout (slot < SLOTS, block < MAX_BLOCKS, ranks <
@@ -97,11 +161,11 @@ pub unsafe fn block_barrier<const W: usize>(
                 epoch,
             );
             if !wait_epoch(
-                own_pad.add(flag_index(slot, block as usize, t as usize)),
+                own_pad.add(flag_index(slot, block as usize, peer as usize)),
                 epoch,
                 timeout_ns,
             ) {
-                report(error, t, block, slot as u32, rank);
+                report(error, peer, block, slot as u32, rank);
             }
         }
     }

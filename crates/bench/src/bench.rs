@@ -211,8 +211,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let world = r.world();
     let seed = 0xBE7C_u64;
     let mut algos: Vec<Option<AllReduceAlgo>> = Vec::new();
-    if r.comm.intra().is_some() {
+    if let Some(intra) = r.comm.intra() {
         algos.extend([Some(AllReduceAlgo::OneShot), Some(AllReduceAlgo::TwoShot)]);
+        if intra.hcm_plan().is_ok() {
+            algos.push(Some(AllReduceAlgo::Hcm));
+        }
     }
     let have_nccl = r.comm.nccl().is_ok();
     if have_nccl {

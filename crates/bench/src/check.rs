@@ -36,9 +36,12 @@ struct Case {
 
 fn algos(r: &Rank) -> Vec<Option<AllReduceAlgo>> {
     let mut v = Vec::new();
-    if r.comm.intra().is_some() {
+    if let Some(intra) = r.comm.intra() {
         v.push(Some(AllReduceAlgo::OneShot));
         v.push(Some(AllReduceAlgo::TwoShot));
+        if intra.hcm_plan().is_ok() {
+            v.push(Some(AllReduceAlgo::Hcm));
+        }
     }
     if r.comm.nccl().is_ok() {
         v.push(Some(AllReduceAlgo::Nccl));
@@ -180,8 +183,11 @@ fn graph<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) ->
         1 << 20,
     ];
     let mut algos_cycle = Vec::new();
-    if r.comm.intra().is_some() {
+    if let Some(intra) = r.comm.intra() {
         algos_cycle.extend([AllReduceAlgo::OneShot, AllReduceAlgo::TwoShot]);
+        if intra.hcm_plan().is_ok() {
+            algos_cycle.push(AllReduceAlgo::Hcm);
+        }
     }
     if r.comm.nccl().is_ok() {
         algos_cycle.push(AllReduceAlgo::Nccl);

@@ -55,6 +55,13 @@ const TWO_SHOT_MAX_BLOCKS: usize = 64;
 const _: () = assert!(ONE_SHOT_MAX_BLOCKS <= MAX_BLOCKS && TWO_SHOT_MAX_BLOCKS <= MAX_BLOCKS);
 
 /// Blocks for a launch over `vecs` 16-byte vectors.
+/// HCM kernels by element type, for worlds of 4, 6 and 8 ranks.
+const HCM_KERNELS: [[&str; 3]; 3] = [
+    ["hcm_bf16_w4", "hcm_bf16_w6", "hcm_bf16_w8"],
+    ["hcm_f16_w4", "hcm_f16_w6", "hcm_f16_w8"],
+    ["hcm_f32_w4", "hcm_f32_w6", "hcm_f32_w8"],
+];
+
 fn blocks_for(algo: AllReduceAlgo, vecs: usize, world: usize) -> usize {
     let (work, cap) = match algo {
         AllReduceAlgo::TwoShot => (vecs.div_ceil(world.max(1)), TWO_SHOT_MAX_BLOCKS),
@@ -127,15 +134,18 @@ const KERNELS: [[[&str; 7]; 3]; 2] = [
 ];
 
 fn kernel_name(algo: AllReduceAlgo, elem: ElemType, world: usize) -> Option<&'static str> {
-    let a = match algo {
-        AllReduceAlgo::OneShot => 0,
-        AllReduceAlgo::TwoShot => 1,
-        AllReduceAlgo::Hcm | AllReduceAlgo::Nccl => return None,
-    };
     let e = match elem {
         ElemType::Bf16 => 0,
         ElemType::F16 => 1,
         ElemType::F32 => 2,
+    };
+    let a = match algo {
+        AllReduceAlgo::OneShot => 0,
+        AllReduceAlgo::TwoShot => 1,
+        AllReduceAlgo::Hcm if world.is_multiple_of(2) => {
+            return HCM_KERNELS[e].get((world / 2).checked_sub(2)?).copied();
+        }
+        AllReduceAlgo::Hcm | AllReduceAlgo::Nccl => return None,
     };
     KERNELS[a][e].get(world.checked_sub(2)?).copied()
 }
@@ -215,11 +225,34 @@ impl IntraNodeComm {
                 self.device()
             )));
         }
+        let mut params = self.params_template();
+        // Elements one launch's grid is sized for: one chunk (the kernel
+        // walks larger messages chunk by chunk, `run_chunks`).
+        let mut chunk_elems = self.half_buffer_bytes() / elem.bytes();
+        if algo == AllReduceAlgo::Hcm {
+            let plan = self.hcm_plan().map_err(|why| {
+                Error::InvalidArgument(format!("all_reduce on rank {}: {why}", self.rank()))
+            })?;
+            params.hcm_group_mask = plan.group_mask;
+            params.hcm_relay = plan.relay as u32;
+            params.hcm_relay_first = u32::from(plan.relay_first);
+            chunk_elems =
+                kernels_gpu::math::hcm_chunk_elems(self.half_buffer_bytes(), elem.bytes());
+        }
+        if chunk_elems == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "all_reduce on rank {}: a half of the {}-byte symmetric buffer holds no chunk for {}",
+                self.rank(),
+                self.symm().buffer_bytes(),
+                algo.name()
+            )));
+        }
         let name = kernel_name(algo, elem, self.world()).ok_or_else(|| {
             Error::InvalidArgument(format!(
-                "all_reduce on rank {}: no intra-node kernel for {} (hcm is not implemented yet; nccl runs through Communicator)",
+                "all_reduce on rank {}: no intra-node kernel for {} on {} ranks (nccl runs through Communicator)",
                 self.rank(),
-                algo.name()
+                algo.name(),
+                self.world()
             ))
         })?;
         let f = self.kernels().function(name)?;
@@ -227,15 +260,10 @@ impl IntraNodeComm {
         if elems == 0 {
             return Ok(Work::new(stream.clone()));
         }
-        let mut params = self.params_template();
         params.op = op.code();
         params.input = input;
         params.output = output;
         params.elems = elems as u64;
-        // One launch per call: the kernel walks messages larger than half
-        // the symmetric buffer chunk by chunk (`run_chunks`), so the grid is
-        // sized for one chunk.
-        let chunk_elems = self.half_buffer_bytes() / elem.bytes();
         let vecs = elems
             .min(chunk_elems)
             .div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
@@ -344,6 +372,10 @@ mod tests {
                 for algo in [AllReduceAlgo::OneShot, AllReduceAlgo::TwoShot] {
                     let name = kernel_name(algo, elem, world).unwrap();
                     assert!(names.contains(&name), "{name} missing from the PTX");
+                }
+                match kernel_name(AllReduceAlgo::Hcm, elem, world) {
+                    Some(name) => assert!(names.contains(&name), "{name} missing"),
+                    None => assert!(![4, 6, 8].contains(&world), "hcm w{world}"),
                 }
             }
         }

@@ -19,6 +19,7 @@
 //!    blocks (its last phase all-gathers every rank's success).
 
 pub mod all_reduce;
+pub mod hcm;
 mod health;
 
 pub use health::{BARRIER_TIMEOUT_ENV, DEFAULT_BARRIER_TIMEOUT_MS, HostErrorWord, barrier_timeout};
@@ -82,6 +83,8 @@ pub struct IntraNodeComm {
     topology: Topology,
     mesh: NvlMesh,
     hcm_neighbors: Option<[[usize; 4]; MAX_DEVICES]>,
+    /// This rank's part in HCM, or why the group cannot run it.
+    hcm_plan: std::result::Result<hcm::HcmPlan, String>,
     symm: SymmetricMemory,
     usage_counter: AtomicU64,
     /// Where kernels report a peer that never arrived.
@@ -313,6 +316,7 @@ impl IntraNodeComm {
             topology: group.topology,
             mesh: group.mesh,
             hcm_neighbors: group.hcm_neighbors,
+            hcm_plan: hcm::hcm_plan(group.topology, world, rank, group.hcm_neighbors.as_ref()),
             symm,
             usage_counter: AtomicU64::new(0),
             health,
@@ -350,6 +354,12 @@ impl IntraNodeComm {
     /// [`Topology::HybridCubeMesh`] (see [`topology::hcm_neighbors`]).
     pub fn hcm_neighbors(&self) -> Option<&[[usize; 4]; MAX_DEVICES]> {
         self.hcm_neighbors.as_ref()
+    }
+
+    /// This rank's part in the hybrid-cube-mesh all-reduce, or why the
+    /// group cannot run it (see [`hcm::hcm_plan`]).
+    pub fn hcm_plan(&self) -> std::result::Result<&hcm::HcmPlan, &str> {
+        self.hcm_plan.as_ref().map_err(String::as_str)
     }
 
     /// The symmetric memory of the group.
