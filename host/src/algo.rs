@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::kernels::ElemType;
 use crate::topology::{MAX_DEVICES, Topology};
 
-/// Forces an algorithm: `one-shot`, `two-shot`, `hcm` or `nccl`.
+/// Forces an algorithm: `lamport`, `one-shot`, `two-shot`, `hcm` or `nccl`.
 pub const FORCE_ALGO_ENV: &str = "INTRANODE_ALL_REDUCE_ALGO";
 /// Path of a crossover file written by `intranode-bench --tune`.
 pub const TUNING_FILE_ENV: &str = "INTRANODE_TUNING_FILE";
@@ -22,6 +22,11 @@ pub const TUNING_FILE_ENV: &str = "INTRANODE_TUNING_FILE";
 /// All-reduce algorithms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum AllReduceAlgo {
+    /// One-shot without barriers: every rank pushes its input to every
+    /// peer, flags travel with the data (NOTE [lamport] in
+    /// `kernels-gpu/src/lamport.rs`). Messages larger than a Lamport slot
+    /// run as [`OneShot`](Self::OneShot).
+    Lamport,
     /// Every rank reads every peer's input: lowest latency.
     OneShot,
     /// Reduce-scatter then all-gather over peer loads: bandwidth.
@@ -36,6 +41,7 @@ impl AllReduceAlgo {
     /// The name used by [`FORCE_ALGO_ENV`] and the benchmark.
     pub const fn name(self) -> &'static str {
         match self {
+            AllReduceAlgo::Lamport => "lamport",
             AllReduceAlgo::OneShot => "one-shot",
             AllReduceAlgo::TwoShot => "two-shot",
             AllReduceAlgo::Hcm => "hcm",
@@ -45,9 +51,15 @@ impl AllReduceAlgo {
 
     /// Parses a [`name`](Self::name).
     pub fn from_name(name: &str) -> Option<Self> {
-        [Self::OneShot, Self::TwoShot, Self::Hcm, Self::Nccl]
-            .into_iter()
-            .find(|a| a.name() == name.trim())
+        [
+            Self::Lamport,
+            Self::OneShot,
+            Self::TwoShot,
+            Self::Hcm,
+            Self::Nccl,
+        ]
+        .into_iter()
+        .find(|a| a.name() == name.trim())
     }
 }
 

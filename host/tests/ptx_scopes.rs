@@ -72,6 +72,8 @@ fn acquire_release_and_relaxed_flags_have_system_scope() {
     assert_probe("ld_relaxed_sys_u32", "ld.relaxed.sys.global.u32");
     assert_probe("st_release_sys_u32", "st.release.sys.global.u32");
     assert_probe("st_relaxed_sys_u32", "st.relaxed.sys.global.u32");
+    assert_probe("ld_relaxed_sys_v4_u32", "ld.relaxed.sys.global.v4.u32");
+    assert_probe("st_relaxed_sys_v4_u32", "st.relaxed.sys.global.v4.u32");
 }
 
 #[test]

@@ -44,7 +44,7 @@ use crate::ptx;
 use crate::sync::{block_barrier, call_epoch, finish_call, group_barrier, nth_rank, pick};
 
 #[inline(always)]
-fn combine<const OP: u32>(a: Lanes, b: &Lanes) -> Lanes {
+pub(crate) fn combine<const OP: u32>(a: Lanes, b: &Lanes) -> Lanes {
     let mut out = a;
     let mut k = 0;
     while k < 8 {

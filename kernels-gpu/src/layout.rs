@@ -14,12 +14,16 @@
 pub const MAX_RANKS: usize = 8;
 /// Blocks of one collective launch at most; sizes the flag array.
 pub const MAX_BLOCKS: usize = 64;
-/// Barrier slots per launch: start (0), middle (1), explicit barrier (3).
+/// Barrier slots per launch: start (0), middle (1), explicit barrier (3);
+/// 2 only names Lamport waits in reports.
 pub const SLOTS: usize = 4;
 /// Slot of the barrier after every rank has copied its input in.
 pub const SLOT_START: usize = 0;
 /// Slot of the two-shot barrier after the reduce-scatter.
 pub const SLOT_MID: usize = 1;
+/// Slot named in a timeout report of the Lamport one-shot, which waits on
+/// data, not on flags (NOTE [lamport] in `lamport.rs`).
+pub const SLOT_LAMPORT: usize = 2;
 /// Slot of explicit `barrier()` calls.
 pub const SLOT_EXPLICIT: usize = 3;
 
@@ -35,8 +39,29 @@ pub const BLOCKS_DONE: usize = CALL_COUNTER + 1;
 /// Word index of the owner's count of explicit barriers shared with peer 0
 /// (peer `p` at `PAIR_COUNTER + p`).
 pub const PAIR_COUNTER: usize = CALL_COUNTER + 32;
-/// Smallest signal pad, in bytes, that holds the layout.
+/// Smallest signal pad, in bytes, that holds the flags and counters.
 pub const SIGNAL_PAD_MIN_BYTES: usize = (PAIR_COUNTER + MAX_RANKS) * 4;
+
+/// Byte offset in a signal pad of the Lamport buffers (NOTE [lamport] in
+/// `lamport.rs`), past the flags and counters.
+pub const LAMPORT_OFFSET_BYTES: usize = 64 << 10;
+/// Lamport buffers per pad: calls alternate between them.
+pub const LAMPORT_BUFFERS: usize = 2;
+/// Bytes of all Lamport buffers of a pad. 1.5 MiB: with the default 10 MiB
+/// buffer the rank's block still fits the 12 MiB it took before (2 MiB
+/// allocation granularity), and a slot holds 192 KiB on 4 ranks.
+pub const LAMPORT_BYTES: usize = 1536 << 10;
+/// Bytes of a signal pad: flags, counters and Lamport buffers.
+pub const SIGNAL_PAD_BYTES: usize = LAMPORT_OFFSET_BYTES + LAMPORT_BYTES;
+
+/// Bytes of one rank's slot in a Lamport buffer of `world` ranks: the
+/// largest message the Lamport one-shot takes (a multiple of 16).
+pub const fn lamport_slot_bytes(world: usize) -> usize {
+    match (LAMPORT_BYTES / LAMPORT_BUFFERS).checked_div(world) {
+        Some(bytes) => bytes & !15,
+        None => 0,
+    }
+}
 
 /// Reduction operators (`AllReduceParams::op`).
 pub const OP_SUM: u32 = 0;
@@ -133,6 +158,13 @@ mod tests {
     fn flags_fit_below_the_counters() {
         const { assert!(flag_index(SLOTS - 1, MAX_BLOCKS - 1, MAX_RANKS - 1) < CALL_COUNTER) };
         const { assert!(BLOCKS_DONE < PAIR_COUNTER) };
+        const { assert!(SIGNAL_PAD_MIN_BYTES <= LAMPORT_OFFSET_BYTES) };
+        for world in 1..=MAX_RANKS {
+            let slot = lamport_slot_bytes(world);
+            assert!(slot % 16 == 0 && slot * world * LAMPORT_BUFFERS <= LAMPORT_BYTES);
+        }
+        assert_eq!(lamport_slot_bytes(4), 192 << 10);
+        assert_eq!(lamport_slot_bytes(0), 0);
         assert_eq!(SIGNAL_PAD_MIN_BYTES, (CALL_COUNTER + 32 + 8) * 4);
     }
 

@@ -10,6 +10,8 @@
 //!   host (and unit-tested there).
 //! - [`elem`]: element types (bf16, f16, f32) as packed 16-byte vectors,
 //!   widened to f32 for arithmetic.
+//! - [`all_reduce`]: one-shot, two-shot and HCM all-reduce; [`lamport`]:
+//!   the barrier-free one-shot for small messages.
 //! - [`elementwise`]: the first kernels (`add_*`), used by the GPU smoke test.
 //!
 //! Kernels own nothing: every pointer they touch is passed by the host.
@@ -31,6 +33,8 @@ pub mod all_reduce;
 pub mod elem;
 #[cfg(target_arch = "nvptx64")]
 pub mod elementwise;
+#[cfg(target_arch = "nvptx64")]
+pub mod lamport;
 #[cfg(target_arch = "nvptx64")]
 pub mod probes;
 #[cfg(target_arch = "nvptx64")]

@@ -83,3 +83,22 @@ pub unsafe extern "ptx-kernel" fn probe_atom_add_acq_rel_gpu_u32(p: *mut u32) {
     // SAFETY: see the function's contract.
     unsafe { *p.add(1) = ptx::atom_add_acq_rel_gpu_u32(p, 1) }
 }
+
+/// # Safety
+/// Never launched; `p` would have to be a valid, 16-byte aligned address.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn probe_ld_relaxed_sys_v4_u32(p: *mut [u32; 4]) {
+    // SAFETY: see the function's contract.
+    unsafe {
+        let v = ptx::ld_relaxed_sys_v4_u32(p);
+        *(p as *mut u32).add(4) = v[0] ^ v[1] ^ v[2] ^ v[3];
+    }
+}
+
+/// # Safety
+/// Never launched; `p` would have to be a valid, 16-byte aligned address.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn probe_st_relaxed_sys_v4_u32(p: *mut [u32; 4], v: u32) {
+    // SAFETY: see the function's contract.
+    unsafe { ptx::st_relaxed_sys_v4_u32(p, [v, v, v, v]) }
+}

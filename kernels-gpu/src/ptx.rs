@@ -161,6 +161,44 @@ pub unsafe fn st_global_v4_u32(p: *mut [u32; 4], v: [u32; 4]) {
     }
 }
 
+/// `ld.relaxed.sys.global.v4.u32`: one 16-byte strong load, for polling
+/// memory that peers write (it is never served from a stale L1 line).
+///
+/// # Safety
+/// `p` must be a valid, 16-byte aligned global address.
+#[inline(always)]
+pub unsafe fn ld_relaxed_sys_v4_u32(p: *const [u32; 4]) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees `p` is valid and 16-byte aligned.
+    unsafe {
+        asm!(
+            "ld.relaxed.sys.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+            p = in(reg64) p,
+            options(nostack),
+        );
+    }
+    [a, b, c, d]
+}
+
+/// `st.relaxed.sys.global.v4.u32`: one 16-byte strong store, for data a
+/// peer polls for.
+///
+/// # Safety
+/// `p` must be a valid, 16-byte aligned global address.
+#[inline(always)]
+pub unsafe fn st_relaxed_sys_v4_u32(p: *mut [u32; 4], v: [u32; 4]) {
+    // SAFETY: the caller guarantees `p` is valid and 16-byte aligned.
+    unsafe {
+        asm!(
+            "st.relaxed.sys.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+            p = in(reg64) p,
+            a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+            options(nostack),
+        );
+    }
+}
+
 /// `%globaltimer`: nanoseconds of a clock shared by the GPU's SMs, for
 /// deadlines of bounded waits.
 #[inline(always)]

@@ -28,7 +28,7 @@ pub fn pick(arr: &[u64; MAX_RANKS], i: u32) -> u64 {
 /// # Safety
 /// `error` must be the device address of a mapped `ErrorWord` (or 0).
 #[inline(always)]
-unsafe fn report(error: u64, peer: u32, block: u32, slot: u32, rank: u32) {
+pub(crate) unsafe fn report(error: u64, peer: u32, block: u32, slot: u32, rank: u32) {
     if error == 0 {
         return;
     }

@@ -55,6 +55,37 @@ const TWO_SHOT_MAX_BLOCKS: usize = 64;
 const _: () = assert!(ONE_SHOT_MAX_BLOCKS <= MAX_BLOCKS && TWO_SHOT_MAX_BLOCKS <= MAX_BLOCKS);
 
 /// Blocks for a launch over `vecs` 16-byte vectors.
+/// Lamport one-shot kernels by element type and world size (2..=8).
+const LAMPORT_KERNELS: [[&str; 7]; 3] = [
+    [
+        "lamport_bf16_w2",
+        "lamport_bf16_w3",
+        "lamport_bf16_w4",
+        "lamport_bf16_w5",
+        "lamport_bf16_w6",
+        "lamport_bf16_w7",
+        "lamport_bf16_w8",
+    ],
+    [
+        "lamport_f16_w2",
+        "lamport_f16_w3",
+        "lamport_f16_w4",
+        "lamport_f16_w5",
+        "lamport_f16_w6",
+        "lamport_f16_w7",
+        "lamport_f16_w8",
+    ],
+    [
+        "lamport_f32_w2",
+        "lamport_f32_w3",
+        "lamport_f32_w4",
+        "lamport_f32_w5",
+        "lamport_f32_w6",
+        "lamport_f32_w7",
+        "lamport_f32_w8",
+    ],
+];
+
 /// HCM kernels by element type, for worlds of 4, 6 and 8 ranks.
 const HCM_KERNELS: [[&str; 3]; 3] = [
     ["hcm_bf16_w4", "hcm_bf16_w6", "hcm_bf16_w8"],
@@ -140,6 +171,7 @@ fn kernel_name(algo: AllReduceAlgo, elem: ElemType, world: usize) -> Option<&'st
         ElemType::F32 => 2,
     };
     let a = match algo {
+        AllReduceAlgo::Lamport => return LAMPORT_KERNELS[e].get(world.checked_sub(2)?).copied(),
         AllReduceAlgo::OneShot => 0,
         AllReduceAlgo::TwoShot => 1,
         AllReduceAlgo::Hcm if world.is_multiple_of(2) => {
@@ -225,6 +257,15 @@ impl IntraNodeComm {
                 self.device()
             )));
         }
+        // A message too large for a Lamport slot runs as one-shot (the
+        // variant's documented contract).
+        let algo = if algo == AllReduceAlgo::Lamport
+            && elems.saturating_mul(elem.bytes()) > layout::lamport_slot_bytes(self.world())
+        {
+            AllReduceAlgo::OneShot
+        } else {
+            algo
+        };
         let mut params = self.params_template();
         // Elements one launch's grid is sized for: one chunk (the kernel
         // walks larger messages chunk by chunk, `run_chunks`).
@@ -369,7 +410,11 @@ mod tests {
         let names = crate::kernels::entry_names(crate::kernels::PTX);
         for elem in ElemType::ALL {
             for world in 2..=MAX_RANKS {
-                for algo in [AllReduceAlgo::OneShot, AllReduceAlgo::TwoShot] {
+                for algo in [
+                    AllReduceAlgo::Lamport,
+                    AllReduceAlgo::OneShot,
+                    AllReduceAlgo::TwoShot,
+                ] {
                     let name = kernel_name(algo, elem, world).unwrap();
                     assert!(names.contains(&name), "{name} missing from the PTX");
                 }

@@ -62,10 +62,9 @@ use crate::kernels::DType;
 /// `kDefaultBufferSize`).
 pub const DEFAULT_BUFFER_BYTES: usize = 10 << 20;
 
-/// Size of each rank's signal pad (barrier flags): 64 KiB, room to spare
-/// over the kernels' layout (NOTE [signal pad layout] in
-/// `kernels_gpu::layout`).
-pub const SIGNAL_PAD_BYTES: usize = 64 << 10;
+/// Size of each rank's signal pad: barrier flags and counters, then the
+/// Lamport buffers (NOTE [signal pad layout] in `kernels_gpu::layout`).
+pub const SIGNAL_PAD_BYTES: usize = kernels_gpu::layout::SIGNAL_PAD_BYTES;
 
 const _: () = assert!(SIGNAL_PAD_BYTES >= kernels_gpu::layout::SIGNAL_PAD_MIN_BYTES);
 

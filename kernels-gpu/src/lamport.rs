@@ -1,0 +1,271 @@
+//! Barrier-free one-shot all-reduce for small messages: the flags travel
+//! with the data (the Lamport scheme of TensorRT-LLM's one-shot kernel).
+//!
+//! NOTE [lamport]: each signal pad holds `LAMPORT_BUFFERS` (2) buffers of
+//! W slots (`layout::lamport_slot_bytes`). In call `e`, rank `s` stores its
+//! input into slot `s` of buffer `e & 1` on every rank, and each rank polls
+//! its own buffer until every word of every slot is non-zero, reduces in
+//! rank order, and zeroes what it read. A word of zero means "not arrived":
+//! data is stored encoded (sign bits flipped, after turning -0.0 into
+//! +0.0), so no encoded word is zero, and the allocator's zero fill is the
+//! empty state. So a call costs one trip over NVLink and no barrier.
+//!
+//! Reuse is safe: rank `s` writes buffer `e & 1` of rank `r` again at call
+//! `e + 2` at the earliest, which it can only start after finishing call
+//! `e + 1`. Every call, Lamport or not, waits for data or a flag that `r`
+//! sent after finishing call `e`, zeroing included (a kernel's writes are
+//! performed before the next kernel on its stream starts). Writes of call
+//! `e + 1` go to the other buffer, which `r` zeroed in call `e - 1`.
+
+use crate::all_reduce::combine;
+use crate::elem::{Bf16, F16};
+use crate::elem::{Element, load_vec, store_vec};
+use crate::layout::{
+    AllReduceParams, LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN, OP_SUM, SLOT_LAMPORT,
+    lamport_slot_bytes,
+};
+use crate::ptx;
+use crate::sync::{call_epoch, finish_call, pick, report};
+
+/// Sign bit of every element of a 32-bit word.
+#[inline(always)]
+const fn sign_bits<T: Element>() -> u32 {
+    if T::BYTES == 2 {
+        0x8000_8000
+    } else {
+        0x8000_0000
+    }
+}
+
+/// NOTE [lamport]: -0.0 becomes +0.0 (sums and comparisons do not tell
+/// them apart), then the sign bits flip, so no encoded word is zero.
+#[inline(always)]
+fn encode<T: Element>(v: [u32; 4]) -> [u32; 4] {
+    let mut out = v;
+    let mut k = 0;
+    while k < 4 {
+        let mut w = v[k];
+        if T::BYTES == 2 {
+            if w & 0xffff == 0x8000 {
+                w &= 0xffff_0000;
+            }
+            if w >> 16 == 0x8000 {
+                w &= 0xffff;
+            }
+        } else if w == 0x8000_0000 {
+            w = 0;
+        }
+        out[k] = w ^ sign_bits::<T>();
+        k += 1;
+    }
+    out
+}
+
+#[inline(always)]
+fn decode<T: Element>(v: [u32; 4]) -> [u32; 4] {
+    let m = sign_bits::<T>();
+    [v[0] ^ m, v[1] ^ m, v[2] ^ m, v[3] ^ m]
+}
+
+#[inline(always)]
+fn arrived(v: &[u32; 4]) -> bool {
+    v[0] != 0 && v[1] != 0 && v[2] != 0 && v[3] != 0
+}
+
+/// Loads vector `i` of every slot of `own`, all W loads in flight at once.
+///
+/// # Safety
+/// `own` must be a Lamport buffer of W slots of `slot_bytes` that holds
+/// vector `i`.
+#[inline(always)]
+unsafe fn load_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) -> [[u32; 4]; W] {
+    let mut raw = [[0u32; 4]; W];
+    let mut r = 0;
+    while r < W {
+        // SAFETY: forwarded from the caller.
+        raw[r] = unsafe {
+            ptx::ld_relaxed_sys_v4_u32(((own + r as u64 * slot_bytes) as *const [u32; 4]).add(i))
+        };
+        r += 1;
+    }
+    raw
+}
+
+/// Which slot's vector has not fully arrived, if any.
+#[inline(always)]
+fn missing<const W: usize>(raw: &[[u32; 4]; W]) -> Option<u32> {
+    let mut r = 0;
+    while r < W {
+        if !arrived(&raw[r]) {
+            return Some(r as u32);
+        }
+        r += 1;
+    }
+    None
+}
+
+/// Vector `i` of every slot, once all arrived or `timeout_ns` passed (then
+/// reported and used as it is: the host fails the next call, see
+/// `comm/health.rs`). Re-polls all slots together, so the loop body
+/// stays unrolled and the slots stay in registers.
+///
+/// # Safety
+/// As for [`load_slots`]; `p.error` is a mapped error word or 0.
+#[inline(always)]
+unsafe fn wait_slots<const W: usize>(
+    own: u64,
+    slot_bytes: u64,
+    i: usize,
+    p: &AllReduceParams,
+) -> [[u32; 4]; W] {
+    // SAFETY: forwarded from the caller throughout.
+    unsafe {
+        let mut raw = load_slots::<W>(own, slot_bytes, i);
+        if missing(&raw).is_none() {
+            return raw;
+        }
+        let start = ptx::globaltimer_ns();
+        loop {
+            raw = load_slots::<W>(own, slot_bytes, i);
+            let Some(peer) = missing(&raw) else {
+                return raw;
+            };
+            if ptx::globaltimer_ns().wrapping_sub(start) > p.timeout_ns {
+                report(
+                    p.error,
+                    peer,
+                    ptx::block_idx_x(),
+                    SLOT_LAMPORT as u32,
+                    p.rank,
+                );
+                return raw;
+            }
+        }
+    }
+}
+
+/// # Safety
+/// `p.pads` must hold the mapped pads of W ranks (`rank < W`), the caller
+/// buffers `p.elems` elements with `p.elems * T::BYTES` at most
+/// `lamport_slot_bytes(W)`.
+#[inline(always)]
+unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+    let own_pad = pick(&p.pads, p.rank) as *mut u32;
+    // SAFETY: the host passes this rank's mapped pad.
+    let epoch = unsafe { call_epoch(own_pad) };
+    let slot_bytes = lamport_slot_bytes(W) as u64;
+    let buffer_off = LAMPORT_OFFSET_BYTES as u64 + (epoch & 1) as u64 * W as u64 * slot_bytes;
+    let elems = p.elems as usize;
+    let vecs = crate::math::div_ceil(elems, T::LANES);
+    let aligned = crate::math::all_vec_aligned(&[p.input as usize, p.output as usize]);
+    let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
+    let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
+
+    // Push: our slot on every rank, ourselves included.
+    let mut dst = [0u64; W];
+    let mut r = 0;
+    while r < W {
+        dst[r] = pick(&p.pads, r as u32) + buffer_off + p.rank as u64 * slot_bytes;
+        r += 1;
+    }
+    let mut i = tid;
+    while i < vecs {
+        // SAFETY: i < vecs inside the caller's input; the slot holds the
+        // whole message (caller's promise).
+        unsafe {
+            let v = encode::<T>(load_vec(p.input as *const T, i, elems, aligned));
+            let mut r = 0;
+            while r < W {
+                ptx::st_relaxed_sys_v4_u32((dst[r] as *mut [u32; 4]).add(i), v);
+                r += 1;
+            }
+        }
+        i += stride;
+    }
+
+    // Poll our own buffer, reduce in rank order, zero what was read.
+    let own = pick(&p.pads, p.rank) + buffer_off;
+    let mut i = tid;
+    while i < vecs {
+        // SAFETY: slot r's vector i lies inside our pad's buffer.
+        unsafe {
+            let raw = wait_slots::<W>(own, slot_bytes, i, p);
+            let mut r = 0;
+            while r < W {
+                ptx::st_global_v4_u32(
+                    ((own + r as u64 * slot_bytes) as *mut [u32; 4]).add(i),
+                    [0; 4],
+                );
+                r += 1;
+            }
+            let mut acc = T::widen(decode::<T>(raw[0]));
+            let mut r = 1;
+            while r < W {
+                acc = combine::<OP>(acc, &T::widen(decode::<T>(raw[r])));
+                r += 1;
+            }
+            if OP == OP_AVG {
+                let mut k = 0;
+                while k < 8 {
+                    acc[k] /= W as f32;
+                    k += 1;
+                }
+            }
+            store_vec(p.output as *mut T, i, elems, aligned, T::narrow(acc));
+        }
+        i += stride;
+    }
+    // SAFETY: `own_pad` is this rank's pad; every thread gets here.
+    unsafe { finish_call(own_pad, epoch) };
+}
+
+macro_rules! lamport_kernels {
+    ($ty:ty, $($name:ident = $w:literal),+ $(,)?) => {$(
+        /// # Safety
+        /// See [`lamport`]; launched only by the host crate.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: AllReduceParams) {
+            // SAFETY: the host upholds `lamport`'s contract.
+            unsafe {
+                match p.op {
+                    OP_SUM => lamport::<$ty, $w, OP_SUM>(&p),
+                    OP_AVG => lamport::<$ty, $w, OP_AVG>(&p),
+                    OP_MIN => lamport::<$ty, $w, OP_MIN>(&p),
+                    OP_MAX => lamport::<$ty, $w, OP_MAX>(&p),
+                    _ => ptx::trap(),
+                }
+            }
+        }
+    )+};
+}
+
+lamport_kernels!(
+    Bf16,
+    lamport_bf16_w2 = 2,
+    lamport_bf16_w3 = 3,
+    lamport_bf16_w4 = 4,
+    lamport_bf16_w5 = 5,
+    lamport_bf16_w6 = 6,
+    lamport_bf16_w7 = 7,
+    lamport_bf16_w8 = 8
+);
+lamport_kernels!(
+    F16,
+    lamport_f16_w2 = 2,
+    lamport_f16_w3 = 3,
+    lamport_f16_w4 = 4,
+    lamport_f16_w5 = 5,
+    lamport_f16_w6 = 6,
+    lamport_f16_w7 = 7,
+    lamport_f16_w8 = 8
+);
+lamport_kernels!(
+    f32,
+    lamport_f32_w2 = 2,
+    lamport_f32_w3 = 3,
+    lamport_f32_w4 = 4,
+    lamport_f32_w5 = 5,
+    lamport_f32_w6 = 6,
+    lamport_f32_w7 = 7,
+    lamport_f32_w8 = 8
+);
