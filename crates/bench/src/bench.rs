@@ -16,7 +16,7 @@ use intranode::algo::{AllReduceAlgo, Crossovers};
 use crate::data::{self, Op};
 use crate::progress::Progress;
 use crate::rank::Rank;
-use crate::results::{AUTO_TOLERANCE, BenchFile, Row, fmt_bytes};
+use crate::results::{BenchFile, Row, fmt_bytes};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -283,8 +283,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         // A missing name only costs the plot's title its GPU.
         let gpu = r.ctx.name().ok();
         let file = BenchFile::new(world, gpu, "bf16", rows);
-        print_auto_check(&file);
-        write_results(&file, &args.out)?;
+        print!("{}", file.auto_check_table());
+        let json = file.write_all(&args.out)?;
+        println!("results: {} (and .csv, .png)", json.display());
         if let Some(path) = &args.tune {
             let x = tune(&file.rows, world, path)?;
             std::fs::write(path, serde_json::to_string_pretty(&x)?)?;
@@ -296,22 +297,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             );
         }
     }
-    Ok(())
-}
-
-/// `bench_w{world}.json`, `.csv` and `.png` under `out`.
-fn write_results(file: &BenchFile, out: &std::path::Path) -> Result<()> {
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let stem = out.join(format!("bench_w{}", file.world));
-    let json = stem.with_extension("json");
-    std::fs::write(&json, serde_json::to_string_pretty(file)?)
-        .with_context(|| format!("writing {}", json.display()))?;
-    let csv = stem.with_extension("csv");
-    std::fs::write(&csv, file.csv()).with_context(|| format!("writing {}", csv.display()))?;
-    let png_path = stem.with_extension("png");
-    let png = crate::plot::render_png(std::slice::from_ref(file), None)?;
-    std::fs::write(&png_path, png).with_context(|| format!("writing {}", png_path.display()))?;
-    println!("results: {} (and .csv, .png)", json.display());
     Ok(())
 }
 
@@ -345,47 +330,6 @@ fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result<Crossovers
     x.one_shot_max_bytes[world] = one;
     x.two_shot_max_bytes[world] = two;
     Ok(x)
-}
-
-/// Auto against the fastest of its choices at each size, and a verdict.
-fn print_auto_check(file: &BenchFile) {
-    let pct = (AUTO_TOLERANCE - 1.0) * 100.0;
-    println!(
-        "auto against the fastest of its choices (tolerance {pct:.0}%; ratio = auto / fastest):"
-    );
-    println!(
-        "{:>10} {:>9} {:>10} {:>10} {:>10} {:>10}  verdict",
-        "bytes", "chosen", "graph best", "ratio", "eager best", "ratio"
-    );
-    for c in &file.auto_check {
-        println!(
-            "{:>10} {:>9} {:>10} {:>10.3} {:>10} {:>10}  {}",
-            fmt_bytes(c.bytes),
-            c.chosen,
-            c.graph_best,
-            c.graph_vs_best,
-            c.eager_best.as_deref().unwrap_or("-"),
-            c.eager_vs_best.map_or("-".into(), |v| format!("{v:.3}")),
-            if c.within_tolerance { "ok" } else { "SLOW" }
-        );
-    }
-    let slow: Vec<String> = file
-        .auto_check
-        .iter()
-        .filter(|c| !c.within_tolerance)
-        .map(|c| fmt_bytes(c.bytes))
-        .collect();
-    if slow.is_empty() {
-        println!(
-            "auto within {pct:.0}% of the fastest of its choices at every size ({} sizes)",
-            file.auto_check.len()
-        );
-    } else {
-        println!(
-            "auto more than {pct:.0}% slower than the fastest of its choices at {}",
-            slow.join(", ")
-        );
-    }
 }
 
 fn print_table(rows: &[Row]) {

@@ -3,7 +3,8 @@
 //! choices ([`AutoCheck`]), and the JSON file ([`BenchFile`]) that `bench`
 //! writes and `plot` reads.
 
-use std::path::Path;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -163,6 +164,73 @@ impl BenchFile {
     }
 }
 
+impl BenchFile {
+    /// Writes `bench_w{world}.json`, `.csv` and `.png` under `out`;
+    /// returns the JSON file's path.
+    pub fn write_all(&self, out: &Path) -> Result<PathBuf> {
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        let stem = out.join(format!("bench_w{}", self.world));
+        let json = stem.with_extension("json");
+        std::fs::write(&json, serde_json::to_string_pretty(self)?)
+            .with_context(|| format!("writing {}", json.display()))?;
+        let csv = stem.with_extension("csv");
+        std::fs::write(&csv, self.csv()).with_context(|| format!("writing {}", csv.display()))?;
+        let png_path = stem.with_extension("png");
+        let png = crate::plot::render_png(std::slice::from_ref(self), None)?;
+        std::fs::write(&png_path, png)
+            .with_context(|| format!("writing {}", png_path.display()))?;
+        Ok(json)
+    }
+
+    /// The auto check as the summary prints it: a line per size, then a
+    /// verdict naming the sizes where auto was too slow.
+    pub fn auto_check_table(&self) -> String {
+        let pct = (self.auto_tolerance - 1.0) * 100.0;
+        let mut t = format!(
+            "auto against the fastest of its choices (tolerance {pct:.0}%; ratio = auto / fastest):\n"
+        );
+        // Writing to a String cannot fail.
+        let _ = writeln!(
+            t,
+            "{:>10} {:>9} {:>10} {:>7} {:>10} {:>7}  verdict",
+            "bytes", "chosen", "graph best", "ratio", "eager best", "ratio"
+        );
+        for c in &self.auto_check {
+            let _ = writeln!(
+                t,
+                "{:>10} {:>9} {:>10} {:>7.3} {:>10} {:>7}  {}",
+                fmt_bytes(c.bytes),
+                c.chosen,
+                c.graph_best,
+                c.graph_vs_best,
+                c.eager_best.as_deref().unwrap_or("-"),
+                c.eager_vs_best.map_or("-".into(), |v| format!("{v:.3}")),
+                if c.within_tolerance { "ok" } else { "SLOW" }
+            );
+        }
+        let slow: Vec<String> = self
+            .auto_check
+            .iter()
+            .filter(|c| !c.within_tolerance)
+            .map(|c| fmt_bytes(c.bytes))
+            .collect();
+        let _ = if slow.is_empty() {
+            writeln!(
+                t,
+                "auto within {pct:.0}% of the fastest of its choices at every size ({} sizes)",
+                self.auto_check.len()
+            )
+        } else {
+            writeln!(
+                t,
+                "auto more than {pct:.0}% slower than the fastest of its choices at {}",
+                slow.join(", ")
+            )
+        };
+        t
+    }
+}
+
 fn opt(v: Option<f64>) -> String {
     v.map_or(String::new(), |x| format!("{x:.3}"))
 }
@@ -301,6 +369,47 @@ pub(crate) mod tests {
         assert_eq!(lines.len(), 3);
         assert!(lines[1].ends_with(",,"), "{}", lines[1]);
         assert!(lines[2].ends_with(",0.700,0.775"), "{}", lines[2]);
+    }
+
+    #[test]
+    fn auto_check_table_names_the_slow_sizes() {
+        let rows = vec![
+            row(2, 1024, "nccl", 6.0),
+            row(2, 1024, "auto", 4.2),
+            row(2, 4096, "nccl", 6.0),
+            row(2, 4096, "auto", 6.6),
+        ];
+        let table = BenchFile::new(2, None, "bf16", rows.clone()).auto_check_table();
+        assert!(table.contains("    4 KiB"), "{table}");
+        assert!(table.contains("SLOW"), "{table}");
+        assert!(
+            table.ends_with("slower than the fastest of its choices at 4 KiB\n"),
+            "{table}"
+        );
+        let table = BenchFile::new(2, None, "bf16", rows[..2].to_vec()).auto_check_table();
+        assert!(!table.contains("SLOW"), "{table}");
+        assert!(table.ends_with("at every size (1 sizes)\n"), "{table}");
+    }
+
+    /// What `bench` writes reads back, and the PNG is there.
+    #[test]
+    fn writes_json_csv_and_png() {
+        let dir = std::env::temp_dir().join(format!("intranode-bench-{}", std::process::id()));
+        let rows = vec![
+            row(4, 1024, "nccl", 6.0),
+            row(4, 1024, "auto", 4.2),
+            row(4, 4096, "nccl", 6.5),
+            row(4, 4096, "auto", 4.4),
+        ];
+        let file = BenchFile::new(4, Some("NVIDIA H200".into()), "bf16", rows);
+        let json = file.write_all(&dir).unwrap();
+        assert_eq!(json, dir.join("bench_w4.json"));
+        assert_eq!(load(&json).unwrap(), file);
+        let csv = std::fs::read_to_string(dir.join("bench_w4.csv")).unwrap();
+        assert_eq!(csv.lines().count(), 5);
+        let png = std::fs::read(dir.join("bench_w4.png")).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
