@@ -61,6 +61,14 @@ fn plot(args: &PlotArgs) -> Result<()> {
         .iter()
         .map(|p| results::load(p))
         .collect::<Result<Vec<_>>>()?;
+    for (path, file) in args.json.iter().zip(&files) {
+        println!(
+            "{}: world {}: {}",
+            path.display(),
+            file.world,
+            file.auto_verdict()
+        );
+    }
     let png = plot::render_png(&files, args.gpu.as_deref())?;
     std::fs::write(&args.out, &png).with_context(|| format!("writing {}", args.out.display()))?;
     println!("{} ({} bytes)", args.out.display(), png.len());

@@ -208,26 +208,31 @@ impl BenchFile {
                 if c.within_tolerance { "ok" } else { "SLOW" }
             );
         }
+        t.push_str(&self.auto_verdict());
+        t.push('\n');
+        t
+    }
+
+    /// One line: auto within the tolerance everywhere, or where not.
+    pub fn auto_verdict(&self) -> String {
+        let pct = (self.auto_tolerance - 1.0) * 100.0;
         let slow: Vec<String> = self
             .auto_check
             .iter()
             .filter(|c| !c.within_tolerance)
             .map(|c| fmt_bytes(c.bytes))
             .collect();
-        let _ = if slow.is_empty() {
-            writeln!(
-                t,
+        if slow.is_empty() {
+            format!(
                 "auto within {pct:.0}% of the fastest of its choices at every size ({} sizes)",
                 self.auto_check.len()
             )
         } else {
-            writeln!(
-                t,
+            format!(
                 "auto more than {pct:.0}% slower than the fastest of its choices at {}",
                 slow.join(", ")
             )
-        };
-        t
+        }
     }
 }
 
