@@ -12,7 +12,11 @@
 //!   stripped, for a GPU machine that has no Rust tool chain.
 //! - `demo`: the main job: one process per local GPU under `intranode-run`,
 //!   a short all-reduce sweep of ours against NCCL, checked, as a table.
+//! - `bench [--out DIR] [-- BENCH ARGS]`: the full benchmark under
+//!   `intranode-run` at every world size the local GPUs allow, results and
+//!   one plot of all of them in `DIR` (default `target/bench-out`).
 
+mod bench;
 mod bundle;
 mod ptxas;
 
@@ -32,6 +36,9 @@ fn try_main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (task, rest) = args.split_first().context(USAGE)?;
     let opts = Opts::parse(rest)?;
+    if !opts.passthrough.is_empty() && task != "bench" {
+        bail!("only `bench` takes arguments after `--`\n{USAGE}");
+    }
     match task.as_str() {
         "build-ptx" => {
             let path = build_ptx(&opts)?;
@@ -44,18 +51,20 @@ fn try_main() -> Result<()> {
         "ci" => ci(&opts)?,
         "device-bundle" => bundle::build(&root()?, opts.out.as_deref())?,
         "demo" => demo()?,
+        "bench" => bench::run(&root()?, opts.out.as_deref(), &opts.passthrough)?,
         other => bail!("unknown task {other:?}\n{USAGE}"),
     }
     Ok(())
 }
 
-const USAGE: &str =
-    "usage: cargo xtask <build-ptx|check-ptx|ci|device-bundle> [--arch sm_XX] [--out DIR]";
+const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|ci|device-bundle|demo|bench> [--arch sm_XX] [--out DIR] [-- ARGS of intranode-bench bench]";
 
 #[derive(Debug)]
 struct Opts {
     arch: String,
     out: Option<PathBuf>,
+    /// What follows `--`, handed to `intranode-bench bench`.
+    passthrough: Vec<String>,
 }
 
 impl Opts {
@@ -63,12 +72,14 @@ impl Opts {
         let mut opts = Opts {
             arch: ptx_builder::DEFAULT_ARCH.to_owned(),
             out: None,
+            passthrough: Vec::new(),
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
                 "--arch" => opts.arch = it.next().context("--arch needs a value")?.clone(),
                 "--out" => opts.out = Some(it.next().context("--out needs a value")?.into()),
+                "--" => opts.passthrough = it.by_ref().cloned().collect(),
                 other => bail!("unknown option {other:?}\n{USAGE}"),
             }
         }
@@ -102,7 +113,7 @@ fn build_ptx(opts: &Opts) -> Result<PathBuf> {
 }
 
 /// Runs a command in the workspace root, failing with its command line.
-fn run(root: &Path, program: &str, args: &[&str]) -> Result<()> {
+pub(crate) fn run(root: &Path, program: &str, args: &[&str]) -> Result<()> {
     eprintln!("xtask: $ {program} {}", args.join(" "));
     let status = Command::new(program)
         .args(args)
@@ -158,6 +169,7 @@ fn ci(opts: &Opts) -> Result<()> {
     let sm80 = Opts {
         arch: "sm_80".into(),
         out: None,
+        passthrough: Vec::new(),
     };
     let path80 = build_ptx(&sm80)?;
     ptxas::check(&root, &path80, &sm80.arch)?;
@@ -166,7 +178,7 @@ fn ci(opts: &Opts) -> Result<()> {
 }
 
 /// GPUs on this machine, from `nvidia-smi -L` (0 when it is missing).
-fn local_gpu_count() -> usize {
+pub(crate) fn local_gpu_count() -> usize {
     Command::new("nvidia-smi")
         .arg("-L")
         .output()

@@ -1,6 +1,8 @@
 //! Latency and bus bandwidth of our all-reduce against NCCL, in the same
 //! run: CUDA-graph replay and eager, medians after warm-up, every timed
-//! configuration's output checked against the f64 reference.
+//! configuration's output checked against the f64 reference. Rank 0
+//! prints the table and the check of auto against the best of its choices,
+//! and writes JSON, CSV and a PNG plot.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -10,10 +12,11 @@ use cudarc::driver::CudaSlice;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use half::bf16;
 use intranode::algo::{AllReduceAlgo, Crossovers};
-use serde::{Deserialize, Serialize};
 
 use crate::data::{self, Op};
+use crate::progress::Progress;
 use crate::rank::Rank;
+use crate::results::{BenchFile, Row, fmt_bytes};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -26,7 +29,7 @@ pub struct BenchArgs {
     /// Timed samples per configuration (the median is reported).
     #[arg(long, default_value_t = 21)]
     pub repeats: usize,
-    /// Directory for JSON and CSV results.
+    /// Directory for the JSON, CSV and PNG results.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
     /// Also write measured crossovers to this file (for INTRANODE_TUNING_FILE).
@@ -49,23 +52,6 @@ impl BenchArgs {
             graph_only: true,
         }
     }
-}
-
-/// One measured configuration (maximum over ranks of each rank's median).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Row {
-    pub world: usize,
-    pub bytes: usize,
-    pub algo: String,
-    /// What `auto` chose, for the auto rows.
-    pub chosen: String,
-    pub graph_us: f64,
-    pub eager_us: Option<f64>,
-    /// Host time to enqueue one call, eager.
-    pub eager_host_us: Option<f64>,
-    pub busbw_gbps: f64,
-    pub graph_vs_nccl: Option<f64>,
-    pub eager_vs_nccl: Option<f64>,
 }
 
 fn sizes(args: &BenchArgs) -> Vec<usize> {
@@ -227,7 +213,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         r.stream.clone_htod(&[bf16::ZERO])?,
     );
     let mut rows: Vec<Row> = Vec::new();
-    for (si, bytes) in sizes(args).into_iter().enumerate() {
+    let sizes = sizes(args);
+    let mut progress = Progress::new(
+        "intranode-bench bench",
+        sizes.len() * algos.len(),
+        r.rank() == 0,
+    );
+    for (si, bytes) in sizes.into_iter().enumerate() {
         let elems = bytes / 2;
         let call = si as u64;
         let d_in = r
@@ -275,11 +267,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 graph_us,
                 eager_us,
                 eager_host_us,
-                busbw_gbps: 2.0 * (world as f64 - 1.0) / world as f64 * bytes as f64
-                    / (graph_us * 1e3),
+                busbw_gbps: crate::results::busbw_gbps(world, bytes, graph_us),
                 graph_vs_nccl: None,
                 eager_vs_nccl: None,
             });
+            progress.step(&format!("{} {name}", fmt_bytes(bytes)));
         }
         if let Some((ng, ne)) = nccl_row {
             for row in rows.iter_mut().filter(|row| row.bytes == bytes) {
@@ -287,37 +279,18 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 row.eager_vs_nccl = row.eager_us.zip(ne).map(|(a, b)| a / b);
             }
         }
-        if r.rank() == 0 {
-            eprintln!("bench: {bytes} bytes done");
-        }
     }
+    progress.finish();
     if r.rank() == 0 {
         print_table(&rows);
-        std::fs::create_dir_all(&args.out)?;
-        let json = args.out.join(format!("bench_w{world}.json"));
-        std::fs::write(&json, serde_json::to_string_pretty(&rows)?)?;
-        let mut csv = String::from(
-            "world,bytes,algo,chosen,graph_us,eager_us,eager_host_us,busbw_gbps,graph_vs_nccl,eager_vs_nccl\n",
-        );
-        for row in &rows {
-            csv.push_str(&format!(
-                "{},{},{},{},{:.3},{},{},{:.2},{},{}\n",
-                row.world,
-                row.bytes,
-                row.algo,
-                row.chosen,
-                row.graph_us,
-                opt(row.eager_us),
-                opt(row.eager_host_us),
-                row.busbw_gbps,
-                opt(row.graph_vs_nccl),
-                opt(row.eager_vs_nccl)
-            ));
-        }
-        std::fs::write(args.out.join(format!("bench_w{world}.csv")), csv)?;
-        println!("results: {} (and .csv)", json.display());
+        // A missing name only costs the plot's title its GPU.
+        let gpu = r.ctx.name().ok();
+        let file = BenchFile::new(world, gpu, "bf16", rows);
+        print!("{}", file.auto_check_table());
+        let json = file.write_all(&args.out)?;
+        println!("results: {} (and .csv, .png)", json.display());
         if let Some(path) = &args.tune {
-            let x = tune(&rows, world, path)?;
+            let x = tune(&file.rows, world, path)?;
             std::fs::write(path, serde_json::to_string_pretty(&x)?)?;
             println!(
                 "crossovers for world {world}: one-shot up to {} bytes, two-shot up to {} bytes -> {}",
@@ -328,10 +301,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn opt(v: Option<f64>) -> String {
-    v.map_or(String::new(), |x| format!("{x:.3}"))
 }
 
 /// Crossovers from the graph-replay medians: one-shot while it beats

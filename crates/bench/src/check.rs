@@ -10,6 +10,7 @@ use intranode::algo::AllReduceAlgo;
 use intranode::kernels::DType;
 
 use crate::data::{self, Op};
+use crate::progress::Progress;
 use crate::rank::Rank;
 
 #[derive(clap::Args, Debug)]
@@ -77,12 +78,10 @@ fn run_case<T: DType + NcclType>(r: &mut Rank, seed: u64, case: &Case, auto: boo
     Ok(data::fingerprint(&out))
 }
 
-fn sweep<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) -> Result<usize> {
-    let buffer_elems = r
-        .comm
-        .intra()
-        .map_or(5 << 20, |c| c.symm().buffer_bytes() / T::ELEM.bytes());
-    let lengths = [
+/// Lengths of the sweep: tiny, odd, around a vector, and at and past one
+/// symmetric buffer of `buffer_elems`.
+fn sweep_lengths(buffer_elems: usize) -> [usize; 8] {
+    [
         1,
         7,
         8,
@@ -91,7 +90,25 @@ fn sweep<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) ->
         (1 << 20) + 3,
         buffer_elems,
         buffer_elems + 5,
-    ];
+    ]
+}
+
+/// Cases of one element type's sweep.
+fn sweep_cases(r: &Rank) -> usize {
+    algos(r).len() * Op::ALL.len() * sweep_lengths(0).len()
+}
+
+fn sweep<T: DType + NcclType>(
+    r: &mut Rank,
+    args: &CheckArgs,
+    call: &mut u64,
+    progress: &mut Progress,
+) -> Result<usize> {
+    let buffer_elems = r
+        .comm
+        .intra()
+        .map_or(5 << 20, |c| c.symm().buffer_bytes() / T::ELEM.bytes());
+    let lengths = sweep_lengths(buffer_elems);
     let mut cases = 0;
     for algo in algos(r) {
         for op in Op::ALL {
@@ -113,6 +130,11 @@ fn sweep<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) ->
                     );
                 }
                 cases += 1;
+                progress.step(&format!(
+                    "{:?} {op:?} n={elems} {}",
+                    T::ELEM,
+                    algo.map_or("auto", AllReduceAlgo::name)
+                ));
             }
         }
     }
@@ -302,9 +324,16 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     let mut call = 0u64;
     let t0 = std::time::Instant::now();
     let mut cases = 0;
-    cases += sweep::<bf16>(&mut r, args, &mut call)?;
-    cases += sweep::<f16>(&mut r, args, &mut call)?;
-    cases += sweep::<f32>(&mut r, args, &mut call)?;
+    // Three element types below.
+    let mut progress = Progress::new(
+        "intranode-bench check sweep",
+        3 * sweep_cases(&r),
+        r.rank() == 0,
+    );
+    cases += sweep::<bf16>(&mut r, args, &mut call, &mut progress)?;
+    cases += sweep::<f16>(&mut r, args, &mut call, &mut progress)?;
+    cases += sweep::<f32>(&mut r, args, &mut call, &mut progress)?;
+    progress.finish();
     let t_sweep = t0.elapsed();
     let mut rng = args.seed;
     let per_type = args.stress_calls / 3;

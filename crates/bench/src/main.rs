@@ -4,15 +4,23 @@
 //! - `check`: the correctness suite (every algorithm x element type x op x
 //!   awkward length, back-to-back mixed calls, CUDA-graph replay).
 //! - `bench`: latency and bus bandwidth against NCCL in the same run,
-//!   eager and CUDA-graph replay; `--tune` writes measured crossovers.
+//!   eager and CUDA-graph replay; writes JSON, CSV and a PNG plot;
+//!   `--tune` writes measured crossovers.
 //! - `demo`: the README's main job: a short sweep with a correctness check.
+//! - `plot`: the PNG from saved JSON results, on any machine (no GPU, no
+//!   launcher); how `docs/allreduce_h200.png` is made.
 
 mod bench;
 mod check;
 mod data;
+mod plot;
+mod progress;
 mod rank;
+mod results;
 
-use anyhow::Result;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -30,6 +38,41 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Short sweep of ours against NCCL with a correctness check.
     Demo,
+    /// Plot saved `bench` results (JSON) as a PNG; needs no GPU.
+    Plot(PlotArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct PlotArgs {
+    /// A results file written by `bench` (one row of panels each, in order).
+    #[arg(long = "json", required = true, value_name = "FILE")]
+    json: Vec<PathBuf>,
+    /// The PNG to write.
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+    /// GPU name for the titles of files that do not record it (`H200`).
+    #[arg(long)]
+    gpu: Option<String>,
+}
+
+fn plot(args: &PlotArgs) -> Result<()> {
+    let files = args
+        .json
+        .iter()
+        .map(|p| results::load(p))
+        .collect::<Result<Vec<_>>>()?;
+    for (path, file) in args.json.iter().zip(&files) {
+        println!(
+            "{}: world {}: {}",
+            path.display(),
+            file.world,
+            file.auto_verdict()
+        );
+    }
+    let png = plot::render_png(&files, args.gpu.as_deref())?;
+    std::fs::write(&args.out, &png).with_context(|| format!("writing {}", args.out.display()))?;
+    println!("{} ({} bytes)", args.out.display(), png.len());
+    Ok(())
 }
 
 fn main() {
@@ -38,6 +81,7 @@ fn main() {
         Cmd::Check(args) => check::run(&args),
         Cmd::Bench(args) => bench::run(&args),
         Cmd::Demo => bench::run(&bench::BenchArgs::demo()),
+        Cmd::Plot(args) => plot(&args),
     };
     if let Err(e) = result {
         eprintln!("intranode-bench: {e:#}");

@@ -1,0 +1,427 @@
+//! The benchmark's results as they are written and read back: one [`Row`]
+//! per measured configuration, the check of auto against the best of its
+//! choices ([`AutoCheck`]), and the JSON file ([`BenchFile`]) that `bench`
+//! writes and `plot` reads.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+/// Auto may be at most this much slower than the fastest algorithm it
+/// chooses from, at every size (issue 6: "never more than 5% slower").
+pub const AUTO_TOLERANCE: f64 = 1.05;
+
+/// Layout version of [`BenchFile`]. Version 1 (results up to v3 in
+/// `docs/perf/`) was a bare JSON list of rows, which [`load`] still reads.
+pub const FORMAT: u32 = 2;
+
+/// One measured configuration (maximum over ranks of each rank's median).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    pub world: usize,
+    pub bytes: usize,
+    pub algo: String,
+    /// What `auto` chose, for the auto rows.
+    pub chosen: String,
+    pub graph_us: f64,
+    pub eager_us: Option<f64>,
+    /// Host time to enqueue one call, eager.
+    pub eager_host_us: Option<f64>,
+    pub busbw_gbps: f64,
+    pub graph_vs_nccl: Option<f64>,
+    pub eager_vs_nccl: Option<f64>,
+}
+
+/// Bus bandwidth of an all-reduce: each byte crosses the links
+/// 2 (n-1)/n times in a ring or two-shot, the convention of nccl-tests.
+pub fn busbw_gbps(world: usize, bytes: usize, us: f64) -> f64 {
+    2.0 * (world as f64 - 1.0) / world as f64 * bytes as f64 / (us * 1e3)
+}
+
+/// Auto against the fastest explicit algorithm at one size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AutoCheck {
+    pub bytes: usize,
+    /// The algorithm auto chose.
+    pub chosen: String,
+    /// Fastest explicit algorithm in graph replay, and auto's time over
+    /// its time.
+    pub graph_best: String,
+    pub graph_vs_best: f64,
+    /// The same for eager launches, where they were measured.
+    pub eager_best: Option<String>,
+    pub eager_vs_best: Option<f64>,
+    /// Both ratios at most [`AUTO_TOLERANCE`].
+    pub within_tolerance: bool,
+}
+
+/// One [`AutoCheck`] per size that has an auto row and at least one
+/// explicit algorithm (one-shot, two-shot, HCM, NCCL: whatever was
+/// measured), in size order.
+pub fn auto_checks(rows: &[Row]) -> Vec<AutoCheck> {
+    let mut checks = Vec::new();
+    for auto in rows.iter().filter(|r| r.algo == "auto") {
+        let choices: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r.bytes == auto.bytes && r.algo != "auto")
+            .collect();
+        let Some(graph) = fastest(&choices, |r| Some(r.graph_us)) else {
+            continue;
+        };
+        let graph_vs_best = auto.graph_us / graph.1;
+        let eager = auto
+            .eager_us
+            .and_then(|a| fastest(&choices, |r| r.eager_us).map(|(name, t)| (name, a / t)));
+        let within_tolerance = graph_vs_best <= AUTO_TOLERANCE
+            && eager.as_ref().is_none_or(|(_, v)| *v <= AUTO_TOLERANCE);
+        checks.push(AutoCheck {
+            bytes: auto.bytes,
+            chosen: auto.chosen.clone(),
+            graph_best: graph.0,
+            graph_vs_best,
+            eager_best: eager.as_ref().map(|e| e.0.clone()),
+            eager_vs_best: eager.map(|e| e.1),
+            within_tolerance,
+        });
+    }
+    checks.sort_by_key(|c| c.bytes);
+    checks
+}
+
+/// Name and time of the fastest row by `time`, ignoring rows without one.
+fn fastest(rows: &[&Row], time: impl Fn(&Row) -> Option<f64>) -> Option<(String, f64)> {
+    rows.iter()
+        .filter_map(|r| time(r).map(|t| (r.algo.clone(), t)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+/// What `bench` writes as `bench_w{world}.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchFile {
+    /// [`FORMAT`].
+    pub format: u32,
+    pub world: usize,
+    /// GPU name as CUDA reports it (rank 0's device), when known.
+    pub gpu: Option<String>,
+    /// Element type of every message.
+    pub dtype: String,
+    pub rows: Vec<Row>,
+    /// Tolerance [`AutoCheck::within_tolerance`] was judged against.
+    pub auto_tolerance: f64,
+    pub auto_check: Vec<AutoCheck>,
+}
+
+impl BenchFile {
+    pub fn new(world: usize, gpu: Option<String>, dtype: &str, rows: Vec<Row>) -> Self {
+        let auto_check = auto_checks(&rows);
+        BenchFile {
+            format: FORMAT,
+            world,
+            gpu,
+            dtype: dtype.to_owned(),
+            rows,
+            auto_tolerance: AUTO_TOLERANCE,
+            auto_check,
+        }
+    }
+
+    /// The GPU name without the vendor prefix, for titles.
+    pub fn gpu_short(&self) -> Option<&str> {
+        self.gpu
+            .as_deref()
+            .map(|g| g.strip_prefix("NVIDIA ").unwrap_or(g).trim())
+    }
+
+    /// Rows as CSV, with the auto check on the auto rows.
+    pub fn csv(&self) -> String {
+        let mut csv = String::from(
+            "world,bytes,algo,chosen,graph_us,eager_us,eager_host_us,busbw_gbps,graph_vs_nccl,eager_vs_nccl,graph_vs_best,eager_vs_best\n",
+        );
+        for row in &self.rows {
+            let check = self
+                .auto_check
+                .iter()
+                .find(|c| row.algo == "auto" && c.bytes == row.bytes);
+            csv.push_str(&format!(
+                "{},{},{},{},{:.3},{},{},{:.2},{},{},{},{}\n",
+                row.world,
+                row.bytes,
+                row.algo,
+                row.chosen,
+                row.graph_us,
+                opt(row.eager_us),
+                opt(row.eager_host_us),
+                row.busbw_gbps,
+                opt(row.graph_vs_nccl),
+                opt(row.eager_vs_nccl),
+                opt(check.map(|c| c.graph_vs_best)),
+                opt(check.and_then(|c| c.eager_vs_best)),
+            ));
+        }
+        csv
+    }
+}
+
+impl BenchFile {
+    /// Writes `bench_w{world}.json`, `.csv` and `.png` under `out`;
+    /// returns the JSON file's path.
+    pub fn write_all(&self, out: &Path) -> Result<PathBuf> {
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        let stem = out.join(format!("bench_w{}", self.world));
+        let json = stem.with_extension("json");
+        std::fs::write(&json, serde_json::to_string_pretty(self)?)
+            .with_context(|| format!("writing {}", json.display()))?;
+        let csv = stem.with_extension("csv");
+        std::fs::write(&csv, self.csv()).with_context(|| format!("writing {}", csv.display()))?;
+        let png_path = stem.with_extension("png");
+        let png = crate::plot::render_png(std::slice::from_ref(self), None)?;
+        std::fs::write(&png_path, png)
+            .with_context(|| format!("writing {}", png_path.display()))?;
+        Ok(json)
+    }
+
+    /// The auto check as the summary prints it: a line per size, then a
+    /// verdict naming the sizes where auto was too slow.
+    pub fn auto_check_table(&self) -> String {
+        let pct = (self.auto_tolerance - 1.0) * 100.0;
+        let mut t = format!(
+            "auto against the fastest of its choices (tolerance {pct:.0}%; ratio = auto / fastest):\n"
+        );
+        // Writing to a String cannot fail.
+        let _ = writeln!(
+            t,
+            "{:>10} {:>9} {:>10} {:>7} {:>10} {:>7}  verdict",
+            "bytes", "chosen", "graph best", "ratio", "eager best", "ratio"
+        );
+        for c in &self.auto_check {
+            let _ = writeln!(
+                t,
+                "{:>10} {:>9} {:>10} {:>7.3} {:>10} {:>7}  {}",
+                fmt_bytes(c.bytes),
+                c.chosen,
+                c.graph_best,
+                c.graph_vs_best,
+                c.eager_best.as_deref().unwrap_or("-"),
+                c.eager_vs_best.map_or("-".into(), |v| format!("{v:.3}")),
+                if c.within_tolerance { "ok" } else { "SLOW" }
+            );
+        }
+        t.push_str(&self.auto_verdict());
+        t.push('\n');
+        t
+    }
+
+    /// One line: auto within the tolerance everywhere, or where not.
+    pub fn auto_verdict(&self) -> String {
+        let pct = (self.auto_tolerance - 1.0) * 100.0;
+        let slow: Vec<String> = self
+            .auto_check
+            .iter()
+            .filter(|c| !c.within_tolerance)
+            .map(|c| fmt_bytes(c.bytes))
+            .collect();
+        if slow.is_empty() {
+            format!(
+                "auto within {pct:.0}% of the fastest of its choices at every size ({} sizes)",
+                self.auto_check.len()
+            )
+        } else {
+            format!(
+                "auto more than {pct:.0}% slower than the fastest of its choices at {}",
+                slow.join(", ")
+            )
+        }
+    }
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or(String::new(), |x| format!("{x:.3}"))
+}
+
+/// Parses a results file: the current [`BenchFile`] or a version-1 list
+/// of rows (bf16, GPU unknown, auto check computed here).
+pub fn parse(text: &str) -> Result<BenchFile> {
+    let value: serde_json::Value = serde_json::from_str(text).context("not JSON")?;
+    if value.is_array() {
+        let rows: Vec<Row> =
+            serde_json::from_value(value).context("a list, but not of benchmark rows")?;
+        let Some(world) = rows.first().map(|r| r.world) else {
+            bail!("no rows");
+        };
+        if rows.iter().any(|r| r.world != world) {
+            bail!("rows of several world sizes in one file");
+        }
+        return Ok(BenchFile::new(world, None, "bf16", rows));
+    }
+    let file: BenchFile = serde_json::from_value(value).context("not a benchmark result")?;
+    if file.format != FORMAT {
+        bail!(
+            "results format {} (this build reads {FORMAT} and bare lists)",
+            file.format
+        );
+    }
+    if file.rows.is_empty() {
+        bail!("no rows");
+    }
+    Ok(file)
+}
+
+pub fn load(path: &Path) -> Result<BenchFile> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    parse(&text).with_context(|| format!("reading results from {}", path.display()))
+}
+
+/// `1 KiB`, `256 MiB`: sizes as the tables and plots show them.
+pub fn fmt_bytes(bytes: usize) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = bytes;
+    let mut unit = 0;
+    while unit + 1 < UNITS.len() && value >= 1024 && value.is_multiple_of(1024) {
+        value /= 1024;
+        unit += 1;
+    }
+    format!("{value} {}", UNITS[unit])
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A row of `algo` at `bytes` taking `graph_us` (eager 2 us more).
+    pub(crate) fn row(world: usize, bytes: usize, algo: &str, graph_us: f64) -> Row {
+        Row {
+            world,
+            bytes,
+            algo: algo.to_owned(),
+            chosen: algo.to_owned(),
+            graph_us,
+            eager_us: Some(graph_us + 2.0),
+            eager_host_us: Some(4.0),
+            busbw_gbps: busbw_gbps(world, bytes, graph_us),
+            graph_vs_nccl: None,
+            eager_vs_nccl: None,
+        }
+    }
+
+    #[test]
+    fn auto_check_flags_sizes_where_auto_is_slow() {
+        let mut rows = vec![
+            row(2, 1024, "one-shot", 4.0),
+            row(2, 1024, "two-shot", 7.0),
+            row(2, 1024, "nccl", 6.0),
+            row(2, 1024, "auto", 4.1),
+            row(2, 16 << 20, "one-shot", 130.0),
+            row(2, 16 << 20, "two-shot", 85.0),
+            row(2, 16 << 20, "nccl", 76.0),
+            row(2, 16 << 20, "auto", 85.2),
+        ];
+        rows[3].chosen = "one-shot".into();
+        rows[7].chosen = "two-shot".into();
+        let checks = auto_checks(&rows);
+        assert_eq!(checks.len(), 2);
+        assert_eq!(checks[0].graph_best, "one-shot");
+        assert!((checks[0].graph_vs_best - 4.1 / 4.0).abs() < 1e-12);
+        assert!(checks[0].within_tolerance);
+        assert_eq!(checks[1].chosen, "two-shot");
+        assert_eq!(checks[1].graph_best, "nccl");
+        assert!(!checks[1].within_tolerance);
+    }
+
+    #[test]
+    fn auto_check_counts_eager_too() {
+        let mut rows = vec![row(4, 4096, "one-shot", 5.0), row(4, 4096, "auto", 5.0)];
+        rows[1].eager_us = Some(9.0);
+        let checks = auto_checks(&rows);
+        assert_eq!(checks[0].graph_vs_best, 1.0);
+        assert_eq!(checks[0].eager_best.as_deref(), Some("one-shot"));
+        assert!(!checks[0].within_tolerance, "{checks:?}");
+    }
+
+    #[test]
+    fn reads_both_formats() {
+        let rows = vec![row(2, 1024, "nccl", 6.0), row(2, 1024, "auto", 4.5)];
+        let v1 = serde_json::to_string(&rows).unwrap();
+        let old = parse(&v1).unwrap();
+        assert_eq!((old.world, old.gpu.as_deref()), (2, None));
+        assert_eq!(old.auto_check.len(), 1);
+        let file = BenchFile::new(2, Some("NVIDIA H200".into()), "bf16", rows);
+        let back = parse(&serde_json::to_string(&file).unwrap()).unwrap();
+        assert_eq!(back, file);
+        assert_eq!(back.gpu_short(), Some("H200"));
+        assert!(parse("[]").is_err());
+        assert!(parse(r#"{"format": 99}"#).is_err());
+    }
+
+    /// The committed results the README's plot is made from still parse.
+    #[test]
+    fn committed_results_parse() {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/perf");
+        for world in [2, 4] {
+            let file = load(&docs.join(format!("v3_bench_w{world}.json"))).unwrap();
+            assert_eq!(file.world, world);
+            assert_eq!(file.auto_check.len(), 11, "{:?}", file.auto_check);
+        }
+    }
+
+    #[test]
+    fn csv_has_a_line_per_row_and_the_check_on_auto_rows() {
+        let rows = vec![row(2, 1024, "nccl", 6.0), row(2, 1024, "auto", 4.2)];
+        let csv = BenchFile::new(2, None, "bf16", rows).csv();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[1].ends_with(",,"), "{}", lines[1]);
+        assert!(lines[2].ends_with(",0.700,0.775"), "{}", lines[2]);
+    }
+
+    #[test]
+    fn auto_check_table_names_the_slow_sizes() {
+        let rows = vec![
+            row(2, 1024, "nccl", 6.0),
+            row(2, 1024, "auto", 4.2),
+            row(2, 4096, "nccl", 6.0),
+            row(2, 4096, "auto", 6.6),
+        ];
+        let table = BenchFile::new(2, None, "bf16", rows.clone()).auto_check_table();
+        assert!(table.contains("    4 KiB"), "{table}");
+        assert!(table.contains("SLOW"), "{table}");
+        assert!(
+            table.ends_with("slower than the fastest of its choices at 4 KiB\n"),
+            "{table}"
+        );
+        let table = BenchFile::new(2, None, "bf16", rows[..2].to_vec()).auto_check_table();
+        assert!(!table.contains("SLOW"), "{table}");
+        assert!(table.ends_with("at every size (1 sizes)\n"), "{table}");
+    }
+
+    /// What `bench` writes reads back, and the PNG is there.
+    #[test]
+    fn writes_json_csv_and_png() {
+        let dir = std::env::temp_dir().join(format!("intranode-bench-{}", std::process::id()));
+        let rows = vec![
+            row(4, 1024, "nccl", 6.0),
+            row(4, 1024, "auto", 4.2),
+            row(4, 4096, "nccl", 6.5),
+            row(4, 4096, "auto", 4.4),
+        ];
+        let file = BenchFile::new(4, Some("NVIDIA H200".into()), "bf16", rows);
+        let json = file.write_all(&dir).unwrap();
+        assert_eq!(json, dir.join("bench_w4.json"));
+        assert_eq!(load(&json).unwrap(), file);
+        let csv = std::fs::read_to_string(dir.join("bench_w4.csv")).unwrap();
+        assert_eq!(csv.lines().count(), 5);
+        let png = std::fs::read(dir.join("bench_w4.png")).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn sizes_print_in_binary_units() {
+        assert_eq!(fmt_bytes(1024), "1 KiB");
+        assert_eq!(fmt_bytes(256 << 20), "256 MiB");
+        assert_eq!(fmt_bytes(1000), "1000 B");
+        assert_eq!(fmt_bytes(3 << 10), "3 KiB");
+    }
+}
