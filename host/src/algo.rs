@@ -68,6 +68,10 @@ impl AllReduceAlgo {
 /// `two_shot_max_bytes`, NCCL.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Crossovers {
+    /// Up to here the Lamport one-shot (files written before it existed
+    /// lack the field and get the defaults).
+    #[serde(default = "default_lamport_max_bytes")]
+    pub lamport_max_bytes: [usize; MAX_DEVICES + 1],
     pub one_shot_max_bytes: [usize; MAX_DEVICES + 1],
     pub two_shot_max_bytes: [usize; MAX_DEVICES + 1],
 }
@@ -82,6 +86,7 @@ impl Default for Crossovers {
         const KIB: usize = 1024;
         const MIB: usize = 1024 * KIB;
         Crossovers {
+            lamport_max_bytes: default_lamport_max_bytes(),
             one_shot_max_bytes: [
                 0,
                 0,
@@ -106,6 +111,22 @@ impl Default for Crossovers {
             ],
         }
     }
+}
+
+/// The largest message the Lamport one-shot takes on `world` ranks (one
+/// slot of its buffers); larger ones run as one-shot.
+pub const fn lamport_max_message_bytes(world: usize) -> usize {
+    kernels_gpu::layout::lamport_slot_bytes(world)
+}
+
+/// Lamport one-shot limits: provisional, at most a slot
+/// (`layout::lamport_slot_bytes`).
+fn default_lamport_max_bytes() -> [usize; MAX_DEVICES + 1] {
+    let mut x = [0; MAX_DEVICES + 1];
+    for (world, max) in x.iter_mut().enumerate().skip(2) {
+        *max = (64 << 10).min(lamport_max_message_bytes(world));
+    }
+    x
 }
 
 impl Crossovers {
@@ -161,7 +182,9 @@ pub fn select_all_reduce_algo(
     }
     match topology {
         Topology::FullyConnected => {
-            if bytes <= crossovers.one_shot_max_bytes[world] {
+            if bytes <= crossovers.lamport_max_bytes[world] {
+                AllReduceAlgo::Lamport
+            } else if bytes <= crossovers.one_shot_max_bytes[world] {
                 AllReduceAlgo::OneShot
             } else if bytes <= crossovers.two_shot_max_bytes[world] {
                 AllReduceAlgo::TwoShot
@@ -189,8 +212,15 @@ mod tests {
         let fc = Topology::FullyConnected;
         assert_eq!(
             select_all_reduce_algo(ElemType::Bf16, 4096, 4, fc, 10 * MIB, &x),
+            AllReduceAlgo::Lamport
+        );
+        assert_eq!(
+            select_all_reduce_algo(ElemType::Bf16, 256 << 10, 4, fc, 10 * MIB, &x),
             AllReduceAlgo::OneShot
         );
+        for world in 2..=MAX_DEVICES {
+            assert!(x.lamport_max_bytes[world] <= lamport_max_message_bytes(world));
+        }
         assert_eq!(
             select_all_reduce_algo(ElemType::Bf16, 4 * MIB, 4, fc, 10 * MIB, &x),
             AllReduceAlgo::TwoShot
@@ -270,6 +300,15 @@ mod tests {
         let path = dir.join("xo.json");
         let mut x = Crossovers::default();
         x.one_shot_max_bytes[4] = 12345;
+        // A file from before the Lamport crossovers still reads.
+        std::fs::write(
+            &path,
+            r#"{"one_shot_max_bytes":[0,0,1,1,1,1,1,1,1],"two_shot_max_bytes":[0,0,2,2,2,2,2,2,2]}"#,
+        )
+        .unwrap();
+        let old = Crossovers::from_file(&path).unwrap();
+        assert_eq!(old.lamport_max_bytes, Crossovers::default().lamport_max_bytes);
+        assert_eq!(old.two_shot_max_bytes[8], 2);
         std::fs::write(&path, serde_json::to_string(&x).unwrap()).unwrap();
         assert_eq!(Crossovers::from_file(&path).unwrap(), x);
         std::fs::write(&path, "{").unwrap();

@@ -161,7 +161,7 @@ mod tests {
         const { assert!(SIGNAL_PAD_MIN_BYTES <= LAMPORT_OFFSET_BYTES) };
         for world in 1..=MAX_RANKS {
             let slot = lamport_slot_bytes(world);
-            assert!(slot % 16 == 0 && slot * world * LAMPORT_BUFFERS <= LAMPORT_BYTES);
+            assert!(slot.is_multiple_of(16) && slot * world * LAMPORT_BUFFERS <= LAMPORT_BYTES);
         }
         assert_eq!(lamport_slot_bytes(4), 192 << 10);
         assert_eq!(lamport_slot_bytes(0), 0);

@@ -198,7 +198,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let seed = 0xBE7C_u64;
     let mut algos: Vec<Option<AllReduceAlgo>> = Vec::new();
     if let Some(intra) = r.comm.intra() {
-        algos.extend([Some(AllReduceAlgo::OneShot), Some(AllReduceAlgo::TwoShot)]);
+        algos.extend([
+            Some(AllReduceAlgo::Lamport),
+            Some(AllReduceAlgo::OneShot),
+            Some(AllReduceAlgo::TwoShot),
+        ]);
         if intra.hcm_plan().is_ok() {
             algos.push(Some(AllReduceAlgo::Hcm));
         }
@@ -293,7 +297,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             let x = tune(&file.rows, world, path)?;
             std::fs::write(path, serde_json::to_string_pretty(&x)?)?;
             println!(
-                "crossovers for world {world}: one-shot up to {} bytes, two-shot up to {} bytes -> {}",
+                "crossovers for world {world}: lamport up to {} bytes, one-shot up to {} bytes, two-shot up to {} bytes -> {}",
+                x.lamport_max_bytes[world],
                 x.one_shot_max_bytes[world],
                 x.two_shot_max_bytes[world],
                 path.display()
@@ -303,35 +308,45 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// Crossovers from the graph-replay medians: one-shot while it beats
-/// everything else, then two-shot while it beats NCCL.
+/// Crossovers from the graph-replay medians: each of ours up to the
+/// largest size below which it (or a cheaper-latency one of ours) never
+/// loses to the algorithms after it: Lamport, then one-shot, then
+/// two-shot, then NCCL.
 fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result<Crossovers> {
     let mut x = Crossovers::from_file(path).unwrap_or_default();
     let time = |bytes: usize, algo: &str| {
         rows.iter()
             .find(|r| r.bytes == bytes && r.algo == algo)
-            .map(|r| r.graph_us)
+            .map_or(f64::INFINITY, |r| r.graph_us)
     };
     let mut sizes: Vec<usize> = rows.iter().map(|r| r.bytes).collect();
+    sizes.sort_unstable();
     sizes.dedup();
-    let (mut one, mut two) = (0, 0);
-    for &s in &sizes {
-        let (o, t, n) = (
-            time(s, "one-shot"),
-            time(s, "two-shot"),
-            time(s, "nccl").unwrap_or(f64::INFINITY),
-        );
-        if let (Some(o), Some(t)) = (o, t) {
-            if o <= t && o <= n && one == two {
-                one = s;
-                two = s;
-            } else if t.min(o) <= n {
-                two = s;
+    let order = ["lamport", "one-shot", "two-shot", "nccl"];
+    // limits[k]: largest size of the unbroken run from the smallest size
+    // where the best of order[..=k] beats the best of order[k+1..].
+    let mut limits = [0usize; 3];
+    for (k, limit) in limits.iter_mut().enumerate() {
+        for &s in &sizes {
+            let ours = order[..=k]
+                .iter()
+                .map(|a| time(s, a))
+                .fold(f64::INFINITY, f64::min);
+            let rest = order[k + 1..]
+                .iter()
+                .map(|a| time(s, a))
+                .fold(f64::INFINITY, f64::min);
+            if ours.is_finite() && ours <= rest {
+                *limit = s;
+            } else {
+                break;
             }
         }
     }
-    x.one_shot_max_bytes[world] = one;
-    x.two_shot_max_bytes[world] = two;
+    // Beyond a slot the Lamport rows ran as one-shot (its fallback).
+    x.lamport_max_bytes[world] = limits[0].min(intranode::algo::lamport_max_message_bytes(world));
+    x.one_shot_max_bytes[world] = limits[1].max(limits[0]);
+    x.two_shot_max_bytes[world] = limits[2].max(limits[1]).max(limits[0]);
     Ok(x)
 }
 

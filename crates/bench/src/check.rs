@@ -38,6 +38,7 @@ struct Case {
 fn algos(r: &Rank) -> Vec<Option<AllReduceAlgo>> {
     let mut v = Vec::new();
     if let Some(intra) = r.comm.intra() {
+        v.push(Some(AllReduceAlgo::Lamport));
         v.push(Some(AllReduceAlgo::OneShot));
         v.push(Some(AllReduceAlgo::TwoShot));
         if intra.hcm_plan().is_ok() {
@@ -206,7 +207,11 @@ fn graph<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) ->
     ];
     let mut algos_cycle = Vec::new();
     if let Some(intra) = r.comm.intra() {
-        algos_cycle.extend([AllReduceAlgo::OneShot, AllReduceAlgo::TwoShot]);
+        algos_cycle.extend([
+            AllReduceAlgo::Lamport,
+            AllReduceAlgo::OneShot,
+            AllReduceAlgo::TwoShot,
+        ]);
         if intra.hcm_plan().is_ok() {
             algos_cycle.push(AllReduceAlgo::Hcm);
         }

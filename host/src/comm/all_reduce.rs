@@ -260,7 +260,8 @@ impl IntraNodeComm {
         // A message too large for a Lamport slot runs as one-shot (the
         // variant's documented contract).
         let algo = if algo == AllReduceAlgo::Lamport
-            && elems.saturating_mul(elem.bytes()) > layout::lamport_slot_bytes(self.world())
+            && elems.saturating_mul(elem.bytes())
+                > crate::algo::lamport_max_message_bytes(self.world())
         {
             AllReduceAlgo::OneShot
         } else {
