@@ -10,7 +10,11 @@
 //!   host (and unit-tested there).
 //! - [`elem`]: element types (bf16, f16, f32) as packed 16-byte vectors,
 //!   widened to f32 for arithmetic.
-//! - [`elementwise`]: the first kernels (`add_*`), used by the GPU smoke test.
+//! - [`elementwise`]: the first kernels (`add_*`), used by the GPU smoke test,
+//!   and `axpy_f32` (the example's optimizer step).
+//! - [`broadcast`]: broadcast over symmetric memory, sharing the call count
+//!   and halves with the all-reduce kernels.
+//! - [`cast`]: f32 to and from bf16/f16, for gradient compression.
 //!
 //! Kernels own nothing: every pointer they touch is passed by the host.
 //! They must not call out-of-line `core` functions (the PTX could not be
@@ -27,6 +31,10 @@ pub mod math;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod all_reduce;
+#[cfg(target_arch = "nvptx64")]
+pub mod broadcast;
+#[cfg(target_arch = "nvptx64")]
+pub mod cast;
 #[cfg(target_arch = "nvptx64")]
 pub mod elem;
 #[cfg(target_arch = "nvptx64")]
