@@ -19,6 +19,7 @@
 //!    blocks (its last phase all-gathers every rank's success).
 
 pub mod all_reduce;
+pub mod broadcast;
 mod health;
 
 pub use health::{BARRIER_TIMEOUT_ENV, DEFAULT_BARRIER_TIMEOUT_MS, HostErrorWord, barrier_timeout};
