@@ -161,7 +161,11 @@ impl GradBucket {
 
     /// Copies each entry's piece of its variable into the buffer, on
     /// `stream`. `variables` is the whole list the plan was made from.
-    pub fn pack(&mut self, variables: &[&dyn DeviceBuffer], stream: &Arc<CudaStream>) -> Result<()> {
+    pub fn pack(
+        &mut self,
+        variables: &[&dyn DeviceBuffer],
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
         for (k, &v) in self.variable_indices.iter().enumerate() {
             self.variable(variables.get(v).copied(), k)?;
         }

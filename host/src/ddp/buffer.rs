@@ -139,7 +139,11 @@ pub(crate) use with_slice;
 
 impl FlatBuffer {
     /// `elems` zeroed elements of `elem` on `stream`.
-    pub fn zeros(stream: &std::sync::Arc<CudaStream>, elem: ElemType, elems: usize) -> Result<Self> {
+    pub fn zeros(
+        stream: &std::sync::Arc<CudaStream>,
+        elem: ElemType,
+        elems: usize,
+    ) -> Result<Self> {
         let device = Some(stream.context().ordinal());
         Ok(match elem {
             ElemType::Bf16 => {
@@ -236,7 +240,12 @@ impl DeviceBuffer for FlatBuffer {
 /// Both addresses must be device memory of `stream`'s context holding
 /// `bytes` bytes, valid until the stream passes the copy; the ranges must
 /// not overlap.
-pub(crate) unsafe fn copy_bytes(stream: &CudaStream, dst: u64, src: u64, bytes: usize) -> Result<()> {
+pub(crate) unsafe fn copy_bytes(
+    stream: &CudaStream,
+    dst: u64,
+    src: u64,
+    bytes: usize,
+) -> Result<()> {
     if bytes == 0 {
         return Ok(());
     }

@@ -27,7 +27,13 @@ pub fn broadcast_coalesced(
     buffer_size_bytes: usize,
     root: usize,
 ) -> Result<()> {
-    broadcast_coalesced_with(comm, buffers, buffer_size_bytes, root, comm.broadcast_algo())
+    broadcast_coalesced_with(
+        comm,
+        buffers,
+        buffer_size_bytes,
+        root,
+        comm.broadcast_algo(),
+    )
 }
 
 /// [`broadcast_coalesced`] on an explicit path (tests, benchmarks).

@@ -182,9 +182,9 @@ fn compress_round_trip<H: DType + NcclType>(
 ) -> Result<()> {
     let n = grads.len();
     let stream = comm.stream();
-    let mut wire = scratch
-        .try_slice_mut(..n)
-        .ok_or_else(|| Error::InvalidArgument("compression scratch smaller than the bucket".into()))?;
+    let mut wire = scratch.try_slice_mut(..n).ok_or_else(|| {
+        Error::InvalidArgument("compression scratch smaller than the bucket".into())
+    })?;
     kernels.cast(stream, grads, &mut wire)?;
     comm.all_reduce_in_place(&mut wire, &NcclOp::Avg)?;
     kernels.cast(stream, &wire, grads)
@@ -206,10 +206,7 @@ impl CommHook for CompressHook {
         };
         let n = grads.len();
         let stream = self.comm.stream().clone();
-        let too_small = self
-            .scratch
-            .as_ref()
-            .is_none_or(|s| s.elems() < n);
+        let too_small = self.scratch.as_ref().is_none_or(|s| s.elems() < n);
         if too_small {
             self.scratch = Some(FlatBuffer::zeros(&stream, self.wire, n)?);
         }
@@ -217,9 +214,7 @@ impl CommHook for CompressHook {
             (Some(k), _) => k,
             (None, Some(intra)) => intra.kernels(),
             (None, None) => {
-                return Err(Error::InvalidArgument(format!(
-                    "{name}: no kernels loaded"
-                )));
+                return Err(Error::InvalidArgument(format!("{name}: no kernels loaded")));
             }
         };
         match self.scratch.as_mut() {

@@ -26,7 +26,5 @@ pub mod plan;
 pub use bucket::GradBucket;
 pub use buffer::{DeviceBuffer, FlatBuffer};
 pub use coalesced::{broadcast_coalesced, broadcast_coalesced_with};
-pub use hooks::{
-    AllReduceHook, CommHook, CompressHook, HookFuture, StatefulHook, all_reduce_flat,
-};
+pub use hooks::{AllReduceHook, CommHook, CompressHook, HookFuture, StatefulHook, all_reduce_flat};
 pub use plan::{BUCKET_ALIGN_BYTES, BucketEntry, BucketPlan, PlanItem, plan_buckets};

@@ -122,7 +122,8 @@ pub fn plan_buckets(items: &[PlanItem], limit_bytes: usize) -> Result<Vec<Bucket
         let item_bytes = it.elems.checked_mul(elem_bytes).ok_or_else(too_big)?;
         let slot = &mut open[type_slot(it.elem)];
         if let Some(bucket) = slot {
-            let offset = align_up(bucket.elems, BUCKET_ALIGN_BYTES / elem_bytes).ok_or_else(too_big)?;
+            let offset =
+                align_up(bucket.elems, BUCKET_ALIGN_BYTES / elem_bytes).ok_or_else(too_big)?;
             // `offset * elem_bytes` is at most the limit plus the
             // alignment: the bucket's end is inside the limit.
             let fits = (offset * elem_bytes)
@@ -214,7 +215,11 @@ mod tests {
             assert_eq!(bucket.elems, end, "bucket {b}'s length is not its last end");
         }
         for (i, it) in items.iter().enumerate() {
-            assert_eq!(covered[i], it.elems, "item {i} covered {} of {}", covered[i], it.elems);
+            assert_eq!(
+                covered[i], it.elems,
+                "item {i} covered {} of {}",
+                covered[i], it.elems
+            );
         }
     }
 
@@ -315,7 +320,11 @@ mod tests {
         let plan = plan_ok(&[PlanItem::new(F32, 50), PlanItem::new(F32, 3)], 100);
         let pieces: Vec<(usize, usize, usize)> = plan
             .iter()
-            .flat_map(|b| b.entries.iter().map(|e| (e.item, e.item_offset_elems, e.elems)))
+            .flat_map(|b| {
+                b.entries
+                    .iter()
+                    .map(|e| (e.item, e.item_offset_elems, e.elems))
+            })
             .collect();
         assert_eq!(pieces, [(0, 0, 24), (0, 24, 24), (0, 48, 2), (1, 0, 3)]);
         // The tail piece stays open and takes the next item.
@@ -354,8 +363,7 @@ mod tests {
                 })
                 .collect();
             let limit = rng.random_range(16..4096);
-            let plan = plan_buckets(&items, limit)
-                .unwrap_or_else(|e| panic!("case {case}: {e}"));
+            let plan = plan_buckets(&items, limit).unwrap_or_else(|e| panic!("case {case}: {e}"));
             check_plan(&items, limit, &plan);
             // Same input, same plan: every rank agrees.
             assert_eq!(plan, plan_buckets(&items, limit).unwrap());
