@@ -6,10 +6,13 @@
 //! - `bench`: latency and bus bandwidth against NCCL in the same run,
 //!   eager and CUDA-graph replay; `--tune` writes measured crossovers.
 //! - `demo`: the README's main job: a short sweep with a correctness check.
+//! - `ddp-check`: broadcast, `broadcast_coalesced`, gradient buckets and
+//!   communication hooks against host references.
 
 mod bench;
 mod check;
 mod data;
+mod ddp_check;
 mod rank;
 
 use anyhow::Result;
@@ -30,6 +33,8 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Short sweep of ours against NCCL with a correctness check.
     Demo,
+    /// Broadcast, broadcast_coalesced, gradient buckets and hooks.
+    DdpCheck(ddp_check::DdpCheckArgs),
 }
 
 fn main() {
@@ -38,6 +43,7 @@ fn main() {
         Cmd::Check(args) => check::run(&args),
         Cmd::Bench(args) => bench::run(&args),
         Cmd::Demo => bench::run(&bench::BenchArgs::demo()),
+        Cmd::DdpCheck(args) => ddp_check::run(&args),
     };
     if let Err(e) = result {
         eprintln!("intranode-bench: {e:#}");

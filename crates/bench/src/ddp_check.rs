@@ -1,0 +1,822 @@
+//! `ddp-check`: the GPU checks of issue 7 (broadcast, `broadcast_coalesced`,
+//! gradient buckets and communication hooks), run under `intranode-run`.
+//!
+//! 1. Raw broadcasts through the intra-node kernel: byte counts around the
+//!    16-byte vector and half a symmetric buffer, aligned and misaligned,
+//!    from every root, checked bit for bit.
+//! 2. `broadcast_coalesced` of many mixed bf16/f16/f32 buffers (empty, one
+//!    element, odd, larger than a bucket and than the symmetric buffer, a
+//!    misaligned view) from every root, on both paths, with two bucket
+//!    limits; receivers start poisoned (NaN), every element is compared bit
+//!    for bit with the root's, and the root's own data must be unchanged.
+//! 3. Broadcasts and all-reduces of random sizes, roots and algorithms
+//!    enqueued back to back without synchronizing (the shared call count
+//!    and double buffering), then all checked.
+//! 4. Every hook on random gradients, two steps each, against an f64 host
+//!    reference with a stated tolerance (below), outputs bitwise identical
+//!    across ranks; the stateful hook's state checked after the steps.
+//!
+//! Tolerance of a mean (or sum) over W ranks, per element, with `u` the
+//! unit roundoff of the type the reduction runs in (2^-24 f32, 2^-8 bf16,
+//! 2^-11 f16) and `s = sum_r |g_r|`: `(W + 1) u s` for a reduction in that
+//! type (W - 1 additions, a pre- or post-scaling and the final rounding,
+//! each at most `u` times a partial sum bounded by `s`), `(W + 2) u s` with
+//! compression (each input rounded once more on the way down), divided by
+//! W for a mean; plus, for f16, `(W + 2) 2^-25` absolute for subnormal
+//! results.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+use cudarc::nccl::NcclType;
+use half::{bf16, f16};
+use intranode::algo::AllReduceAlgo;
+use intranode::comm::broadcast::BroadcastAlgo;
+use intranode::ddp::{
+    AllReduceHook, CommHook, CompressHook, DeviceBuffer, GradBucket, PlanItem, StatefulHook,
+    all_reduce_flat, broadcast_coalesced_with, plan_buckets,
+};
+use intranode::kernels::{DType, ElemType};
+use intranode::{Communicator, ReduceOp};
+use intranode_store::{Store, StoreExchange};
+
+use crate::data::{self, Op};
+use crate::rank::Rank;
+
+#[derive(clap::Args, Debug)]
+pub struct DdpCheckArgs {
+    /// Seed of every input (all ranks must agree).
+    #[arg(long, default_value_t = 0x0dd9_5eed)]
+    pub seed: u64,
+    /// Broadcasts and all-reduces enqueued back to back in part 3.
+    #[arg(long, default_value_t = 600)]
+    pub interleaved_calls: usize,
+}
+
+/// SplitMix64 finalizer.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// A hash of (seed, call, rank, buffer, element): what every rank can
+/// recompute for every other rank.
+fn hash(seed: u64, call: u64, rank: usize, buffer: usize, i: usize) -> u64 {
+    mix(seed
+        ^ mix(call ^ ((rank as u64) << 40) ^ ((buffer as u64) << 20))
+        ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93))
+}
+
+/// A finite value in [-100, 100), fresh per (seed, call, rank, buffer, i).
+fn value(seed: u64, call: u64, rank: usize, buffer: usize, i: usize) -> f64 {
+    (hash(seed, call, rank, buffer, i) >> 11) as f64 / (1u64 << 53) as f64 * 200.0 - 100.0
+}
+
+fn byte(seed: u64, call: u64, rank: usize, i: usize) -> u8 {
+    (hash(seed, call, rank, 0, i) >> 56) as u8
+}
+
+/// Bits of a value of one of the kernels' types.
+fn bits<T: DType>(v: T) -> u32 {
+    match T::ELEM {
+        ElemType::Bf16 => bf16::from_f32(v.to_f32()).to_bits() as u32,
+        ElemType::F16 => f16::from_f32(v.to_f32()).to_bits() as u32,
+        ElemType::F32 => v.to_f32().to_bits(),
+    }
+}
+
+struct Ctx<'c> {
+    rank: usize,
+    world: usize,
+    stream: Arc<CudaStream>,
+    store: Arc<dyn Store>,
+    exchange: StoreExchange,
+    comm: &'c Communicator,
+    seed: u64,
+    call: u64,
+}
+
+impl Ctx<'_> {
+    fn next_call(&mut self) -> u64 {
+        self.call += 1;
+        self.call
+    }
+
+    fn all_gather<T: serde::Serialize + serde::de::DeserializeOwned>(
+        &mut self,
+        v: &T,
+    ) -> Result<Vec<T>> {
+        Ok(self
+            .exchange
+            .all_gather(self.store.as_ref(), self.rank, self.world, v)?)
+    }
+
+    fn paths(&self) -> Vec<BroadcastAlgo> {
+        let mut v = Vec::new();
+        if self.comm.intra().is_some() {
+            v.push(BroadcastAlgo::SymmMem);
+        }
+        if self.comm.nccl().is_ok() {
+            v.push(BroadcastAlgo::Nccl);
+        }
+        v
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 1. Raw broadcasts through the kernel.
+// ---------------------------------------------------------------------------
+
+fn raw_broadcasts(c: &mut Ctx<'_>) -> Result<usize> {
+    let Some(intra) = c.comm.intra() else {
+        return Ok(0);
+    };
+    let half = intra.half_buffer_bytes();
+    let sizes = [
+        1usize,
+        15,
+        16,
+        17,
+        4095,
+        65_537,
+        half - 1,
+        half,
+        half + 1,
+        intra.symm().buffer_bytes() + 13,
+    ];
+    let mut cases = 0;
+    for root in 0..c.world {
+        for &bytes in &sizes {
+            for offset in [0usize, 3] {
+                let call = c.next_call();
+                let (rank, seed) = (c.rank, c.seed);
+                let mine: Vec<u8> = (0..bytes + offset)
+                    .map(|i| byte(seed, call, rank, i))
+                    .collect();
+                let mut d: CudaSlice<u8> = c.stream.clone_htod(&mine)?;
+                let intra = c.comm.intra().context("intra-node path vanished")?;
+                {
+                    let mut view = d.slice_mut(offset..);
+                    intra.broadcast(&mut view, root, &c.stream)?;
+                }
+                let got = c.stream.clone_dtoh(&d)?;
+                c.stream.synchronize()?;
+                intra.health().check()?;
+                for (i, &g) in got.iter().enumerate() {
+                    let want = if i < offset {
+                        mine[i]
+                    } else {
+                        byte(seed, call, root, i)
+                    };
+                    if g != want {
+                        bail!(
+                            "raw broadcast of {bytes} bytes at offset {offset} from root {root}: byte {} is {g:#04x}, want {want:#04x}",
+                            i as isize - offset as isize
+                        );
+                    }
+                }
+                cases += 1;
+            }
+        }
+    }
+    Ok(cases)
+}
+
+// ---------------------------------------------------------------------------
+// 2. broadcast_coalesced.
+// ---------------------------------------------------------------------------
+
+/// One buffer of the coalesced list.
+enum Buf {
+    Bf16(CudaSlice<bf16>),
+    F16(CudaSlice<f16>),
+    F32(CudaSlice<f32>),
+}
+
+/// Its contents, downloaded.
+enum Host {
+    Bf16(Vec<bf16>),
+    F16(Vec<f16>),
+    F32(Vec<f32>),
+}
+
+fn fill<T: DType>(seed: u64, call: u64, rank: usize, b: usize, n: usize, poison: bool) -> Vec<T> {
+    (0..n)
+        .map(|i| {
+            if poison {
+                T::from_f64(f64::NAN)
+            } else {
+                T::from_f64(value(seed, call, rank, b, i))
+            }
+        })
+        .collect()
+}
+
+fn compare<T: DType>(
+    got: &[T],
+    seed: u64,
+    call: u64,
+    root: usize,
+    b: usize,
+    skip: usize,
+) -> Result<(), String> {
+    for (i, g) in got.iter().enumerate().skip(skip) {
+        let want = T::from_f64(value(seed, call, root, b, i));
+        if bits(*g) != bits(want) {
+            return Err(format!(
+                "buffer {b} ({:?}, {} elements): element {} is {:?} ({:#x}), want {:?} ({:#x})",
+                T::ELEM,
+                got.len(),
+                i,
+                g.to_f64(),
+                bits(*g),
+                want.to_f64(),
+                bits(want)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Element counts of the coalesced list: edge sizes of every type, then
+/// small random ones so that buckets pack several entries.
+fn coalesced_sizes(seed: u64, bucket_bytes: usize, buffer_bytes: usize) -> Vec<(ElemType, usize)> {
+    let mut v = Vec::new();
+    for (k, elem) in ElemType::ALL.into_iter().enumerate() {
+        let eb = elem.bytes();
+        for n in [0, 1, 7, 8, 4095, bucket_bytes / eb + 3] {
+            v.push((elem, n));
+        }
+        if elem == ElemType::F32 {
+            v.push((elem, buffer_bytes / eb + 5));
+        }
+        for j in 0..12 {
+            v.push((elem, 1 + (mix(seed ^ (k as u64 * 100 + j)) % 700) as usize));
+        }
+    }
+    v
+}
+
+fn coalesced_case(
+    c: &mut Ctx<'_>,
+    root: usize,
+    algo: BroadcastAlgo,
+    bucket_bytes: usize,
+    buffer_bytes: usize,
+) -> Result<usize> {
+    let call = c.next_call();
+    let (rank, seed) = (c.rank, c.seed);
+    let sizes = coalesced_sizes(seed, bucket_bytes, buffer_bytes);
+    let poison = rank != root;
+    let mut bufs = Vec::with_capacity(sizes.len());
+    for (b, &(elem, n)) in sizes.iter().enumerate() {
+        bufs.push(match elem {
+            ElemType::Bf16 => Buf::Bf16(
+                c.stream
+                    .clone_htod(&fill::<bf16>(seed, call, rank, b, n, poison))?,
+            ),
+            ElemType::F16 => Buf::F16(
+                c.stream
+                    .clone_htod(&fill::<f16>(seed, call, rank, b, n, poison))?,
+            ),
+            ElemType::F32 => Buf::F32(
+                c.stream
+                    .clone_htod(&fill::<f32>(seed, call, rank, b, n, poison))?,
+            ),
+        });
+    }
+    // One more: an f16 view one element into its slice (misaligned), whose
+    // first element must stay as it was.
+    let vb = sizes.len();
+    let mut host = fill::<f16>(seed, call, rank, vb, 1001, poison);
+    host[0] = f16::from_f32(-1.0);
+    let mut viewed = c.stream.clone_htod(&host)?;
+    {
+        let mut view = viewed.slice_mut(1..);
+        let mut list: Vec<&mut dyn DeviceBuffer> = bufs
+            .iter_mut()
+            .map(|b| match b {
+                Buf::Bf16(s) => s as &mut dyn DeviceBuffer,
+                Buf::F16(s) => s as &mut dyn DeviceBuffer,
+                Buf::F32(s) => s as &mut dyn DeviceBuffer,
+            })
+            .collect();
+        list.push(&mut view);
+        broadcast_coalesced_with(c.comm, &mut list, bucket_bytes, root, algo)?;
+    }
+    let what = |e: String| {
+        anyhow!(
+            "broadcast_coalesced via {} from root {root}, buckets of {bucket_bytes} bytes: {e}",
+            algo.name()
+        )
+    };
+    // Download everything, then synchronize once, then compare.
+    let mut host = Vec::with_capacity(bufs.len());
+    for buf in &bufs {
+        host.push(match buf {
+            Buf::Bf16(s) => Host::Bf16(c.stream.clone_dtoh(s)?),
+            Buf::F16(s) => Host::F16(c.stream.clone_dtoh(s)?),
+            Buf::F32(s) => Host::F32(c.stream.clone_dtoh(s)?),
+        });
+    }
+    let got_view = c.stream.clone_dtoh(&viewed)?;
+    c.stream.synchronize()?;
+    for (b, h) in host.iter().enumerate() {
+        match h {
+            Host::Bf16(v) => compare(v, seed, call, root, b, 0),
+            Host::F16(v) => compare(v, seed, call, root, b, 0),
+            Host::F32(v) => compare(v, seed, call, root, b, 0),
+        }
+        .map_err(what)?;
+    }
+    ensure!(
+        got_view[0].to_f32() == -1.0,
+        what("the element before the misaligned view was overwritten".into())
+    );
+    // Element i of the view is element i + 1 of its slice, which holds the
+    // root's element i + 1: compare the slice from 1 on.
+    compare(&got_view, seed, call, root, vb, 1).map_err(what)?;
+    if let Some(intra) = c.comm.intra() {
+        intra.health().check()?;
+    }
+    Ok(sizes.len() + 1)
+}
+
+fn coalesced(c: &mut Ctx<'_>) -> Result<String> {
+    let buffer_bytes = c.comm.intra().map_or(10 << 20, |i| i.symm().buffer_bytes());
+    let mut cases = 0;
+    let mut buffers = 0;
+    let paths = c.paths();
+    for &algo in &paths {
+        for root in 0..c.world {
+            for bucket_bytes in [4096usize, 1 << 20] {
+                buffers += coalesced_case(c, root, algo, bucket_bytes, buffer_bytes)?;
+                cases += 1;
+            }
+        }
+    }
+    let names: Vec<&str> = paths.iter().map(|a| a.name()).collect();
+    Ok(format!(
+        "broadcast_coalesced: {cases} calls ({buffers} buffers) via {names:?}, every root, bitwise"
+    ))
+}
+
+// ---------------------------------------------------------------------------
+// 3. Broadcasts and all-reduces back to back.
+// ---------------------------------------------------------------------------
+
+enum Pending {
+    Reduce {
+        out: CudaSlice<f32>,
+        call: u64,
+        _input: CudaSlice<f32>,
+    },
+    Bcast {
+        buf: CudaSlice<u8>,
+        call: u64,
+        root: usize,
+    },
+}
+
+fn interleaved(c: &mut Ctx<'_>, calls: usize) -> Result<String> {
+    let Some(intra) = c.comm.intra() else {
+        return Ok("interleaving skipped (no intra-node path)".into());
+    };
+    let half = intra.half_buffer_bytes();
+    let mut rng = c.seed ^ 0xB0CA;
+    let mut done = 0;
+    let (mut reduces, mut bcasts) = (0, 0);
+    while done < calls {
+        let batch = (calls - done).min(50);
+        let mut pending = Vec::with_capacity(batch);
+        for _ in 0..batch {
+            rng = mix(rng);
+            let call = c.next_call();
+            // One call in ten up to 2.5 halves (several chunks in one
+            // launch), the rest up to 64 KiB (the latency path).
+            let max_bytes = if (rng >> 60) < 2 { half * 5 / 2 } else { 64 << 10 };
+            let bytes = 1 + (rng >> 8) as usize % max_bytes;
+            let intra = c.comm.intra().context("intra-node path vanished")?;
+            if rng & 1 == 0 {
+                let elems = bytes.div_ceil(4);
+                let input = c
+                    .stream
+                    .clone_htod(&data::inputs::<f32>(c.seed, call, c.rank, elems))?;
+                let mut out = c.stream.clone_htod(&vec![data::poison::<f32>(); elems])?;
+                let algo = if rng & 2 == 0 {
+                    AllReduceAlgo::OneShot
+                } else {
+                    AllReduceAlgo::TwoShot
+                };
+                intra.all_reduce(&input, &mut out, ReduceOp::Sum, algo, &c.stream)?;
+                pending.push(Pending::Reduce {
+                    out,
+                    call,
+                    _input: input,
+                });
+                reduces += 1;
+            } else {
+                let root = (rng >> 4) as usize % c.world;
+                let mine: Vec<u8> = (0..bytes).map(|i| byte(c.seed, call, c.rank, i)).collect();
+                let mut buf = c.stream.clone_htod(&mine)?;
+                intra.broadcast(&mut buf, root, &c.stream)?;
+                pending.push(Pending::Bcast { buf, call, root });
+                bcasts += 1;
+            }
+        }
+        c.stream.synchronize()?;
+        c.comm
+            .intra()
+            .context("intra-node path vanished")?
+            .health()
+            .check()?;
+        let mut got = Vec::with_capacity(pending.len());
+        for p in &pending {
+            got.push(match p {
+                Pending::Reduce { out, .. } => (c.stream.clone_dtoh(out)?, Vec::new()),
+                Pending::Bcast { buf, .. } => (Vec::new(), c.stream.clone_dtoh(buf)?),
+            });
+        }
+        c.stream.synchronize()?;
+        for (p, (reduced, bytes)) in pending.iter().zip(&got) {
+            match p {
+                Pending::Reduce { call, .. } => {
+                    data::verify(reduced, c.seed, *call, c.world, Op::Sum)
+                        .map_err(|e| anyhow!("interleaved all-reduce (call {call}): {e}"))?;
+                }
+                Pending::Bcast { call, root, .. } => {
+                    if let Some(i) =
+                        (0..bytes.len()).find(|&i| bytes[i] != byte(c.seed, *call, *root, i))
+                    {
+                        bail!(
+                            "interleaved broadcast (call {call}) of {} bytes from root {root}: byte {i} differs",
+                            bytes.len()
+                        );
+                    }
+                }
+            }
+        }
+        done += batch;
+    }
+    Ok(format!(
+        "{reduces} all-reduces and {bcasts} broadcasts back to back, all correct"
+    ))
+}
+
+// ---------------------------------------------------------------------------
+// 4. Hooks.
+// ---------------------------------------------------------------------------
+
+/// Gradient `i` of variable `v` on `rank`: magnitudes from 1e-3 to 1e2,
+/// by variable, so relative and absolute errors both show.
+fn grad(seed: u64, call: u64, rank: usize, v: usize, i: usize) -> f64 {
+    let scale = [1.0e-3, 0.05, 1.0, 7.0, 100.0][v % 5];
+    value(seed, call, rank, v, i) / 100.0 * scale
+}
+
+/// Variable shapes of a small model, one larger than the smaller bucket
+/// limit (split across buckets) and one above the 4 MiB NCCL crossover.
+fn hook_shapes() -> Vec<Vec<usize>> {
+    vec![
+        vec![1],
+        vec![3, 5],
+        vec![257, 129],
+        vec![8],
+        vec![7, 7, 3],
+        vec![1024 * 1536],
+        vec![33],
+        vec![2, 2, 2, 2],
+    ]
+}
+
+/// What a hook computes, for the reference.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Reduction {
+    Mean,
+    Sum,
+}
+
+/// Unit roundoff of a type.
+fn unit_roundoff(elem: ElemType) -> f64 {
+    match elem {
+        ElemType::F32 => 2f64.powi(-24),
+        ElemType::Bf16 => 2f64.powi(-8),
+        ElemType::F16 => 2f64.powi(-11),
+    }
+}
+
+/// The module docs' tolerance.
+fn tolerance(world: usize, wire: ElemType, compressed: bool, red: Reduction, s: f64) -> f64 {
+    let w = world as f64;
+    let steps = if compressed { w + 2.0 } else { w + 1.0 };
+    let mut tol = steps * unit_roundoff(wire) * s;
+    if red == Reduction::Mean {
+        tol /= w;
+    }
+    if wire == ElemType::F16 {
+        tol += steps * 2f64.powi(-25);
+    }
+    tol
+}
+
+/// Runs `hook` over the buckets of `shapes` (element type `T`) for two
+/// steps of fresh gradients and checks every variable.
+#[allow(clippy::too_many_arguments)]
+fn run_hook_case<T: DType + NcclType + DeviceRepr + ValidAsZeroBits>(
+    c: &mut Ctx<'_>,
+    hook: &mut dyn CommHook,
+    name: &str,
+    bucket_bytes: usize,
+    wire: ElemType,
+    compressed: bool,
+    red: Reduction,
+) -> Result<HookOutcome> {
+    let shapes = hook_shapes();
+    let numels: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
+    let items: Vec<PlanItem> = numels.iter().map(|&n| PlanItem::new(T::ELEM, n)).collect();
+    let plans = plan_buckets(&items, bucket_bytes)?;
+    let mut buckets = GradBucket::from_plans(&plans, &shapes, &c.stream)?;
+    let mut fp = 0xcbf2_9ce4_8422_2325u64;
+    let mut worst = 0.0f64;
+    for _step in 0..2 {
+        let call = c.next_call();
+        let (rank, seed, world) = (c.rank, c.seed, c.world);
+        let mut vars: Vec<CudaSlice<T>> = Vec::with_capacity(numels.len());
+        for (v, &n) in numels.iter().enumerate() {
+            let host: Vec<T> = (0..n)
+                .map(|i| T::from_f64(grad(seed, call, rank, v, i)))
+                .collect();
+            vars.push(c.stream.clone_htod(&host)?);
+        }
+        {
+            let refs: Vec<&dyn DeviceBuffer> =
+                vars.iter().map(|v| v as &dyn DeviceBuffer).collect();
+            for b in buckets.iter_mut() {
+                b.pack(&refs, &c.stream)?;
+            }
+        }
+        // All hooks first, then the results: the futures are stream-ordered.
+        for b in buckets.iter_mut() {
+            let fut = hook.run_hook(b)?;
+            hook.parse_hook_result(fut)?;
+        }
+        // Poison the variables, so an entry that never comes back shows.
+        for (v, &n) in numels.iter().enumerate() {
+            c.stream
+                .memcpy_htod(&vec![data::poison::<T>(); n], &mut vars[v])?;
+        }
+        {
+            let mut refs: Vec<&mut dyn DeviceBuffer> = vars
+                .iter_mut()
+                .map(|v| v as &mut dyn DeviceBuffer)
+                .collect();
+            for b in &buckets {
+                b.unpack(&mut refs, &c.stream)?;
+            }
+        }
+        for (v, &n) in numels.iter().enumerate() {
+            let got = c.stream.clone_dtoh(&vars[v])?;
+            c.stream.synchronize()?;
+            for (i, g) in got.iter().enumerate().take(n) {
+                // The reference starts from what each rank fed in: its
+                // gradient rounded to the variable's type.
+                let inputs: Vec<f64> = (0..world)
+                    .map(|r| T::from_f64(grad(seed, call, r, v, i)).to_f64())
+                    .collect();
+                let sum: f64 = inputs.iter().sum();
+                let s: f64 = inputs.iter().map(|x| x.abs()).sum();
+                let want = match red {
+                    Reduction::Mean => sum / world as f64,
+                    Reduction::Sum => sum,
+                };
+                let tol = tolerance(world, wire, compressed, red, s);
+                let err = (g.to_f64() - want).abs();
+                if !err.le(&tol) {
+                    bail!(
+                        "{name}, buckets of {bucket_bytes} bytes: variable {v} element {i}: got {}, want {want} (error {err:e}, tolerance {tol:e})",
+                        g.to_f64()
+                    );
+                }
+                if tol > 0.0 {
+                    worst = worst.max(err / tol);
+                }
+                fp = (fp ^ bits(*g) as u64).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+    }
+    if let Some(intra) = c.comm.intra() {
+        intra.health().check()?;
+    }
+    Ok(HookOutcome {
+        fingerprint: fp,
+        buckets: buckets.len(),
+        worst_error_ratio: worst,
+    })
+}
+
+/// What one hook case found.
+struct HookOutcome {
+    fingerprint: u64,
+    buckets: usize,
+    /// Largest error over its tolerance (at most 1).
+    worst_error_ratio: f64,
+}
+
+/// The stateful hook's state: what it saw.
+#[derive(Debug, Default)]
+struct SeenState {
+    calls: usize,
+    elems: usize,
+    indices: Vec<usize>,
+    lasts: usize,
+}
+
+fn hooks(c: &mut Ctx<'_>) -> Result<String> {
+    let mut report = Vec::new();
+    let mut fingerprints = Vec::new();
+    let mut worst = 0.0f64;
+    for bucket_bytes in [64usize << 10, 8 << 20] {
+        let comm = c.comm;
+        let mut all_f32 = AllReduceHook::new(comm);
+        let mut all_bf16 = AllReduceHook::new(comm);
+        let mut bf = CompressHook::bf16(comm)?;
+        let mut hf = CompressHook::f16(comm)?;
+        let cases: [(&mut dyn CommHook, &str, bool, ElemType, bool); 4] = [
+            (
+                &mut all_f32,
+                "all-reduce hook (f32)",
+                false,
+                ElemType::F32,
+                false,
+            ),
+            (
+                &mut all_bf16,
+                "all-reduce hook (bf16)",
+                true,
+                ElemType::Bf16,
+                false,
+            ),
+            (
+                &mut bf,
+                "bf16 compression hook",
+                false,
+                ElemType::Bf16,
+                true,
+            ),
+            (&mut hf, "f16 compression hook", false, ElemType::F16, true),
+        ];
+        for (hook, name, bf16_vars, wire, compressed) in cases {
+            let out = if bf16_vars {
+                run_hook_case::<bf16>(
+                    c,
+                    hook,
+                    name,
+                    bucket_bytes,
+                    wire,
+                    compressed,
+                    Reduction::Mean,
+                )?
+            } else {
+                run_hook_case::<f32>(
+                    c,
+                    hook,
+                    name,
+                    bucket_bytes,
+                    wire,
+                    compressed,
+                    Reduction::Mean,
+                )?
+            };
+            fingerprints.push(out.fingerprint);
+            worst = worst.max(out.worst_error_ratio);
+        }
+
+        let mut stateful = StatefulHook::new(
+            comm,
+            SeenState::default(),
+            |s: &mut SeenState, comm: &Communicator, b: &mut GradBucket| {
+                s.calls += 1;
+                s.elems += b.buffer().elems();
+                s.indices.push(b.index());
+                s.lasts += usize::from(b.is_last());
+                all_reduce_flat(comm, b.buffer_mut(), &cudarc::nccl::ReduceOp::Sum)
+            },
+        );
+        let out = run_hook_case::<f32>(
+            c,
+            &mut stateful,
+            "stateful hook (sum)",
+            bucket_bytes,
+            ElemType::F32,
+            false,
+            Reduction::Sum,
+        )?;
+        fingerprints.push(out.fingerprint);
+        worst = worst.max(out.worst_error_ratio);
+        let buckets = out.buckets;
+        let state = stateful.into_state();
+        let items: Vec<PlanItem> = hook_shapes()
+            .iter()
+            .map(|s| PlanItem::new(ElemType::F32, s.iter().product()))
+            .collect();
+        let plan_elems: usize = plan_buckets(&items, bucket_bytes)?
+            .iter()
+            .map(|p| p.elems)
+            .sum();
+        let want_indices: Vec<usize> = (0..2).flat_map(|_| 0..buckets).collect();
+        ensure!(
+            state.calls == 2 * buckets
+                && state.indices == want_indices
+                && state.lasts == 2
+                && state.elems == 2 * plan_elems,
+            "stateful hook, buckets of {bucket_bytes} bytes: state {state:?}, want {} calls over buckets {want_indices:?}, 2 last buckets, {} elements",
+            2 * buckets,
+            2 * plan_elems
+        );
+        report.push(format!(
+            "{buckets} f32 buckets of <= {bucket_bytes} bytes, stateful hook state {{calls: {}, elems: {}, lasts: {}}}",
+            state.calls, state.elems, state.lasts
+        ));
+    }
+
+    // Refusals: compression of a non-f32 bucket, any built-in on a sparse
+    // bucket.
+    let items = [PlanItem::new(ElemType::Bf16, 10)];
+    let plans = plan_buckets(&items, 1024)?;
+    let mut b = GradBucket::from_plans(&plans, &[vec![10]], &c.stream)?;
+    let mut bf = CompressHook::bf16(c.comm)?;
+    ensure!(
+        bf.run_hook(&mut b[0]).is_err(),
+        "the bf16 compression hook took a bf16 bucket"
+    );
+    let items = [PlanItem::new(ElemType::F32, 10)];
+    let plans = plan_buckets(&items, 1024)?;
+    let mut b = GradBucket::from_plans(&plans, &[vec![10]], &c.stream)?;
+    b[0].set_sparse_indices(Some(c.stream.alloc_zeros::<i64>(10)?));
+    ensure!(
+        AllReduceHook::new(c.comm).run_hook(&mut b[0]).is_err(),
+        "the all-reduce hook took a sparse bucket"
+    );
+    c.stream.synchronize()?;
+
+    let all = c.all_gather(&fingerprints)?;
+    if let Some(r) = all.iter().position(|f| *f != fingerprints) {
+        bail!(
+            "hook results differ between rank {} and rank {r} (fingerprints {fingerprints:x?} vs {:x?})",
+            c.rank,
+            all[r]
+        );
+    }
+    Ok(format!(
+        "hooks all-reduce (f32, bf16), bf16/f16 compression, stateful: 2 steps each within tolerance of the f64 reference (worst error {:.3} of its tolerance), bitwise identical across ranks; {}",
+        worst,
+        report.join("; ")
+    ))
+}
+
+pub fn run(args: &DdpCheckArgs) -> Result<()> {
+    let Some(r) = Rank::setup("intranode-bench ddp-check")? else {
+        return Ok(());
+    };
+    let Rank {
+        env,
+        ctx: _ctx,
+        stream,
+        store,
+        exchange,
+        comm,
+    } = r;
+    let mut c = Ctx {
+        rank: env.rank,
+        world: env.world_size,
+        stream,
+        store,
+        exchange,
+        comm: &comm,
+        seed: args.seed,
+        call: 0,
+    };
+    let t0 = std::time::Instant::now();
+    let raw = raw_broadcasts(&mut c).context("raw broadcasts")?;
+    let coalesced = coalesced(&mut c).context("broadcast_coalesced")?;
+    let inter = interleaved(&mut c, args.interleaved_calls).context("interleaving")?;
+    let hooks = hooks(&mut c).context("hooks")?;
+    let (rank, world) = (c.rank, c.world);
+    let (store, mut exchange) = (c.store.clone(), c.exchange);
+    exchange.barrier(store.as_ref(), rank, world)?;
+    let path = match c.comm.intra() {
+        Some(i) => format!("intra-node {:?}", i.topology()),
+        None => format!(
+            "no intra-node path ({})",
+            c.comm.intra_reason().unwrap_or("?")
+        ),
+    };
+    println!(
+        "ddp-check rank {rank}/{world} ok ({path}, {:.1} s): {raw} raw broadcasts bitwise; {coalesced}; {inter}; {hooks}",
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
