@@ -81,11 +81,21 @@ unsafe fn widen<T: Element>(src: *const T, dst: *mut f32, n: usize) {
             let l = T::widen(ptx::ld_global_v4_u32(sv.add(i)));
             ptx::st_global_v4_u32(
                 dv.add(2 * i),
-                [l[0].to_bits(), l[1].to_bits(), l[2].to_bits(), l[3].to_bits()],
+                [
+                    l[0].to_bits(),
+                    l[1].to_bits(),
+                    l[2].to_bits(),
+                    l[3].to_bits(),
+                ],
             );
             ptx::st_global_v4_u32(
                 dv.add(2 * i + 1),
-                [l[4].to_bits(), l[5].to_bits(), l[6].to_bits(), l[7].to_bits()],
+                [
+                    l[4].to_bits(),
+                    l[5].to_bits(),
+                    l[6].to_bits(),
+                    l[7].to_bits(),
+                ],
             );
         }
         i += stride;

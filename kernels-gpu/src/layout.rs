@@ -167,6 +167,9 @@ mod tests {
             8 * 8 * 2 + 6 * 8 + 8
         );
         assert_eq!(core::mem::size_of::<ErrorWord>(), 32);
-        assert_eq!(core::mem::size_of::<BroadcastParams>(), 8 * 8 * 2 + 5 * 8 + 8);
+        assert_eq!(
+            core::mem::size_of::<BroadcastParams>(),
+            8 * 8 * 2 + 5 * 8 + 8
+        );
     }
 }

@@ -397,7 +397,11 @@ fn interleaved(c: &mut Ctx<'_>, calls: usize) -> Result<String> {
             let call = c.next_call();
             // One call in ten up to 2.5 halves (several chunks in one
             // launch), the rest up to 64 KiB (the latency path).
-            let max_bytes = if (rng >> 60) < 2 { half * 5 / 2 } else { 64 << 10 };
+            let max_bytes = if (rng >> 60) < 2 {
+                half * 5 / 2
+            } else {
+                64 << 10
+            };
             let bytes = 1 + (rng >> 8) as usize % max_bytes;
             let intra = c.comm.intra().context("intra-node path vanished")?;
             if rng & 1 == 0 {

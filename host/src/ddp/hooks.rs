@@ -106,20 +106,20 @@ fn refuse_sparse(bucket: &GradBucket, hook: &str) -> Result<()> {
 /// The mean of each gradient over all ranks (c10d `allreduce_hook` /
 /// `AllReduceCommHook`), in the bucket's element type.
 #[derive(Debug)]
-pub struct AllReduceHook {
-    comm: Arc<Communicator>,
+pub struct AllReduceHook<'c> {
+    comm: &'c Communicator,
 }
 
-impl AllReduceHook {
-    pub fn new(comm: Arc<Communicator>) -> Self {
+impl<'c> AllReduceHook<'c> {
+    pub fn new(comm: &'c Communicator) -> Self {
         AllReduceHook { comm }
     }
 }
 
-impl CommHook for AllReduceHook {
+impl CommHook for AllReduceHook<'_> {
     fn run_hook<'b>(&mut self, bucket: &'b mut GradBucket) -> Result<HookFuture<'b>> {
         refuse_sparse(bucket, "all-reduce hook")?;
-        all_reduce_flat(&self.comm, bucket.buffer_mut(), &NcclOp::Avg)?;
+        all_reduce_flat(self.comm, bucket.buffer_mut(), &NcclOp::Avg)?;
         Ok(HookFuture::on_stream(
             self.comm.stream().clone(),
             bucket.buffer(),
@@ -131,8 +131,8 @@ impl CommHook for AllReduceHook {
 /// the f32 bucket is cast to the 16-bit type, averaged over the ranks in
 /// that type (half the bytes on the wire), and cast back into the bucket.
 #[derive(Debug)]
-pub struct CompressHook {
-    comm: Arc<Communicator>,
+pub struct CompressHook<'c> {
+    comm: &'c Communicator,
     /// The 16-bit type on the wire (bf16 or f16).
     wire: ElemType,
     /// The cast kernels, loaded here only when the communicator has no
@@ -143,18 +143,18 @@ pub struct CompressHook {
     scratch: Option<FlatBuffer>,
 }
 
-impl CompressHook {
+impl<'c> CompressHook<'c> {
     /// Compression to bf16.
-    pub fn bf16(comm: Arc<Communicator>) -> Result<Self> {
+    pub fn bf16(comm: &'c Communicator) -> Result<Self> {
         Self::new(comm, ElemType::Bf16)
     }
 
     /// Compression to f16.
-    pub fn f16(comm: Arc<Communicator>) -> Result<Self> {
+    pub fn f16(comm: &'c Communicator) -> Result<Self> {
         Self::new(comm, ElemType::F16)
     }
 
-    fn new(comm: Arc<Communicator>, wire: ElemType) -> Result<Self> {
+    fn new(comm: &'c Communicator, wire: ElemType) -> Result<Self> {
         let own_kernels = match comm.intra() {
             Some(_) => None,
             None => Some(KernelModule::load(comm.stream().context())?),
@@ -190,7 +190,7 @@ fn compress_round_trip<H: DType + NcclType>(
     kernels.cast(stream, &wire, grads)
 }
 
-impl CommHook for CompressHook {
+impl CommHook for CompressHook<'_> {
     fn run_hook<'b>(&mut self, bucket: &'b mut GradBucket) -> Result<HookFuture<'b>> {
         let name = match self.wire {
             ElemType::Bf16 => "bf16 compression hook",
@@ -218,8 +218,8 @@ impl CommHook for CompressHook {
             }
         };
         match self.scratch.as_mut() {
-            Some(FlatBuffer::Bf16(s)) => compress_round_trip(&self.comm, kernels, grads, s)?,
-            Some(FlatBuffer::F16(s)) => compress_round_trip(&self.comm, kernels, grads, s)?,
+            Some(FlatBuffer::Bf16(s)) => compress_round_trip(self.comm, kernels, grads, s)?,
+            Some(FlatBuffer::F16(s)) => compress_round_trip(self.comm, kernels, grads, s)?,
             _ => {
                 return Err(Error::InvalidArgument(format!(
                     "{name}: wire type {:?} is not a 16-bit type",
@@ -236,13 +236,13 @@ impl CommHook for CompressHook {
 /// the bucket, enqueues its reduction on the communicator's stream (every
 /// collective of [`Communicator`] does) and leaves the result in the
 /// bucket's buffer. The state stays readable between steps.
-pub struct StatefulHook<S, F> {
-    comm: Arc<Communicator>,
+pub struct StatefulHook<'c, S, F> {
+    comm: &'c Communicator,
     state: S,
     run: F,
 }
 
-impl<S: std::fmt::Debug, F> std::fmt::Debug for StatefulHook<S, F> {
+impl<S: std::fmt::Debug, F> std::fmt::Debug for StatefulHook<'_, S, F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StatefulHook")
             .field("state", &self.state)
@@ -250,11 +250,11 @@ impl<S: std::fmt::Debug, F> std::fmt::Debug for StatefulHook<S, F> {
     }
 }
 
-impl<S, F> StatefulHook<S, F>
+impl<'c, S, F> StatefulHook<'c, S, F>
 where
     F: FnMut(&mut S, &Communicator, &mut GradBucket) -> Result<()>,
 {
-    pub fn new(comm: Arc<Communicator>, state: S, run: F) -> Self {
+    pub fn new(comm: &'c Communicator, state: S, run: F) -> Self {
         StatefulHook { comm, state, run }
     }
 
@@ -271,12 +271,12 @@ where
     }
 }
 
-impl<S, F> CommHook for StatefulHook<S, F>
+impl<S, F> CommHook for StatefulHook<'_, S, F>
 where
     F: FnMut(&mut S, &Communicator, &mut GradBucket) -> Result<()>,
 {
     fn run_hook<'b>(&mut self, bucket: &'b mut GradBucket) -> Result<HookFuture<'b>> {
-        (self.run)(&mut self.state, &self.comm, bucket)?;
+        (self.run)(&mut self.state, self.comm, bucket)?;
         Ok(HookFuture::on_stream(
             self.comm.stream().clone(),
             bucket.buffer(),
