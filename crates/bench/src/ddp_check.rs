@@ -22,8 +22,8 @@
 //! type (W - 1 additions, a pre- or post-scaling and the final rounding,
 //! each at most `u` times a partial sum bounded by `s`), `(W + 2) u s` with
 //! compression (each input rounded once more on the way down), divided by
-//! W for a mean; plus, for f16, `(W + 2) 2^-25` absolute for subnormal
-//! results.
+//! W for a mean; plus, for f16, `2 (W + 1) 2^-25` absolute for subnormal
+//! values (at most 2W + 1 roundings of half the smallest subnormal each).
 
 use std::sync::Arc;
 
@@ -521,7 +521,10 @@ fn tolerance(world: usize, wire: ElemType, compressed: bool, red: Reduction, s: 
         tol /= w;
     }
     if wire == ElemType::F16 {
-        tol += steps * 2f64.powi(-25);
+        // Every rounding of a subnormal f16 (cast, NCCL's pre-scaling per
+        // rank, each addition, the result) is off by up to half the
+        // smallest subnormal, 2^-25, whatever the magnitudes.
+        tol += 2.0 * (w + 1.0) * 2f64.powi(-25);
     }
     tol
 }
