@@ -11,7 +11,8 @@
 //!    for bit with the root's, and the root's own data must be unchanged.
 //! 3. Broadcasts and all-reduces of random sizes, roots and algorithms
 //!    enqueued back to back without synchronizing (the shared call count
-//!    and double buffering), then all checked.
+//!    and double buffering), then all checked; and a CUDA graph of both
+//!    kinds, replayed with fresh inputs.
 //! 4. Every hook on random gradients, two steps each, against an f64 host
 //!    reference with a stated tolerance (below), outputs bitwise identical
 //!    across ranks; the stateful hook's state checked after the steps.
@@ -52,6 +53,9 @@ pub struct DdpCheckArgs {
     /// Broadcasts and all-reduces enqueued back to back in part 3.
     #[arg(long, default_value_t = 600)]
     pub interleaved_calls: usize,
+    /// Replays of the captured graph of part 3.
+    #[arg(long, default_value_t = 200)]
+    pub graph_replays: usize,
 }
 
 /// SplitMix64 finalizer.
@@ -470,6 +474,83 @@ fn interleaved(c: &mut Ctx<'_>, calls: usize) -> Result<String> {
     ))
 }
 
+/// A CUDA graph of two all-reduces and two broadcasts, replayed with fresh
+/// inputs: the kernels' epochs live on the device, so a replayed broadcast
+/// and all-reduce keep interleaving correctly.
+fn graph_replays(c: &mut Ctx<'_>, replays: usize) -> Result<String> {
+    let Some(intra) = c.comm.intra() else {
+        return Ok("graph replay skipped (no intra-node path)".into());
+    };
+    let (reduce_elems, bcast_bytes) = ([4095usize, 200_003], [17usize, 300_001]);
+    let roots = [c.world - 1, 0];
+    let mut ins = Vec::new();
+    let mut outs = Vec::new();
+    for &n in &reduce_elems {
+        ins.push(c.stream.alloc_zeros::<f32>(n)?);
+        outs.push(c.stream.alloc_zeros::<f32>(n)?);
+    }
+    let mut bufs = Vec::new();
+    for &n in &bcast_bytes {
+        bufs.push(c.stream.alloc_zeros::<u8>(n)?);
+    }
+    c.stream.synchronize()?;
+    c.stream
+        .begin_capture(
+            cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        )
+        .context("begin capture")?;
+    for k in 0..2 {
+        let algo = [AllReduceAlgo::OneShot, AllReduceAlgo::TwoShot][k];
+        intra.all_reduce(&ins[k], &mut outs[k], ReduceOp::Sum, algo, &c.stream)?;
+        intra.broadcast(&mut bufs[k], roots[k], &c.stream)?;
+    }
+    let graph = c
+        .stream
+        .end_capture(
+            cudarc::driver::sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+        )
+        .context("end capture")?
+        .context("capture produced no graph")?;
+    for _ in 0..replays {
+        let call = c.next_call();
+        for k in 0..2 {
+            let input = data::inputs::<f32>(c.seed, call * 4 + k as u64, c.rank, reduce_elems[k]);
+            c.stream.memcpy_htod(&input, &mut ins[k])?;
+            c.stream
+                .memcpy_htod(&vec![data::poison::<f32>(); reduce_elems[k]], &mut outs[k])?;
+            let mine: Vec<u8> = (0..bcast_bytes[k])
+                .map(|i| byte(c.seed, call * 4 + 2 + k as u64, c.rank, i))
+                .collect();
+            c.stream.memcpy_htod(&mine, &mut bufs[k])?;
+        }
+        graph.launch().context("graph launch")?;
+        let mut reduced = Vec::new();
+        let mut received = Vec::new();
+        for k in 0..2 {
+            reduced.push(c.stream.clone_dtoh(&outs[k])?);
+            received.push(c.stream.clone_dtoh(&bufs[k])?);
+        }
+        c.stream.synchronize()?;
+        intra.health().check()?;
+        for k in 0..2 {
+            data::verify(&reduced[k], c.seed, call * 4 + k as u64, c.world, Op::Sum)
+                .map_err(|e| anyhow!("graph replay, all-reduce {k}: {e}"))?;
+            let tag = call * 4 + 2 + k as u64;
+            if let Some(i) =
+                (0..bcast_bytes[k]).find(|&i| received[k][i] != byte(c.seed, tag, roots[k], i))
+            {
+                bail!(
+                    "graph replay, broadcast {k} from root {}: byte {i} differs",
+                    roots[k]
+                );
+            }
+        }
+    }
+    Ok(format!(
+        "{replays} replays of a graph of 2 all-reduces and 2 broadcasts, all correct"
+    ))
+}
+
 // ---------------------------------------------------------------------------
 // 4. Hooks.
 // ---------------------------------------------------------------------------
@@ -810,6 +891,7 @@ pub fn run(args: &DdpCheckArgs) -> Result<()> {
     let raw = raw_broadcasts(&mut c).context("raw broadcasts")?;
     let coalesced = coalesced(&mut c).context("broadcast_coalesced")?;
     let inter = interleaved(&mut c, args.interleaved_calls).context("interleaving")?;
+    let graph = graph_replays(&mut c, args.graph_replays).context("graph replay")?;
     let hooks = hooks(&mut c).context("hooks")?;
     let (rank, world) = (c.rank, c.world);
     let (store, mut exchange) = (c.store.clone(), c.exchange);
@@ -822,7 +904,7 @@ pub fn run(args: &DdpCheckArgs) -> Result<()> {
         ),
     };
     println!(
-        "ddp-check rank {rank}/{world} ok ({path}, {:.1} s): {raw} raw broadcasts bitwise; {coalesced}; {inter}; {hooks}",
+        "ddp-check rank {rank}/{world} ok ({path}, {:.1} s): {raw} raw broadcasts bitwise; {coalesced}; {inter}; {graph}; {hooks}",
         t0.elapsed().as_secs_f64()
     );
     Ok(())
