@@ -225,7 +225,7 @@ impl Communicator {
     /// The path a broadcast takes.
     pub fn broadcast_algo(&self) -> BroadcastAlgo {
         select_broadcast_algo(
-            self.intra.is_some(),
+            self.intra.as_ref().map(IntraNodeComm::topology),
             self.nccl.is_ok(),
             self.forced_broadcast,
         )

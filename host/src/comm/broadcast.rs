@@ -18,6 +18,7 @@ use kernels_gpu::math::VEC_BYTES;
 use super::IntraNodeComm;
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
+use crate::topology::Topology;
 use crate::work::Work;
 
 /// Forces the broadcast path: `symm-mem` or `nccl`.
@@ -60,19 +61,23 @@ pub fn forced_broadcast_algo() -> Option<BroadcastAlgo> {
     algo
 }
 
-/// The path of one broadcast: symmetric memory whenever the group has it
-/// (the rule: within a node over symmetric memory, otherwise
-/// NCCL), unless forced. No size crossover yet: none has been measured.
-/// A forced path that does not exist falls back to the one that does.
+/// The path of one broadcast, from the intra-node path's topology (`None`
+/// without one), whether NCCL loaded, and a forced path. Symmetric memory
+/// where every reader has a direct NVLink (or NVSwitch) path to the root,
+/// that is a fully connected group (the rule: within a node over
+/// symmetric memory, otherwise NCCL); NCCL elsewhere. No size crossover:
+/// none has been measured yet. A forced path that does not exist, or no
+/// NCCL at all, falls back to the one that does.
 pub fn select_broadcast_algo(
-    has_intra: bool,
+    intra: Option<Topology>,
     has_nccl: bool,
     forced: Option<BroadcastAlgo>,
 ) -> BroadcastAlgo {
-    match (forced, has_intra, has_nccl) {
+    match (forced, intra, has_nccl) {
         (Some(BroadcastAlgo::Nccl), _, true) => BroadcastAlgo::Nccl,
-        (Some(BroadcastAlgo::SymmMem), true, _) => BroadcastAlgo::SymmMem,
-        (_, true, _) => BroadcastAlgo::SymmMem,
+        (Some(BroadcastAlgo::SymmMem), Some(_), _) => BroadcastAlgo::SymmMem,
+        (_, Some(Topology::FullyConnected), _) => BroadcastAlgo::SymmMem,
+        (_, Some(_), false) => BroadcastAlgo::SymmMem,
         _ => BroadcastAlgo::Nccl,
     }
 }
@@ -252,11 +257,16 @@ mod tests {
     #[test]
     fn selection_prefers_symmetric_memory_and_honours_what_exists() {
         use BroadcastAlgo::*;
-        assert_eq!(select_broadcast_algo(true, true, None), SymmMem);
-        assert_eq!(select_broadcast_algo(false, true, None), Nccl);
-        assert_eq!(select_broadcast_algo(true, true, Some(Nccl)), Nccl);
-        assert_eq!(select_broadcast_algo(true, false, Some(Nccl)), SymmMem);
-        assert_eq!(select_broadcast_algo(false, true, Some(SymmMem)), Nccl);
+        let full = Some(Topology::FullyConnected);
+        let hcm = Some(Topology::HybridCubeMesh);
+        assert_eq!(select_broadcast_algo(full, true, None), SymmMem);
+        assert_eq!(select_broadcast_algo(None, true, None), Nccl);
+        assert_eq!(select_broadcast_algo(hcm, true, None), Nccl);
+        assert_eq!(select_broadcast_algo(hcm, false, None), SymmMem);
+        assert_eq!(select_broadcast_algo(hcm, true, Some(SymmMem)), SymmMem);
+        assert_eq!(select_broadcast_algo(full, true, Some(Nccl)), Nccl);
+        assert_eq!(select_broadcast_algo(full, false, Some(Nccl)), SymmMem);
+        assert_eq!(select_broadcast_algo(None, true, Some(SymmMem)), Nccl);
         assert_eq!(BroadcastAlgo::from_name(" nccl "), Some(Nccl));
         assert_eq!(BroadcastAlgo::from_name("symm-mem"), Some(SymmMem));
         assert_eq!(BroadcastAlgo::from_name("ring"), None);
