@@ -307,7 +307,10 @@ mod tests {
         )
         .unwrap();
         let old = Crossovers::from_file(&path).unwrap();
-        assert_eq!(old.lamport_max_bytes, Crossovers::default().lamport_max_bytes);
+        assert_eq!(
+            old.lamport_max_bytes,
+            Crossovers::default().lamport_max_bytes
+        );
         assert_eq!(old.two_shot_max_bytes[8], 2);
         std::fs::write(&path, serde_json::to_string(&x).unwrap()).unwrap();
         assert_eq!(Crossovers::from_file(&path).unwrap(), x);

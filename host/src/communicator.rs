@@ -2,18 +2,20 @@
 //! when the rendezvous allowed one and an NCCL communicator when NCCL
 //! loads, and routes each all-reduce to whichever
 //! [`select_all_reduce_algo`] picks, so every size, element type, op and
-//! topology works. Its API mirrors `cudarc::nccl::Comm` (`rank`,
-//! `world_size`, `all_reduce`, `all_reduce_in_place`), so code written for
-//! that can swap it in.
+//! topology works; broadcasts go where [`select_broadcast_algo`] says. Its
+//! API mirrors `cudarc::nccl::Comm` (`rank`, `world_size`, `all_reduce`,
+//! `all_reduce_in_place`, `broadcast_in_place`), so code written for that
+//! can swap it in.
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
 use cudarc::nccl::{Comm, NcclType, ReduceOp as NcclOp};
 use intranode_store::{Store, StoreExchange};
 
 use crate::algo::{AllReduceAlgo, Crossovers, forced_algo, select_all_reduce_algo};
 use crate::comm::all_reduce::ReduceOp;
+use crate::comm::broadcast::{BroadcastAlgo, forced_broadcast_algo, select_broadcast_algo};
 use crate::comm::{IntraNodeComm, RendezvousError};
 use crate::error::{Error, Result};
 use crate::kernels::DType;
@@ -31,6 +33,7 @@ pub struct Communicator {
     nccl: std::result::Result<Comm, String>,
     crossovers: Crossovers,
     forced: Option<AllReduceAlgo>,
+    forced_broadcast: Option<BroadcastAlgo>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -82,6 +85,7 @@ impl Communicator {
             nccl,
             crossovers: Crossovers::from_env(),
             forced: forced_algo(),
+            forced_broadcast: forced_broadcast_algo(),
         })
     }
 
@@ -215,6 +219,63 @@ impl Communicator {
             (algo, Some(intra), Some(iop)) => intra
                 .all_reduce(send, recv, iop, algo, &self.stream)
                 .map(|_| ()),
+        }
+    }
+
+    /// The path a broadcast takes.
+    pub fn broadcast_algo(&self) -> BroadcastAlgo {
+        select_broadcast_algo(
+            self.intra.as_ref().map(IntraNodeComm::topology),
+            self.nccl.is_ok(),
+            self.forced_broadcast,
+        )
+    }
+
+    /// Broadcasts `buf` from `root` to every rank, in place, like
+    /// `cudarc::nccl::Comm::broadcast_in_place`: over symmetric memory when
+    /// the group has it, else NCCL. Every rank must call it with the same
+    /// length and root.
+    pub fn broadcast_in_place<T: DeviceRepr + NcclType>(
+        &self,
+        buf: &mut impl DevicePtrMut<T>,
+        root: usize,
+    ) -> Result<()> {
+        self.broadcast_in_place_with(buf, root, self.broadcast_algo())
+    }
+
+    /// Broadcast with an explicit path (tests); an error where that path
+    /// does not exist.
+    pub fn broadcast_in_place_with<T: DeviceRepr + NcclType>(
+        &self,
+        buf: &mut impl DevicePtrMut<T>,
+        root: usize,
+        algo: BroadcastAlgo,
+    ) -> Result<()> {
+        if root >= self.world {
+            return Err(Error::InvalidArgument(format!(
+                "broadcast on rank {}: root {root} is outside the world of {}",
+                self.rank, self.world
+            )));
+        }
+        match (algo, &self.intra) {
+            (BroadcastAlgo::Nccl, _) => {
+                let comm = self.nccl_or_err()?;
+                // `root < world`, and a world fits in i32 (NCCL took it).
+                comm.broadcast_in_place(buf, root as i32)
+                    .map(|_| ())
+                    .map_err(|e| Error::Nccl {
+                        op: "ncclBroadcast",
+                        detail: format!("rank {}: {e:?}", self.rank),
+                    })
+            }
+            (BroadcastAlgo::SymmMem, None) => Err(Error::InvalidArgument(format!(
+                "broadcast on rank {}: symm-mem needs the intra-node path, which is unavailable: {}",
+                self.rank,
+                self.intra_reason.as_deref().unwrap_or("unknown")
+            ))),
+            (BroadcastAlgo::SymmMem, Some(intra)) => {
+                intra.broadcast(buf, root, &self.stream).map(|_| ())
+            }
         }
     }
 

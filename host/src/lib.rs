@@ -4,13 +4,15 @@
 //! Main types: [`kernels::KernelModule`] (the embedded Rust-built PTX,
 //! loaded per device), [`dist_env::DistEnv`] (rank and world from the
 //! launcher's environment), [`topology`] (NVLink mesh and its class),
-//! [`ipc_channel::IpcChannel`] (file descriptors between ranks).
+//! [`ipc_channel::IpcChannel`] (file descriptors between ranks),
+//! [`ddp`] (`broadcast_coalesced`, gradient buckets, communication hooks).
 //! Every GPU entry point returns [`Error::NoDriver`] or
 //! [`Error::TooFewGpus`] on machines without GPUs instead of panicking.
 
 pub mod algo;
 pub mod comm;
 pub mod communicator;
+pub mod ddp;
 pub mod dist_env;
 pub mod driver_ext;
 pub mod error;

@@ -80,3 +80,21 @@ pub unsafe extern "ptx-kernel" fn add_f32(a: *const f32, b: *const f32, out: *mu
     // SAFETY: forwarded from the launcher.
     unsafe { add(a, b, out, n) }
 }
+
+/// `y[i] += a * x[i]` in f32, the multiply and the add each rounded (no
+/// fused multiply-add, so a host reference `y + a * x` matches bit for
+/// bit): the optimizer step of the data-parallel example.
+///
+/// # Safety
+/// `x` and `y` must each hold `n` f32 of device memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn axpy_f32(y: *mut f32, x: *const f32, a: f32, n: usize) {
+    let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
+    let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
+    let mut i = tid;
+    while i < n {
+        // SAFETY: i < n, inside both buffers.
+        unsafe { *y.add(i) += a * *x.add(i) };
+        i += stride;
+    }
+}

@@ -144,6 +144,31 @@ pub struct BarrierParams {
     pub error: u64,
 }
 
+/// Parameters of the broadcast kernels (`broadcast.rs`): the collective
+/// fields of [`AllReduceParams`] (same buffers, pads, halves, wait bound and
+/// error word, so broadcasts and all-reduces share one call count) plus
+/// the root.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BroadcastParams {
+    pub bufs: [u64; MAX_RANKS],
+    pub pads: [u64; MAX_RANKS],
+    /// The caller's buffer (any alignment): read on the root, written on
+    /// every other rank.
+    pub buf: u64,
+    /// Bytes to broadcast.
+    pub bytes: u64,
+    /// Bytes of each half of a symmetric buffer (a multiple of 16).
+    pub half_bytes: u64,
+    /// Bound of every wait on a peer, in nanoseconds of `%globaltimer`.
+    pub timeout_ns: u64,
+    /// Host-mapped [`ErrorWord`].
+    pub error: u64,
+    pub rank: u32,
+    /// The rank whose bytes everyone receives.
+    pub root: u32,
+}
+
 /// Whether `flag` has reached `epoch`, counting with wrap-around (a peer may
 /// already be one call ahead, so equality would miss it).
 pub const fn epoch_reached(flag: u32, epoch: u32) -> bool {
@@ -185,5 +210,9 @@ mod tests {
             8 * 8 * 2 + 6 * 8 + 8 + 4 * 4
         );
         assert_eq!(core::mem::size_of::<ErrorWord>(), 32);
+        assert_eq!(
+            core::mem::size_of::<BroadcastParams>(),
+            8 * 8 * 2 + 5 * 8 + 8
+        );
     }
 }

@@ -12,7 +12,11 @@
 //!   widened to f32 for arithmetic.
 //! - [`all_reduce`]: one-shot, two-shot and HCM all-reduce; [`lamport`]:
 //!   the barrier-free one-shot for small messages.
-//! - [`elementwise`]: the first kernels (`add_*`), used by the GPU smoke test.
+//! - [`elementwise`]: the first kernels (`add_*`), used by the GPU smoke test,
+//!   and `axpy_f32` (the example's optimizer step).
+//! - [`broadcast`]: broadcast over symmetric memory, sharing the call count
+//!   and halves with the all-reduce kernels.
+//! - [`cast`]: f32 to and from bf16/f16, for gradient compression.
 //!
 //! Kernels own nothing: every pointer they touch is passed by the host.
 //! They must not call out-of-line `core` functions (the PTX could not be
@@ -29,6 +33,10 @@ pub mod math;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod all_reduce;
+#[cfg(target_arch = "nvptx64")]
+pub mod broadcast;
+#[cfg(target_arch = "nvptx64")]
+pub mod cast;
 #[cfg(target_arch = "nvptx64")]
 pub mod elem;
 #[cfg(target_arch = "nvptx64")]

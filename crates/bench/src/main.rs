@@ -9,10 +9,13 @@
 //! - `demo`: the README's main job: a short sweep with a correctness check.
 //! - `plot`: the PNG from saved JSON results, on any machine (no GPU, no
 //!   launcher); how `docs/allreduce_h200.png` is made.
+//! - `ddp-check`: broadcast, `broadcast_coalesced`, gradient buckets and
+//!   communication hooks against host references.
 
 mod bench;
 mod check;
 mod data;
+mod ddp_check;
 mod plot;
 mod progress;
 mod rank;
@@ -40,6 +43,8 @@ enum Cmd {
     Demo,
     /// Plot saved `bench` results (JSON) as a PNG; needs no GPU.
     Plot(PlotArgs),
+    /// Broadcast, broadcast_coalesced, gradient buckets and hooks.
+    DdpCheck(ddp_check::DdpCheckArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -82,6 +87,7 @@ fn main() {
         Cmd::Bench(args) => bench::run(&args),
         Cmd::Demo => bench::run(&bench::BenchArgs::demo()),
         Cmd::Plot(args) => plot(&args),
+        Cmd::DdpCheck(args) => ddp_check::run(&args),
     };
     if let Err(e) = result {
         eprintln!("intranode-bench: {e:#}");

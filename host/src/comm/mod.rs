@@ -19,6 +19,7 @@
 //!    blocks (its last phase all-gathers every rank's success).
 
 pub mod all_reduce;
+pub mod broadcast;
 pub mod hcm;
 mod health;
 

@@ -1,0 +1,274 @@
+//! `IntraNodeComm::broadcast`: the root's bytes to every rank, through the
+//! root's symmetric buffer (kernel: `kernels-gpu/src/broadcast.rs`), on the
+//! caller's stream (NOTE [IntraNodeComm stream semantics] in
+//! `all_reduce.rs`). Broadcasts and all-reduces share the kernels' call
+//! count and the buffer halves, so they may be enqueued in any order.
+//!
+//! [`BroadcastAlgo`] and [`select_broadcast_algo`] are the policy: the one
+//! place that decides between this kernel and NCCL's broadcast
+//! (`Communicator::broadcast_in_place`).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, DevicePtrMut, DeviceRepr};
+use kernels_gpu::layout::{BroadcastParams, MAX_BLOCKS, MAX_RANKS};
+use kernels_gpu::math::VEC_BYTES;
+
+use super::IntraNodeComm;
+use crate::driver_ext;
+use crate::error::{DriverContext, Error, Result};
+use crate::topology::Topology;
+use crate::work::Work;
+
+/// Forces the broadcast path: `symm-mem` or `nccl`.
+pub const FORCE_BROADCAST_ENV: &str = "INTRANODE_BROADCAST_ALGO";
+
+/// Broadcast paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BroadcastAlgo {
+    /// Readers load the root's symmetric buffer over NVLink.
+    SymmMem,
+    /// NCCL's broadcast.
+    Nccl,
+}
+
+impl BroadcastAlgo {
+    /// The name [`FORCE_BROADCAST_ENV`] takes.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BroadcastAlgo::SymmMem => "symm-mem",
+            BroadcastAlgo::Nccl => "nccl",
+        }
+    }
+
+    /// Parses a [`name`](Self::name).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::SymmMem, Self::Nccl]
+            .into_iter()
+            .find(|a| a.name() == name.trim())
+    }
+}
+
+/// The forced path from [`FORCE_BROADCAST_ENV`], if set to a known name
+/// (an unknown one is logged and ignored).
+pub fn forced_broadcast_algo() -> Option<BroadcastAlgo> {
+    let value = std::env::var(FORCE_BROADCAST_ENV).ok()?;
+    let algo = BroadcastAlgo::from_name(&value);
+    if algo.is_none() {
+        tracing::warn!("{FORCE_BROADCAST_ENV}={value:?} is not symm-mem or nccl; ignored");
+    }
+    algo
+}
+
+/// The path of one broadcast, from the intra-node path's topology (`None`
+/// without one), whether NCCL loaded, and a forced path. Symmetric memory
+/// where every reader has a direct NVLink (or NVSwitch) path to the root,
+/// that is a fully connected group (the rule: within a node over
+/// symmetric memory, otherwise NCCL); NCCL elsewhere. No size crossover:
+/// none has been measured yet. A forced path that does not exist, or no
+/// NCCL at all, falls back to the one that does.
+pub fn select_broadcast_algo(
+    intra: Option<Topology>,
+    has_nccl: bool,
+    forced: Option<BroadcastAlgo>,
+) -> BroadcastAlgo {
+    match (forced, intra, has_nccl) {
+        (Some(BroadcastAlgo::Nccl), _, true) => BroadcastAlgo::Nccl,
+        (Some(BroadcastAlgo::SymmMem), Some(_), _) => BroadcastAlgo::SymmMem,
+        (_, Some(Topology::FullyConnected), _) => BroadcastAlgo::SymmMem,
+        (_, Some(_), false) => BroadcastAlgo::SymmMem,
+        _ => BroadcastAlgo::Nccl,
+    }
+}
+
+/// Threads per block: as the all-reduce kernels (16 warps per block keep
+/// enough 16-byte loads in flight).
+const THREADS: usize = 512;
+/// Most blocks per launch: like two-shot, a broadcast is bandwidth-bound
+/// on one peer's buffer. Not tuned separately.
+const BROADCAST_MAX_BLOCKS: usize = 64;
+const _: () = assert!(BROADCAST_MAX_BLOCKS <= MAX_BLOCKS);
+
+/// Blocks of a launch whose largest chunk holds `chunk_bytes` bytes.
+fn blocks_for(chunk_bytes: usize) -> usize {
+    chunk_bytes
+        .div_ceil(VEC_BYTES)
+        .div_ceil(THREADS)
+        .clamp(1, BROADCAST_MAX_BLOCKS)
+}
+
+/// Kernel names by world size (2..=8), static so the call path does not
+/// allocate.
+const KERNELS: [&str; 7] = [
+    "broadcast_w2",
+    "broadcast_w3",
+    "broadcast_w4",
+    "broadcast_w5",
+    "broadcast_w6",
+    "broadcast_w7",
+    "broadcast_w8",
+];
+
+fn kernel_name(world: usize) -> Option<&'static str> {
+    KERNELS.get(world.checked_sub(2)?).copied()
+}
+
+impl IntraNodeComm {
+    /// Broadcasts `buf` from `root` to every rank, in place, on `stream`:
+    /// the root's elements are read, every other rank's overwritten. Every
+    /// rank must call it with the same length and root.
+    pub fn broadcast<T: DeviceRepr>(
+        &self,
+        buf: &mut impl DevicePtrMut<T>,
+        root: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Work> {
+        let bytes = buf.num_bytes();
+        let (ptr, _guard) = buf.device_ptr_mut(stream);
+        // SAFETY: `ptr` is a live device buffer of `bytes` bytes that the
+        // guard keeps ordered with `stream`.
+        unsafe { self.broadcast_raw(ptr, bytes, root, stream) }
+    }
+
+    /// Broadcast over a raw device address: `bytes` bytes at `buf` of
+    /// `root` land at `buf` of every rank. Any byte count and alignment
+    /// (16-byte aligned buffers take the vector path); messages larger
+    /// than half the symmetric buffer run chunk by chunk in one launch.
+    ///
+    /// # Safety
+    /// `buf` must be device memory of this comm's device holding `bytes`
+    /// bytes, valid until the stream passes the call, and not written by
+    /// other work meanwhile.
+    pub unsafe fn broadcast_raw(
+        &self,
+        buf: u64,
+        bytes: usize,
+        root: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Work> {
+        self.health().check()?;
+        if root >= self.world() {
+            return Err(Error::InvalidArgument(format!(
+                "broadcast on rank {}: root {root} is outside the world of {}",
+                self.rank(),
+                self.world()
+            )));
+        }
+        if stream.context().ordinal() != self.device() {
+            return Err(Error::InvalidArgument(format!(
+                "broadcast on rank {}: stream is on device {}, the communicator on device {}",
+                self.rank(),
+                stream.context().ordinal(),
+                self.device()
+            )));
+        }
+        let half_bytes = self.half_buffer_bytes();
+        if half_bytes == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "broadcast on rank {}: symmetric buffer of {} bytes is too small",
+                self.rank(),
+                self.symm().buffer_bytes()
+            )));
+        }
+        let name = kernel_name(self.world()).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "broadcast on rank {}: no kernel for a world of {}",
+                self.rank(),
+                self.world()
+            ))
+        })?;
+        let f = self.kernels().function(name)?;
+        self.increment_usage_counter();
+        if bytes == 0 {
+            return Ok(Work::new(stream.clone()));
+        }
+        let mut params = self.broadcast_params(buf, bytes, root);
+        let blocks = blocks_for(bytes.min(half_bytes));
+        let mut arg = (&mut params) as *mut BroadcastParams as *mut c_void;
+        // SAFETY: every broadcast kernel takes one BroadcastParams by value;
+        // the peers' buffers and pads are mapped for the life of `self`;
+        // the caller vouches for `buf`; at most MAX_BLOCKS blocks (the
+        // signal-pad layout's bound).
+        unsafe {
+            driver_ext::launch(
+                f,
+                blocks as u32,
+                THREADS as u32,
+                0,
+                stream.cu_stream(),
+                std::slice::from_mut(&mut arg),
+            )
+        }
+        .ctx("cuLaunchKernel(broadcast)", Some(self.device()))?;
+        Ok(Work::new(stream.clone()))
+    }
+
+    /// The launch parameters of one broadcast (the same buffers, pads,
+    /// halves, bound and error word as the all-reduce's).
+    fn broadcast_params(&self, buf: u64, bytes: usize, root: usize) -> BroadcastParams {
+        let symm = self.symm();
+        let mut p = BroadcastParams::default();
+        for (dst, src) in p.bufs.iter_mut().zip(symm.buffer_ptrs()) {
+            *dst = *src;
+        }
+        for (dst, src) in p.pads.iter_mut().zip(symm.signal_pad_ptrs()) {
+            *dst = *src;
+        }
+        p.buf = buf;
+        p.bytes = bytes as u64;
+        p.half_bytes = self.half_buffer_bytes() as u64;
+        p.timeout_ns = u64::try_from(self.barrier_timeout().as_nanos()).unwrap_or(u64::MAX);
+        p.error = self.health().device_ptr();
+        p.rank = self.rank() as u32;
+        p.root = root as u32;
+        p
+    }
+}
+
+const _: () = assert!(MAX_RANKS - 1 == KERNELS.len());
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_names_match_the_ptx() {
+        let names = crate::kernels::entry_names(crate::kernels::PTX);
+        for world in 2..=MAX_RANKS {
+            let name = kernel_name(world).unwrap();
+            assert!(names.contains(&name), "{name} missing from the PTX");
+        }
+        assert_eq!(kernel_name(1), None);
+        assert_eq!(kernel_name(MAX_RANKS + 1), None);
+    }
+
+    #[test]
+    fn block_counts_stay_inside_the_pad_layout() {
+        assert_eq!(blocks_for(1), 1);
+        assert_eq!(blocks_for(16 * 512), 1);
+        assert_eq!(blocks_for(16 * 512 + 1), 2);
+        assert_eq!(blocks_for(5 << 20), BROADCAST_MAX_BLOCKS);
+        for bytes in [0usize, 1, 15, 17, 1 << 30] {
+            assert!((1..=MAX_BLOCKS).contains(&blocks_for(bytes)));
+        }
+    }
+
+    #[test]
+    fn selection_prefers_symmetric_memory_and_honours_what_exists() {
+        use BroadcastAlgo::*;
+        let full = Some(Topology::FullyConnected);
+        let hcm = Some(Topology::HybridCubeMesh);
+        assert_eq!(select_broadcast_algo(full, true, None), SymmMem);
+        assert_eq!(select_broadcast_algo(None, true, None), Nccl);
+        assert_eq!(select_broadcast_algo(hcm, true, None), Nccl);
+        assert_eq!(select_broadcast_algo(hcm, false, None), SymmMem);
+        assert_eq!(select_broadcast_algo(hcm, true, Some(SymmMem)), SymmMem);
+        assert_eq!(select_broadcast_algo(full, true, Some(Nccl)), Nccl);
+        assert_eq!(select_broadcast_algo(full, false, Some(Nccl)), SymmMem);
+        assert_eq!(select_broadcast_algo(None, true, Some(SymmMem)), Nccl);
+        assert_eq!(BroadcastAlgo::from_name(" nccl "), Some(Nccl));
+        assert_eq!(BroadcastAlgo::from_name("symm-mem"), Some(SymmMem));
+        assert_eq!(BroadcastAlgo::from_name("ring"), None);
+    }
+}
