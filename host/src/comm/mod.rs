@@ -35,7 +35,9 @@ use serde::{Deserialize, Serialize};
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
 use crate::kernels::KernelModule;
-use crate::rendezvous::{CommConfig, RendezvousRequest, Unsupported, ValidatedGroup, validate};
+use crate::rendezvous::{
+    CommConfig, RendezvousRequest, Unsupported, ValidatedGroup, exchange_requests, validate,
+};
 use crate::symm_mem::SymmetricMemory;
 use crate::topology::{self, MAX_DEVICES, NvlMesh, PciAddress, Topology};
 
@@ -102,16 +104,6 @@ impl fmt::Debug for IntraNodeComm {
             .field("usage_counter", &self.usage_counter.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
-}
-
-/// The first failing rank of an all-gathered `Result` list.
-fn first_failed_request(
-    requests: &[std::result::Result<RendezvousRequest, String>],
-) -> Option<(usize, &str)> {
-    requests
-        .iter()
-        .enumerate()
-        .find_map(|(r, q)| q.as_ref().err().map(|e| (r, e.as_str())))
 }
 
 /// Step 2, local half: which peers our GPU can access, index = rank. A
@@ -200,19 +192,9 @@ impl IntraNodeComm {
             Ok(r) => Ok(r.clone()),
             Err(e) => Err(e.to_string()),
         };
-        let requests = exchange
-            .all_gather(s, rank, world, &published)
-            .map_err(store_err("all-gather of rendezvous requests"))?;
+        let requests = exchange_requests(s, &mut exchange, rank, world, &published);
         local?;
-        if let Some((r, reason)) = first_failed_request(&requests) {
-            return Err(Error::PeerFailed {
-                rank: r,
-                phase: "rendezvous request",
-                reason: reason.to_owned(),
-            }
-            .into());
-        }
-        let requests: Vec<RendezvousRequest> = requests.into_iter().flatten().collect();
+        let requests = requests?;
 
         // Step 2: mesh and peer access. A disabled or oversized group
         // skips the queries but still takes part in the exchange.
@@ -437,27 +419,6 @@ mod tests {
             mesh[0][1] = 2;
         }
         assert_ne!(a, b);
-    }
-
-    #[test]
-    fn failed_requests_name_the_first_rank() {
-        let ok = |r: usize| {
-            Ok(RendezvousRequest {
-                protocol_version: 1,
-                hostname: "h".into(),
-                rank: r,
-                world: 3,
-                device: r,
-                pci_bus_id: String::new(),
-                uuid: [0; 16],
-                pid: 1,
-                buffer_bytes: 1,
-                backend: crate::symm_mem::Backend::Vmm,
-            })
-        };
-        let list = vec![ok(0), Err("no driver".to_owned()), Err("later".to_owned())];
-        assert_eq!(first_failed_request(&list), Some((1, "no driver")));
-        assert_eq!(first_failed_request(&[ok(0), ok(1)]), None);
     }
 
     #[test]
