@@ -22,6 +22,7 @@ use cudarc::driver::CudaContext;
 use intranode_store::{Store, StoreExchange};
 use serde::{Deserialize, Serialize};
 
+use crate::comm::debug::{DEBUG_ENV, DebugLevel};
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
 use crate::symm_mem::{BACKEND_ENV, Backend, DEFAULT_BUFFER_BYTES};
@@ -76,6 +77,8 @@ pub struct CommConfig {
     pub buffer_bytes: usize,
     /// How symmetric memory is shared ([`BACKEND_ENV`]).
     pub backend: Backend,
+    /// Extra checks of every call ([`DEBUG_ENV`]).
+    pub debug: DebugLevel,
 }
 
 impl Default for CommConfig {
@@ -86,6 +89,7 @@ impl Default for CommConfig {
             force_fully_connected: false,
             buffer_bytes: DEFAULT_BUFFER_BYTES,
             backend: Backend::Vmm,
+            debug: DebugLevel::Off,
         }
     }
 }
@@ -151,6 +155,14 @@ impl CommConfig {
             value: backend_value.unwrap_or_default(),
             expected: "`vmm` or `cuda-ipc`",
         })?;
+        let debug = match var(DEBUG_ENV) {
+            None => default.debug,
+            Some(v) => DebugLevel::parse(&v).ok_or(ConfigError {
+                var: DEBUG_ENV,
+                value: v,
+                expected: "`detail` or `off`",
+            })?,
+        };
         Ok(Self {
             enabled: parse_bool(ENABLE_ENV, var(ENABLE_ENV), default.enabled)?,
             allow_overlapping_devices: parse_bool(
@@ -165,6 +177,7 @@ impl CommConfig {
             )?,
             buffer_bytes,
             backend,
+            debug,
         })
     }
 }
@@ -1060,6 +1073,7 @@ mod tests {
                     ALLOW_OVERLAPPING_ENV => "true",
                     BUFFER_BYTES_ENV => "4096",
                     BACKEND_ENV => "cuda-ipc",
+                    DEBUG_ENV => "Detail",
                     _ => return None,
                 }
                 .to_owned(),
@@ -1074,6 +1088,7 @@ mod tests {
                 force_fully_connected: true,
                 buffer_bytes: 4096,
                 backend: Backend::CudaIpc,
+                debug: DebugLevel::Detail,
             }
         );
         // Empty values mean unset.
@@ -1095,6 +1110,7 @@ mod tests {
             (BUFFER_BYTES_ENV, "4097"),
             (BUFFER_BYTES_ENV, "-4096"),
             (BACKEND_ENV, "nvshmem"),
+            (DEBUG_ENV, "verbose"),
         ] {
             let e = CommConfig::from_vars(|name| (name == var).then(|| value.to_owned()))
                 .expect_err(var);
@@ -1180,8 +1196,8 @@ mod tests {
         // Rank 2 never comes: the store timeout names it.
         let store = HashStore::with_timeout(std::time::Duration::from_millis(50));
         let mut ex = StoreExchange::new("rq");
-        let e = exchange_requests(&store, &mut ex, 0, 3, &Ok(req(0, 3, 0x10)))
-            .expect_err("missing");
+        let e =
+            exchange_requests(&store, &mut ex, 0, 3, &Ok(req(0, 3, 0x10))).expect_err("missing");
         match &e {
             Error::Store {
                 rank: 0,

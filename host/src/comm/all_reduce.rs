@@ -223,6 +223,7 @@ impl IntraNodeComm {
             ))
         })?;
         let f = self.kernels().function(name)?;
+        self.check_all_reduce_call(elems, elem, op, algo)?;
         self.increment_usage_counter();
         if elems == 0 {
             return Ok(Work::new(stream.clone()));

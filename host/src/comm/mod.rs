@@ -19,6 +19,7 @@
 //!    blocks (its last phase all-gathers every rank's success).
 
 pub mod all_reduce;
+pub mod debug;
 mod health;
 
 pub use health::{BARRIER_TIMEOUT_ENV, DEFAULT_BARRIER_TIMEOUT_MS, HostErrorWord, barrier_timeout};
@@ -90,6 +91,9 @@ pub struct IntraNodeComm {
     health: HostErrorWord,
     /// Bound of every GPU wait on a peer.
     barrier_timeout: std::time::Duration,
+    /// Call fingerprints, under `INTRANODE_DEBUG=detail` (NOTE [call
+    /// fingerprints] in `debug.rs`).
+    call_checker: Option<debug::CallChecker>,
 }
 
 impl fmt::Debug for IntraNodeComm {
@@ -284,6 +288,14 @@ impl IntraNodeComm {
             group.backend,
         )?;
         tracing::info!("intra-node comm ready: rank {rank}/{world}, device {device}, {group}");
+        let call_checker = (config.debug == debug::DebugLevel::Detail).then(|| {
+            debug::CallChecker::new(
+                store.clone(),
+                format!("{}/debug", exchange.prefix()),
+                rank,
+                world,
+            )
+        });
         Ok(IntraNodeComm {
             ctx: ctx.clone(),
             kernels,
@@ -299,6 +311,7 @@ impl IntraNodeComm {
             usage_counter: AtomicU64::new(0),
             health,
             barrier_timeout: barrier_timeout(),
+            call_checker,
         })
     }
 
@@ -370,6 +383,11 @@ impl IntraNodeComm {
     /// Bound of every GPU wait on a peer.
     pub fn barrier_timeout(&self) -> std::time::Duration {
         self.barrier_timeout
+    }
+
+    /// The call-fingerprint checker, under `INTRANODE_DEBUG=detail`.
+    pub fn call_checker(&self) -> Option<&debug::CallChecker> {
+        self.call_checker.as_ref()
     }
 
     pub fn increment_usage_counter(&self) -> u64 {
