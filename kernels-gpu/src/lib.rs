@@ -11,6 +11,8 @@
 //! - [`elem`]: element types (bf16, f16, f32) as packed 16-byte vectors,
 //!   widened to f32 for arithmetic.
 //! - [`elementwise`]: the first kernels (`add_*`), used by the GPU smoke test.
+//! - [`pattern`]: the soak's input pattern and expected outputs (shared
+//!   with the host); [`soak`]: its fill and check kernels.
 //!
 //! Kernels own nothing: every pointer they touch is passed by the host.
 //! They must not call out-of-line `core` functions (the PTX could not be
@@ -24,6 +26,7 @@
 
 pub mod layout;
 pub mod math;
+pub mod pattern;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod all_reduce;
@@ -35,6 +38,8 @@ pub mod elementwise;
 pub mod probes;
 #[cfg(target_arch = "nvptx64")]
 pub mod ptx;
+#[cfg(target_arch = "nvptx64")]
+pub mod soak;
 #[cfg(target_arch = "nvptx64")]
 pub mod sync;
 

@@ -3,8 +3,7 @@
 //! instead of hanging the GPU.
 
 use crate::layout::{
-    BLOCKS_DONE, CALL_COUNTER, ERR_BARRIER_TIMEOUT, ERR_NONE, MAX_RANKS, epoch_reached,
-    flag_index,
+    BLOCKS_DONE, CALL_COUNTER, ERR_BARRIER_TIMEOUT, ERR_NONE, MAX_RANKS, epoch_reached, flag_index,
 };
 use crate::ptx;
 

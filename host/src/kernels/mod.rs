@@ -14,6 +14,9 @@ use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
 pub use ptx_builder::entry_names;
 
+mod soak;
+pub use soak::SoakCall;
+
 /// PTX of the `kernels-gpu` crate, for the architecture `build.rs` was
 /// asked for (`INTRANODE_PTX_ARCH`, default sm_90).
 pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels.ptx"));
