@@ -112,10 +112,7 @@ fn fault_rank_child() {
         waited >= bound && waited < bound + Duration::from_secs(20),
         "rank {rank}: error after {waited:?}"
     );
-    println!(
-        "rank {rank}: ok: after {} ms: {err}",
-        waited.as_millis()
-    );
+    println!("rank {rank}: ok: after {} ms: {err}", waited.as_millis());
     let _ = store.num_keys();
 }
 
@@ -134,7 +131,12 @@ fn run_job(phase: &str, victim: usize, world: usize) -> Run {
         .args(["--nproc-per-node", &world_text, "--failure-wait-secs", "60"])
         .args(["--timeout", "120", "--"])
         .arg(exe)
-        .args(["--exact", "fault_rank_child", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "fault_rank_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, format!("{phase}:{victim}"))
         .env(
             intranode_store::STORE_TIMEOUT_ENV,

@@ -229,7 +229,10 @@ fn failure_wait_lets_survivors_report_and_exit() {
         run.stderr
             .contains("job failed: rank 2 was killed by SIGKILL (9)")
     );
-    assert!(run.stderr.contains("waiting up to 30 s for the 2 other ranks"));
+    assert!(
+        run.stderr
+            .contains("waiting up to 30 s for the 2 other ranks")
+    );
     for rank in 0..2 {
         assert!(run.stdout.contains(&format!("[{rank}] saw rank 2 die")));
         assert!(
@@ -255,7 +258,10 @@ fn failure_wait_is_bounded() {
         run.stderr
             .contains("rank 1: was killed by SIGTERM (15) (stopped by the launcher)")
     );
-    assert!(run.elapsed >= Duration::from_secs(1), "the wait was skipped");
+    assert!(
+        run.elapsed >= Duration::from_secs(1),
+        "the wait was skipped"
+    );
     assert!(run.elapsed < Duration::from_secs(30), "{:?}", run.elapsed);
 }
 

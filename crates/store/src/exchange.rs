@@ -310,7 +310,10 @@ mod tests {
             other => panic!("{other}"),
         }
         let text = err.to_string();
-        assert!(text.contains("rank(s) [1, 3]") && text.contains("mr/0"), "{text}");
+        assert!(
+            text.contains("rank(s) [1, 3]") && text.contains("mr/0"),
+            "{text}"
+        );
 
         // Broadcast: the silent root is named.
         let err = ex2.broadcast::<u32>(&store, 2, 4, 1, None).unwrap_err();

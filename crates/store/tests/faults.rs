@@ -210,7 +210,10 @@ fn ranks_that_never_arrive_are_named() {
             matches!(&err, StoreError::MissingRanks { missing, world: 4, .. } if missing == &[3]),
             "rank {rank}: {err}"
         );
-        assert!(waited >= timeout && waited < Duration::from_secs(20), "{waited:?}");
+        assert!(
+            waited >= timeout && waited < Duration::from_secs(20),
+            "{waited:?}"
+        );
         if let Some((barrier, waited)) = second {
             let err = barrier.expect_err("rank 1 skipped the barrier");
             assert!(
