@@ -256,7 +256,11 @@ pub fn run(args: &FaultArgs) -> Result<()> {
             };
             // Bounded: every GPU wait on a peer runs out after `bound`, and
             // the waits queued behind the first are abandoned at once.
-            p.stream.synchronize()?;
+            p.stream.synchronize().map_err(|e| {
+                anyhow::anyhow!(
+                    "faults rank {rank}: FAIL: synchronize after rank {victim} died: {e} (a kernel faulted: the context is unusable)"
+                )
+            })?;
             let err = match launched.and_then(|()| comm.health().check()) {
                 Ok(()) => bail!(
                     "faults rank {rank}: FAIL: no error after rank {victim} died ({} s)",
