@@ -50,10 +50,7 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
     if std::env::var_os("RANK").is_some() {
         bail!("run faults-suite directly: it starts intranode-run itself");
     }
-    let gpus = match intranode::gpu::device_count() {
-        Ok(n) => n,
-        Err(_) => 0,
-    };
+    let gpus = intranode::gpu::device_count().unwrap_or_default();
     if !intranode::gpu::gpus_or_skip(2, "intranode-bench faults-suite")? {
         return Ok(());
     }
