@@ -16,6 +16,7 @@ use intranode_store::{Store, StoreExchange};
 use crate::algo::{AllReduceAlgo, Crossovers, forced_algo, select_all_reduce_algo};
 use crate::comm::all_reduce::ReduceOp;
 use crate::comm::broadcast::{BroadcastAlgo, forced_broadcast_algo, select_broadcast_algo};
+use crate::comm::debug::{self, CallChecker, DebugLevel};
 use crate::comm::{IntraNodeComm, RendezvousError};
 use crate::error::{Error, Result};
 use crate::kernels::DType;
@@ -34,7 +35,16 @@ pub struct Communicator {
     crossovers: Crossovers,
     forced: Option<AllReduceAlgo>,
     forced_broadcast: Option<BroadcastAlgo>,
+    /// Call fingerprints of NCCL calls when there is no intra-node
+    /// communicator (whose checker serves otherwise): NOTE [call
+    /// fingerprints] in `comm/debug.rs`.
+    call_checker: Option<CallChecker>,
 }
+
+/// Count of communicators without an intra-node path that check calls:
+/// each gets its own fingerprint keys (ranks create communicators in the
+/// same order).
+static CHECKER_COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl std::fmt::Debug for Communicator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -76,6 +86,15 @@ impl Communicator {
                 intra_reason.as_deref().unwrap_or("unknown")
             )));
         }
+        let call_checker = (config.debug == DebugLevel::Detail && intra.is_none()).then(|| {
+            let n = CHECKER_COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            CallChecker::new(
+                store,
+                format!("intranode/communicator/{n}/debug"),
+                rank,
+                world,
+            )
+        });
         Ok(Communicator {
             stream,
             rank,
@@ -86,6 +105,7 @@ impl Communicator {
             crossovers: Crossovers::from_env(),
             forced: forced_algo(),
             forced_broadcast: forced_broadcast_algo(),
+            call_checker,
         })
     }
 
@@ -167,6 +187,7 @@ impl Communicator {
         match (algo, &self.intra, to_intra_op(op)) {
             (AllReduceAlgo::Nccl, _, _) | (_, None, _) | (_, _, None) => {
                 let comm = self.nccl_or_err()?;
+                self.check_nccl_call::<T>(buf.len(), op)?;
                 comm.all_reduce_in_place(buf, op)
                     .map(|_| ())
                     .map_err(|e| Error::Nccl {
@@ -199,6 +220,7 @@ impl Communicator {
         match (algo, &self.intra, to_intra_op(op)) {
             (AllReduceAlgo::Nccl, _, _) => {
                 let comm = self.nccl_or_err()?;
+                self.check_nccl_call::<T>(send.len(), op)?;
                 comm.all_reduce(send, recv, op)
                     .map(|_| ())
                     .map_err(|e| Error::Nccl {
@@ -279,6 +301,29 @@ impl Communicator {
         }
     }
 
+    /// Under `INTRANODE_DEBUG=detail`, the fingerprint check of a call
+    /// that goes to NCCL (calls to our kernels are checked inside
+    /// [`IntraNodeComm`], through the same checker).
+    fn check_nccl_call<T: DType>(&self, elems: usize, op: &NcclOp) -> Result<()> {
+        let checker = self
+            .intra
+            .as_ref()
+            .and_then(IntraNodeComm::call_checker)
+            .or(self.call_checker.as_ref());
+        match checker {
+            Some(c) => c.check(|call| {
+                debug::all_reduce_fingerprint(
+                    call,
+                    elems,
+                    T::ELEM,
+                    nccl_op_name(op),
+                    AllReduceAlgo::Nccl,
+                )
+            }),
+            None => Ok(()),
+        }
+    }
+
     fn nccl_or_err(&self) -> Result<&Comm> {
         self.nccl
             .as_ref()
@@ -291,6 +336,14 @@ impl Communicator {
         self.intra
             .as_ref()
             .map_or(Topology::Unknown, IntraNodeComm::topology)
+    }
+}
+
+/// The name of an NCCL op in call fingerprints.
+fn nccl_op_name(op: &NcclOp) -> &'static str {
+    match to_intra_op(op) {
+        Some(op) => debug::op_name(op),
+        None => "prod",
     }
 }
 

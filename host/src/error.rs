@@ -68,6 +68,11 @@ pub enum Error {
         block: u32,
         slot: u32,
     },
+    /// Ranks called a collective with different arguments (found by the
+    /// call fingerprints of `INTRANODE_DEBUG=detail`, NOTE [call
+    /// fingerprints] in `comm/debug.rs`); nothing was launched.
+    #[error("rank {rank}: ranks disagree on a collective call (INTRANODE_DEBUG=detail): {detail}")]
+    CallMismatch { rank: usize, detail: String },
     /// NCCL is needed for this call but could not be used.
     #[error("nccl unavailable: {0}")]
     NcclUnavailable(String),

@@ -22,7 +22,8 @@
 //!   until the channel's timeout.
 //! - **Private directory.** `dir` is created with mode 0700 when absent and
 //!   refused when it exists but belongs to another user or is reachable by
-//!   group or others: nobody else may bind or connect there. A socket file
+//!   group or others: nobody else may bind or connect there. Each socket
+//!   file is made 0600 as well. A socket file
 //!   left by a dead process is removed before binding; one that a live
 //!   process still holds is an error ([`IpcError::SocketInUse`]), as it means
 //!   two channels claim the same job id and rank.
@@ -77,7 +78,7 @@ use std::fmt;
 use std::fs::{self, DirBuilder};
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -85,7 +86,7 @@ use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
     self, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType,
-    UnixAddr, UnixCredentials, sockopt,
+    SockaddrLike, UnixAddr, UnixCredentials, sockopt,
 };
 use nix::unistd::{geteuid, getuid};
 
@@ -370,6 +371,19 @@ impl IpcChannel {
             Ok(()) => {}
             Err(Errno::EADDRINUSE) => return Err(IpcError::SocketInUse { rank, path }),
             Err(e) => return Err(io_err("bind", e)),
+        }
+        // The directory already keeps everyone else out; a socket file
+        // writable only by us keeps them out even if it moves or the
+        // directory's mode is loosened later (connecting needs write
+        // permission on the file).
+        if let Err(source) = fs::set_permissions(&path, fs::Permissions::from_mode(0o600)) {
+            let _ = fs::remove_file(&path);
+            return Err(IpcError::Io {
+                rank,
+                op: "chmod 0600",
+                path,
+                source,
+            });
         }
         let bound_inode = match fs::symlink_metadata(&path) {
             Ok(meta) => (meta.dev(), meta.ino()),
@@ -853,6 +867,10 @@ impl IpcChannel {
         let sender_path = received
             .address
             .as_ref()
+            // A sender without a bound name leaves an address of length 0,
+            // on which nix's `path()` asserts (a panic any local process
+            // could trigger): treat it as no address.
+            .filter(|a| a.len() as usize >= std::mem::size_of::<nix::libc::sa_family_t>())
             .and_then(|a| a.path().map(Path::to_path_buf));
 
         let header = decode_header(buf.get(..bytes).unwrap_or(&[]));
@@ -1098,7 +1116,7 @@ mod tests {
     use super::*;
     use std::fs::File;
     use std::io::{Read, Write};
-    use std::os::unix::fs::{FileExt, PermissionsExt};
+    use std::os::unix::fs::FileExt;
     use std::os::unix::net::UnixDatagram;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -1508,6 +1526,169 @@ mod tests {
         fs::write(&path, b"keep").expect("write");
         assert!(IpcChannel::new(&dir.0, "st", 0, 1, LONG).is_err());
         assert_eq!(fs::read(&path).expect("read"), b"keep");
+    }
+
+    #[test]
+    fn socket_file_and_directory_are_private() {
+        let base = TestDir::new("private");
+        let dir = base.0.join("sockets");
+        let ch = IpcChannel::new(&dir, "priv", 0, 2, LONG).expect("channel");
+        let euid = geteuid().as_raw();
+        let dir_meta = fs::metadata(&dir).expect("stat dir");
+        assert_eq!(dir_meta.permissions().mode() & 0o777, 0o700);
+        assert_eq!(dir_meta.uid(), euid);
+        let sock = fs::symlink_metadata(ch.socket_path()).expect("stat socket");
+        assert!(sock.file_type().is_socket());
+        assert_eq!(sock.permissions().mode() & 0o777, 0o600);
+        assert_eq!(sock.uid(), euid);
+    }
+
+    /// A process of another user: root drops to uid 65534 in a forked
+    /// child. It cannot even reach the socket through the private
+    /// directory; and a socket it connected while still root (as a
+    /// process that slipped past the directory would be) carries its new
+    /// uid in SCM_CREDENTIALS, and the message is rejected.
+    #[test]
+    fn other_users_are_kept_out() {
+        use nix::sys::wait::{WaitStatus, waitpid};
+        use nix::unistd::{ForkResult, Uid, fork, setresuid};
+
+        if !geteuid().is_root() {
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED other_users_are_kept_out: switching to another uid needs root"
+            );
+            return;
+        }
+        let dir = TestDir::new("uid");
+        let mut r0 = IpcChannel::new(&dir.0, "uid", 0, 2, Duration::from_secs(5)).expect("rank 0");
+        let target = r0.peer_addrs[0];
+        let message = encode_header(Kind::PointToPoint, 1, 2, 0);
+        let nobody = Uid::from_raw(65534);
+        // Prepared before fork: the child allocates nothing.
+        let probe = socket::socket(
+            AddressFamily::Unix,
+            SockType::Datagram,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .expect("socket");
+        socket::connect(probe.as_raw_fd(), &target).expect("connect as root");
+        let late = socket::socket(
+            AddressFamily::Unix,
+            SockType::Datagram,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .expect("socket");
+        // SAFETY: the child only makes system calls (setresuid, sendto,
+        // send, _exit) on values prepared before the fork: no allocation,
+        // no lock, nothing another thread of the harness could hold.
+        match unsafe { fork() }.expect("fork") {
+            ForkResult::Child => {
+                let code = (|| {
+                    if setresuid(nobody, nobody, nobody).is_err() {
+                        return 10;
+                    }
+                    // Through the 0700 directory: no entry.
+                    match socket::sendto(late.as_raw_fd(), &message, &target, MsgFlags::empty()) {
+                        Err(Errno::EACCES) => {}
+                        Ok(_) => return 11,
+                        Err(_) => return 12,
+                    }
+                    // Over the socket connected before dropping root.
+                    match socket::send(probe.as_raw_fd(), &message, MsgFlags::empty()) {
+                        Ok(_) => 0,
+                        Err(_) => 13,
+                    }
+                })();
+                // SAFETY: ends the forked child without running the
+                // parent's exit handlers or destructors.
+                unsafe { nix::libc::_exit(code) }
+            }
+            ForkResult::Parent { child } => {
+                let status = waitpid(child, None).expect("waitpid");
+                assert_eq!(
+                    status,
+                    WaitStatus::Exited(child, 0),
+                    "child of uid 65534: 10 setresuid, 11/12 the directory let it in, 13 send failed"
+                );
+                let err = r0.recv_fd().expect_err("another uid must be rejected");
+                let text = err.to_string();
+                assert!(matches!(err, IpcError::Rejected { rank: 0, .. }), "{text}");
+                assert!(text.contains("uid 65534 is not ours"), "{text}");
+            }
+        }
+    }
+
+    /// A datagram from a socket without a name (a same-user process that
+    /// never bound one) is rejected; it used to panic inside nix.
+    #[test]
+    fn unnamed_sender_is_rejected_not_a_panic() {
+        let dir = TestDir::new("unnamed");
+        let mut r0 = IpcChannel::new(&dir.0, "un", 0, 2, LONG).expect("rank 0");
+        let sender = UnixDatagram::unbound().expect("socket");
+        let header = encode_header(Kind::PointToPoint, 1, 2, 0);
+        sender
+            .send_to(&header, r0.socket_path())
+            .expect("send from an unnamed socket");
+        let err = r0.recv_fd().expect_err("no sender address");
+        let text = err.to_string();
+        assert!(matches!(err, IpcError::Rejected { rank: 0, .. }), "{text}");
+        assert!(text.contains("not from rank 1's socket"), "{text}");
+        // The channel still works afterwards.
+        let mut r1 = IpcChannel::new(&dir.0, "un", 1, 2, LONG).expect("rank 1");
+        let f = File::open("/dev/null").expect("open /dev/null");
+        r1.send_fd(0, f.as_fd(), b"ok").expect("send");
+        assert_eq!(r0.recv_fd().expect("a real peer").0, 1);
+    }
+
+    const FOREIGN_ENV: &str = "INTRANODE_IPC_TEST_FOREIGN";
+
+    /// The sender of `a_process_outside_the_job_is_rejected`; a no-op
+    /// unless that test started this process.
+    #[test]
+    fn foreign_process_child() {
+        let Ok(dir) = std::env::var(FOREIGN_ENV) else {
+            return;
+        };
+        let mut ch = IpcChannel::new(Path::new(&dir), "foreign", 1, 2, LONG).expect("channel");
+        let (_reader, writer) = io::pipe().expect("pipe");
+        ch.send_fd(0, writer.as_fd(), b"let me in").expect("send");
+    }
+
+    /// Same user, right socket path, right rank, but a pid outside the
+    /// job's (as exchanged through the store): rejected, with its
+    /// descriptor closed.
+    #[test]
+    fn a_process_outside_the_job_is_rejected() {
+        if std::env::var_os(FOREIGN_ENV).is_some() || std::env::var_os(CHILD_ENV).is_some() {
+            return;
+        }
+        let dir = TestDir::new("foreign");
+        let mut r0 = IpcChannel::new(&dir.0, "foreign", 0, 2, LONG).expect("rank 0");
+        // The job is this process alone (plus a pid that is not the child).
+        r0.set_allowed_pids(vec![std::process::id() as i32, 1]);
+        let exe = std::env::current_exe().expect("current exe");
+        let child = std::process::Command::new(exe)
+            .args(["--exact", "ipc_channel::tests::foreign_process_child"])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(FOREIGN_ENV, &dir.0)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn the foreign process");
+        let child_pid = child.id();
+        let err = r0.recv_fd().expect_err("a foreign pid must be rejected");
+        let text = err.to_string();
+        assert!(matches!(err, IpcError::Rejected { rank: 0, .. }), "{text}");
+        assert!(
+            text.contains(&format!("pid {child_pid}"))
+                && text.contains("not a process of this job"),
+            "{text}"
+        );
+        let out = child.wait_with_output().expect("wait");
+        assert!(out.status.success());
     }
 
     #[test]

@@ -19,10 +19,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use cudarc::driver::CudaContext;
+use intranode_store::{Store, StoreExchange};
 use serde::{Deserialize, Serialize};
 
+use crate::comm::debug::{DEBUG_ENV, DebugLevel};
 use crate::driver_ext;
-use crate::error::{DriverContext, Result};
+use crate::error::{DriverContext, Error, Result};
 use crate::symm_mem::{BACKEND_ENV, Backend, DEFAULT_BUFFER_BYTES};
 use crate::topology::{self, MAX_DEVICES, NvlMesh, PciAddress, Topology};
 
@@ -49,8 +51,17 @@ pub const TEST_ENV: &str = "INTRANODE_TEST_INTRA_NODE_COMM";
 pub const ALLOW_OVERLAPPING_ENV: &str = "INTRANODE_ALLOW_OVERLAPPING_DEVICES";
 
 /// Size in bytes of each rank's symmetric buffer (default
-/// [`DEFAULT_BUFFER_BYTES`]).
+/// [`DEFAULT_BUFFER_BYTES`]), a positive multiple of
+/// [`BUFFER_GRANULARITY_BYTES`].
 pub const BUFFER_BYTES_ENV: &str = "INTRANODE_SYMM_MEM_BUFFER_BYTES";
+
+/// What the intra-node comm's symmetric buffer size must be a multiple of.
+/// The kernels split the buffer into two halves of whole 16-byte vectors
+/// and require a non-zero half (`run_chunks` divides by it), so anything
+/// below 32 bytes, or not a multiple of it, would be undefined behaviour on
+/// the GPU; one page is a round bound that keeps every half 16-byte
+/// aligned with room to spare.
+pub const BUFFER_GRANULARITY_BYTES: usize = 4096;
 
 /// Settings of a rendezvous. [`CommConfig::from_env`] reads every env
 /// switch of this module; nothing else reads them.
@@ -66,6 +77,8 @@ pub struct CommConfig {
     pub buffer_bytes: usize,
     /// How symmetric memory is shared ([`BACKEND_ENV`]).
     pub backend: Backend,
+    /// Extra checks of every call ([`DEBUG_ENV`]).
+    pub debug: DebugLevel,
 }
 
 impl Default for CommConfig {
@@ -76,6 +89,7 @@ impl Default for CommConfig {
             force_fully_connected: false,
             buffer_bytes: DEFAULT_BUFFER_BYTES,
             backend: Backend::Vmm,
+            debug: DebugLevel::Off,
         }
     }
 }
@@ -124,12 +138,12 @@ impl CommConfig {
         let default = Self::default();
         let buffer_bytes = match var(BUFFER_BYTES_ENV) {
             Some(v) if !v.trim().is_empty() => match v.trim().parse::<usize>() {
-                Ok(bytes) if bytes > 0 => bytes,
+                Ok(bytes) if bytes > 0 && bytes % BUFFER_GRANULARITY_BYTES == 0 => bytes,
                 _ => {
                     return Err(ConfigError {
                         var: BUFFER_BYTES_ENV,
                         value: v,
-                        expected: "a positive number of bytes",
+                        expected: "a positive multiple of 4096 bytes",
                     });
                 }
             },
@@ -141,6 +155,14 @@ impl CommConfig {
             value: backend_value.unwrap_or_default(),
             expected: "`vmm` or `cuda-ipc`",
         })?;
+        let debug = match var(DEBUG_ENV) {
+            None => default.debug,
+            Some(v) => DebugLevel::parse(&v).ok_or(ConfigError {
+                var: DEBUG_ENV,
+                value: v,
+                expected: "`detail` or `off`",
+            })?,
+        };
         Ok(Self {
             enabled: parse_bool(ENABLE_ENV, var(ENABLE_ENV), default.enabled)?,
             allow_overlapping_devices: parse_bool(
@@ -155,8 +177,51 @@ impl CommConfig {
             )?,
             buffer_bytes,
             backend,
+            debug,
         })
     }
+}
+
+/// The first failing rank of an all-gathered list of requests, and why.
+fn first_failed_request(
+    requests: &[std::result::Result<RendezvousRequest, String>],
+) -> Option<(usize, &str)> {
+    requests
+        .iter()
+        .enumerate()
+        .find_map(|(r, q)| q.as_ref().err().map(|e| (r, e.as_str())))
+}
+
+/// Step 1 of `IntraNodeComm::rendezvous`, the part that needs no GPU:
+/// all-gathers every rank's request (or why it could not make one,
+/// `published`) through `store` and returns them, index = rank.
+///
+/// A rank that never publishes (dead, hung) makes the others fail after
+/// the store's timeout with [`Error::Store`] whose source names it
+/// ([`intranode_store::StoreError::MissingRanks`]); a rank that published a
+/// failure makes them fail with [`Error::PeerFailed`] naming it.
+pub fn exchange_requests(
+    store: &dyn Store,
+    exchange: &mut StoreExchange,
+    rank: usize,
+    world: usize,
+    published: &std::result::Result<RendezvousRequest, String>,
+) -> Result<Vec<RendezvousRequest>> {
+    let requests = exchange
+        .all_gather(store, rank, world, published)
+        .map_err(|source| Error::Store {
+            op: "all-gather of rendezvous requests",
+            rank,
+            source,
+        })?;
+    if let Some((r, reason)) = first_failed_request(&requests) {
+        return Err(Error::PeerFailed {
+            rank: r,
+            phase: "rendezvous request",
+            reason: reason.to_owned(),
+        });
+    }
+    Ok(requests.into_iter().flatten().collect())
 }
 
 /// What one rank tells the others at rendezvous.
@@ -307,6 +372,22 @@ pub enum Unsupported {
         host: String,
         /// Its device.
         device: String,
+    },
+    /// A rank asks for a buffer that is not a multiple of
+    /// [`BUFFER_GRANULARITY_BYTES`].
+    #[error(
+        "rank {rank} (host {host}, {device}) asks for a symmetric buffer of {bytes} bytes, \
+         not a multiple of {BUFFER_GRANULARITY_BYTES} bytes"
+    )]
+    BufferSizeGranularity {
+        /// The rank.
+        rank: usize,
+        /// Its host.
+        host: String,
+        /// Its device.
+        device: String,
+        /// Its size.
+        bytes: usize,
     },
     /// Ranks ask for different buffer sizes.
     #[error(
@@ -474,6 +555,17 @@ pub fn validate(
             rank: req.rank,
             host: req.hostname.clone(),
             device: req.device_label(),
+        });
+    }
+    if let Some(req) = requests
+        .iter()
+        .find(|r| r.buffer_bytes % BUFFER_GRANULARITY_BYTES != 0)
+    {
+        return Err(Unsupported::BufferSizeGranularity {
+            rank: req.rank,
+            host: req.hostname.clone(),
+            device: req.device_label(),
+            bytes: req.buffer_bytes,
         });
     }
     if let Some(req) = requests
@@ -776,6 +868,26 @@ mod tests {
             matches!(e, Unsupported::ZeroBufferSize { rank: 0, .. }),
             "{e}"
         );
+
+        // Sizes the kernels cannot split into two halves of whole vectors
+        // (17 bytes would make a zero half: a division by zero on the GPU).
+        for bytes in [17, 4095, 4097, (1 << 20) + 16] {
+            let mut g = group(3);
+            for r in &mut g {
+                r.buffer_bytes = bytes;
+            }
+            let e = validate(&g, &full_mesh(3, 1), &cfg()).expect_err("granularity");
+            assert!(
+                matches!(e, Unsupported::BufferSizeGranularity { rank: 0, bytes: b, .. } if b == bytes),
+                "{e}"
+            );
+            assert!(e.to_string().contains("multiple of 4096"), "{e}");
+        }
+        let mut g = group(2);
+        for r in &mut g {
+            r.buffer_bytes = 3 * BUFFER_GRANULARITY_BYTES;
+        }
+        assert!(validate(&g, &full_mesh(2, 1), &cfg()).is_ok());
     }
 
     #[test]
@@ -961,6 +1073,7 @@ mod tests {
                     ALLOW_OVERLAPPING_ENV => "true",
                     BUFFER_BYTES_ENV => "4096",
                     BACKEND_ENV => "cuda-ipc",
+                    DEBUG_ENV => "Detail",
                     _ => return None,
                 }
                 .to_owned(),
@@ -975,6 +1088,7 @@ mod tests {
                 force_fully_connected: true,
                 buffer_bytes: 4096,
                 backend: Backend::CudaIpc,
+                debug: DebugLevel::Detail,
             }
         );
         // Empty values mean unset.
@@ -993,7 +1107,10 @@ mod tests {
             (ALLOW_OVERLAPPING_ENV, "yes please"),
             (BUFFER_BYTES_ENV, "0"),
             (BUFFER_BYTES_ENV, "10MiB"),
+            (BUFFER_BYTES_ENV, "4097"),
+            (BUFFER_BYTES_ENV, "-4096"),
             (BACKEND_ENV, "nvshmem"),
+            (DEBUG_ENV, "verbose"),
         ] {
             let e = CommConfig::from_vars(|name| (name == var).then(|| value.to_owned()))
                 .expect_err(var);
@@ -1034,6 +1151,62 @@ mod tests {
         c.pci_bus_id = "weird-X".into();
         d.pci_bus_id = "WEIRD-x".into();
         assert!(c.same_device(&d));
+    }
+
+    #[test]
+    fn failed_requests_name_the_first_rank() {
+        let list = vec![
+            Ok(req(0, 3, 0x10)),
+            Err("no driver".to_owned()),
+            Err("later".to_owned()),
+        ];
+        assert_eq!(first_failed_request(&list), Some((1, "no driver")));
+        assert_eq!(
+            first_failed_request(&[Ok(req(0, 2, 0x10)), Ok(req(1, 2, 0x11))]),
+            None
+        );
+    }
+
+    #[test]
+    fn exchange_requests_reports_failed_and_missing_ranks() {
+        use intranode_store::{HashStore, StoreError};
+        // Everyone fine (one rank: the exchange completes at once).
+        let store = HashStore::new();
+        let mut ex = StoreExchange::new("rq");
+        let got = exchange_requests(&store, &mut ex, 0, 1, &Ok(req(0, 1, 0x10))).expect("ok");
+        assert_eq!(got, vec![req(0, 1, 0x10)]);
+
+        // Rank 1 published a failure: rank 0 names it.
+        let store = HashStore::new();
+        let mut ex1 = StoreExchange::new("rq");
+        std::thread::scope(|s| {
+            let peer = s.spawn(|| {
+                exchange_requests(&store, &mut ex1, 1, 2, &Err("cuInit failed".to_owned()))
+            });
+            let mut ex0 = StoreExchange::new("rq");
+            let e = exchange_requests(&store, &mut ex0, 0, 2, &Ok(req(0, 2, 0x10)))
+                .expect_err("peer failed");
+            assert!(
+                matches!(&e, Error::PeerFailed { rank: 1, reason, .. } if reason == "cuInit failed"),
+                "{e}"
+            );
+            assert!(peer.join().expect("peer").is_err());
+        });
+
+        // Rank 2 never comes: the store timeout names it.
+        let store = HashStore::with_timeout(std::time::Duration::from_millis(50));
+        let mut ex = StoreExchange::new("rq");
+        let e =
+            exchange_requests(&store, &mut ex, 0, 3, &Ok(req(0, 3, 0x10))).expect_err("missing");
+        match &e {
+            Error::Store {
+                rank: 0,
+                source: StoreError::MissingRanks { missing, .. },
+                ..
+            } => assert_eq!(missing, &[1, 2]),
+            other => panic!("{other}"),
+        }
+        assert!(e.to_string().contains("rank(s) [1, 2]"), "{e}");
     }
 
     #[test]

@@ -17,6 +17,8 @@
 //! - [`broadcast`]: broadcast over symmetric memory, sharing the call count
 //!   and halves with the all-reduce kernels.
 //! - [`cast`]: f32 to and from bf16/f16, for gradient compression.
+//! - [`pattern`]: the soak's input pattern and expected outputs (shared
+//!   with the host); [`soak`]: its fill and check kernels.
 //!
 //! Kernels own nothing: every pointer they touch is passed by the host.
 //! They must not call out-of-line `core` functions (the PTX could not be
@@ -30,6 +32,7 @@
 
 pub mod layout;
 pub mod math;
+pub mod pattern;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod all_reduce;
@@ -47,6 +50,8 @@ pub mod lamport;
 pub mod probes;
 #[cfg(target_arch = "nvptx64")]
 pub mod ptx;
+#[cfg(target_arch = "nvptx64")]
+pub mod soak;
 #[cfg(target_arch = "nvptx64")]
 pub mod sync;
 

@@ -3,7 +3,7 @@
 //! instead of hanging the GPU.
 
 use crate::layout::{
-    BLOCKS_DONE, CALL_COUNTER, ERR_BARRIER_TIMEOUT, MAX_RANKS, epoch_reached, flag_index,
+    BLOCKS_DONE, CALL_COUNTER, ERR_BARRIER_TIMEOUT, ERR_NONE, MAX_RANKS, epoch_reached, flag_index,
 };
 use crate::ptx;
 
@@ -43,21 +43,54 @@ pub(crate) unsafe fn report(error: u64, peer: u32, block: u32, slot: u32, rank: 
     }
 }
 
-/// Spins until `*flag` reaches `epoch` or `timeout_ns` passes; false on
-/// timeout.
+/// How a bounded wait ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// The flag reached the epoch.
+    Reached,
+    /// The bound ran out: report it.
+    TimedOut,
+    /// An earlier wait of this rank already timed out (the error word is
+    /// set): give up without reporting, so the first report stands.
+    Abandoned,
+}
+
+/// After this long, a wait also looks at the error word (and again every
+/// [`ERROR_POLL_INTERVAL_NS`]). NOTE [abandoned waits]: once one wait has
+/// run out, the communicator is dead (the host refuses further calls), but
+/// calls already queued on the stream would each wait the whole bound
+/// again, so N queued calls would hold the GPU for N timeouts. Healthy
+/// waits end within microseconds and never reach the first poll, so the
+/// fast path does not pay for the slow read of host memory.
+const ERROR_POLL_AFTER_NS: u64 = 100_000;
+const ERROR_POLL_INTERVAL_NS: u64 = 20_000;
+
+/// Spins until `*flag` reaches `epoch`, `timeout_ns` passes, or the error
+/// word at `error` (0: none) reports an earlier failure.
 ///
 /// # Safety
-/// `flag` must be a valid global address.
+/// `flag` must be a valid global address; `error` the device address of a
+/// mapped `ErrorWord`, or 0.
 #[inline(always)]
-unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64) -> bool {
+unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64, error: u64) -> Wait {
     let start = ptx::globaltimer_ns();
+    let mut next_poll_ns = ERROR_POLL_AFTER_NS;
     loop {
         // SAFETY: forwarded from the caller.
         if epoch_reached(unsafe { ptx::ld_acquire_sys_u32(flag) }, epoch) {
-            return true;
+            return Wait::Reached;
         }
-        if ptx::globaltimer_ns().wrapping_sub(start) > timeout_ns {
-            return false;
+        let waited_ns = ptx::globaltimer_ns().wrapping_sub(start);
+        if waited_ns > timeout_ns {
+            return Wait::TimedOut;
+        }
+        if error != 0 && waited_ns > next_poll_ns {
+            // SAFETY: `error` is a mapped ErrorWord; `code` is its first
+            // word (caller's promise).
+            if unsafe { ptx::ld_relaxed_sys_u32(error as *const u32) } != ERR_NONE {
+                return Wait::Abandoned;
+            }
+            next_poll_ns = waited_ns + ERROR_POLL_INTERVAL_NS;
         }
     }
 }
@@ -160,11 +193,13 @@ unsafe fn barrier_with(
                 peer_pad.add(flag_index(slot, block as usize, rank as usize)),
                 epoch,
             );
-            if !wait_epoch(
+            let waited = wait_epoch(
                 own_pad.add(flag_index(slot, block as usize, peer as usize)),
                 epoch,
                 timeout_ns,
-            ) {
+                error,
+            );
+            if waited == Wait::TimedOut {
                 report(error, peer, block, slot as u32, rank);
             }
         }
@@ -232,11 +267,13 @@ pub unsafe fn pair_barrier(
                 peer_pad.add(flag_index(SLOT_EXPLICIT, 0, rank as usize)),
                 epoch,
             );
-            if !wait_epoch(
+            let waited = wait_epoch(
                 own_pad.add(flag_index(SLOT_EXPLICIT, 0, t as usize)),
                 epoch,
                 timeout_ns,
-            ) {
+                error,
+            );
+            if waited == Wait::TimedOut {
                 report(error, t, 0, SLOT_EXPLICIT as u32, rank);
             }
             ptx::st_relaxed_sys_u32(own_pad.add(PAIR_COUNTER + t as usize), epoch);

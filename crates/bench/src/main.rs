@@ -11,15 +11,26 @@
 //!   launcher); how `docs/allreduce_h200.png` is made.
 //! - `ddp-check`: broadcast, `broadcast_coalesced`, gradient buckets and
 //!   communication hooks against host references.
+//! - `faults`: a rank SIGKILLs itself at a chosen phase; the survivors
+//!   must name it within the bound and keep a working GPU context.
+//! - `bad-input`: bad arguments at the GPU entry points, refused clearly.
+//! - `faults-suite`: every `faults` and `bad-input` case under
+//!   `intranode-run`, with the launcher's verdicts checked (run directly).
+//! - `soak`: a long run of random checked all-reduces (eager and graphs),
+//!   checked on the GPU, with device memory and fd counts watched.
 
+mod bad_input;
 mod bench;
 mod check;
 mod data;
 mod ddp_check;
+mod faults;
 mod plot;
 mod progress;
 mod rank;
 mod results;
+mod soak;
+mod suite;
 
 use std::path::PathBuf;
 
@@ -45,6 +56,14 @@ enum Cmd {
     Plot(PlotArgs),
     /// Broadcast, broadcast_coalesced, gradient buckets and hooks.
     DdpCheck(ddp_check::DdpCheckArgs),
+    /// A rank SIGKILLs itself at a phase; survivors must name it.
+    Faults(faults::FaultArgs),
+    /// Bad input at the GPU entry points must be refused clearly.
+    BadInput(bad_input::BadInputArgs),
+    /// Every faults and bad-input case under intranode-run (run directly).
+    FaultsSuite(suite::SuiteArgs),
+    /// Many random all-reduces, every result checked on the GPU.
+    Soak(soak::SoakArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -88,6 +107,10 @@ fn main() {
         Cmd::Demo => bench::run(&bench::BenchArgs::demo()),
         Cmd::Plot(args) => plot(&args),
         Cmd::DdpCheck(args) => ddp_check::run(&args),
+        Cmd::Faults(args) => faults::run(&args),
+        Cmd::BadInput(args) => bad_input::run(&args),
+        Cmd::FaultsSuite(args) => suite::run(&args),
+        Cmd::Soak(args) => soak::run(&args),
     };
     if let Err(e) = result {
         eprintln!("intranode-bench: {e:#}");

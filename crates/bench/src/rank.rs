@@ -32,7 +32,7 @@ impl Rank {
         }
         let addr = env.store_addr()?;
         let store: Arc<dyn Store> = Arc::new(
-            TcpStore::connect(addr.as_str(), ClientConfig::from_env())
+            TcpStore::connect(addr.as_str(), ClientConfig::try_from_env()?)
                 .with_context(|| format!("connecting to the store at {addr}"))?,
         );
         let ctx = intranode::gpu::context(device)?;

@@ -15,6 +15,11 @@ and NCCL_NVLS_ENABLE=0 with the other switches that keep NVLink multicast off.
 Rank variables of other launchers (SLURM_PROCID, OMPI_COMM_WORLD_RANK, ...)
 are removed. Every output line of a rank is prefixed with [rank].
 
+When a rank fails, the other ranks get SIGTERM at once, or, with
+--failure-wait-secs S, after up to S seconds in which they may exit on their
+own (time for a survivor to see its peer's death as an error, report it and
+exit); either way the first failure decides the exit status.
+
 Exit status: 0 when every rank exits 0; the exit code of the first failing
 rank (128+N when it was killed by signal N); 124 on --timeout; 128+N when the
 launcher got signal N (SIGINT, SIGTERM); 127 when the command cannot be found;
@@ -54,6 +59,11 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value = "5")]
     pub grace_secs: String,
 
+    /// After the first rank fails, seconds the others may take to exit on
+    /// their own before they are stopped (0: stop them at once).
+    #[arg(long, value_name = "SECS", default_value = "0")]
+    pub failure_wait_secs: String,
+
     /// The command each rank runs, with its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -76,6 +86,9 @@ pub struct JobConfig {
     pub timeout: Option<Duration>,
     /// Time between SIGTERM and SIGKILL when stopping ranks.
     pub grace: Duration,
+    /// After the first rank failure, how long the others may take to exit
+    /// by themselves before the launcher stops them.
+    pub failure_wait: Duration,
     /// Program and arguments of every rank; never empty.
     pub command: Vec<OsString>,
 }
@@ -107,6 +120,7 @@ impl JobConfig {
             None => None,
         };
         let grace = parse_secs("grace-secs", &args.grace_secs)?;
+        let failure_wait = parse_secs("failure-wait-secs", &args.failure_wait_secs)?;
         let bind_ip = resolve_ip(&args.master_addr)?;
         // Ranks cannot connect to 0.0.0.0 or ::, so they are told loopback.
         let master_addr = if bind_ip.is_unspecified() {
@@ -122,6 +136,7 @@ impl JobConfig {
             master_port: args.master_port,
             timeout,
             grace,
+            failure_wait,
             command: args.command,
         })
     }
@@ -178,6 +193,7 @@ mod tests {
         assert_eq!(job.master_port, 0);
         assert_eq!(job.timeout, None);
         assert_eq!(job.grace, Duration::from_secs(5));
+        assert_eq!(job.failure_wait, Duration::ZERO);
         assert_eq!(
             job.command,
             vec![OsString::from("echo"), OsString::from("hi")]
@@ -199,6 +215,8 @@ mod tests {
             "1.5",
             "--grace-secs",
             "0",
+            "--failure-wait-secs",
+            "2.5",
             "--",
             "prog",
             "--flag",
@@ -210,6 +228,7 @@ mod tests {
         assert_eq!(job.master_port, 29500);
         assert_eq!(job.timeout, Some(Duration::from_millis(1500)));
         assert_eq!(job.grace, Duration::ZERO);
+        assert_eq!(job.failure_wait, Duration::from_millis(2500));
         assert_eq!(
             job.command,
             vec![OsString::from("prog"), OsString::from("--flag")]
@@ -267,6 +286,15 @@ mod tests {
         assert!(matches!(err, LaunchError::ZeroTimeout), "{err}");
         let err = job(&["--nproc-per-node", "1", "--grace-secs", "x", "--", "true"]).unwrap_err();
         assert!(err.to_string().contains("--grace-secs"), "{err}");
+        let err = job(&[
+            "--nproc-per-node",
+            "1",
+            "--failure-wait-secs=-3",
+            "--",
+            "true",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("--failure-wait-secs"), "{err}");
     }
 
     #[test]

@@ -71,6 +71,7 @@ mod tests {
             master_port: 0,
             timeout: None,
             grace: Duration::from_secs(5),
+            failure_wait: Duration::ZERO,
             command: vec!["true".into()],
         }
     }

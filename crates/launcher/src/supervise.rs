@@ -8,7 +8,9 @@
 //! - every rank exits 0: [`Outcome::Success`];
 //! - something goes wrong first (a rank fails or cannot start, the timeout
 //!   passes, the launcher gets SIGINT or SIGTERM): every rank still running
-//!   gets SIGTERM (or the launcher's own signal, forwarded) to its process
+//!   gets SIGTERM (after a rank failure, only once `--failure-wait-secs`
+//!   has passed without them all exiting by themselves: NOTE [failure
+//!   wait]) (or the launcher's own signal, forwarded) to its process
 //!   group, and SIGKILL when it is still there after the grace period;
 //! - a second SIGINT/SIGTERM during that grace period sends SIGKILL at once.
 //!
@@ -321,6 +323,9 @@ impl Supervisor<'_> {
             }
         }
         let outcome = outcome.unwrap_or(Outcome::Success);
+        if self.running > 0 && matches!(outcome, Outcome::RankFailed { .. }) {
+            self.wait_after_failure(&outcome, deadline);
+        }
         if self.running > 0 {
             self.shut_down(&outcome);
         }
@@ -329,6 +334,40 @@ impl Supervisor<'_> {
             outcome,
             ranks: self.ranks.clone(),
         })
+    }
+
+    /// NOTE [failure wait]: when a rank dies, the others usually find out
+    /// through a collective that fails (a store timeout, a GPU wait that
+    /// runs out) and can say which peer is missing. Stopping them at once
+    /// would lose that report, so after a rank failure the launcher can
+    /// leave them `--failure-wait-secs` to exit by themselves; exits in
+    /// that window are recorded, the first failure stays the outcome, and
+    /// the job timeout or a signal to the launcher ends the wait early.
+    fn wait_after_failure(&mut self, outcome: &Outcome, job_deadline: Option<Instant>) {
+        if self.job.failure_wait.is_zero() {
+            return;
+        }
+        let ranks = if self.running == 1 { "rank" } else { "ranks" };
+        log(&format!(
+            "{outcome}; waiting up to {} s for the {} other {ranks} to exit",
+            self.job.failure_wait.as_secs_f64(),
+            self.running
+        ));
+        let wait_deadline = Instant::now() + self.job.failure_wait;
+        let deadline = job_deadline.map_or(wait_deadline, |d| d.min(wait_deadline));
+        while self.running > 0 {
+            match self.next_event(Some(deadline)) {
+                Next::Event(Event::Exited { rank, exit }) => self.record(rank, exit),
+                Next::Event(Event::Signal(signal)) => {
+                    log(&format!(
+                        "got {} while waiting: stopping the ranks",
+                        signal_name(signal)
+                    ));
+                    break;
+                }
+                Next::Deadline | Next::Disconnected => break,
+            }
+        }
     }
 
     /// Stops every running rank: the first signal (SIGTERM, or the one the

@@ -216,6 +216,56 @@ fn rank_killed_by_signal_is_named() {
 }
 
 #[test]
+fn failure_wait_lets_survivors_report_and_exit() {
+    // Rank 2 is SIGKILLed; the others notice a moment later, say so and
+    // exit 0 by themselves inside the wait.
+    let run = run_sh(
+        3,
+        &["--failure-wait-secs", "30"],
+        "if [ $RANK = 2 ]; then kill -9 $$; fi; sleep 0.5; echo saw rank 2 die; exit 0",
+    );
+    assert_eq!(run.code(), Some(128 + 9), "the first failure decides");
+    assert!(
+        run.stderr
+            .contains("job failed: rank 2 was killed by SIGKILL (9)")
+    );
+    assert!(
+        run.stderr
+            .contains("waiting up to 30 s for the 2 other ranks")
+    );
+    for rank in 0..2 {
+        assert!(run.stdout.contains(&format!("[{rank}] saw rank 2 die")));
+        assert!(
+            run.stderr
+                .contains(&format!("  rank {rank}: exited with code 0\n")),
+            "rank {rank} must not be stopped by the launcher"
+        );
+    }
+    // They were not kept for the whole wait.
+    assert!(run.elapsed < Duration::from_secs(25), "{:?}", run.elapsed);
+}
+
+#[test]
+fn failure_wait_is_bounded() {
+    let run = run_sh(
+        2,
+        &["--failure-wait-secs", "1", "--grace-secs", "20"],
+        "if [ $RANK = 0 ]; then exit 4; fi; exec sleep 60",
+    );
+    assert_eq!(run.code(), Some(4));
+    assert!(run.stderr.contains("job failed: rank 0 exited with code 4"));
+    assert!(
+        run.stderr
+            .contains("rank 1: was killed by SIGTERM (15) (stopped by the launcher)")
+    );
+    assert!(
+        run.elapsed >= Duration::from_secs(1),
+        "the wait was skipped"
+    );
+    assert!(run.elapsed < Duration::from_secs(30), "{:?}", run.elapsed);
+}
+
+#[test]
 fn timeout_stops_the_job() {
     let run = run_sh(2, &["--timeout", "1"], "exec sleep 60");
     assert_eq!(run.code(), Some(124));

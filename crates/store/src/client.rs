@@ -52,14 +52,53 @@ impl fmt::Debug for ClientConfig {
     }
 }
 
+/// Bound of every blocking store operation and of connecting, in
+/// milliseconds (default [`DEFAULT_TIMEOUT`]): how long a rank waits for a
+/// peer that never arrives before the collective names it as missing.
+pub const STORE_TIMEOUT_ENV: &str = "INTRANODE_STORE_TIMEOUT_MS";
+
 impl ClientConfig {
     /// The defaults, with the token read from [`crate::TOKEN_ENV`] (an
-    /// empty value counts as none).
+    /// empty value counts as none) and the timeouts from
+    /// [`STORE_TIMEOUT_ENV`]. A value that does not parse is logged and
+    /// ignored; [`ClientConfig::try_from_env`] refuses it instead.
     pub fn from_env() -> Self {
-        Self {
-            token: token_from_env(),
-            ..Self::default()
-        }
+        Self::try_from_env().unwrap_or_else(|e| {
+            tracing::warn!("{e}; using the default store timeout");
+            Self {
+                token: token_from_env(),
+                ..Self::default()
+            }
+        })
+    }
+
+    /// [`ClientConfig::from_env`], failing on a malformed
+    /// [`STORE_TIMEOUT_ENV`].
+    pub fn try_from_env() -> Result<Self, StoreError> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`ClientConfig::try_from_env`] with variables looked up by `var`.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, StoreError> {
+        let token = var(crate::TOKEN_ENV).filter(|t| !t.is_empty());
+        let timeout = match var(STORE_TIMEOUT_ENV) {
+            Some(v) if !v.trim().is_empty() => match v.trim().parse::<u64>() {
+                Ok(ms) if ms > 0 => Duration::from_millis(ms),
+                _ => {
+                    return Err(StoreError::Config {
+                        var: STORE_TIMEOUT_ENV,
+                        value: v,
+                        expected: "a positive number of milliseconds",
+                    });
+                }
+            },
+            _ => DEFAULT_TIMEOUT,
+        };
+        Ok(Self {
+            timeout,
+            connect_timeout: timeout,
+            token,
+        })
     }
 }
 

@@ -178,6 +178,36 @@ pub enum StoreError {
         source: bincode::error::DecodeError,
     },
 
+    /// A collective exchange gave up waiting for some ranks' contributions:
+    /// those ranks died, hang, or call a different collective.
+    #[error(
+        "{op} {base:?} timed out after {} ms: rank(s) {missing:?} of world size {world} never arrived (dead, hung, or in another collective)",
+        waited.as_millis()
+    )]
+    MissingRanks {
+        /// `"all_gather"`, `"broadcast"` or `"barrier"`.
+        op: &'static str,
+        /// The exchange's key base (`prefix/seq`).
+        base: String,
+        /// The ranks whose keys never appeared, ascending.
+        missing: Vec<usize>,
+        /// The world size of the exchange.
+        world: usize,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+
+    /// A store setting from the environment has a value it cannot mean.
+    #[error("{var}={value:?}: expected {expected}")]
+    Config {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What would have been accepted.
+        expected: &'static str,
+    },
+
     /// The server is shutting down and dropped the request.
     #[error("store is shutting down")]
     Closed,

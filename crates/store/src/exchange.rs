@@ -21,6 +21,14 @@ use crate::store::Store;
 /// long job does not grow the store. A call that fails part-way (a
 /// timeout) leaves its keys behind; the job is broken at that point anyway.
 ///
+/// NOTE [missing ranks]: a rank that dies (or hangs, or calls another
+/// collective) never writes its key, so the others' blocking read runs
+/// into the store's timeout. Each collective then looks up which of the
+/// ranks' keys are still absent and reports them
+/// ([`StoreError::MissingRanks`]), so the error names the culprit instead
+/// of a list of keys. Every rank's contribution is a key of its own (the
+/// barrier too), which is what makes the absentees visible.
+///
 /// Values are encoded with bincode 2 (`config::standard()`, serde).
 #[derive(Debug, Clone)]
 pub struct StoreExchange {
@@ -61,6 +69,42 @@ fn decode<T: DeserializeOwned>(bytes: &[u8], key: &str, rank: usize) -> Result<T
             bytes: bytes.len(),
             source,
         })
+}
+
+/// Turns a [`StoreError::Timeout`] of a collective into
+/// [`StoreError::MissingRanks`] naming the ranks of `expected` (rank, key)
+/// whose key is still absent (NOTE [missing ranks]). Any other error, or a
+/// look-up that fails or finds every key, keeps the original error.
+fn name_missing(
+    store: &dyn Store,
+    op: &'static str,
+    base: &str,
+    world: usize,
+    expected: &[(usize, &str)],
+    err: StoreError,
+) -> StoreError {
+    let waited = match &err {
+        StoreError::Timeout { waited, .. } => *waited,
+        _ => return err,
+    };
+    let mut missing = Vec::new();
+    for &(r, key) in expected {
+        match store.check(&[key]) {
+            Ok(true) => {}
+            Ok(false) => missing.push(r),
+            Err(_) => return err,
+        }
+    }
+    if missing.is_empty() {
+        return err;
+    }
+    StoreError::MissingRanks {
+        op,
+        base: base.to_owned(),
+        missing,
+        world,
+        waited,
+    }
 }
 
 impl StoreExchange {
@@ -124,7 +168,10 @@ impl StoreExchange {
         let keys: Vec<String> = (0..world).map(|r| format!("{base}/{r}")).collect();
         store.set(&keys[rank], &encode(value, &keys[rank], rank)?)?;
         let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let values = store.multi_get(&key_refs)?;
+        let values = store.multi_get(&key_refs).map_err(|e| {
+            let expected: Vec<(usize, &str)> = key_refs.iter().copied().enumerate().collect();
+            name_missing(store, "all_gather", &base, world, &expected, e)
+        })?;
         let out = values
             .iter()
             .zip(&keys)
@@ -165,14 +212,18 @@ impl StoreExchange {
             store.set(&key, &bytes)?;
             decode(&bytes, &key, root)?
         } else {
-            decode(&store.get(&key)?, &key, root)?
+            let bytes = store.get(&key).map_err(|e| {
+                name_missing(store, "broadcast", &base, world, &[(root, key.as_str())], e)
+            })?;
+            decode(&bytes, &key, root)?
         };
         Self::finish(store, &base, world, &[key])?;
         Ok(out)
     }
 
-    /// Returns once every rank has entered the barrier (or fails after the
-    /// store's timeout, naming the key it waited for).
+    /// Returns once every rank has entered the barrier, or fails after
+    /// the store's timeout naming the ranks that never entered
+    /// ([`StoreError::MissingRanks`]).
     pub fn barrier(
         &mut self,
         store: &dyn Store,
@@ -181,14 +232,16 @@ impl StoreExchange {
     ) -> Result<(), StoreError> {
         check_world(rank, world)?;
         let base = self.next_base();
-        let arrived_key = format!("{base}/arrived");
-        let open_key = format!("{base}/open");
-        let arrived = store.add(&arrived_key, 1)?;
-        if usize::try_from(arrived).is_ok_and(|a| a == world) {
-            store.set(&open_key, b"1")?;
-        }
-        store.wait(&[&open_key], None)?;
-        Self::finish(store, &base, world, &[arrived_key, open_key])
+        // One key per rank rather than a counter: a timeout can then say
+        // who is missing (NOTE [missing ranks]).
+        let keys: Vec<String> = (0..world).map(|r| format!("{base}/in/{r}")).collect();
+        store.set(&keys[rank], b"")?;
+        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        store.wait(&key_refs, None).map_err(|e| {
+            let expected: Vec<(usize, &str)> = key_refs.iter().copied().enumerate().collect();
+            name_missing(store, "barrier", &base, world, &expected, e)
+        })?;
+        Self::finish(store, &base, world, &keys)
     }
 }
 
@@ -234,6 +287,49 @@ mod tests {
         }
         assert_eq!(ex.seq(), 30);
         assert_eq!(store.num_keys().unwrap(), 0);
+    }
+
+    #[test]
+    fn timeouts_name_the_missing_ranks() {
+        use std::time::Duration;
+        let store = HashStore::with_timeout(Duration::from_millis(50));
+        // Ranks 0 and 2 of 4 contribute; 1 and 3 never come.
+        let mut ex0 = StoreExchange::new("mr");
+        let mut ex2 = StoreExchange::new("mr");
+        store
+            .set("mr/0/2", &encode(&7u32, "mr/0/2", 2).unwrap())
+            .unwrap();
+        let err = ex0.all_gather(&store, 0, 4, &5u32).unwrap_err();
+        match &err {
+            StoreError::MissingRanks {
+                op: "all_gather",
+                missing,
+                world: 4,
+                ..
+            } => assert_eq!(missing, &[1, 3]),
+            other => panic!("{other}"),
+        }
+        let text = err.to_string();
+        assert!(
+            text.contains("rank(s) [1, 3]") && text.contains("mr/0"),
+            "{text}"
+        );
+
+        // Broadcast: the silent root is named.
+        let err = ex2.broadcast::<u32>(&store, 2, 4, 1, None).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::MissingRanks { op: "broadcast", missing, .. } if missing == &[1]),
+            "{err}"
+        );
+
+        // Barrier: every rank that did not enter is named.
+        let mut ex = StoreExchange::new("b");
+        store.set("b/0/in/1", b"").unwrap();
+        let err = ex.barrier(&store, 0, 3).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::MissingRanks { op: "barrier", missing, .. } if missing == &[2]),
+            "{err}"
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! - [`Store`]: the object-safe trait with the c10d operations (`set`,
 //!   blocking `get`, `add`, `compare_set`, `wait`, `multi_get`, ...), each
-//!   blocking one bounded by a timeout (300 s by default).
+//!   blocking one bounded by a timeout (300 s by default;
+//!   [`STORE_TIMEOUT_ENV`] for clients built with [`ClientConfig::from_env`]).
 //! - [`HashStore`]: in-process, for threads and tests.
 //! - [`PrefixStore`]: a `prefix/` namespace inside another store.
 //! - [`TcpStoreServer`] and [`TcpStore`]: a server (thread per client,
@@ -10,7 +11,8 @@
 //!   versioned, length-prefixed protocol of [`wire`], optionally guarded by
 //!   a shared token ([`TOKEN_ENV`]).
 //! - [`StoreExchange`]: `all_gather`, `broadcast` and `barrier` of
-//!   serde values (bincode 2), cleaning up their keys as they go.
+//!   serde values (bincode 2), cleaning up their keys as they go; a rank
+//!   that never arrives is named ([`StoreError::MissingRanks`]).
 //! - [`StoreError`]: the one error type.
 //!
 //! Architecture Invariant: this crate knows nothing of CUDA; it only moves
@@ -42,7 +44,7 @@ mod server;
 mod store;
 pub mod wire;
 
-pub use client::{ClientConfig, TcpStore};
+pub use client::{ClientConfig, STORE_TIMEOUT_ENV, TcpStore};
 pub use error::StoreError;
 pub use exchange::StoreExchange;
 pub use hash::HashStore;

@@ -298,6 +298,7 @@ impl IntraNodeComm {
             ))
         })?;
         let f = self.kernels().function(name)?;
+        self.check_all_reduce_call(elems, elem, op, algo)?;
         self.increment_usage_counter();
         if elems == 0 {
             return Ok(Work::new(stream.clone()));
@@ -311,6 +312,7 @@ impl IntraNodeComm {
             .div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
         let blocks = blocks_for(algo, vecs, self.world());
         let mut arg = (&mut params) as *mut AllReduceParams as *mut c_void;
+        self.bind_context()?;
         // SAFETY: every collective kernel takes one AllReduceParams by
         // value; the peers' buffers and pads are mapped for the life of
         // `self`; the caller vouches for input and output; at most
@@ -367,6 +369,7 @@ impl IntraNodeComm {
             error: template.error,
         };
         let mut arg = (&mut params) as *mut BarrierParams as *mut c_void;
+        self.bind_context()?;
         // SAFETY: `barrier` takes one BarrierParams by value; the pads are
         // mapped for the life of `self`.
         unsafe {

@@ -186,6 +186,7 @@ impl IntraNodeComm {
         let mut params = self.broadcast_params(buf, bytes, root);
         let blocks = blocks_for(bytes.min(half_bytes));
         let mut arg = (&mut params) as *mut BroadcastParams as *mut c_void;
+        self.bind_context()?;
         // SAFETY: every broadcast kernel takes one BroadcastParams by value;
         // the peers' buffers and pads are mapped for the life of `self`;
         // the caller vouches for `buf`; at most MAX_BLOCKS blocks (the

@@ -20,6 +20,7 @@
 
 pub mod all_reduce;
 pub mod broadcast;
+pub mod debug;
 pub mod hcm;
 mod health;
 
@@ -37,7 +38,9 @@ use serde::{Deserialize, Serialize};
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
 use crate::kernels::KernelModule;
-use crate::rendezvous::{CommConfig, RendezvousRequest, Unsupported, ValidatedGroup, validate};
+use crate::rendezvous::{
+    CommConfig, RendezvousRequest, Unsupported, ValidatedGroup, exchange_requests, validate,
+};
 use crate::symm_mem::SymmetricMemory;
 use crate::topology::{self, MAX_DEVICES, NvlMesh, PciAddress, Topology};
 
@@ -92,6 +95,9 @@ pub struct IntraNodeComm {
     health: HostErrorWord,
     /// Bound of every GPU wait on a peer.
     barrier_timeout: std::time::Duration,
+    /// Call fingerprints, under `INTRANODE_DEBUG=detail` (NOTE [call
+    /// fingerprints] in `debug.rs`).
+    call_checker: Option<debug::CallChecker>,
 }
 
 impl fmt::Debug for IntraNodeComm {
@@ -106,16 +112,6 @@ impl fmt::Debug for IntraNodeComm {
             .field("usage_counter", &self.usage_counter.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
-}
-
-/// The first failing rank of an all-gathered `Result` list.
-fn first_failed_request(
-    requests: &[std::result::Result<RendezvousRequest, String>],
-) -> Option<(usize, &str)> {
-    requests
-        .iter()
-        .enumerate()
-        .find_map(|(r, q)| q.as_ref().err().map(|e| (r, e.as_str())))
 }
 
 /// Step 2, local half: which peers our GPU can access, index = rank. A
@@ -204,19 +200,9 @@ impl IntraNodeComm {
             Ok(r) => Ok(r.clone()),
             Err(e) => Err(e.to_string()),
         };
-        let requests = exchange
-            .all_gather(s, rank, world, &published)
-            .map_err(store_err("all-gather of rendezvous requests"))?;
+        let requests = exchange_requests(s, &mut exchange, rank, world, &published);
         local?;
-        if let Some((r, reason)) = first_failed_request(&requests) {
-            return Err(Error::PeerFailed {
-                rank: r,
-                phase: "rendezvous request",
-                reason: reason.to_owned(),
-            }
-            .into());
-        }
-        let requests: Vec<RendezvousRequest> = requests.into_iter().flatten().collect();
+        let requests = requests?;
 
         // Step 2: mesh and peer access. A disabled or oversized group
         // skips the queries but still takes part in the exchange.
@@ -306,6 +292,14 @@ impl IntraNodeComm {
             group.backend,
         )?;
         tracing::info!("intra-node comm ready: rank {rank}/{world}, device {device}, {group}");
+        let call_checker = (config.debug == debug::DebugLevel::Detail).then(|| {
+            debug::CallChecker::new(
+                store.clone(),
+                format!("{}/debug", exchange.prefix()),
+                rank,
+                world,
+            )
+        });
         Ok(IntraNodeComm {
             ctx: ctx.clone(),
             kernels,
@@ -322,6 +316,7 @@ impl IntraNodeComm {
             usage_counter: AtomicU64::new(0),
             health,
             barrier_timeout: barrier_timeout(),
+            call_checker,
         })
     }
 
@@ -378,6 +373,15 @@ impl IntraNodeComm {
         &self.ctx
     }
 
+    /// Makes this rank's context current on the calling thread before a
+    /// launch: the kernels live in its module, and the caller's thread may
+    /// have another GPU's context current.
+    pub(crate) fn bind_context(&self) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .ctx("cuCtxSetCurrent", Some(self.device))
+    }
+
     /// The store the group met through.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
@@ -399,6 +403,11 @@ impl IntraNodeComm {
     /// Bound of every GPU wait on a peer.
     pub fn barrier_timeout(&self) -> std::time::Duration {
         self.barrier_timeout
+    }
+
+    /// The call-fingerprint checker, under `INTRANODE_DEBUG=detail`.
+    pub fn call_checker(&self) -> Option<&debug::CallChecker> {
+        self.call_checker.as_ref()
     }
 
     pub fn increment_usage_counter(&self) -> u64 {
@@ -448,27 +457,6 @@ mod tests {
             mesh[0][1] = 2;
         }
         assert_ne!(a, b);
-    }
-
-    #[test]
-    fn failed_requests_name_the_first_rank() {
-        let ok = |r: usize| {
-            Ok(RendezvousRequest {
-                protocol_version: 1,
-                hostname: "h".into(),
-                rank: r,
-                world: 3,
-                device: r,
-                pci_bus_id: String::new(),
-                uuid: [0; 16],
-                pid: 1,
-                buffer_bytes: 1,
-                backend: crate::symm_mem::Backend::Vmm,
-            })
-        };
-        let list = vec![ok(0), Err("no driver".to_owned()), Err("later".to_owned())];
-        assert_eq!(first_failed_request(&list), Some((1, "no driver")));
-        assert_eq!(first_failed_request(&[ok(0), ok(1)]), None);
     }
 
     #[test]

@@ -15,6 +15,8 @@ use crate::error::{DriverContext, Error, Result};
 pub use ptx_builder::entry_names;
 
 mod ops;
+mod soak;
+pub use soak::SoakCall;
 
 /// PTX of the `kernels-gpu` crate, for the architecture `build.rs` was
 /// asked for (`INTRANODE_PTX_ARCH`, default sm_90).

@@ -111,7 +111,7 @@ fn try_main() -> Result<ExitCode> {
     let who = format!("symm_check rank {rank}/{world}");
     let store_addr = env.store_addr().context("store address")?;
     let store: Arc<dyn Store> = Arc::new(
-        TcpStore::connect(store_addr.as_str(), ClientConfig::from_env())
+        TcpStore::connect(store_addr.as_str(), ClientConfig::try_from_env()?)
             .with_context(|| format!("connecting to the store at {store_addr}"))?,
     );
     let device = env.device.unwrap_or(env.local_rank);
