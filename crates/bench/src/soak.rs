@@ -3,7 +3,7 @@
 //!
 //! Each call draws its element type (bf16, f16, f32), length (1 element to
 //! `--max-bytes`, log-uniform, with many tiny and odd lengths), op, algorithm
-//! (auto, one-shot, two-shot) and whether it runs in place, from one seeded
+//! (auto, lamport, one-shot, two-shot, hcm where the group has it) and whether it runs in place, from one seeded
 //! generator that every rank runs identically, so all ranks make the same
 //! calls. A share of the calls runs as replays of CUDA graphs captured at
 //! the start (8 all-reduces each, their own buffers).
@@ -330,7 +330,7 @@ struct Counts {
     in_place: u64,
     elem: [u64; 3],
     op: [u64; 4],
-    algo: [u64; 3],
+    algo: [u64; 5],
     bytes: u128,
 }
 
@@ -349,8 +349,10 @@ impl Counts {
         self.op[Op::ALL.iter().position(|o| *o == spec.op).unwrap_or(0)] += 1;
         self.algo[match spec.algo {
             None => 0,
-            Some(AllReduceAlgo::OneShot) => 1,
-            Some(_) => 2,
+            Some(AllReduceAlgo::Lamport) => 1,
+            Some(AllReduceAlgo::OneShot) => 2,
+            Some(AllReduceAlgo::TwoShot) => 3,
+            Some(_) => 4,
         }] += 1;
         self.bytes += spec.bytes() as u128;
     }
@@ -367,8 +369,15 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     }
     let (rank, world) = (r.rank(), r.world());
     let mut algos = vec![None];
-    if r.comm.intra().is_some() {
-        algos.extend([Some(AllReduceAlgo::OneShot), Some(AllReduceAlgo::TwoShot)]);
+    if let Some(intra) = r.comm.intra() {
+        algos.extend([
+            Some(AllReduceAlgo::Lamport),
+            Some(AllReduceAlgo::OneShot),
+            Some(AllReduceAlgo::TwoShot),
+        ]);
+        if intra.hcm_plan().is_ok() {
+            algos.push(Some(AllReduceAlgo::Hcm));
+        }
     }
     let module = KernelModule::load(&r.ctx)?;
     let counters = r.stream.alloc_zeros::<u32>(args.batch)?;
@@ -540,7 +549,7 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     let rate = done as f64 / elapsed.as_secs_f64();
     println!(
         "soak rank {rank}/{world}: {done} all-reduces in {:.1} s = {rate:.0} calls/s, every result checked on the GPU, 0 mismatches; \
-         {} eager, {} in {} graph replays, {} in place; bf16/f16/f32 {:?}; sum/avg/min/max {:?}; auto/one-shot/two-shot {:?}; {:.1} GiB reduced; \
+         {} eager, {} in {} graph replays, {} in place; bf16/f16/f32 {:?}; sum/avg/min/max {:?}; auto/lamport/one-shot/two-shot/hcm {:?}; {:.1} GiB reduced; \
          free device memory MiB [{}]; open fds [{}]",
         elapsed.as_secs_f64(),
         counts.eager,
