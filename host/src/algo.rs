@@ -119,12 +119,16 @@ pub const fn lamport_max_message_bytes(world: usize) -> usize {
     kernels_gpu::layout::lamport_slot_bytes(world)
 }
 
-/// Lamport one-shot limits: provisional, at most a slot
-/// (`layout::lamport_slot_bytes`).
+/// Lamport one-shot limits, measured with `intranode-bench bench` on 2
+/// and 4 H200 (docs/PERF_NOTES.md, v5): on 2 GPUs it beats everything up
+/// to 256 KiB (4.70 us against one-shot's 7.63), on 4 GPUs up to 64 KiB,
+/// the largest size measured below its 192 KiB slot. Other world sizes
+/// take the 4-GPU figure; never more than a slot.
 fn default_lamport_max_bytes() -> [usize; MAX_DEVICES + 1] {
     let mut x = [0; MAX_DEVICES + 1];
     for (world, max) in x.iter_mut().enumerate().skip(2) {
-        *max = (64 << 10).min(lamport_max_message_bytes(world));
+        let measured = if world == 2 { 256 << 10 } else { 64 << 10 };
+        *max = lamport_max_message_bytes(world).min(measured);
     }
     x
 }

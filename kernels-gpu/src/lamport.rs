@@ -21,11 +21,13 @@ use crate::all_reduce::combine;
 use crate::elem::{Bf16, F16};
 use crate::elem::{Element, load_vec, store_vec};
 use crate::layout::{
-    AllReduceParams, LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN, OP_SUM, SLOT_LAMPORT,
+    AllReduceParams, ERR_NONE, LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN, OP_SUM, SLOT_LAMPORT,
     lamport_slot_bytes,
 };
 use crate::ptx;
-use crate::sync::{call_epoch, finish_call, pick, report};
+use crate::sync::{
+    ERROR_POLL_AFTER_NS, ERROR_POLL_INTERVAL_NS, call_epoch, finish_call, pick, report,
+};
 
 /// Sign bit of every element of a 32-bit word.
 #[inline(always)]
@@ -125,12 +127,14 @@ unsafe fn wait_slots<const W: usize>(
             return raw;
         }
         let start = ptx::globaltimer_ns();
+        let mut next_poll_ns = ERROR_POLL_AFTER_NS;
         loop {
             raw = load_slots::<W>(own, slot_bytes, i);
             let Some(peer) = missing(&raw) else {
                 return raw;
             };
-            if ptx::globaltimer_ns().wrapping_sub(start) > p.timeout_ns {
+            let waited_ns = ptx::globaltimer_ns().wrapping_sub(start);
+            if waited_ns > p.timeout_ns {
                 report(
                     p.error,
                     peer,
@@ -139,6 +143,14 @@ unsafe fn wait_slots<const W: usize>(
                     p.rank,
                 );
                 return raw;
+            }
+            // NOTE [abandoned waits] in `sync.rs`: an earlier wait already
+            // failed, so this call's result is void; stop waiting.
+            if p.error != 0 && waited_ns > next_poll_ns {
+                if ptx::ld_relaxed_sys_u32(p.error as *const u32) != ERR_NONE {
+                    return raw;
+                }
+                next_poll_ns = waited_ns + ERROR_POLL_INTERVAL_NS;
             }
         }
     }

@@ -62,8 +62,8 @@ enum Wait {
 /// again, so N queued calls would hold the GPU for N timeouts. Healthy
 /// waits end within microseconds and never reach the first poll, so the
 /// fast path does not pay for the slow read of host memory.
-const ERROR_POLL_AFTER_NS: u64 = 100_000;
-const ERROR_POLL_INTERVAL_NS: u64 = 20_000;
+pub(crate) const ERROR_POLL_AFTER_NS: u64 = 100_000;
+pub(crate) const ERROR_POLL_INTERVAL_NS: u64 = 20_000;
 
 /// Spins until `*flag` reaches `epoch`, `timeout_ns` passes, or the error
 /// word at `error` (0: none) reports an earlier failure.

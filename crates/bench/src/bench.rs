@@ -59,10 +59,13 @@ fn sizes(args: &BenchArgs) -> Vec<usize> {
     let mut s = args.min_bytes.max(16);
     while s <= args.max_bytes {
         v.push(s);
-        if s == 16 << 10 {
-            v.push(32 << 10);
-        }
-        s *= 4;
+        // Steps of 4, halved where the crossovers lie (Lamport, one-shot
+        // and two-shot change places between 16 KiB and 1 MiB).
+        s *= if (16 << 10..1 << 20).contains(&s) {
+            2
+        } else {
+            4
+        };
     }
     v
 }

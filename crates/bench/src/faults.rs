@@ -65,7 +65,8 @@ pub struct FaultArgs {
     /// The rank that SIGKILLs itself (default: the last rank).
     #[arg(long)]
     pub victim: Option<usize>,
-    /// Algorithm of the all-reduce phase (`one-shot` or `two-shot`).
+    /// Algorithm of the all-reduce phase (`lamport`, `one-shot`,
+    /// `two-shot` or `hcm`).
     #[arg(long, default_value = "two-shot")]
     pub algo: String,
     /// All-reduces every rank queues in the all-reduce phase.
@@ -208,8 +209,13 @@ pub fn run(args: &FaultArgs) -> Result<()> {
         );
     }
     let algo = AllReduceAlgo::from_name(&args.algo)
-        .filter(|a| matches!(a, AllReduceAlgo::OneShot | AllReduceAlgo::TwoShot))
-        .with_context(|| format!("--algo {:?}: expected one-shot or two-shot", args.algo))?;
+        .filter(|a| *a != AllReduceAlgo::Nccl)
+        .with_context(|| {
+            format!(
+                "--algo {:?}: expected lamport, one-shot, two-shot or hcm",
+                args.algo
+            )
+        })?;
     let config = CommConfig::from_env()?;
     // Every rank is connected and ready before anyone dies.
     p.store_barrier()?;
@@ -324,10 +330,12 @@ fn warm_up(p: &Proc, comm: &IntraNodeComm, algo: AllReduceAlgo) -> Result<()> {
     Ok(())
 }
 
-/// Queues `args.calls` all-reduces; the victim dies right after queueing
-/// them, while its kernels (and its peers') are in flight. A survivor
-/// stops queueing at the first refused call (the error word is already
-/// set) and returns that error.
+/// Queues `args.calls` all-reduces; the victim queues only half of them
+/// and dies at once, while its peers' kernels are in flight: their later
+/// calls wait for a rank that is gone. (A victim that queued them all
+/// would usually finish them before the signal lands, leaving its peers
+/// nothing to notice.) A survivor stops queueing at the first refused call
+/// (the error word is already set) and returns that error.
 fn queue_all_reduces(
     p: &Proc,
     comm: &IntraNodeComm,
@@ -348,7 +356,8 @@ fn queue_all_reduces(
         outs.push(p.stream.alloc_zeros::<bf16>(n).map_err(driver)?);
     }
     p.stream.synchronize().map_err(driver)?;
-    for d_out in &mut outs {
+    let mine = if victim { args.calls / 2 } else { args.calls };
+    for d_out in outs.iter_mut().take(mine) {
         comm.all_reduce(&d_in, d_out, ReduceOp::Sum, algo, &p.stream)?;
     }
     if victim {

@@ -94,6 +94,11 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
         faults("barrier", 0, &[]),
         faults("barrier", n - 1, &[]),
         faults("all-reduce", 1, &["--algo", "one-shot"]),
+        faults(
+            "all-reduce",
+            n - 1,
+            &["--algo", "lamport", "--elems", "4096"],
+        ),
         faults("all-reduce", n - 1, &["--algo", "two-shot"]),
         // Several chunks per call (larger than half the symmetric buffer).
         faults(
