@@ -78,10 +78,11 @@ pub struct Crossovers {
 
 impl Default for Crossovers {
     /// Measured with `intranode-bench bench --tune` on 2 and 4 H200
-    /// (NVSwitch), kernels v3, 2026-11-21 (docs/PERF_NOTES.md): one-shot
-    /// wins up to 256 KiB, two-shot up to 4 MiB, NCCL above. World sizes
-    /// 3 and 5..=8 were not measured; they take the 4-GPU figures, with
-    /// one-shot capped lower since its traffic grows with the world size.
+    /// (NVSwitch), kernels v5, 2026-11-21 (docs/PERF_NOTES.md): Lamport
+    /// first ([`default_lamport_max_bytes`]), one-shot up to 512 KiB,
+    /// two-shot up to 4 MiB, NCCL above. World sizes 3 and 5..=8 were not
+    /// measured; they keep the v3 figures (one-shot up to 256 KiB on 3,
+    /// 128 KiB from 5 on, since its traffic grows with the world size).
     fn default() -> Self {
         const KIB: usize = 1024;
         const MIB: usize = 1024 * KIB;
@@ -90,9 +91,9 @@ impl Default for Crossovers {
             one_shot_max_bytes: [
                 0,
                 0,
+                512 * KIB,
                 256 * KIB,
-                256 * KIB,
-                256 * KIB,
+                512 * KIB,
                 128 * KIB,
                 128 * KIB,
                 128 * KIB,
@@ -119,15 +120,19 @@ pub const fn lamport_max_message_bytes(world: usize) -> usize {
     kernels_gpu::layout::lamport_slot_bytes(world)
 }
 
-/// Lamport one-shot limits, measured with `intranode-bench bench` on 2
-/// and 4 H200 (docs/PERF_NOTES.md, v5): on 2 GPUs it beats everything up
-/// to 256 KiB (4.70 us against one-shot's 7.63), on 4 GPUs up to 64 KiB,
-/// the largest size measured below its 192 KiB slot. Other world sizes
-/// take the 4-GPU figure; never more than a slot.
+/// Lamport one-shot limits, measured with `intranode-bench bench --tune`
+/// on 2 and 4 H200 (docs/PERF_NOTES.md, v5): on 2 GPUs it wins up to its
+/// whole 384 KiB slot (4.72 us at 256 KiB against one-shot's 7.63), on 4
+/// GPUs up to 128 KiB (4.74 us against 6.22). Other world sizes were not
+/// measured and take 64 KiB; never more than a slot.
 fn default_lamport_max_bytes() -> [usize; MAX_DEVICES + 1] {
     let mut x = [0; MAX_DEVICES + 1];
     for (world, max) in x.iter_mut().enumerate().skip(2) {
-        let measured = if world == 2 { 256 << 10 } else { 64 << 10 };
+        let measured = match world {
+            2 => 384 << 10,
+            4 => 128 << 10,
+            _ => 64 << 10,
+        };
         *max = lamport_max_message_bytes(world).min(measured);
     }
     x
