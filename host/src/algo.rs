@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 use crate::kernels::ElemType;
 use crate::topology::{MAX_DEVICES, Topology};
 
-/// Forces an algorithm: `lamport`, `one-shot`, `two-shot`, `hcm` or `nccl`.
+/// Forces an algorithm: `lamport`, `lamport-two-shot`, `one-shot`,
+/// `two-shot`, `hcm` or `nccl`.
 pub const FORCE_ALGO_ENV: &str = "INTRANODE_ALL_REDUCE_ALGO";
 /// Path of a crossover file written by `intranode-bench --tune`.
 pub const TUNING_FILE_ENV: &str = "INTRANODE_TUNING_FILE";
@@ -27,6 +28,10 @@ pub enum AllReduceAlgo {
     /// `kernels-gpu/src/lamport.rs`). Messages larger than a Lamport slot
     /// run as [`OneShot`](Self::OneShot).
     Lamport,
+    /// Two-shot without barriers: reduce-scatter and all-gather by stores
+    /// into peers' Lamport buffers (NOTE [lamport two-shot]). Messages
+    /// larger than its buffers take run as [`TwoShot`](Self::TwoShot).
+    LamportTwoShot,
     /// Every rank reads every peer's input: lowest latency.
     OneShot,
     /// Reduce-scatter then all-gather over peer loads: bandwidth.
@@ -42,6 +47,7 @@ impl AllReduceAlgo {
     pub const fn name(self) -> &'static str {
         match self {
             AllReduceAlgo::Lamport => "lamport",
+            AllReduceAlgo::LamportTwoShot => "lamport-two-shot",
             AllReduceAlgo::OneShot => "one-shot",
             AllReduceAlgo::TwoShot => "two-shot",
             AllReduceAlgo::Hcm => "hcm",
@@ -53,6 +59,7 @@ impl AllReduceAlgo {
     pub fn from_name(name: &str) -> Option<Self> {
         [
             Self::Lamport,
+            Self::LamportTwoShot,
             Self::OneShot,
             Self::TwoShot,
             Self::Hcm,
@@ -72,6 +79,9 @@ pub struct Crossovers {
     /// lack the field and get the defaults).
     #[serde(default = "default_lamport_max_bytes")]
     pub lamport_max_bytes: [usize; MAX_DEVICES + 1],
+    /// Then the Lamport two-shot, up to here (absent in older files: 0).
+    #[serde(default)]
+    pub lamport_two_shot_max_bytes: [usize; MAX_DEVICES + 1],
     pub one_shot_max_bytes: [usize; MAX_DEVICES + 1],
     pub two_shot_max_bytes: [usize; MAX_DEVICES + 1],
 }
@@ -88,6 +98,7 @@ impl Default for Crossovers {
         const MIB: usize = 1024 * KIB;
         Crossovers {
             lamport_max_bytes: default_lamport_max_bytes(),
+            lamport_two_shot_max_bytes: [0; MAX_DEVICES + 1],
             one_shot_max_bytes: [
                 0,
                 0,
@@ -118,6 +129,12 @@ impl Default for Crossovers {
 /// slot of its buffers); larger ones run as one-shot.
 pub const fn lamport_max_message_bytes(world: usize) -> usize {
     kernels_gpu::layout::lamport_slot_bytes(world)
+}
+
+/// The largest message the Lamport two-shot takes on `world` ranks;
+/// larger ones run as two-shot.
+pub const fn lamport_two_shot_max_message_bytes(world: usize) -> usize {
+    kernels_gpu::layout::lamport2_max_bytes(world)
 }
 
 /// Lamport one-shot limits, measured with `intranode-bench bench --tune`
@@ -193,6 +210,8 @@ pub fn select_all_reduce_algo(
         Topology::FullyConnected => {
             if bytes <= crossovers.lamport_max_bytes[world] {
                 AllReduceAlgo::Lamport
+            } else if bytes <= crossovers.lamport_two_shot_max_bytes[world] {
+                AllReduceAlgo::LamportTwoShot
             } else if bytes <= crossovers.one_shot_max_bytes[world] {
                 AllReduceAlgo::OneShot
             } else if bytes <= crossovers.two_shot_max_bytes[world] {

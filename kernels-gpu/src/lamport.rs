@@ -16,13 +16,26 @@
 //! sent after finishing call `e`, zeroing included (a kernel's writes are
 //! performed before the next kernel on its stream starts). Writes of call
 //! `e + 1` go to the other buffer, which `r` zeroed in call `e - 1`.
+//!
+//! NOTE [lamport two-shot]: the same scheme in two hops, for larger
+//! messages. The message is cut into W shards of `L = ceil(vectors / W)`
+//! vectors (the last ones padded with encoded zeros, so every slot
+//! position is written every call and all loops are alike on all ranks).
+//! Rank `s` stores shard `r` of its input into slot `s` of the scatter area
+//! of rank `r`; rank `r` polls its W slots, reduces in rank order, writes
+//! its shard of the output and stores the result into slot `r` of the
+//! gather area of every rank; each rank then polls its gather area for the
+//! other shards. Each byte crosses NVLink twice, as in the two-shot, with
+//! stores instead of loads and no barrier. Both areas are zeroed by their
+//! reader, so the reuse argument above holds for them too, and the two
+//! forms can share a buffer across calls (each leaves it all zero).
 
 use crate::all_reduce::combine;
 use crate::elem::{Bf16, F16};
 use crate::elem::{Element, load_vec, store_vec};
 use crate::layout::{
-    AllReduceParams, ERR_NONE, LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN, OP_SUM, SLOT_LAMPORT,
-    lamport_slot_bytes,
+    AllReduceParams, ERR_NONE, LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN,
+    OP_SUM, SLOT_LAMPORT, lamport_slot_bytes, lamport2_slot_bytes,
 };
 use crate::ptx;
 use crate::sync::{
@@ -166,7 +179,7 @@ unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams
     // SAFETY: the host passes this rank's mapped pad.
     let epoch = unsafe { call_epoch(own_pad) };
     let slot_bytes = lamport_slot_bytes(W) as u64;
-    let buffer_off = LAMPORT_OFFSET_BYTES as u64 + (epoch & 1) as u64 * W as u64 * slot_bytes;
+    let buffer_off = LAMPORT_OFFSET_BYTES as u64 + (epoch & 1) as u64 * LAMPORT_BUFFER_BYTES as u64;
     let elems = p.elems as usize;
     let vecs = crate::math::div_ceil(elems, T::LANES);
     let aligned = crate::math::all_vec_aligned(&[p.input as usize, p.output as usize]);
@@ -231,19 +244,134 @@ unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams
     unsafe { finish_call(own_pad, epoch) };
 }
 
+/// # Safety
+/// `p.pads` must hold the mapped pads of W ranks (`rank < W`), the caller
+/// buffers `p.elems` elements with `ceil(vectors / W)` vectors at most
+/// `lamport2_slot_bytes(W) / 16`.
+#[inline(always)]
+unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+    let own_pad = pick(&p.pads, p.rank) as *mut u32;
+    // SAFETY: the host passes this rank's mapped pad.
+    let epoch = unsafe { call_epoch(own_pad) };
+    let slot_bytes = lamport2_slot_bytes(W) as u64;
+    let scatter_off =
+        LAMPORT_OFFSET_BYTES as u64 + (epoch & 1) as u64 * LAMPORT_BUFFER_BYTES as u64;
+    let gather_off = scatter_off + W as u64 * slot_bytes;
+    let elems = p.elems as usize;
+    let vecs = crate::math::div_ceil(elems, T::LANES);
+    let shard = crate::math::div_ceil(vecs, W);
+    let aligned = crate::math::all_vec_aligned(&[p.input as usize, p.output as usize]);
+    let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
+    let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
+    let me = p.rank as usize;
+
+    // Scatter: shard r of our input into our slot of rank r's scatter area.
+    let mut r = 0;
+    while r < W {
+        let dst = pick(&p.pads, r as u32) + scatter_off + p.rank as u64 * slot_bytes;
+        let mut j = tid;
+        while j < shard {
+            let i = r * shard + j;
+            // SAFETY: j < shard fits the slot (caller's promise); vector i
+            // is read only when it lies inside the input.
+            unsafe {
+                let v = if i < vecs {
+                    load_vec(p.input as *const T, i, elems, aligned)
+                } else {
+                    [0; 4]
+                };
+                ptx::st_relaxed_sys_v4_u32((dst as *mut [u32; 4]).add(j), encode::<T>(v));
+            }
+            j += stride;
+        }
+        r += 1;
+    }
+
+    // Reduce our shard; write it out and store it into our slot of every
+    // rank's gather area (ours too, so the gather polls all W alike).
+    let own_scatter = pick(&p.pads, p.rank) + scatter_off;
+    let mut j = tid;
+    while j < shard {
+        // SAFETY: slot r's vector j lies inside our scatter area; vector
+        // i is written out only when it lies inside the output.
+        unsafe {
+            let raw = wait_slots::<W>(own_scatter, slot_bytes, j, p);
+            let mut r = 0;
+            while r < W {
+                ptx::st_global_v4_u32(
+                    ((own_scatter + r as u64 * slot_bytes) as *mut [u32; 4]).add(j),
+                    [0; 4],
+                );
+                r += 1;
+            }
+            let mut acc = T::widen(decode::<T>(raw[0]));
+            let mut r = 1;
+            while r < W {
+                acc = combine::<OP>(acc, &T::widen(decode::<T>(raw[r])));
+                r += 1;
+            }
+            if OP == OP_AVG {
+                let mut k = 0;
+                while k < 8 {
+                    acc[k] /= W as f32;
+                    k += 1;
+                }
+            }
+            let v = T::narrow(acc);
+            let i = me * shard + j;
+            if i < vecs {
+                store_vec(p.output as *mut T, i, elems, aligned, v);
+            }
+            let e = encode::<T>(v);
+            let mut r = 0;
+            while r < W {
+                let dst = pick(&p.pads, r as u32) + gather_off + p.rank as u64 * slot_bytes;
+                ptx::st_relaxed_sys_v4_u32((dst as *mut [u32; 4]).add(j), e);
+                r += 1;
+            }
+        }
+        j += stride;
+    }
+
+    // Gather the other shards from our gather area.
+    let own_gather = pick(&p.pads, p.rank) + gather_off;
+    let mut j = tid;
+    while j < shard {
+        // SAFETY: as above, for the gather area.
+        unsafe {
+            let raw = wait_slots::<W>(own_gather, slot_bytes, j, p);
+            let mut r = 0;
+            while r < W {
+                ptx::st_global_v4_u32(
+                    ((own_gather + r as u64 * slot_bytes) as *mut [u32; 4]).add(j),
+                    [0; 4],
+                );
+                let i = r * shard + j;
+                if r != me && i < vecs {
+                    store_vec(p.output as *mut T, i, elems, aligned, decode::<T>(raw[r]));
+                }
+                r += 1;
+            }
+        }
+        j += stride;
+    }
+    // SAFETY: `own_pad` is this rank's pad; every thread gets here.
+    unsafe { finish_call(own_pad, epoch) };
+}
+
 macro_rules! lamport_kernels {
-    ($ty:ty, $($name:ident = $w:literal),+ $(,)?) => {$(
+    ($algo:ident, $ty:ty, $($name:ident = $w:literal),+ $(,)?) => {$(
         /// # Safety
-        /// See [`lamport`]; launched only by the host crate.
+        /// See the algorithm's function; launched only by the host crate.
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(p: AllReduceParams) {
-            // SAFETY: the host upholds `lamport`'s contract.
+            // SAFETY: the host upholds the algorithm's contract.
             unsafe {
                 match p.op {
-                    OP_SUM => lamport::<$ty, $w, OP_SUM>(&p),
-                    OP_AVG => lamport::<$ty, $w, OP_AVG>(&p),
-                    OP_MIN => lamport::<$ty, $w, OP_MIN>(&p),
-                    OP_MAX => lamport::<$ty, $w, OP_MAX>(&p),
+                    OP_SUM => $algo::<$ty, $w, OP_SUM>(&p),
+                    OP_AVG => $algo::<$ty, $w, OP_AVG>(&p),
+                    OP_MIN => $algo::<$ty, $w, OP_MIN>(&p),
+                    OP_MAX => $algo::<$ty, $w, OP_MAX>(&p),
                     _ => ptx::trap(),
                 }
             }
@@ -252,6 +380,7 @@ macro_rules! lamport_kernels {
 }
 
 lamport_kernels!(
+    lamport,
     Bf16,
     lamport_bf16_w2 = 2,
     lamport_bf16_w3 = 3,
@@ -262,6 +391,7 @@ lamport_kernels!(
     lamport_bf16_w8 = 8
 );
 lamport_kernels!(
+    lamport,
     F16,
     lamport_f16_w2 = 2,
     lamport_f16_w3 = 3,
@@ -272,6 +402,7 @@ lamport_kernels!(
     lamport_f16_w8 = 8
 );
 lamport_kernels!(
+    lamport,
     f32,
     lamport_f32_w2 = 2,
     lamport_f32_w3 = 3,
@@ -280,4 +411,37 @@ lamport_kernels!(
     lamport_f32_w6 = 6,
     lamport_f32_w7 = 7,
     lamport_f32_w8 = 8
+);
+lamport_kernels!(
+    lamport2,
+    Bf16,
+    lamport2_bf16_w2 = 2,
+    lamport2_bf16_w3 = 3,
+    lamport2_bf16_w4 = 4,
+    lamport2_bf16_w5 = 5,
+    lamport2_bf16_w6 = 6,
+    lamport2_bf16_w7 = 7,
+    lamport2_bf16_w8 = 8,
+);
+lamport_kernels!(
+    lamport2,
+    F16,
+    lamport2_f16_w2 = 2,
+    lamport2_f16_w3 = 3,
+    lamport2_f16_w4 = 4,
+    lamport2_f16_w5 = 5,
+    lamport2_f16_w6 = 6,
+    lamport2_f16_w7 = 7,
+    lamport2_f16_w8 = 8,
+);
+lamport_kernels!(
+    lamport2,
+    f32,
+    lamport2_f32_w2 = 2,
+    lamport2_f32_w3 = 3,
+    lamport2_f32_w4 = 4,
+    lamport2_f32_w5 = 5,
+    lamport2_f32_w6 = 6,
+    lamport2_f32_w7 = 7,
+    lamport2_f32_w8 = 8,
 );

@@ -47,20 +47,44 @@ pub const SIGNAL_PAD_MIN_BYTES: usize = (PAIR_COUNTER + MAX_RANKS) * 4;
 pub const LAMPORT_OFFSET_BYTES: usize = 64 << 10;
 /// Lamport buffers per pad: calls alternate between them.
 pub const LAMPORT_BUFFERS: usize = 2;
-/// Bytes of all Lamport buffers of a pad. 1.5 MiB: with the default 10 MiB
-/// buffer the rank's block still fits the 12 MiB it took before (2 MiB
-/// allocation granularity), and a slot holds 192 KiB on 4 ranks.
-pub const LAMPORT_BYTES: usize = 1536 << 10;
+/// Bytes of all Lamport buffers of a pad: 16 MiB, so that one buffer (8
+/// MiB) holds a 4 MiB message in the two-shot form (scatter and gather
+/// areas), the largest size where our two-shot still beats NCCL, and a
+/// 2 MiB one-shot slot on 4 ranks.
+pub const LAMPORT_BYTES: usize = 16 << 20;
+/// Bytes of one Lamport buffer; call `e` uses the one at
+/// `LAMPORT_OFFSET_BYTES + (e & 1) * LAMPORT_BUFFER_BYTES`, whatever the
+/// form (one-shot or two-shot), so the buffers of consecutive calls never
+/// overlap.
+pub const LAMPORT_BUFFER_BYTES: usize = LAMPORT_BYTES / LAMPORT_BUFFERS;
 /// Bytes of a signal pad: flags, counters and Lamport buffers.
 pub const SIGNAL_PAD_BYTES: usize = LAMPORT_OFFSET_BYTES + LAMPORT_BYTES;
 
 /// Bytes of one rank's slot in a Lamport buffer of `world` ranks: the
 /// largest message the Lamport one-shot takes (a multiple of 16).
 pub const fn lamport_slot_bytes(world: usize) -> usize {
-    match (LAMPORT_BYTES / LAMPORT_BUFFERS).checked_div(world) {
+    match LAMPORT_BUFFER_BYTES.checked_div(world) {
         Some(bytes) => bytes & !15,
         None => 0,
     }
+}
+
+/// Bytes of one rank's slot in each area (scatter, gather) of a Lamport
+/// buffer in the two-shot form: the largest shard it takes (a multiple of
+/// 16). The scatter area starts the buffer, the gather area follows at
+/// `world` slots.
+pub const fn lamport2_slot_bytes(world: usize) -> usize {
+    match (LAMPORT_BUFFER_BYTES / 2).checked_div(world) {
+        Some(bytes) => bytes & !15,
+        None => 0,
+    }
+}
+
+/// The largest message, in bytes, the Lamport two-shot takes on `world`
+/// ranks: every shard (`ceil(vectors / world)` 16-byte vectors) fits a
+/// slot.
+pub const fn lamport2_max_bytes(world: usize) -> usize {
+    world * lamport2_slot_bytes(world)
 }
 
 /// Reduction operators (`AllReduceParams::op`).
@@ -188,7 +212,12 @@ mod tests {
             let slot = lamport_slot_bytes(world);
             assert!(slot.is_multiple_of(16) && slot * world * LAMPORT_BUFFERS <= LAMPORT_BYTES);
         }
-        assert_eq!(lamport_slot_bytes(4), 192 << 10);
+        assert_eq!(lamport_slot_bytes(4), 2 << 20);
+        for world in 1..=MAX_RANKS {
+            let slot = lamport2_slot_bytes(world);
+            assert!(slot.is_multiple_of(16) && 2 * slot * world * LAMPORT_BUFFERS <= LAMPORT_BYTES);
+        }
+        assert_eq!(lamport2_max_bytes(4), 4 << 20);
         assert_eq!(lamport_slot_bytes(0), 0);
         assert_eq!(SIGNAL_PAD_MIN_BYTES, (CALL_COUNTER + 32 + 8) * 4);
     }

@@ -203,6 +203,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if let Some(intra) = r.comm.intra() {
         algos.extend([
             Some(AllReduceAlgo::Lamport),
+            Some(AllReduceAlgo::LamportTwoShot),
             Some(AllReduceAlgo::OneShot),
             Some(AllReduceAlgo::TwoShot),
         ]);
@@ -300,8 +301,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             let x = tune(&file.rows, world, path)?;
             std::fs::write(path, serde_json::to_string_pretty(&x)?)?;
             println!(
-                "crossovers for world {world}: lamport up to {} bytes, one-shot up to {} bytes, two-shot up to {} bytes -> {}",
+                "crossovers for world {world}: lamport up to {} bytes, lamport-two-shot up to {} bytes, one-shot up to {} bytes, two-shot up to {} bytes -> {}",
                 x.lamport_max_bytes[world],
+                x.lamport_two_shot_max_bytes[world],
                 x.one_shot_max_bytes[world],
                 x.two_shot_max_bytes[world],
                 path.display()
@@ -325,10 +327,16 @@ fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result<Crossovers
     let mut sizes: Vec<usize> = rows.iter().map(|r| r.bytes).collect();
     sizes.sort_unstable();
     sizes.dedup();
-    let order = ["lamport", "one-shot", "two-shot", "nccl"];
+    let order = [
+        "lamport",
+        "lamport-two-shot",
+        "one-shot",
+        "two-shot",
+        "nccl",
+    ];
     // limits[k]: largest size of the unbroken run from the smallest size
     // where the best of order[..=k] beats the best of order[k+1..].
-    let mut limits = [0usize; 3];
+    let mut limits = [0usize; 4];
     for (k, limit) in limits.iter_mut().enumerate() {
         for &s in &sizes {
             let ours = order[..=k]
@@ -348,8 +356,12 @@ fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result<Crossovers
     }
     // Beyond a slot the Lamport rows ran as one-shot (its fallback).
     x.lamport_max_bytes[world] = limits[0].min(intranode::algo::lamport_max_message_bytes(world));
-    x.one_shot_max_bytes[world] = limits[1].max(limits[0]);
-    x.two_shot_max_bytes[world] = limits[2].max(limits[1]).max(limits[0]);
+    // Beyond its buffers the Lamport two-shot rows ran as two-shot.
+    x.lamport_two_shot_max_bytes[world] = limits[1]
+        .min(intranode::algo::lamport_two_shot_max_message_bytes(world))
+        .max(x.lamport_max_bytes[world]);
+    x.one_shot_max_bytes[world] = limits[2].max(limits[1]).max(limits[0]);
+    x.two_shot_max_bytes[world] = limits[3].max(x.one_shot_max_bytes[world]);
     Ok(x)
 }
 

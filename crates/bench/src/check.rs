@@ -39,6 +39,7 @@ fn algos(r: &Rank) -> Vec<Option<AllReduceAlgo>> {
     let mut v = Vec::new();
     if let Some(intra) = r.comm.intra() {
         v.push(Some(AllReduceAlgo::Lamport));
+        v.push(Some(AllReduceAlgo::LamportTwoShot));
         v.push(Some(AllReduceAlgo::OneShot));
         v.push(Some(AllReduceAlgo::TwoShot));
         if intra.hcm_plan().is_ok() {
@@ -209,6 +210,7 @@ fn graph<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) ->
     if let Some(intra) = r.comm.intra() {
         algos_cycle.extend([
             AllReduceAlgo::Lamport,
+            AllReduceAlgo::LamportTwoShot,
             AllReduceAlgo::OneShot,
             AllReduceAlgo::TwoShot,
         ]);

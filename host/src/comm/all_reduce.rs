@@ -86,6 +86,37 @@ const LAMPORT_KERNELS: [[&str; 7]; 3] = [
     ],
 ];
 
+/// Lamport two-shot kernels by element type and world size (2..=8).
+const LAMPORT2_KERNELS: [[&str; 7]; 3] = [
+    [
+        "lamport2_bf16_w2",
+        "lamport2_bf16_w3",
+        "lamport2_bf16_w4",
+        "lamport2_bf16_w5",
+        "lamport2_bf16_w6",
+        "lamport2_bf16_w7",
+        "lamport2_bf16_w8",
+    ],
+    [
+        "lamport2_f16_w2",
+        "lamport2_f16_w3",
+        "lamport2_f16_w4",
+        "lamport2_f16_w5",
+        "lamport2_f16_w6",
+        "lamport2_f16_w7",
+        "lamport2_f16_w8",
+    ],
+    [
+        "lamport2_f32_w2",
+        "lamport2_f32_w3",
+        "lamport2_f32_w4",
+        "lamport2_f32_w5",
+        "lamport2_f32_w6",
+        "lamport2_f32_w7",
+        "lamport2_f32_w8",
+    ],
+];
+
 /// HCM kernels by element type, for worlds of 4, 6 and 8 ranks.
 const HCM_KERNELS: [[&str; 3]; 3] = [
     ["hcm_bf16_w4", "hcm_bf16_w6", "hcm_bf16_w8"],
@@ -95,7 +126,9 @@ const HCM_KERNELS: [[&str; 3]; 3] = [
 
 fn blocks_for(algo: AllReduceAlgo, vecs: usize, world: usize) -> usize {
     let (work, cap) = match algo {
-        AllReduceAlgo::TwoShot => (vecs.div_ceil(world.max(1)), TWO_SHOT_MAX_BLOCKS),
+        AllReduceAlgo::TwoShot | AllReduceAlgo::LamportTwoShot => {
+            (vecs.div_ceil(world.max(1)), TWO_SHOT_MAX_BLOCKS)
+        }
         _ => (vecs, ONE_SHOT_MAX_BLOCKS),
     };
     work.div_ceil(THREADS).clamp(1, cap)
@@ -172,6 +205,9 @@ fn kernel_name(algo: AllReduceAlgo, elem: ElemType, world: usize) -> Option<&'st
     };
     let a = match algo {
         AllReduceAlgo::Lamport => return LAMPORT_KERNELS[e].get(world.checked_sub(2)?).copied(),
+        AllReduceAlgo::LamportTwoShot => {
+            return LAMPORT2_KERNELS[e].get(world.checked_sub(2)?).copied();
+        }
         AllReduceAlgo::OneShot => 0,
         AllReduceAlgo::TwoShot => 1,
         AllReduceAlgo::Hcm if world.is_multiple_of(2) => {
@@ -416,6 +452,7 @@ mod tests {
             for world in 2..=MAX_RANKS {
                 for algo in [
                     AllReduceAlgo::Lamport,
+                    AllReduceAlgo::LamportTwoShot,
                     AllReduceAlgo::OneShot,
                     AllReduceAlgo::TwoShot,
                 ] {
