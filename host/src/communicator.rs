@@ -157,6 +157,13 @@ impl Communicator {
             intra.symm().buffer_bytes(),
             &self.crossovers,
         );
+        // A cube mesh whose table this rank cannot run HCM on (see
+        // `comm::hcm::hcm_plan`) leaves the call to NCCL.
+        let algo = if algo == AllReduceAlgo::Hcm && intra.hcm_plan().is_err() {
+            AllReduceAlgo::Nccl
+        } else {
+            algo
+        };
         // Where NCCL would win but cannot run (not loadable, or several
         // ranks share a GPU, which NCCL refuses), our kernels serve every
         // size: two-shot walks large messages chunk by chunk.

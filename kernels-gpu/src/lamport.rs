@@ -346,12 +346,22 @@ unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
                     ((own_gather + r as u64 * slot_bytes) as *mut [u32; 4]).add(j),
                     [0; 4],
                 );
-                let i = r * shard + j;
-                if r != me && i < vecs {
-                    store_vec(p.output as *mut T, i, elems, aligned, decode::<T>(raw[r]));
-                }
                 r += 1;
             }
+            // One statement per rank with a constant index: a loop over
+            // `raw` around `store_vec` (which has loops of its own) stays
+            // rolled and would move `raw` to local memory.
+            macro_rules! out {
+                ($($r:literal)+) => {$(
+                    if let Some(v) = raw.get($r) {
+                        let i = $r * shard + j;
+                        if $r != me && i < vecs {
+                            store_vec(p.output as *mut T, i, elems, aligned, decode::<T>(*v));
+                        }
+                    }
+                )+};
+            }
+            out!(0 1 2 3 4 5 6 7);
         }
         j += stride;
     }

@@ -193,10 +193,14 @@ pub struct BroadcastParams {
     pub root: u32,
 }
 
-/// Whether `flag` has reached `epoch`, counting with wrap-around (a peer may
-/// already be one call ahead, so equality would miss it).
+/// Whether `flag` has reached `epoch`: it holds `epoch`, or `epoch + 1`
+/// (a peer may already have passed this barrier and reached the next one;
+/// it cannot get further without this rank). Anything else is stale, at
+/// any age: Lamport calls and HCM write no flag of some slots or blocks,
+/// so a flag may lag by more than 2^31 calls, which a signed comparison
+/// would mistake for "ahead".
 pub const fn epoch_reached(flag: u32, epoch: u32) -> bool {
-    (flag.wrapping_sub(epoch) as i32) >= 0
+    flag == epoch || flag == epoch.wrapping_add(1)
 }
 
 #[cfg(test)]
@@ -230,6 +234,13 @@ mod tests {
         assert!(!epoch_reached(0, 1));
         assert!(epoch_reached(0, u32::MAX));
         assert!(!epoch_reached(u32::MAX, 0));
+        assert!(!epoch_reached(7, 5));
+        // Stale by more than 2^31 calls is still stale.
+        assert!(!epoch_reached(
+            5,
+            5u32.wrapping_add(1 << 31).wrapping_add(3)
+        ));
+        assert!(!epoch_reached(5u32.wrapping_add(1 << 31), 5));
     }
 
     #[test]

@@ -54,7 +54,6 @@ const ONE_SHOT_MAX_BLOCKS: usize = 24;
 const TWO_SHOT_MAX_BLOCKS: usize = 64;
 const _: () = assert!(ONE_SHOT_MAX_BLOCKS <= MAX_BLOCKS && TWO_SHOT_MAX_BLOCKS <= MAX_BLOCKS);
 
-/// Blocks for a launch over `vecs` 16-byte vectors.
 /// Lamport one-shot kernels by element type and world size (2..=8).
 const LAMPORT_KERNELS: [[&str; 7]; 3] = [
     [
@@ -124,6 +123,23 @@ const HCM_KERNELS: [[&str; 3]; 3] = [
     ["hcm_f32_w4", "hcm_f32_w6", "hcm_f32_w8"],
 ];
 
+/// The algorithm that really runs: the Lamport forms take messages up to
+/// their buffers, and hand larger ones to their barrier-based twins.
+fn lamport_fallback(algo: AllReduceAlgo, bytes: usize, world: usize) -> AllReduceAlgo {
+    match algo {
+        AllReduceAlgo::Lamport if bytes > crate::algo::lamport_max_message_bytes(world) => {
+            AllReduceAlgo::OneShot
+        }
+        AllReduceAlgo::LamportTwoShot
+            if bytes > crate::algo::lamport_two_shot_max_message_bytes(world) =>
+        {
+            AllReduceAlgo::TwoShot
+        }
+        other => other,
+    }
+}
+
+/// Blocks for a launch over `vecs` 16-byte vectors.
 fn blocks_for(algo: AllReduceAlgo, vecs: usize, world: usize) -> usize {
     let (work, cap) = match algo {
         AllReduceAlgo::TwoShot | AllReduceAlgo::LamportTwoShot => {
@@ -293,16 +309,12 @@ impl IntraNodeComm {
                 self.device()
             )));
         }
-        // A message too large for a Lamport slot runs as one-shot (the
-        // variant's documented contract).
-        let algo = if algo == AllReduceAlgo::Lamport
-            && elems.saturating_mul(elem.bytes())
-                > crate::algo::lamport_max_message_bytes(self.world())
-        {
-            AllReduceAlgo::OneShot
-        } else {
-            algo
-        };
+        // A message too large for the Lamport buffers runs as the variant
+        // with barriers (the variants' documented contract): the kernels
+        // trust the host on this, since a larger one would store past the
+        // buffers into the peers' pads.
+        let bytes = elems.saturating_mul(elem.bytes());
+        let algo = lamport_fallback(algo, bytes, self.world());
         let mut params = self.params_template();
         // Elements one launch's grid is sized for: one chunk (the kernel
         // walks larger messages chunk by chunk, `run_chunks`).
@@ -467,6 +479,28 @@ mod tests {
         }
         assert!(names.contains(&"barrier"));
         assert_eq!(kernel_name(AllReduceAlgo::Nccl, ElemType::F32, 2), None);
+    }
+
+    #[test]
+    fn lamport_forms_never_take_more_than_their_buffers() {
+        use crate::algo::{lamport_max_message_bytes, lamport_two_shot_max_message_bytes};
+        for world in 2..=MAX_RANKS {
+            let one = lamport_max_message_bytes(world);
+            let two = lamport_two_shot_max_message_bytes(world);
+            let l = AllReduceAlgo::Lamport;
+            let l2 = AllReduceAlgo::LamportTwoShot;
+            assert_eq!(lamport_fallback(l, one, world), l);
+            assert_eq!(lamport_fallback(l, one + 1, world), AllReduceAlgo::OneShot);
+            assert_eq!(lamport_fallback(l2, two, world), l2);
+            assert_eq!(lamport_fallback(l2, two + 1, world), AllReduceAlgo::TwoShot);
+            // The kernel's own condition: every shard fits a slot.
+            let slot = kernels_gpu::layout::lamport2_slot_bytes(world);
+            assert!(two.div_ceil(16).div_ceil(world) * 16 <= slot);
+            assert_eq!(
+                lamport_fallback(AllReduceAlgo::TwoShot, 1 << 30, world),
+                AllReduceAlgo::TwoShot
+            );
+        }
     }
 
     #[test]

@@ -174,6 +174,14 @@ impl KernelModule {
     /// `out = a + b` elementwise, computed in f32 and rounded once, on
     /// `stream`. All three must have the same length; any length and any
     /// element offset work (misaligned views take the scalar path).
+    /// Makes the module's context current before a launch: the functions
+    /// belong to it, and the calling thread may have another one current.
+    pub(crate) fn bind(&self) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .ctx("cuCtxSetCurrent", Some(self.ctx.ordinal()))
+    }
+
     pub fn add<T: DType>(
         &self,
         stream: &CudaStream,
@@ -205,6 +213,7 @@ impl KernelModule {
             (&mut po) as *mut _ as *mut c_void,
             (&mut n_arg) as *mut _ as *mut c_void,
         ];
+        self.bind()?;
         // SAFETY: `add_<ty>(a, b, out: *T, n: usize)` takes exactly these
         // four 8-byte arguments; the three buffers hold `n` elements each
         // (checked above) and stay alive until the stream passes the

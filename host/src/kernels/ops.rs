@@ -60,6 +60,7 @@ impl KernelModule {
             (&mut pd) as *mut _ as *mut c_void,
             (&mut n_arg) as *mut _ as *mut c_void,
         ];
+        self.bind()?;
         // SAFETY: `cast_<s>_<d>(src: *S, dst: *D, n: usize)` takes exactly
         // these three 8-byte arguments; both buffers hold `n` elements
         // (checked above) and stay alive until the stream passes the
@@ -102,6 +103,7 @@ impl KernelModule {
             (&mut a_arg) as *mut _ as *mut c_void,
             (&mut n_arg) as *mut _ as *mut c_void,
         ];
+        self.bind()?;
         // SAFETY: `axpy_f32(y: *f32, x: *f32, a: f32, n: usize)` takes these
         // four arguments (8, 8, 4 and 8 bytes); both buffers hold `n`
         // elements and stay alive until the stream passes the kernel.

@@ -74,6 +74,7 @@ impl KernelModule {
         let f = self.function(name)?;
         let (grid, block) = soak_grid(p.elems as usize);
         let mut arg = (&mut p) as *mut SoakParams as *mut c_void;
+        self.bind()?;
         // SAFETY: every soak kernel takes one SoakParams by value; the
         // callers checked that the buffers in `p` hold `p.elems` elements
         // (and the counter one u32) and keep them alive until the stream

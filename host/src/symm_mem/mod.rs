@@ -843,14 +843,18 @@ mod tests {
         assert_eq!(l.buffer_bytes, 10 << 20);
         assert_eq!(l.signal_pad_offset, 10 << 20);
         assert_eq!(l.signal_pad_bytes, SIGNAL_PAD_BYTES);
-        // 10 MiB + 64 KiB rounds up to 12 MiB.
-        assert_eq!(l.alloc_bytes, 12 << 20);
+        // 10 MiB + 64 KiB of flags + 16 MiB of Lamport buffers rounds up
+        // to 28 MiB.
+        assert_eq!(l.alloc_bytes, 28 << 20);
     }
 
     #[test]
     fn odd_buffer_sizes() {
         let l = BlockLayout::new(1, 2 << 20).expect("layout");
-        assert_eq!((l.signal_pad_offset, l.alloc_bytes), (4096, 2 << 20));
+        assert_eq!(
+            (l.signal_pad_offset, l.alloc_bytes),
+            (4096, (4096 + SIGNAL_PAD_BYTES).next_multiple_of(2 << 20))
+        );
         let l = BlockLayout::new(4097, 1).expect("layout");
         assert_eq!(
             (l.signal_pad_offset, l.alloc_bytes),
