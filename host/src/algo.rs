@@ -79,8 +79,9 @@ pub struct Crossovers {
     /// lack the field and get the defaults).
     #[serde(default = "default_lamport_max_bytes")]
     pub lamport_max_bytes: [usize; MAX_DEVICES + 1],
-    /// Then the Lamport two-shot, up to here (absent in older files: 0).
-    #[serde(default)]
+    /// Then the Lamport two-shot, up to here (files written before it
+    /// existed get the defaults).
+    #[serde(default = "default_lamport_two_shot_max_bytes")]
     pub lamport_two_shot_max_bytes: [usize; MAX_DEVICES + 1],
     pub one_shot_max_bytes: [usize; MAX_DEVICES + 1],
     pub two_shot_max_bytes: [usize; MAX_DEVICES + 1],
@@ -88,17 +89,18 @@ pub struct Crossovers {
 
 impl Default for Crossovers {
     /// Measured with `intranode-bench bench --tune` on 2 and 4 H200
-    /// (NVSwitch), kernels v5, 2026-11-21 (docs/PERF_NOTES.md): Lamport
-    /// first ([`default_lamport_max_bytes`]), one-shot up to 512 KiB,
-    /// two-shot up to 4 MiB, NCCL above. World sizes 3 and 5..=8 were not
-    /// measured; they keep the v3 figures (one-shot up to 256 KiB on 3,
-    /// 128 KiB from 5 on, since its traffic grows with the world size).
+    /// (NVSwitch), kernels v6, 2026-11-21 (docs/PERF_NOTES.md): the
+    /// Lamport one-shot ([`default_lamport_max_bytes`]), then the Lamport
+    /// two-shot up to 4 MiB, NCCL above. The one-shot and two-shot limits
+    /// (v5 figures; v3 for the unmeasured world sizes) only matter where a
+    /// tuning file lowers the Lamport ones: in the v6 runs the Lamport
+    /// forms beat them at every size.
     fn default() -> Self {
         const KIB: usize = 1024;
         const MIB: usize = 1024 * KIB;
         Crossovers {
             lamport_max_bytes: default_lamport_max_bytes(),
-            lamport_two_shot_max_bytes: [0; MAX_DEVICES + 1],
+            lamport_two_shot_max_bytes: default_lamport_two_shot_max_bytes(),
             one_shot_max_bytes: [
                 0,
                 0,
@@ -138,19 +140,32 @@ pub const fn lamport_two_shot_max_message_bytes(world: usize) -> usize {
 }
 
 /// Lamport one-shot limits, measured with `intranode-bench bench --tune`
-/// on 2 and 4 H200 (docs/PERF_NOTES.md, v5): on 2 GPUs it wins up to its
-/// whole 384 KiB slot (4.72 us at 256 KiB against one-shot's 7.63), on 4
-/// GPUs up to 128 KiB (4.74 us against 6.22). Other world sizes were not
-/// measured and take 64 KiB; never more than a slot.
+/// on 2 and 4 H200 (docs/PERF_NOTES.md, v6): on 2 GPUs it wins up to
+/// 1 MiB (8.01 us, 0.59 x NCCL), on 4 GPUs up to 256 KiB (7.01 us against
+/// the Lamport two-shot's 8.14). Other world sizes were not measured and
+/// take 64 KiB, since its traffic grows with the world size.
 fn default_lamport_max_bytes() -> [usize; MAX_DEVICES + 1] {
     let mut x = [0; MAX_DEVICES + 1];
     for (world, max) in x.iter_mut().enumerate().skip(2) {
         let measured = match world {
-            2 => 384 << 10,
-            4 => 128 << 10,
+            2 => 1 << 20,
+            4 => 256 << 10,
             _ => 64 << 10,
         };
         *max = lamport_max_message_bytes(world).min(measured);
+    }
+    x
+}
+
+/// Lamport two-shot limits (v6): it beats everything from the Lamport
+/// one-shot's limit up to 4 MiB on 2 and 4 GPUs (11.55 us at 1 MiB on 4,
+/// 0.66 x NCCL; 20.59 us at 4 MiB on 2, 0.64 x) and loses to NCCL at
+/// 16 MiB. Its traffic per rank does not grow with the world size, so the
+/// unmeasured sizes take the same 4 MiB.
+fn default_lamport_two_shot_max_bytes() -> [usize; MAX_DEVICES + 1] {
+    let mut x = [0; MAX_DEVICES + 1];
+    for (world, max) in x.iter_mut().enumerate().skip(2) {
+        *max = lamport_two_shot_max_message_bytes(world).min(4 << 20);
     }
     x
 }
@@ -234,6 +249,23 @@ mod tests {
 
     const MIB: usize = 1 << 20;
 
+    /// With the Lamport forms capped by a tuning file, one-shot and
+    /// two-shot take their ranges again.
+    fn x_lowered_sends_mid_sizes_to_one_shot(x: &Crossovers) {
+        let mut x = x.clone();
+        x.lamport_max_bytes[4] = 4096;
+        x.lamport_two_shot_max_bytes[4] = 0;
+        let fc = Topology::FullyConnected;
+        assert_eq!(
+            select_all_reduce_algo(ElemType::Bf16, 256 << 10, 4, fc, 10 * MIB, &x),
+            AllReduceAlgo::OneShot
+        );
+        assert_eq!(
+            select_all_reduce_algo(ElemType::Bf16, 4 * MIB, 4, fc, 10 * MIB, &x),
+            AllReduceAlgo::TwoShot
+        );
+    }
+
     #[test]
     fn small_messages_go_one_shot_large_to_nccl() {
         let x = Crossovers::default();
@@ -243,15 +275,19 @@ mod tests {
             AllReduceAlgo::Lamport
         );
         assert_eq!(
-            select_all_reduce_algo(ElemType::Bf16, 256 << 10, 4, fc, 10 * MIB, &x),
-            AllReduceAlgo::OneShot
+            select_all_reduce_algo(ElemType::Bf16, 512 << 10, 4, fc, 10 * MIB, &x),
+            AllReduceAlgo::LamportTwoShot
         );
+        x_lowered_sends_mid_sizes_to_one_shot(&x);
         for world in 2..=MAX_DEVICES {
             assert!(x.lamport_max_bytes[world] <= lamport_max_message_bytes(world));
+            assert!(
+                x.lamport_two_shot_max_bytes[world] <= lamport_two_shot_max_message_bytes(world)
+            );
         }
         assert_eq!(
             select_all_reduce_algo(ElemType::Bf16, 4 * MIB, 4, fc, 10 * MIB, &x),
-            AllReduceAlgo::TwoShot
+            AllReduceAlgo::LamportTwoShot
         );
         assert_eq!(
             select_all_reduce_algo(ElemType::Bf16, 1 << 30, 4, fc, 10 * MIB, &x),
