@@ -1,5 +1,5 @@
-//! The one place that decides which all-reduce runs: ours (one-shot,
-//! two-shot, HCM) or NCCL's.
+//! The one place that decides which all-reduce runs: ours (the Lamport
+//! one-shot and two-shot, one-shot, two-shot, HCM) or NCCL's.
 //!
 //! [`select_all_reduce_algo`] is a pure function of the element type, the
 //! message size, the world size, the topology and the symmetric buffer

@@ -60,7 +60,7 @@ pub enum Error {
     /// A GPU wait on a peer's signal ran out: the peer died, hung, or
     /// took a different path; the communicator is unusable afterwards.
     #[error(
-        "rank {rank}: peer rank {peer} never reached barrier slot {slot} (block {block}) within the barrier timeout"
+        "rank {rank}: peer rank {peer} never reached barrier slot {slot} (block {block}) within the barrier timeout (slot 2: its data for a Lamport all-reduce never came)"
     )]
     PeerTimeout {
         rank: usize,

@@ -4,16 +4,22 @@
 //! Every kernel is monomorphized over the element type, the world size `W`
 //! (so loops over peers unroll and the peer-pointer array stays in
 //! registers) and the op (a `match` outside the hot loop picks it).
-//! Accumulation is in f32 and always in rank order 0..W, on every rank, so
-//! results are bitwise identical across ranks (and between algorithms).
+//! Accumulation is in f32, in the same order on every rank (rank order
+//! 0..W; HCM: each group in rank order, then the lower group's partial
+//! first), so results are bitwise identical across ranks. Between
+//! algorithms they may differ in the last bit (HCM's order) and in the
+//! sign of a zero result (the Lamport forms turn -0.0 inputs into +0.0).
 //!
 //! NOTE [double buffering]: each symmetric buffer is used as two halves;
 //! call `e` uses half `e & 1`, where `e` is the device-side call count
 //! (`sync::call_epoch`), never a host counter, so graphs can replay. A rank
-//! starting call `e + 2` (which reuses half `e & 1`) has passed a barrier of
-//! call `e + 1` with every peer, and a peer reaches that barrier only after
-//! its kernel for call `e` finished reading. So no barrier is needed at the
-//! end of a call: one-shot has one barrier, two-shot two.
+//! finishes call `e + 1` only once every peer has started it, hence
+//! finished call `e` and its reads: one-shot and two-shot by a barrier of
+//! call `e + 1` with every peer, HCM through the relay (NOTE [hcm groups]),
+//! the Lamport forms by waiting for every peer's data (NOTE [lamport]). So
+//! a rank starting call `e + 2` (which reuses half `e & 1`) overwrites
+//! nothing a peer still reads, and no barrier is needed at the end of a
+//! call: one-shot has one barrier, two-shot two.
 //!
 //! NOTE [block-local barriers]: barriers are per block, so block `b` may
 //! only read what block `b` of the peer wrote before the barrier. Copy-in,

@@ -12,10 +12,14 @@
 //!
 //! Reuse is safe: rank `s` writes buffer `e & 1` of rank `r` again at call
 //! `e + 2` at the earliest, which it can only start after finishing call
-//! `e + 1`. Every call, Lamport or not, waits for data or a flag that `r`
-//! sent after finishing call `e`, zeroing included (a kernel's writes are
-//! performed before the next kernel on its stream starts). Writes of call
-//! `e + 1` go to the other buffer, which `r` zeroed in call `e - 1`.
+//! `e + 1`; and no call ends before every rank started it (directly, by
+//! data or flags from every rank, or for HCM through the relay, NOTE [hcm
+//! groups]), so `r` had finished call `e`, zeroing included. That
+//! zeroing is a plain store ordered only by the end of `r`'s kernel: the
+//! stream starts `r`'s next kernel, whose data or flags `s` waits for,
+//! only once the previous kernel's writes are performed. Writes of call
+//! `e + 1` go to the other buffer, left all zero by the last call that
+//! used it (each call zeroes everything written into its buffer).
 //!
 //! NOTE [lamport two-shot]: the same scheme in two hops, for larger
 //! messages. The message is cut into W shards of `L = ceil(vectors / W)`
@@ -52,8 +56,10 @@ const fn sign_bits<T: Element>() -> u32 {
     }
 }
 
-/// NOTE [lamport]: -0.0 becomes +0.0 (sums and comparisons do not tell
-/// them apart), then the sign bits flip, so no encoded word is zero.
+/// NOTE [lamport]: -0.0 becomes +0.0, then the sign bits flip, so no
+/// encoded word is zero. The price: a result that would be -0.0 (all
+/// inputs -0.0 under sum, min or max) comes out +0.0; every rank gets the
+/// same bits.
 #[inline(always)]
 fn encode<T: Element>(v: [u32; 4]) -> [u32; 4] {
     let mut out = v;

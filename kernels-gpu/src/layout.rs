@@ -5,10 +5,13 @@
 //! NOTE [signal pad layout]: a signal pad is an array of u32 words that
 //! every peer maps. Word `flag_index(slot, block, src)` on rank `r`'s pad is
 //! written only by rank `src` (block `block`), with the epoch of the call
-//! that reached barrier `slot`. The words from [`CALL_COUNTER`] on are
-//! written by rank `r` alone: its count of collective calls, a finished-
-//! block counter, and per-peer counts of explicit barriers. Every word
-//! starts at zero (the allocator zero-fills pads).
+//! that reached barrier `slot`. The words from [`CALL_COUNTER`] up to
+//! [`SIGNAL_PAD_MIN_BYTES`] are written by rank `r` alone: its count of
+//! collective calls, a finished-block counter, and per-peer counts of
+//! explicit barriers. From [`LAMPORT_OFFSET_BYTES`] on lie the Lamport
+//! buffers, which every peer stores data into and rank `r` polls and
+//! zeroes (NOTE [lamport] in `lamport.rs`). Every word starts at zero (the
+//! allocator zero-fills pads).
 
 /// Ranks of one group at most (seed kMaxDevices).
 pub const MAX_RANKS: usize = 8;
@@ -19,9 +22,10 @@ pub const MAX_BLOCKS: usize = 64;
 pub const SLOTS: usize = 4;
 /// Slot of the barrier after every rank has copied its input in.
 pub const SLOT_START: usize = 0;
-/// Slot of the two-shot barrier after the reduce-scatter.
+/// Slot of the two-shot barrier after the reduce-scatter, and of HCM's
+/// barrier with the relay.
 pub const SLOT_MID: usize = 1;
-/// Slot named in a timeout report of the Lamport one-shot, which waits on
+/// Slot named in a timeout report of the Lamport forms, which wait on
 /// data, not on flags (NOTE [lamport] in `lamport.rs`).
 pub const SLOT_LAMPORT: usize = 2;
 /// Slot of explicit `barrier()` calls.

@@ -52,7 +52,23 @@ struct Look {
 /// Drawing (and legend) order: our explicit algorithms, then any
 /// algorithm not listed here (gray, dashed), then NCCL, then auto on top,
 /// where it hides the choice it follows.
-const LOOKS: [Look; 5] = [
+const LOOKS: [Look; 7] = [
+    Look {
+        algo: "lamport",
+        label: "Lamport one-shot",
+        color: RGBColor(0xd6, 0x27, 0x28),
+        stroke_px: 2,
+        dashed: true,
+        marker: Marker::None,
+    },
+    Look {
+        algo: "lamport-two-shot",
+        label: "Lamport two-shot",
+        color: RGBColor(0x17, 0xa2, 0xb8),
+        stroke_px: 2,
+        dashed: true,
+        marker: Marker::None,
+    },
     Look {
         algo: "one-shot",
         label: "one-shot",
@@ -97,7 +113,7 @@ const LOOKS: [Look; 5] = [
 
 /// Where algorithms without a [`Look`] go in the drawing order: before
 /// NCCL.
-const OTHER_POSITION: usize = 3;
+const OTHER_POSITION: usize = 5;
 
 const OTHER: Look = Look {
     algo: "",
@@ -466,10 +482,11 @@ mod tests {
     fn unknown_algorithms_are_drawn_before_nccl_and_auto() {
         let rows = vec![
             row(2, 1024, "nccl", 6.0),
-            row(2, 1024, "lamport", 3.0),
+            row(2, 1024, "three-shot", 3.0),
             row(2, 1024, "auto", 4.0),
+            row(2, 1024, "lamport", 3.0),
         ];
         let order: Vec<String> = algos(&rows).into_iter().map(|a| a.0).collect();
-        assert_eq!(order, ["lamport", "nccl", "auto"]);
+        assert_eq!(order, ["lamport", "three-shot", "nccl", "auto"]);
     }
 }

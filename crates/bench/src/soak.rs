@@ -2,8 +2,9 @@
 //! checked, device memory and open file descriptors watched.
 //!
 //! Each call draws its element type (bf16, f16, f32), length (1 element to
-//! `--max-bytes`, log-uniform, with many tiny and odd lengths), op, algorithm
-//! (auto, lamport, one-shot, two-shot, hcm where the group has it) and whether it runs in place, from one seeded
+//! `--max-bytes`, log-uniform, with many tiny and odd lengths), op,
+//! algorithm (auto, both Lamport forms, one-shot, two-shot, and HCM where
+//! the group has it) and whether it runs in place, from one seeded
 //! generator that every rank runs identically, so all ranks make the same
 //! calls. A share of the calls runs as replays of CUDA graphs captured at
 //! the start (8 all-reduces each, their own buffers).

@@ -243,7 +243,8 @@ impl IntraNodeComm {
 
     /// `output = op(input of every rank)`, on `stream`. `input` and
     /// `output` may be the same buffer ([`all_reduce_in_place`]). Messages
-    /// larger than half the symmetric buffer run as several launches.
+    /// larger than half the symmetric buffer run in one launch that walks
+    /// them chunk by chunk.
     ///
     /// [`all_reduce_in_place`]: Self::all_reduce_in_place
     pub fn all_reduce<T: DType>(
