@@ -315,7 +315,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 
 /// Crossovers from the graph-replay medians: each of ours up to the
 /// largest size below which it (or a cheaper-latency one of ours) never
-/// loses to the algorithms after it: Lamport, then one-shot, then
+/// loses to the algorithms after it: Lamport, Lamport two-shot, one-shot,
 /// two-shot, then NCCL.
 fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result<Crossovers> {
     let mut x = Crossovers::from_file(path).unwrap_or_default();
