@@ -31,6 +31,19 @@ pub struct GradBucket {
     sparse_indices: Option<CudaSlice<i64>>,
 }
 
+/// Whether `e` lies inside its variable of `shape` and inside a bucket of
+/// `bucket_elems`. Shapes and plans come from the caller, so arithmetic
+/// that overflows means bad input, not a panic.
+fn entry_fits(e: &super::plan::BucketEntry, shape: &[usize], bucket_elems: usize) -> bool {
+    let numel = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    let item_end = e.item_offset_elems.checked_add(e.elems);
+    let bucket_end = e.offset_elems.checked_add(e.elems);
+    matches!(
+        (numel, item_end, bucket_end),
+        (Some(n), Some(i), Some(b)) if i <= n && b <= bucket_elems
+    )
+}
+
 impl GradBucket {
     /// Bucket `index` of `bucket_count`, laid out as `plan` (one bucket of
     /// [`plan_buckets`](super::plan_buckets) over the variables), with a
@@ -67,8 +80,7 @@ impl GradBucket {
                     shapes.len()
                 ))
             })?;
-            let numel: usize = shape.iter().product();
-            if e.item_offset_elems + e.elems > numel || e.end_elems() > plan.elems {
+            if !entry_fits(e, shape, plan.elems) {
                 return Err(Error::InvalidArgument(format!(
                     "bucket {index}: entry of {} elements at {} does not fit variable {} of shape {shape:?} or the bucket of {} elements",
                     e.elems, e.item_offset_elems, e.item, plan.elems
@@ -245,5 +257,36 @@ impl GradBucket {
             )));
         }
         Ok(var)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ddp::plan::BucketEntry;
+
+    fn entry(item_offset_elems: usize, elems: usize, offset_elems: usize) -> BucketEntry {
+        BucketEntry {
+            item: 0,
+            item_offset_elems,
+            elems,
+            offset_elems,
+        }
+    }
+
+    #[test]
+    fn entries_must_fit_variable_and_bucket() {
+        assert!(entry_fits(&entry(0, 6, 0), &[2, 3], 6));
+        assert!(entry_fits(&entry(2, 4, 8), &[2, 3], 12));
+        assert!(!entry_fits(&entry(2, 5, 0), &[2, 3], 12));
+        assert!(!entry_fits(&entry(0, 6, 7), &[2, 3], 12));
+        assert!(entry_fits(&entry(0, 0, 0), &[0], 0));
+    }
+
+    #[test]
+    fn overflowing_input_is_refused_not_a_panic() {
+        assert!(!entry_fits(&entry(0, 1, 0), &[usize::MAX, 2], usize::MAX));
+        assert!(!entry_fits(&entry(usize::MAX, 1, 0), &[4], 8));
+        assert!(!entry_fits(&entry(0, 1, usize::MAX), &[4], usize::MAX));
     }
 }
