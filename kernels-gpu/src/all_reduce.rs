@@ -8,7 +8,7 @@
 //! 0..W; HCM: each group in rank order, then the lower group's partial
 //! first), so results are bitwise identical across ranks. Between
 //! algorithms they may differ in the last bit (HCM's order) and in the
-//! sign of a zero result (the Lamport forms turn -0.0 inputs into +0.0).
+//! sign of a zero result (the Lamport forms turn -0.0 into +0.0).
 //!
 //! NOTE [double buffering]: each symmetric buffer is used as two halves;
 //! call `e` uses half `e & 1`, where `e` is the device-side call count

@@ -41,51 +41,34 @@ use crate::layout::{
     AllReduceParams, ERR_NONE, LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN,
     OP_SUM, SLOT_LAMPORT, lamport_slot_bytes, lamport2_slot_bytes,
 };
+use crate::math::{lamport_decode_word, lamport_encode_word};
 use crate::ptx;
 use crate::sync::{
     ERROR_POLL_AFTER_NS, ERROR_POLL_INTERVAL_NS, call_epoch, finish_call, pick, report,
 };
 
-/// Sign bit of every element of a 32-bit word.
-#[inline(always)]
-const fn sign_bits<T: Element>() -> u32 {
-    if T::BYTES == 2 {
-        0x8000_8000
-    } else {
-        0x8000_0000
-    }
-}
-
 /// NOTE [lamport]: -0.0 becomes +0.0, then the sign bits flip, so no
-/// encoded word is zero. The price: a result that would be -0.0 (all
-/// inputs -0.0 under sum, min or max) comes out +0.0; every rank gets the
-/// same bits.
+/// encoded word is zero (`math::lamport_encode_word`). The price: a result
+/// that would be -0.0 (all inputs -0.0, or an average that underflows from
+/// below) comes out +0.0; every rank gets the same bits.
 #[inline(always)]
 fn encode<T: Element>(v: [u32; 4]) -> [u32; 4] {
-    let mut out = v;
-    let mut k = 0;
-    while k < 4 {
-        let mut w = v[k];
-        if T::BYTES == 2 {
-            if w & 0xffff == 0x8000 {
-                w &= 0xffff_0000;
-            }
-            if w >> 16 == 0x8000 {
-                w &= 0xffff;
-            }
-        } else if w == 0x8000_0000 {
-            w = 0;
-        }
-        out[k] = w ^ sign_bits::<T>();
-        k += 1;
-    }
-    out
+    [
+        lamport_encode_word(v[0], T::BYTES),
+        lamport_encode_word(v[1], T::BYTES),
+        lamport_encode_word(v[2], T::BYTES),
+        lamport_encode_word(v[3], T::BYTES),
+    ]
 }
 
 #[inline(always)]
 fn decode<T: Element>(v: [u32; 4]) -> [u32; 4] {
-    let m = sign_bits::<T>();
-    [v[0] ^ m, v[1] ^ m, v[2] ^ m, v[3] ^ m]
+    [
+        lamport_decode_word(v[0], T::BYTES),
+        lamport_decode_word(v[1], T::BYTES),
+        lamport_decode_word(v[2], T::BYTES),
+        lamport_decode_word(v[3], T::BYTES),
+    ]
 }
 
 #[inline(always)]
@@ -323,12 +306,14 @@ unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
                     k += 1;
                 }
             }
-            let v = T::narrow(acc);
+            // Our own shard gets what the peers will decode: the encoding
+            // turns a -0.0 result (an average that underflows from below)
+            // into +0.0, and every rank must hold the same bits.
+            let e = encode::<T>(T::narrow(acc));
             let i = me * shard + j;
             if i < vecs {
-                store_vec(p.output as *mut T, i, elems, aligned, v);
+                store_vec(p.output as *mut T, i, elems, aligned, decode::<T>(e));
             }
-            let e = encode::<T>(v);
             let mut r = 0;
             while r < W {
                 let dst = pick(&p.pads, r as u32) + gather_off + p.rank as u64 * slot_bytes;

@@ -64,6 +64,39 @@ pub const fn hcm_chunk_elems(half_bytes: usize, elem_bytes: usize) -> usize {
     }
 }
 
+/// Sign bit of every element of a 32-bit word of `elem_bytes`-byte
+/// elements (2: two lanes, else one).
+pub const fn lamport_sign_bits(elem_bytes: usize) -> u32 {
+    if elem_bytes == 2 {
+        0x8000_8000
+    } else {
+        0x8000_0000
+    }
+}
+
+/// The Lamport encoding of one 32-bit word (NOTE [lamport] in
+/// `lamport.rs`): every -0.0 lane becomes +0.0, then the sign bits flip,
+/// so no encoded word is zero (zero means "not arrived").
+pub const fn lamport_encode_word(word: u32, elem_bytes: usize) -> u32 {
+    let mut w = word;
+    if elem_bytes == 2 {
+        if w & 0xffff == 0x8000 {
+            w &= 0xffff_0000;
+        }
+        if w >> 16 == 0x8000 {
+            w &= 0xffff;
+        }
+    } else if w == 0x8000_0000 {
+        w = 0;
+    }
+    w ^ lamport_sign_bits(elem_bytes)
+}
+
+/// The inverse of [`lamport_encode_word`] up to the sign of zeros.
+pub const fn lamport_decode_word(word: u32, elem_bytes: usize) -> u32 {
+    word ^ lamport_sign_bits(elem_bytes)
+}
+
 /// `ceil(a / b)`, zero when `b == 0`.
 pub const fn div_ceil(a: usize, b: usize) -> usize {
     if b == 0 { 0 } else { a.div_ceil(b) }
@@ -123,6 +156,46 @@ mod tests {
         assert_eq!(hcm_chunk_elems(48, 2), 8);
         assert_eq!(hcm_chunk_elems(32, 4), 4);
         assert_eq!(hcm_chunk_elems(100, 0), 0);
+    }
+
+    #[test]
+    fn lamport_words_are_never_zero_and_round_trip_up_to_zero_signs() {
+        // Every 16-bit lane value, paired with a few others; every f32
+        // pattern class around zero and the sign bit.
+        let lanes16: Vec<u32> = (0..=0xffffu32).collect();
+        for &lo in &lanes16 {
+            for hi in [0u32, 0x8000, 0x3c00, 0xbc00, 0x7fff, 0xffff, lo] {
+                let w = lo | (hi << 16);
+                let e = lamport_encode_word(w, 2);
+                assert_ne!(e, 0, "{w:#x}");
+                let canon = |l: u32| if l == 0x8000 { 0 } else { l };
+                assert_eq!(
+                    lamport_decode_word(e, 2),
+                    canon(lo) | (canon(hi) << 16),
+                    "{w:#x}"
+                );
+            }
+        }
+        for w in [
+            0u32,
+            0x8000_0000,
+            1,
+            0x8000_0001,
+            0x3f80_0000,
+            0xffff_ffff,
+            0x7fc0_0000,
+        ] {
+            let e = lamport_encode_word(w, 4);
+            assert_ne!(e, 0, "{w:#x}");
+            let want = if w == 0x8000_0000 { 0 } else { w };
+            assert_eq!(lamport_decode_word(e, 4), want);
+        }
+        // What the Lamport two-shot owner keeps for its own shard must be
+        // what the peers decode: the canonical word, never -0.0.
+        assert_eq!(
+            lamport_decode_word(lamport_encode_word(0x8000_8000, 2), 2),
+            0
+        );
     }
 
     #[test]
