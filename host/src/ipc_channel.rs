@@ -1150,7 +1150,10 @@ mod tests {
     fn marker_file(dir: &Path, text: &str) -> File {
         static COUNTER: AtomicUsize = AtomicUsize::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let p = dir.join(format!("file-{n}"));
+        // The pid too: the ranks of `separate_processes_exchange_fds` are
+        // processes with counters of their own, creating files in one
+        // directory, and `create_new` must not race between them.
+        let p = dir.join(format!("file-{}-{n}", std::process::id()));
         let f = File::options()
             .read(true)
             .write(true)
