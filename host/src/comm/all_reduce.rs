@@ -35,7 +35,8 @@ impl ReduceOp {
     /// Every op, in a fixed order.
     pub const ALL: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max];
 
-    const fn code(self) -> u32 {
+    /// The kernels' `layout::OP_*` code.
+    pub(crate) const fn code(self) -> u32 {
         match self {
             ReduceOp::Sum => layout::OP_SUM,
             ReduceOp::Avg => layout::OP_AVG,

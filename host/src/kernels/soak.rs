@@ -7,7 +7,6 @@
 use std::ffi::c_void;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
-use kernels_gpu::layout;
 use kernels_gpu::pattern::SoakParams;
 
 use super::{DType, ElemType, KernelModule};
@@ -24,15 +23,6 @@ pub struct SoakCall {
     pub rank: usize,
     pub world: usize,
     pub op: ReduceOp,
-}
-
-const fn op_code(op: ReduceOp) -> u32 {
-    match op {
-        ReduceOp::Sum => layout::OP_SUM,
-        ReduceOp::Avg => layout::OP_AVG,
-        ReduceOp::Min => layout::OP_MIN,
-        ReduceOp::Max => layout::OP_MAX,
-    }
 }
 
 /// Grid of the soak kernels: one element per thread per step, at most 8
@@ -57,7 +47,7 @@ fn params(call: &SoakCall, elem: ElemType, elems: usize) -> Result<SoakParams> {
         call: call.call,
         rank: call.rank as u32,
         world: call.world as u32,
-        op: op_code(call.op),
+        op: call.op.code(),
         elem_bytes: elem.bytes() as u32,
         is_f16: u32::from(elem == ElemType::F16),
         ..SoakParams::default()
@@ -193,7 +183,7 @@ mod tests {
         let p = params(&call, ElemType::F16, 10).expect("valid");
         assert_eq!(
             (p.rank, p.world, p.op, p.elem_bytes, p.is_f16),
-            (3, 4, layout::OP_AVG, 2, 1)
+            (3, 4, kernels_gpu::layout::OP_AVG, 2, 1)
         );
         assert!(params(&SoakCall { rank: 4, ..call }, ElemType::F32, 1).is_err());
         assert_eq!(soak_grid(0), (1, 256));
