@@ -323,11 +323,12 @@ impl Supervisor<'_> {
             }
         }
         let outcome = outcome.unwrap_or(Outcome::Success);
+        let mut forwarded = None;
         if self.running > 0 && matches!(outcome, Outcome::RankFailed { .. }) {
-            self.wait_after_failure(&outcome, deadline);
+            forwarded = self.wait_after_failure(&outcome, deadline);
         }
         if self.running > 0 {
-            self.shut_down(&outcome);
+            self.shut_down(&outcome, forwarded);
         }
         self.drain_output();
         Ok(Report {
@@ -342,10 +343,15 @@ impl Supervisor<'_> {
     /// would lose that report, so after a rank failure the launcher can
     /// leave them `--failure-wait-secs` to exit by themselves; exits in
     /// that window are recorded, the first failure stays the outcome, and
-    /// the job timeout or a signal to the launcher ends the wait early.
-    fn wait_after_failure(&mut self, outcome: &Outcome, job_deadline: Option<Instant>) {
+    /// the job timeout or a signal to the launcher ends the wait early; that
+    /// signal is returned, to be forwarded to the ranks.
+    fn wait_after_failure(
+        &mut self,
+        outcome: &Outcome,
+        job_deadline: Option<Instant>,
+    ) -> Option<i32> {
         if self.job.failure_wait.is_zero() {
-            return;
+            return None;
         }
         let ranks = if self.running == 1 { "rank" } else { "ranks" };
         log(&format!(
@@ -363,20 +369,25 @@ impl Supervisor<'_> {
                         "got {} while waiting: stopping the ranks",
                         signal_name(signal)
                     ));
-                    break;
+                    return Some(signal);
                 }
                 Next::Deadline | Next::Disconnected => break,
             }
         }
+        None
     }
 
     /// Stops every running rank: the first signal (SIGTERM, or the one the
-    /// launcher got), then SIGKILL after the grace period.
-    fn shut_down(&mut self, outcome: &Outcome) {
-        let first = match outcome {
-            Outcome::Interrupted { signal } => Signal::try_from(*signal).unwrap_or(Signal::SIGTERM),
-            _ => Signal::SIGTERM,
+    /// launcher got, as the outcome or during the failure wait), then
+    /// SIGKILL after the grace period.
+    fn shut_down(&mut self, outcome: &Outcome, forwarded: Option<i32>) {
+        let got = match outcome {
+            Outcome::Interrupted { signal } => Some(*signal),
+            _ => forwarded,
         };
+        let first = got
+            .and_then(|s| Signal::try_from(s).ok())
+            .unwrap_or(Signal::SIGTERM);
         let ranks = if self.running == 1 { "rank" } else { "ranks" };
         log(&format!(
             "{outcome}; sending {} to the {} running {ranks}, SIGKILL after {} s",

@@ -512,3 +512,95 @@ fn busy_store_port_is_an_error() {
     assert!(run.stderr.contains(&port));
     drop(listener);
 }
+
+#[test]
+fn a_signal_during_the_failure_wait_is_forwarded() {
+    // Rank 0 fails; rank 1 would sit out the whole wait, but the launcher
+    // gets SIGINT during it: rank 1 must get SIGINT (not SIGTERM), and the
+    // first failure still decides the exit status.
+    let started = Instant::now();
+    let mut child = launcher(&[
+        "--nproc-per-node",
+        "2",
+        "--failure-wait-secs",
+        "50",
+        "--",
+        "sh",
+        "-c",
+        "if [ $RANK = 0 ]; then exit 3; fi; \
+         trap 'echo got-int; exit 7' INT; trap 'echo got-term; exit 8' TERM; \
+         echo ready; sleep 60 & wait",
+    ])
+    .spawn()
+    .unwrap();
+    // Both events must have happened before the signal: rank 1 set its
+    // traps (it printed `ready`) and the launcher is inside its wait.
+    let stdout_pipe = child.stdout.take().unwrap();
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let stdout = thread::spawn(move || {
+        let mut seen = String::new();
+        for line in BufReader::new(stdout_pipe).lines() {
+            let line = line.unwrap();
+            if line.ends_with("] ready") {
+                ready_tx.send(()).unwrap();
+            }
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+        seen
+    });
+    let stderr_pipe = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stderr = thread::spawn(move || {
+        let mut seen = String::new();
+        for line in BufReader::new(stderr_pipe).lines() {
+            let line = line.unwrap();
+            if line.contains("waiting up to 50 s") {
+                tx.send(()).unwrap();
+            }
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+        seen
+    });
+    ready_rx.recv_timeout(HANG).expect("rank 1 never got ready");
+    rx.recv_timeout(HANG)
+        .expect("the launcher never started its failure wait");
+    signal(&child, Signal::SIGINT);
+    let run = finish_waiting(child, started, stdout, stderr);
+    assert_eq!(run.code(), Some(3), "the first failure decides");
+    assert!(
+        run.stdout.contains("[1] got-int\n"),
+        "SIGINT was not forwarded"
+    );
+    assert!(run.stderr.contains("got SIGINT (2) while waiting"));
+    assert!(run.stderr.contains("sending SIGINT to the 1 running rank"));
+    assert!(run.elapsed < Duration::from_secs(40), "{:?}", run.elapsed);
+}
+
+/// [`finish`] for a child whose pipes are already being read.
+fn finish_waiting(
+    mut child: Child,
+    started: Instant,
+    stdout: thread::JoinHandle<String>,
+    stderr: thread::JoinHandle<String>,
+) -> Run {
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > HANG {
+            child.kill().unwrap();
+            panic!("launcher still running after {HANG:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    let run = Run {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+        elapsed: started.elapsed(),
+    };
+    eprintln!("--- stdout\n{}--- stderr\n{}---", run.stdout, run.stderr);
+    run
+}
