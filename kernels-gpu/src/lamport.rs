@@ -1,5 +1,6 @@
-//! Barrier-free one-shot all-reduce for small messages: the flags travel
-//! with the data (the Lamport scheme of TensorRT-LLM's one-shot kernel).
+//! Barrier-free all-reduce, one-shot and two-shot, up to a few MiB: the
+//! flags travel with the data (the Lamport scheme of TensorRT-LLM's
+//! one-shot kernel).
 //!
 //! NOTE [lamport]: each signal pad holds `LAMPORT_BUFFERS` (2) buffers of
 //! W slots (`layout::lamport_slot_bytes`). In call `e`, rank `s` stores its
@@ -27,7 +28,8 @@
 //! position is written every call and all loops are alike on all ranks).
 //! Rank `s` stores shard `r` of its input into slot `s` of the scatter area
 //! of rank `r`; rank `r` polls its W slots, reduces in rank order, writes
-//! its shard of the output and stores the result into slot `r` of the
+//! its shard of the output (decoded from its own encoding, so it holds the
+//! very bits its peers will) and stores the result into slot `r` of the
 //! gather area of every rank; each rank then polls its gather area for the
 //! other shards. Each byte crosses NVLink twice, as in the two-shot, with
 //! stores instead of loads and no barrier. Both areas are zeroed by their
