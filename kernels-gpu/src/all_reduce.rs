@@ -64,6 +64,34 @@ pub(crate) fn combine<const OP: u32>(a: Lanes, b: &Lanes) -> Lanes {
     out
 }
 
+/// `raw[0] op raw[1] op ...`, widened to f32, in index (rank) order: the
+/// one accumulation order every kernel uses, so ranks agree bitwise.
+#[inline(always)]
+pub(crate) fn combine_in_order<T: Element, const N: usize, const OP: u32>(
+    raw: &[[u32; 4]; N],
+) -> Lanes {
+    let mut acc = T::widen(raw[0]);
+    let mut r = 1;
+    while r < N {
+        acc = combine::<OP>(acc, &T::widen(raw[r]));
+        r += 1;
+    }
+    acc
+}
+
+/// For [`OP_AVG`], divides the sum of `ranks` inputs by `ranks`.
+#[inline(always)]
+pub(crate) fn finish_op<const OP: u32>(mut acc: Lanes, ranks: usize) -> Lanes {
+    if OP == OP_AVG {
+        let mut k = 0;
+        while k < 8 {
+            acc[k] /= ranks as f32;
+            k += 1;
+        }
+    }
+    acc
+}
+
 /// Reduces vector `i` of every rank's half at `half_off`, in rank order.
 ///
 /// # Safety
@@ -83,20 +111,7 @@ unsafe fn reduce_vec<T: Element, const W: usize, const OP: u32>(
         raw[r] = unsafe { ptx::ld_global_v4_u32(((bufs[r] + half_off) as *const [u32; 4]).add(i)) };
         r += 1;
     }
-    let mut acc = T::widen(raw[0]);
-    let mut r = 1;
-    while r < W {
-        acc = combine::<OP>(acc, &T::widen(raw[r]));
-        r += 1;
-    }
-    if OP == OP_AVG {
-        let mut k = 0;
-        while k < 8 {
-            acc[k] /= W as f32;
-            k += 1;
-        }
-    }
-    T::narrow(acc)
+    T::narrow(finish_op::<OP>(combine_in_order::<T, W, OP>(&raw), W))
 }
 
 /// One chunk of a call: at most half a symmetric buffer of elements.
@@ -342,13 +357,7 @@ unsafe fn hcm_chunk<T: Element, const G: usize, const OP: u32>(p: &AllReducePara
                 raw[k] = ptx::ld_global_v4_u32((srcs[k] as *const [u32; 4]).add(i));
                 k += 1;
             }
-            let mut acc = T::widen(raw[0]);
-            let mut k = 1;
-            while k < G {
-                acc = combine::<OP>(acc, &T::widen(raw[k]));
-                k += 1;
-            }
-            store_partial::<T>(own_partial, i, &acc);
+            store_partial::<T>(own_partial, i, &combine_in_order::<T, G, OP>(&raw));
             i += c.stride;
         }
         group_barrier(
@@ -364,18 +373,14 @@ unsafe fn hcm_chunk<T: Element, const G: usize, const OP: u32>(p: &AllReducePara
         while i < c.vecs {
             let theirs = load_partial::<T>(relay_partial, i);
             let mine = load_partial::<T>(own_partial, i);
-            let mut acc = if p.hcm_relay_first != 0 {
-                combine::<OP>(theirs, &mine)
-            } else {
-                combine::<OP>(mine, &theirs)
-            };
-            if OP == OP_AVG {
-                let mut k = 0;
-                while k < 8 {
-                    acc[k] /= (2 * G) as f32;
-                    k += 1;
-                }
-            }
+            let acc = finish_op::<OP>(
+                if p.hcm_relay_first != 0 {
+                    combine::<OP>(theirs, &mine)
+                } else {
+                    combine::<OP>(mine, &theirs)
+                },
+                2 * G,
+            );
             store_vec(c.output as *mut T, i, c.elems, c.aligned, T::narrow(acc));
             i += c.stride;
         }
@@ -486,7 +491,8 @@ unsafe fn hcm<T: Element, const G: usize, const OP: u32>(p: &AllReduceParams) {
 }
 
 /// Defines one kernel per (algorithm, element type, world size); the op
-/// is a run-time parameter dispatched once, outside the loops.
+/// is a run-time parameter dispatched once, outside the loops. Shared with
+/// `lamport.rs`.
 macro_rules! all_reduce_kernels {
     ($algo:ident, $ty:ty, $($name:ident = $w:literal),+ $(,)?) => {$(
         /// # Safety
@@ -573,6 +579,8 @@ all_reduce_kernels!(
     two_shot_f32_w7 = 7,
     two_shot_f32_w8 = 8
 );
+
+pub(crate) use all_reduce_kernels;
 
 // HCM kernels are named by world size W and instantiated with G = W / 2.
 all_reduce_kernels!(hcm, Bf16, hcm_bf16_w4 = 2, hcm_bf16_w6 = 3, hcm_bf16_w8 = 4);

@@ -36,9 +36,9 @@
 //! reader, so the reuse argument above holds for them too, and the two
 //! forms can share a buffer across calls (each leaves it all zero).
 
-use crate::all_reduce::combine;
+use crate::all_reduce::{all_reduce_kernels, combine_in_order, finish_op};
 use crate::elem::{Bf16, F16};
-use crate::elem::{Element, load_vec, store_vec};
+use crate::elem::{Element, Lanes, load_vec, store_vec};
 use crate::layout::{
     AllReduceParams, ERR_NONE, LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN,
     OP_SUM, SLOT_LAMPORT, lamport_slot_bytes, lamport2_slot_bytes,
@@ -108,6 +108,50 @@ fn missing<const W: usize>(raw: &[[u32; 4]; W]) -> Option<u32> {
         r += 1;
     }
     None
+}
+
+/// Zeroes vector `i` of every slot of `own`: the empty state for the next
+/// call that uses this buffer (NOTE [lamport]).
+///
+/// # Safety
+/// As for [`load_slots`].
+#[inline(always)]
+unsafe fn zero_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) {
+    let mut r = 0;
+    while r < W {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            ptx::st_global_v4_u32(
+                ((own + r as u64 * slot_bytes) as *mut [u32; 4]).add(i),
+                [0; 4],
+            )
+        };
+        r += 1;
+    }
+}
+
+/// Waits for vector `i` of every slot of `own`, zeroes it and reduces the
+/// decoded values in rank order.
+///
+/// # Safety
+/// As for [`wait_slots`].
+#[inline(always)]
+unsafe fn take_and_reduce<T: Element, const W: usize, const OP: u32>(
+    own: u64,
+    slot_bytes: u64,
+    i: usize,
+    p: &AllReduceParams,
+) -> Lanes {
+    // SAFETY: forwarded from the caller.
+    let mut raw = unsafe { wait_slots::<W>(own, slot_bytes, i, p) };
+    // SAFETY: forwarded from the caller.
+    unsafe { zero_slots::<W>(own, slot_bytes, i) };
+    let mut r = 0;
+    while r < W {
+        raw[r] = decode::<T>(raw[r]);
+        r += 1;
+    }
+    finish_op::<OP>(combine_in_order::<T, W, OP>(&raw), W)
 }
 
 /// Vector `i` of every slot, once all arrived or `timeout_ns` passed (then
@@ -205,28 +249,7 @@ unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams
     while i < vecs {
         // SAFETY: slot r's vector i lies inside our pad's buffer.
         unsafe {
-            let raw = wait_slots::<W>(own, slot_bytes, i, p);
-            let mut r = 0;
-            while r < W {
-                ptx::st_global_v4_u32(
-                    ((own + r as u64 * slot_bytes) as *mut [u32; 4]).add(i),
-                    [0; 4],
-                );
-                r += 1;
-            }
-            let mut acc = T::widen(decode::<T>(raw[0]));
-            let mut r = 1;
-            while r < W {
-                acc = combine::<OP>(acc, &T::widen(decode::<T>(raw[r])));
-                r += 1;
-            }
-            if OP == OP_AVG {
-                let mut k = 0;
-                while k < 8 {
-                    acc[k] /= W as f32;
-                    k += 1;
-                }
-            }
+            let acc = take_and_reduce::<T, W, OP>(own, slot_bytes, i, p);
             store_vec(p.output as *mut T, i, elems, aligned, T::narrow(acc));
         }
         i += stride;
@@ -286,28 +309,7 @@ unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
         // SAFETY: slot r's vector j lies inside our scatter area; vector
         // i is written out only when it lies inside the output.
         unsafe {
-            let raw = wait_slots::<W>(own_scatter, slot_bytes, j, p);
-            let mut r = 0;
-            while r < W {
-                ptx::st_global_v4_u32(
-                    ((own_scatter + r as u64 * slot_bytes) as *mut [u32; 4]).add(j),
-                    [0; 4],
-                );
-                r += 1;
-            }
-            let mut acc = T::widen(decode::<T>(raw[0]));
-            let mut r = 1;
-            while r < W {
-                acc = combine::<OP>(acc, &T::widen(decode::<T>(raw[r])));
-                r += 1;
-            }
-            if OP == OP_AVG {
-                let mut k = 0;
-                while k < 8 {
-                    acc[k] /= W as f32;
-                    k += 1;
-                }
-            }
+            let acc = take_and_reduce::<T, W, OP>(own_scatter, slot_bytes, j, p);
             // Our own shard gets what the peers will decode: the encoding
             // turns a -0.0 result (an average that underflows from below)
             // into +0.0, and every rank must hold the same bits.
@@ -333,14 +335,7 @@ unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
         // SAFETY: as above, for the gather area.
         unsafe {
             let raw = wait_slots::<W>(own_gather, slot_bytes, j, p);
-            let mut r = 0;
-            while r < W {
-                ptx::st_global_v4_u32(
-                    ((own_gather + r as u64 * slot_bytes) as *mut [u32; 4]).add(j),
-                    [0; 4],
-                );
-                r += 1;
-            }
+            zero_slots::<W>(own_gather, slot_bytes, j);
             // One statement per rank with a constant index: a loop over
             // `raw` around `store_vec` (which has loops of its own) stays
             // rolled and would move `raw` to local memory.
@@ -362,27 +357,7 @@ unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
     unsafe { finish_call(own_pad, epoch) };
 }
 
-macro_rules! lamport_kernels {
-    ($algo:ident, $ty:ty, $($name:ident = $w:literal),+ $(,)?) => {$(
-        /// # Safety
-        /// See the algorithm's function; launched only by the host crate.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(p: AllReduceParams) {
-            // SAFETY: the host upholds the algorithm's contract.
-            unsafe {
-                match p.op {
-                    OP_SUM => $algo::<$ty, $w, OP_SUM>(&p),
-                    OP_AVG => $algo::<$ty, $w, OP_AVG>(&p),
-                    OP_MIN => $algo::<$ty, $w, OP_MIN>(&p),
-                    OP_MAX => $algo::<$ty, $w, OP_MAX>(&p),
-                    _ => ptx::trap(),
-                }
-            }
-        }
-    )+};
-}
-
-lamport_kernels!(
+all_reduce_kernels!(
     lamport,
     Bf16,
     lamport_bf16_w2 = 2,
@@ -393,7 +368,7 @@ lamport_kernels!(
     lamport_bf16_w7 = 7,
     lamport_bf16_w8 = 8
 );
-lamport_kernels!(
+all_reduce_kernels!(
     lamport,
     F16,
     lamport_f16_w2 = 2,
@@ -404,7 +379,7 @@ lamport_kernels!(
     lamport_f16_w7 = 7,
     lamport_f16_w8 = 8
 );
-lamport_kernels!(
+all_reduce_kernels!(
     lamport,
     f32,
     lamport_f32_w2 = 2,
@@ -415,7 +390,7 @@ lamport_kernels!(
     lamport_f32_w7 = 7,
     lamport_f32_w8 = 8
 );
-lamport_kernels!(
+all_reduce_kernels!(
     lamport2,
     Bf16,
     lamport2_bf16_w2 = 2,
@@ -426,7 +401,7 @@ lamport_kernels!(
     lamport2_bf16_w7 = 7,
     lamport2_bf16_w8 = 8,
 );
-lamport_kernels!(
+all_reduce_kernels!(
     lamport2,
     F16,
     lamport2_f16_w2 = 2,
@@ -437,7 +412,7 @@ lamport_kernels!(
     lamport2_f16_w7 = 7,
     lamport2_f16_w8 = 8,
 );
-lamport_kernels!(
+all_reduce_kernels!(
     lamport2,
     f32,
     lamport2_f32_w2 = 2,

@@ -52,25 +52,7 @@ fn read_all(mut pipe: impl Read + Send + 'static) -> thread::JoinHandle<String> 
 fn finish(mut child: Child, started: Instant) -> Run {
     let stdout = read_all(child.stdout.take().unwrap());
     let stderr = read_all(child.stderr.take().unwrap());
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > HANG {
-            child.kill().unwrap();
-            panic!("launcher still running after {HANG:?}");
-        }
-        thread::sleep(Duration::from_millis(10));
-    };
-    let elapsed = started.elapsed();
-    let run = Run {
-        status,
-        stdout: stdout.join().unwrap(),
-        stderr: stderr.join().unwrap(),
-        elapsed,
-    };
-    eprintln!("--- stdout\n{}--- stderr\n{}---", run.stdout, run.stderr);
-    run
+    finish_waiting(child, started, stdout, stderr)
 }
 
 fn run(args: &[&str]) -> Run {

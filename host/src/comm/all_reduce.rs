@@ -8,7 +8,6 @@
 //! count in the signal pad (NOTE [double buffering] in
 //! `kernels-gpu/src/all_reduce.rs`).
 
-use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
@@ -16,8 +15,7 @@ use kernels_gpu::layout::{self, AllReduceParams, BarrierParams, MAX_BLOCKS, MAX_
 
 use super::IntraNodeComm;
 use crate::algo::AllReduceAlgo;
-use crate::driver_ext;
-use crate::error::{DriverContext, Error, Result};
+use crate::error::{Error, Result};
 use crate::kernels::{DType, ElemType};
 use crate::work::Work;
 
@@ -48,7 +46,7 @@ impl ReduceOp {
 
 /// Threads per block of the collective kernels: 16 warps keep enough
 /// 16-byte loads in flight per SM.
-const THREADS: usize = 512;
+pub(super) const THREADS: usize = 512;
 /// Most blocks per launch, per algorithm (at most `MAX_BLOCKS`, the
 /// signal-pad layout's bound).
 const ONE_SHOT_MAX_BLOCKS: usize = 24;
@@ -361,23 +359,19 @@ impl IntraNodeComm {
             .min(chunk_elems)
             .div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
         let blocks = blocks_for(algo, vecs, self.world());
-        let mut arg = (&mut params) as *mut AllReduceParams as *mut c_void;
-        self.bind_context()?;
-        // SAFETY: every collective kernel takes one AllReduceParams by
-        // value; the peers' buffers and pads are mapped for the life of
-        // `self`; the caller vouches for input and output; at most
-        // MAX_BLOCKS blocks (the signal-pad layout's bound).
+        // SAFETY: every all-reduce kernel takes one AllReduceParams by
+        // value; the caller vouches for input and output; `blocks_for`
+        // stays within MAX_BLOCKS.
         unsafe {
-            driver_ext::launch(
+            self.launch_collective(
+                "cuLaunchKernel(all_reduce)",
                 f,
-                blocks as u32,
-                THREADS as u32,
-                0,
-                stream.cu_stream(),
-                std::slice::from_mut(&mut arg),
+                blocks,
+                THREADS,
+                &mut params,
+                stream,
             )
-        }
-        .ctx("cuLaunchKernel(all_reduce)", Some(self.device()))?;
+        }?;
         Ok(Work::new(stream.clone()))
     }
 
@@ -418,27 +412,23 @@ impl IntraNodeComm {
             timeout_ns: template.timeout_ns,
             error: template.error,
         };
-        let mut arg = (&mut params) as *mut BarrierParams as *mut c_void;
-        self.bind_context()?;
-        // SAFETY: `barrier` takes one BarrierParams by value; the pads are
-        // mapped for the life of `self`.
+        // SAFETY: `barrier` takes one BarrierParams by value, one block.
         unsafe {
-            driver_ext::launch(
+            self.launch_collective(
+                "cuLaunchKernel(barrier)",
                 f,
                 1,
-                MAX_RANKS as u32,
-                0,
-                stream.cu_stream(),
-                std::slice::from_mut(&mut arg),
+                MAX_RANKS,
+                &mut params,
+                stream,
             )
-        }
-        .ctx("cuLaunchKernel(barrier)", Some(self.device()))?;
+        }?;
         Ok(Work::new(stream.clone()))
     }
 
     /// The parameters every launch shares: peers' buffers and pads, the
     /// wait bound, the error word.
-    fn params_template(&self) -> AllReduceParams {
+    pub(super) fn params_template(&self) -> AllReduceParams {
         let mut p = AllReduceParams::default();
         let symm = self.symm();
         for (dst, src) in p.bufs.iter_mut().zip(symm.buffer_ptrs()) {

@@ -8,7 +8,6 @@
 //! place that decides between this kernel and NCCL's broadcast
 //! (`Communicator::broadcast_in_place`).
 
-use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtrMut, DeviceRepr};
@@ -16,8 +15,7 @@ use kernels_gpu::layout::{BroadcastParams, MAX_BLOCKS, MAX_RANKS};
 use kernels_gpu::math::VEC_BYTES;
 
 use super::IntraNodeComm;
-use crate::driver_ext;
-use crate::error::{DriverContext, Error, Result};
+use crate::error::{Error, Result};
 use crate::topology::Topology;
 use crate::work::Work;
 
@@ -82,9 +80,7 @@ pub fn select_broadcast_algo(
     }
 }
 
-/// Threads per block: as the all-reduce kernels (16 warps per block keep
-/// enough 16-byte loads in flight).
-const THREADS: usize = 512;
+use super::all_reduce::THREADS;
 /// Most blocks per launch: like two-shot, a broadcast is bandwidth-bound
 /// on one peer's buffer. Not tuned separately.
 const BROADCAST_MAX_BLOCKS: usize = 64;
@@ -185,45 +181,37 @@ impl IntraNodeComm {
         }
         let mut params = self.broadcast_params(buf, bytes, root);
         let blocks = blocks_for(bytes.min(half_bytes));
-        let mut arg = (&mut params) as *mut BroadcastParams as *mut c_void;
-        self.bind_context()?;
         // SAFETY: every broadcast kernel takes one BroadcastParams by value;
-        // the peers' buffers and pads are mapped for the life of `self`;
-        // the caller vouches for `buf`; at most MAX_BLOCKS blocks (the
-        // signal-pad layout's bound).
+        // the caller vouches for `buf`; `blocks_for` stays within
+        // MAX_BLOCKS.
         unsafe {
-            driver_ext::launch(
+            self.launch_collective(
+                "cuLaunchKernel(broadcast)",
                 f,
-                blocks as u32,
-                THREADS as u32,
-                0,
-                stream.cu_stream(),
-                std::slice::from_mut(&mut arg),
+                blocks,
+                THREADS,
+                &mut params,
+                stream,
             )
-        }
-        .ctx("cuLaunchKernel(broadcast)", Some(self.device()))?;
+        }?;
         Ok(Work::new(stream.clone()))
     }
 
     /// The launch parameters of one broadcast (the same buffers, pads,
     /// halves, bound and error word as the all-reduce's).
     fn broadcast_params(&self, buf: u64, bytes: usize, root: usize) -> BroadcastParams {
-        let symm = self.symm();
-        let mut p = BroadcastParams::default();
-        for (dst, src) in p.bufs.iter_mut().zip(symm.buffer_ptrs()) {
-            *dst = *src;
+        let t = self.params_template();
+        BroadcastParams {
+            bufs: t.bufs,
+            pads: t.pads,
+            buf,
+            bytes: bytes as u64,
+            half_bytes: t.half_bytes,
+            timeout_ns: t.timeout_ns,
+            error: t.error,
+            rank: t.rank,
+            root: root as u32,
         }
-        for (dst, src) in p.pads.iter_mut().zip(symm.signal_pad_ptrs()) {
-            *dst = *src;
-        }
-        p.buf = buf;
-        p.bytes = bytes as u64;
-        p.half_bytes = self.half_buffer_bytes() as u64;
-        p.timeout_ns = u64::try_from(self.barrier_timeout().as_nanos()).unwrap_or(u64::MAX);
-        p.error = self.health().device_ptr();
-        p.rank = self.rank() as u32;
-        p.root = root as u32;
-        p
     }
 }
 

@@ -53,69 +53,45 @@ fn range_error(range: &Range<usize>, elems: usize) -> Error {
     ))
 }
 
-impl<T: DType + NcclType> DeviceBuffer for CudaSlice<T> {
-    fn elem_type(&self) -> ElemType {
-        T::ELEM
-    }
+/// One implementation for owned slices and mutable views: both give typed
+/// addresses and sub-views the same way.
+macro_rules! device_buffer_impl {
+    ($($ty:ty),+) => {$(
+        impl<T: DType + NcclType> DeviceBuffer for $ty {
+            fn elem_type(&self) -> ElemType {
+                T::ELEM
+            }
 
-    fn elems(&self) -> usize {
-        self.len()
-    }
+            fn elems(&self) -> usize {
+                self.len()
+            }
 
-    fn device_addr<'a>(&'a self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
-        self.device_ptr(stream)
-    }
+            fn device_addr<'a>(&'a self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
+                self.device_ptr(stream)
+            }
 
-    fn device_addr_mut<'a>(&'a mut self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
-        self.device_ptr_mut(stream)
-    }
+            fn device_addr_mut<'a>(&'a mut self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
+                self.device_ptr_mut(stream)
+            }
 
-    fn broadcast_range(
-        &mut self,
-        comm: &Communicator,
-        range: Range<usize>,
-        root: usize,
-        algo: BroadcastAlgo,
-    ) -> Result<()> {
-        let elems = self.len();
-        let mut view = self
-            .try_slice_mut(range.clone())
-            .ok_or_else(|| range_error(&range, elems))?;
-        comm.broadcast_in_place_with(&mut view, root, algo)
-    }
+            fn broadcast_range(
+                &mut self,
+                comm: &Communicator,
+                range: Range<usize>,
+                root: usize,
+                algo: BroadcastAlgo,
+            ) -> Result<()> {
+                let elems = self.len();
+                let mut view = self
+                    .try_slice_mut(range.clone())
+                    .ok_or_else(|| range_error(&range, elems))?;
+                comm.broadcast_in_place_with(&mut view, root, algo)
+            }
+        }
+    )+};
 }
 
-impl<T: DType + NcclType> DeviceBuffer for CudaViewMut<'_, T> {
-    fn elem_type(&self) -> ElemType {
-        T::ELEM
-    }
-
-    fn elems(&self) -> usize {
-        self.len()
-    }
-
-    fn device_addr<'a>(&'a self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
-        self.device_ptr(stream)
-    }
-
-    fn device_addr_mut<'a>(&'a mut self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
-        self.device_ptr_mut(stream)
-    }
-
-    fn broadcast_range(
-        &mut self,
-        comm: &Communicator,
-        range: Range<usize>,
-        root: usize,
-        algo: BroadcastAlgo,
-    ) -> Result<()> {
-        let elems = self.len();
-        let mut view = self
-            .try_slice_mut(range.clone())
-            .ok_or_else(|| range_error(&range, elems))?;
-        comm.broadcast_in_place_with(&mut view, root, algo)
-    }
-}
+device_buffer_impl!(CudaSlice<T>, CudaViewMut<'_, T>);
 
 /// Owned flat device storage of one element type: a bucket's buffer.
 #[derive(Debug)]
