@@ -149,6 +149,132 @@ fn blocks_for(algo: AllReduceAlgo, vecs: usize, world: usize) -> usize {
     work.div_ceil(THREADS).clamp(1, cap)
 }
 
+/// Fixes the launch shape of the Lamport forms, for tuning runs:
+/// `lamport=BLOCKSxTHREADS,lamport-two-shot=BLOCKSxTHREADS` (either part
+/// may be left out; BLOCKS is the most blocks per launch), in place of the
+/// rule of NOTE [lamport launch shape]. The Lamport kernels tie no rank's
+/// grid to another's (each rank polls its own buffer word by word), so
+/// ranks may even differ; the barrier-based algorithms keep their fixed
+/// shapes, which the pad layout counts on.
+pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
+
+/// Most blocks and threads per block of one launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchShape {
+    pub max_blocks: usize,
+    pub threads: usize,
+}
+
+/// How the Lamport one-shot and two-shot are launched.
+///
+/// NOTE [lamport launch shape]: one 16-byte vector per thread where the
+/// message allows, spread over every SM: threads per block are the work
+/// per SM rounded up to a power of two between 64 and 512, and there are
+/// as many blocks as SMs at most. Measured on 4 and 2 H200 (132 SMs,
+/// docs/PERF_NOTES.md, v7 shape sweep): against the fixed 24 (one-shot) or
+/// 64 (two-shot) blocks of 512 threads, the Lamport one-shot went from
+/// 4.28 to 3.53 us at 16 KiB and from 6.99 to 6.0 us at 256 KiB on 4 GPUs,
+/// and from 8.08 to 6.40 us at 1 MiB on 2; the two-shot from 32.1 to 29.9
+/// us at 4 MiB on 4. Each rank polls its own buffer, so small blocks on
+/// many SMs poll and store in parallel, and large messages want every
+/// thread busy with one vector rather than a few threads looping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LamportLaunch {
+    /// SMs of this rank's GPU.
+    pub sms: usize,
+    /// Fixed shapes from [`LAMPORT_LAUNCH_ENV`].
+    pub one_shot: Option<LaunchShape>,
+    pub two_shot: Option<LaunchShape>,
+}
+
+impl LamportLaunch {
+    /// The rule for a GPU of `sms` SMs, changed by [`LAMPORT_LAUNCH_ENV`]
+    /// where it is set.
+    pub fn from_env(sms: usize) -> Result<Self> {
+        let text = std::env::var(LAMPORT_LAUNCH_ENV).unwrap_or_default();
+        Self::parse(sms, &text)
+            .map_err(|why| Error::InvalidArgument(format!("{LAMPORT_LAUNCH_ENV}={text:?}: {why}")))
+    }
+
+    fn parse(sms: usize, text: &str) -> std::result::Result<Self, String> {
+        let mut launch = LamportLaunch {
+            sms: sms.max(1),
+            one_shot: None,
+            two_shot: None,
+        };
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, shape) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not NAME=BLOCKSxTHREADS"))?;
+            let (blocks, threads) = shape
+                .split_once('x')
+                .ok_or_else(|| format!("{shape:?} is not BLOCKSxTHREADS"))?;
+            let number = |s: &str| {
+                s.trim()
+                    .parse::<usize>()
+                    .map_err(|e| format!("{s:?} in {part:?}: {e}"))
+            };
+            let shape = LaunchShape {
+                max_blocks: number(blocks)?,
+                threads: number(threads)?,
+            };
+            // 1024 threads is CUDA's limit per block; a warp multiple keeps
+            // every warp whole; the block bound only guards against typos.
+            if !(1..=MAX_LAMPORT_BLOCKS).contains(&shape.max_blocks)
+                || !(32..=1024).contains(&shape.threads)
+                || !shape.threads.is_multiple_of(32)
+            {
+                return Err(format!(
+                    "{part:?}: blocks must be 1 to {MAX_LAMPORT_BLOCKS}, threads a multiple of 32 up to 1024"
+                ));
+            }
+            match AllReduceAlgo::from_name(name) {
+                Some(AllReduceAlgo::Lamport) => launch.one_shot = Some(shape),
+                Some(AllReduceAlgo::LamportTwoShot) => launch.two_shot = Some(shape),
+                _ => return Err(format!("{name:?} is not lamport or lamport-two-shot")),
+            }
+        }
+        Ok(launch)
+    }
+
+    /// Blocks and threads of a Lamport launch over `vecs` 16-byte vectors.
+    fn shape_for(&self, algo: AllReduceAlgo, vecs: usize, world: usize) -> (usize, usize) {
+        let (work, fixed) = match algo {
+            AllReduceAlgo::LamportTwoShot => (vecs.div_ceil(world.max(1)), self.two_shot),
+            _ => (vecs, self.one_shot),
+        };
+        let shape = fixed.unwrap_or_else(|| LaunchShape {
+            max_blocks: self.sms.min(MAX_LAMPORT_BLOCKS),
+            threads: work
+                .div_ceil(self.sms)
+                .next_power_of_two()
+                .clamp(64, THREADS),
+        });
+        (
+            work.div_ceil(shape.threads).clamp(1, shape.max_blocks),
+            shape.threads,
+        )
+    }
+}
+
+/// Most blocks of a Lamport launch.
+const MAX_LAMPORT_BLOCKS: usize = 1024;
+
+/// Blocks and threads of a launch over `vecs` 16-byte vectors.
+fn launch_shape(
+    algo: AllReduceAlgo,
+    vecs: usize,
+    world: usize,
+    lamport: &LamportLaunch,
+) -> (usize, usize) {
+    match algo {
+        AllReduceAlgo::Lamport | AllReduceAlgo::LamportTwoShot => {
+            lamport.shape_for(algo, vecs, world)
+        }
+        _ => (blocks_for(algo, vecs, world), THREADS),
+    }
+}
+
 /// Kernel names by algorithm, element type and world size (2..=8):
 /// static, so the call path does not allocate to find its kernel.
 const KERNELS: [[[&str; 7]; 3]; 2] = [
@@ -358,16 +484,17 @@ impl IntraNodeComm {
         let vecs = elems
             .min(chunk_elems)
             .div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
-        let blocks = blocks_for(algo, vecs, self.world());
+        let (blocks, threads) = launch_shape(algo, vecs, self.world(), self.lamport_launch());
         // SAFETY: every all-reduce kernel takes one AllReduceParams by
         // value; the caller vouches for input and output; `blocks_for`
-        // stays within MAX_BLOCKS.
+        // stays within MAX_BLOCKS for the kernels that count blocks in the
+        // pad (the Lamport ones do not).
         unsafe {
             self.launch_collective(
                 "cuLaunchKernel(all_reduce)",
                 f,
                 blocks,
-                THREADS,
+                threads,
                 &mut params,
                 stream,
             )
@@ -492,6 +619,69 @@ mod tests {
                 lamport_fallback(AllReduceAlgo::TwoShot, 1 << 30, world),
                 AllReduceAlgo::TwoShot
             );
+        }
+    }
+
+    #[test]
+    fn lamport_launch_follows_the_measured_rule() {
+        let l = LamportLaunch::parse(132, "").unwrap();
+        let one = AllReduceAlgo::Lamport;
+        let two = AllReduceAlgo::LamportTwoShot;
+        // The shapes that won the v7 sweep on 132-SM H200s.
+        assert_eq!(l.shape_for(one, 1024, 4), (16, 64));
+        assert_eq!(l.shape_for(one, 16384, 4), (128, 128));
+        assert_eq!(l.shape_for(one, 65536, 2), (128, 512));
+        assert_eq!(l.shape_for(two, 65536, 4), (128, 128));
+        assert_eq!(l.shape_for(two, 262144, 4), (128, 512));
+        // Never more blocks than SMs, never an empty grid.
+        assert_eq!(l.shape_for(one, 1 << 20, 2), (132, 512));
+        assert_eq!(l.shape_for(one, 0, 2), (1, 64));
+        assert_eq!(l.shape_for(two, 1, 8), (1, 64));
+        for sms in [1, 8, 132, 5000] {
+            let l = LamportLaunch::parse(sms, "").unwrap();
+            for vecs in [1usize, 63, 64, 1000, 1 << 16, 1 << 22] {
+                for world in 2..=8 {
+                    for algo in [one, two] {
+                        let (b, t) = l.shape_for(algo, vecs, world);
+                        assert!((1..=MAX_LAMPORT_BLOCKS.min(sms)).contains(&b));
+                        assert!(t.is_power_of_two() && (64..=THREADS).contains(&t));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lamport_launch_env_fixes_shapes_or_says_why_not() {
+        let l = LamportLaunch::parse(132, " lamport-two-shot=128x256 ").unwrap();
+        assert_eq!(l.one_shot, None);
+        let fixed = LaunchShape {
+            max_blocks: 128,
+            threads: 256,
+        };
+        assert_eq!(l.two_shot, Some(fixed));
+        assert_eq!(
+            l.shape_for(AllReduceAlgo::LamportTwoShot, 4 << 20, 4),
+            (128, 256)
+        );
+        assert_eq!(
+            l.shape_for(AllReduceAlgo::LamportTwoShot, 1024, 4),
+            (1, 256)
+        );
+        let l = LamportLaunch::parse(132, "lamport=24x512,lamport-two-shot=64x512").unwrap();
+        assert_eq!(l.shape_for(AllReduceAlgo::Lamport, 1 << 16, 4), (24, 512));
+        for bad in [
+            "lamport",
+            "lamport=12",
+            "lamport=0x256",
+            "lamport=2000x256",
+            "lamport=12x48",
+            "lamport=12x2048",
+            "lamport=ax64",
+            "one-shot=12x64",
+        ] {
+            let err = LamportLaunch::parse(132, bad).unwrap_err();
+            assert!(!err.is_empty(), "{bad}");
         }
     }
 

@@ -43,6 +43,8 @@ use crate::rendezvous::{
 };
 use crate::symm_mem::SymmetricMemory;
 use crate::topology::{self, MAX_DEVICES, NvlMesh, PciAddress, Topology};
+pub use all_reduce::LAMPORT_LAUNCH_ENV;
+use all_reduce::LamportLaunch;
 
 /// Why [`IntraNodeComm::rendezvous`] returned no communicator.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +100,8 @@ pub struct IntraNodeComm {
     /// Call fingerprints, under `INTRANODE_DEBUG=detail` (NOTE [call
     /// fingerprints] in `debug.rs`).
     call_checker: Option<debug::CallChecker>,
+    /// Launch shapes of the Lamport kernels ([`LAMPORT_LAUNCH_ENV`]).
+    lamport_launch: LamportLaunch,
 }
 
 impl fmt::Debug for IntraNodeComm {
@@ -156,6 +160,19 @@ fn peer_access_row(ctx: &CudaContext, requests: &[RendezvousRequest], rank: usiz
 
 /// The NVML mesh between the ranks' GPUs (zero when a PCI address does
 /// not parse: the topology is then unknown).
+/// SMs of the context's GPU: the Lamport launch shape spreads over them.
+fn multiprocessors(ctx: &CudaContext) -> Result<usize> {
+    let sms = ctx
+        .attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )
+        .ctx(
+            "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)",
+            Some(ctx.ordinal()),
+        )?;
+    Ok(usize::try_from(sms).unwrap_or(1).max(1))
+}
+
 fn nvml_mesh(requests: &[RendezvousRequest]) -> NvlMesh {
     let addresses: Option<Vec<PciAddress>> = requests
         .iter()
@@ -229,16 +246,18 @@ impl IntraNodeComm {
 
         // Step 3: verdicts.
         let local: std::result::Result<
-            (ValidatedGroup, KernelModule, HostErrorWord),
+            (ValidatedGroup, KernelModule, HostErrorWord, LamportLaunch),
             RendezvousError,
         > = match validate(&requests, &mesh, config) {
             Err(u) => Err(u.into()),
-            Ok(group) => KernelModule::load(ctx)
-                .and_then(|k| HostErrorWord::new(ctx).map(|h| (group, k, h)))
+            Ok(group) => multiprocessors(ctx)
+                .and_then(LamportLaunch::from_env)
+                .and_then(|l| KernelModule::load(ctx).map(|k| (k, l)))
+                .and_then(|(k, l)| HostErrorWord::new(ctx).map(|h| (group, k, h, l)))
                 .map_err(RendezvousError::from),
         };
         let verdict = match &local {
-            Ok((group, _, _)) => Verdict::Ok {
+            Ok((group, _, _, _)) => Verdict::Ok {
                 topology: group.topology.to_string(),
                 mesh: group.mesh.0.to_vec(),
             },
@@ -248,7 +267,7 @@ impl IntraNodeComm {
         let verdicts: Vec<Verdict> = exchange
             .all_gather(s, rank, world, &verdict)
             .map_err(store_err("all-gather of rendezvous verdicts"))?;
-        let (group, kernels, health) = local?;
+        let (group, kernels, health, lamport_launch) = local?;
         for (r, v) in verdicts.iter().enumerate() {
             if let Verdict::Failed(reason) = v {
                 return Err(Error::PeerFailed {
@@ -317,6 +336,7 @@ impl IntraNodeComm {
             health,
             barrier_timeout: barrier_timeout(),
             call_checker,
+            lamport_launch,
         })
     }
 
@@ -423,8 +443,6 @@ impl IntraNodeComm {
         self.usage_counter.load(Ordering::Relaxed)
     }
 
-    /// Counts one use (each collective calls it once); returns the new
-    /// count.
     /// Where this communicator's kernels report failed waits.
     pub fn health(&self) -> &HostErrorWord {
         &self.health
@@ -435,11 +453,18 @@ impl IntraNodeComm {
         self.barrier_timeout
     }
 
+    /// Launch shapes of the Lamport kernels.
+    pub(crate) fn lamport_launch(&self) -> &LamportLaunch {
+        &self.lamport_launch
+    }
+
     /// The call-fingerprint checker, under `INTRANODE_DEBUG=detail`.
     pub fn call_checker(&self) -> Option<&debug::CallChecker> {
         self.call_checker.as_ref()
     }
 
+    /// Counts one use (each collective calls it once); returns the new
+    /// count.
     pub fn increment_usage_counter(&self) -> u64 {
         self.usage_counter.fetch_add(1, Ordering::Relaxed) + 1
     }
