@@ -78,41 +78,23 @@ fn arrived(v: &[u32; 4]) -> bool {
     v[0] != 0 && v[1] != 0 && v[2] != 0 && v[3] != 0
 }
 
-/// Vector `i` of every slot of `own` but `mine`, whose place takes
-/// `mine_val` (this rank's own contribution, never stored into its own
-/// buffer): all W - 1 loads in flight at once.
+/// Loads vector `i` of every slot of `own`, all W loads in flight at once.
 ///
 /// # Safety
 /// `own` must be a Lamport buffer of W slots of `slot_bytes` that holds
 /// vector `i`.
 #[inline(always)]
-unsafe fn load_slots<const W: usize>(
-    own: u64,
-    slot_bytes: u64,
-    i: usize,
-    mine: usize,
-    mine_val: [u32; 4],
-) -> [[u32; 4]; W] {
+unsafe fn load_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) -> [[u32; 4]; W] {
     let mut raw = [[0u32; 4]; W];
     let mut r = 0;
     while r < W {
-        raw[r] = if r == mine {
-            mine_val
-        } else {
-            // SAFETY: forwarded from the caller.
-            unsafe { load_slot(own, slot_bytes, r, i) }
+        // SAFETY: forwarded from the caller.
+        raw[r] = unsafe {
+            ptx::ld_relaxed_sys_v4_u32(((own + r as u64 * slot_bytes) as *const [u32; 4]).add(i))
         };
         r += 1;
     }
     raw
-}
-
-/// # Safety
-/// As for [`load_slots`], and `r < W`.
-#[inline(always)]
-unsafe fn load_slot(own: u64, slot_bytes: u64, r: usize, i: usize) -> [u32; 4] {
-    // SAFETY: forwarded from the caller.
-    unsafe { ptx::ld_relaxed_sys_v4_u32(((own + r as u64 * slot_bytes) as *const [u32; 4]).add(i)) }
 }
 
 /// Which slot's vector has not fully arrived, if any.
@@ -128,32 +110,28 @@ fn missing<const W: usize>(raw: &[[u32; 4]; W]) -> Option<u32> {
     None
 }
 
-/// Zeroes vector `i` of every slot of `own` but `mine` (never written):
-/// the empty state for the next call that uses this buffer (NOTE
-/// [lamport]).
+/// Zeroes vector `i` of every slot of `own`: the empty state for the next
+/// call that uses this buffer (NOTE [lamport]).
 ///
 /// # Safety
 /// As for [`load_slots`].
 #[inline(always)]
-unsafe fn zero_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize, mine: usize) {
+unsafe fn zero_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) {
     let mut r = 0;
     while r < W {
-        if r != mine {
-            // SAFETY: forwarded from the caller.
-            unsafe {
-                ptx::st_global_v4_u32(
-                    ((own + r as u64 * slot_bytes) as *mut [u32; 4]).add(i),
-                    [0; 4],
-                )
-            };
-        }
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            ptx::st_global_v4_u32(
+                ((own + r as u64 * slot_bytes) as *mut [u32; 4]).add(i),
+                [0; 4],
+            )
+        };
         r += 1;
     }
 }
 
-/// Waits for vector `i` of every slot but `mine`, zeroes them and reduces
-/// the decoded values, `mine_val` (encoded) in place of slot `mine`, in
-/// rank order.
+/// Waits for vector `i` of every slot of `own`, zeroes it and reduces the
+/// decoded values in rank order.
 ///
 /// # Safety
 /// As for [`wait_slots`].
@@ -162,14 +140,12 @@ unsafe fn take_and_reduce<T: Element, const W: usize, const OP: u32>(
     own: u64,
     slot_bytes: u64,
     i: usize,
-    mine: usize,
-    mine_val: [u32; 4],
     p: &AllReduceParams,
 ) -> Lanes {
     // SAFETY: forwarded from the caller.
-    let mut raw = unsafe { wait_slots::<W>(own, slot_bytes, i, mine, mine_val, p) };
+    let mut raw = unsafe { wait_slots::<W>(own, slot_bytes, i, p) };
     // SAFETY: forwarded from the caller.
-    unsafe { zero_slots::<W>(own, slot_bytes, i, mine) };
+    unsafe { zero_slots::<W>(own, slot_bytes, i) };
     let mut r = 0;
     while r < W {
         raw[r] = decode::<T>(raw[r]);
@@ -178,13 +154,13 @@ unsafe fn take_and_reduce<T: Element, const W: usize, const OP: u32>(
     finish_op::<OP>(combine_in_order::<T, W, OP>(&raw), W)
 }
 
-/// Vector `i` of every slot (`mine_val` for slot `mine`, which must be
-/// encoded, so it counts as arrived), once all arrived or `timeout_ns`
-/// passed (then reported and used as it is: the host fails the next call,
-/// see `comm/health.rs`). Re-polls only the slots still missing: polls
-/// compete in the GPU's L2 with the peers' stores they wait for (v8 in
-/// docs/PERF_NOTES.md: 3 to 8% off the Lamport two-shot against re-polling
-/// all). The loop over W is unrolled, so the slots stay in registers.
+/// Vector `i` of every slot, once all arrived or `timeout_ns` passed (then
+/// reported and used as it is: the host fails the next call, see
+/// `comm/health.rs`). Re-polls only the slots still missing, so polls
+/// take less of the L2 that the peers' stores also go through (v8 in
+/// docs/PERF_NOTES.md: no speed-up beyond run-to-run noise, kept because
+/// it does strictly less work). The loop over W is unrolled, so the
+/// slots stay in registers.
 ///
 /// # Safety
 /// As for [`load_slots`]; `p.error` is a mapped error word or 0.
@@ -193,13 +169,11 @@ unsafe fn wait_slots<const W: usize>(
     own: u64,
     slot_bytes: u64,
     i: usize,
-    mine: usize,
-    mine_val: [u32; 4],
     p: &AllReduceParams,
 ) -> [[u32; 4]; W] {
     // SAFETY: forwarded from the caller throughout.
     unsafe {
-        let mut raw = load_slots::<W>(own, slot_bytes, i, mine, mine_val);
+        let mut raw = load_slots::<W>(own, slot_bytes, i);
         if missing(&raw).is_none() {
             return raw;
         }
@@ -209,7 +183,9 @@ unsafe fn wait_slots<const W: usize>(
             let mut r = 0;
             while r < W {
                 if !arrived(&raw[r]) {
-                    raw[r] = load_slot(own, slot_bytes, r, i);
+                    raw[r] = ptx::ld_relaxed_sys_v4_u32(
+                        ((own + r as u64 * slot_bytes) as *const [u32; 4]).add(i),
+                    );
                 }
                 r += 1;
             }
@@ -255,9 +231,8 @@ unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams
     let aligned = crate::math::all_vec_aligned(&[p.input as usize, p.output as usize]);
     let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
     let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
-    let me = p.rank as usize;
 
-    // Push: our slot on every other rank.
+    // Push: our slot on every rank, ourselves included.
     let mut dst = [0u64; W];
     let mut r = 0;
     while r < W {
@@ -272,27 +247,20 @@ unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams
             let v = encode::<T>(load_vec(p.input as *const T, i, elems, aligned));
             let mut r = 0;
             while r < W {
-                if r != me {
-                    ptx::st_relaxed_sys_v4_u32((dst[r] as *mut [u32; 4]).add(i), v);
-                }
+                ptx::st_relaxed_sys_v4_u32((dst[r] as *mut [u32; 4]).add(i), v);
                 r += 1;
             }
         }
         i += stride;
     }
 
-    // Poll our own buffer, reduce in rank order (our own input encoded and
-    // decoded like the peers', so every rank adds the same bits), zero
-    // what was read.
+    // Poll our own buffer, reduce in rank order, zero what was read.
     let own = pick(&p.pads, p.rank) + buffer_off;
     let mut i = tid;
     while i < vecs {
-        // SAFETY: slot r's vector i lies inside our pad's buffer; this
-        // thread read input vector i above and writes output vector i
-        // only now, so in-place calls read their input first.
+        // SAFETY: slot r's vector i lies inside our pad's buffer.
         unsafe {
-            let mine = encode::<T>(load_vec(p.input as *const T, i, elems, aligned));
-            let acc = take_and_reduce::<T, W, OP>(own, slot_bytes, i, me, mine, p);
+            let acc = take_and_reduce::<T, W, OP>(own, slot_bytes, i, p);
             store_vec(p.output as *mut T, i, elems, aligned, T::narrow(acc));
         }
         i += stride;
@@ -300,10 +268,6 @@ unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams
     // SAFETY: `own_pad` is this rank's pad; every thread gets here.
     unsafe { finish_call(own_pad, epoch) };
 }
-
-/// Stands in for this rank's own slot in the gather, where nothing is
-/// read from it: any encoded (non-zero) value counts as arrived.
-const OWN_SHARD_PLACEHOLDER: [u32; 4] = [!0; 4];
 
 /// # Safety
 /// `p.pads` must hold the mapped pads of W ranks (`rank < W`), the caller
@@ -325,61 +289,50 @@ unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
     let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
     let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
     let me = p.rank as usize;
-    // Vector `i` of the input, zeros past its end (the padding of the
-    // last shards).
-    //
-    // SAFETY (of the calls): vector i is read only when inside the input.
-    let input = |i: usize| unsafe {
-        if i < vecs {
-            load_vec(p.input as *const T, i, elems, aligned)
-        } else {
-            [0; 4]
-        }
-    };
 
-    // Scatter: shard r of our input into our slot of rank r's scatter area,
-    // for every other rank r.
+    // Scatter: shard r of our input into our slot of rank r's scatter area.
     let mut r = 0;
     while r < W {
-        if r != me {
-            let dst = pick(&p.pads, r as u32) + scatter_off + p.rank as u64 * slot_bytes;
-            let mut j = tid;
-            while j < shard {
-                let v = encode::<T>(input(r * shard + j));
-                // SAFETY: j < shard fits the slot (caller's promise).
-                unsafe { ptx::st_relaxed_sys_v4_u32((dst as *mut [u32; 4]).add(j), v) };
-                j += stride;
+        let dst = pick(&p.pads, r as u32) + scatter_off + p.rank as u64 * slot_bytes;
+        let mut j = tid;
+        while j < shard {
+            let i = r * shard + j;
+            // SAFETY: j < shard fits the slot (caller's promise); vector i
+            // is read only when it lies inside the input.
+            unsafe {
+                let v = if i < vecs {
+                    load_vec(p.input as *const T, i, elems, aligned)
+                } else {
+                    [0; 4]
+                };
+                ptx::st_relaxed_sys_v4_u32((dst as *mut [u32; 4]).add(j), encode::<T>(v));
             }
+            j += stride;
         }
         r += 1;
     }
 
-    // Reduce our shard (our own part straight from the input); write it
-    // out and store it into our slot of every other rank's gather area.
+    // Reduce our shard; write it out and store it into our slot of every
+    // rank's gather area (ours too, so the gather polls all W alike).
     let own_scatter = pick(&p.pads, p.rank) + scatter_off;
     let mut j = tid;
     while j < shard {
-        let i = me * shard + j;
-        // This thread alone reads and writes vector i, the read first, so
-        // in-place calls are safe.
-        let mine = encode::<T>(input(i));
         // SAFETY: slot r's vector j lies inside our scatter area; vector
         // i is written out only when it lies inside the output.
         unsafe {
-            let acc = take_and_reduce::<T, W, OP>(own_scatter, slot_bytes, j, me, mine, p);
+            let acc = take_and_reduce::<T, W, OP>(own_scatter, slot_bytes, j, p);
             // Our own shard gets what the peers will decode: the encoding
             // turns a -0.0 result (an average that underflows from below)
             // into +0.0, and every rank must hold the same bits.
             let e = encode::<T>(T::narrow(acc));
+            let i = me * shard + j;
             if i < vecs {
                 store_vec(p.output as *mut T, i, elems, aligned, decode::<T>(e));
             }
             let mut r = 0;
             while r < W {
-                if r != me {
-                    let dst = pick(&p.pads, r as u32) + gather_off + p.rank as u64 * slot_bytes;
-                    ptx::st_relaxed_sys_v4_u32((dst as *mut [u32; 4]).add(j), e);
-                }
+                let dst = pick(&p.pads, r as u32) + gather_off + p.rank as u64 * slot_bytes;
+                ptx::st_relaxed_sys_v4_u32((dst as *mut [u32; 4]).add(j), e);
                 r += 1;
             }
         }
@@ -392,8 +345,8 @@ unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
     while j < shard {
         // SAFETY: as above, for the gather area.
         unsafe {
-            let raw = wait_slots::<W>(own_gather, slot_bytes, j, me, OWN_SHARD_PLACEHOLDER, p);
-            zero_slots::<W>(own_gather, slot_bytes, j, me);
+            let raw = wait_slots::<W>(own_gather, slot_bytes, j, p);
+            zero_slots::<W>(own_gather, slot_bytes, j);
             // One statement per rank with a constant index: a loop over
             // `raw` around `store_vec` (which has loops of its own) stays
             // rolled and would move `raw` to local memory.
