@@ -30,7 +30,7 @@ use crate::topology::{self, MAX_DEVICES, NvlMesh, PciAddress, Topology};
 
 /// Version of [`RendezvousRequest`] and of the rendezvous sequence; ranks
 /// of different versions refuse each other.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Fewest ranks the fast path serves.
 pub const MIN_WORLD: usize = 2;
@@ -248,6 +248,8 @@ pub struct RendezvousRequest {
     pub buffer_bytes: usize,
     /// The symmetric-memory backend the sender will use.
     pub backend: Backend,
+    /// The sender's [`DEBUG_ENV`] level.
+    pub debug: DebugLevel,
 }
 
 impl RendezvousRequest {
@@ -280,6 +282,7 @@ impl RendezvousRequest {
             pid: std::process::id(),
             buffer_bytes: config.buffer_bytes,
             backend: config.backend,
+            debug: config.debug,
         })
     }
 
@@ -503,6 +506,20 @@ fn mesh_rows(mesh: &NvlMesh, world: usize) -> String {
     out
 }
 
+/// Why the ranks that sent `requests` cannot work together at all, if
+/// they disagree on [`DEBUG_ENV`]: a rank that checks every call would wait
+/// in the store for fingerprints its peers never publish (until the store
+/// timeout, minutes), on the fast path and on NCCL alike. So this is a
+/// failure on every rank, not a reason to fall back.
+pub fn debug_level_mismatch(requests: &[RendezvousRequest]) -> Option<String> {
+    let first = requests.first()?;
+    let other = requests.iter().find(|r| r.debug != first.debug)?;
+    Some(format!(
+        "{DEBUG_ENV} differs between ranks: rank {} (host {}) runs with {:?}, rank {} with {:?}; set it alike on every rank",
+        other.rank, other.hostname, other.debug, first.rank, first.debug
+    ))
+}
+
 /// Decides whether the ranks that sent `requests` (index = rank) can use
 /// the fast path over `mesh` (link counts between their GPUs, index =
 /// rank, already restricted to pairs with CUDA peer access). Checks, in
@@ -689,7 +706,22 @@ mod tests {
             pid: 1000 + rank as u32,
             buffer_bytes: DEFAULT_BUFFER_BYTES,
             backend: Backend::Vmm,
+            debug: DebugLevel::Off,
         }
+    }
+
+    #[test]
+    fn debug_levels_must_agree() {
+        let mut g = group(4);
+        assert_eq!(debug_level_mismatch(&g), None);
+        for r in &mut g {
+            r.debug = DebugLevel::Detail;
+        }
+        assert_eq!(debug_level_mismatch(&g), None);
+        g[2].debug = DebugLevel::Off;
+        let why = debug_level_mismatch(&g).unwrap();
+        assert!(why.contains("rank 2") && why.contains(DEBUG_ENV), "{why}");
+        assert_eq!(debug_level_mismatch(&[]), None);
     }
 
     /// `world` ranks on distinct GPUs (bus 0x10 + rank).

@@ -13,6 +13,10 @@
 //! - `--group overlap` (two ranks on one GPU, `--gpus 0,0`): refused with
 //!   the switch that allows it named, then accepted with it.
 //! - `--group world-size` (1 rank, or more than 8): refused.
+//! - `--group debug-mismatch`: rank 0 alone asks for the call checks
+//!   (`INTRANODE_DEBUG=detail`): every rank fails its rendezvous at once,
+//!   naming the switch, instead of rank 0 waiting out the store timeout;
+//!   then all ranks ask alike and the group works.
 
 use anyhow::{Result, bail};
 use cudarc::driver::CudaSlice;
@@ -21,6 +25,7 @@ use half::{bf16, f16};
 use intranode::ReduceOp;
 use intranode::algo::AllReduceAlgo;
 use intranode::comm::RendezvousError;
+use intranode::comm::debug::{DEBUG_ENV, DebugLevel};
 use intranode::rendezvous::{ALLOW_OVERLAPPING_ENV, CommConfig, Unsupported};
 
 use crate::data::{self, Op};
@@ -35,6 +40,8 @@ pub enum Group {
     Overlap,
     /// 1 rank, or more than 8 (launch with overlapping `--gpus`).
     WorldSize,
+    /// Ranks that disagree on `INTRANODE_DEBUG`.
+    DebugMismatch,
 }
 
 #[derive(clap::Args, Debug)]
@@ -49,6 +56,7 @@ pub fn run(args: &BadInputArgs) -> Result<()> {
         Group::Normal => normal(),
         Group::Overlap => overlap(),
         Group::WorldSize => world_size(),
+        Group::DebugMismatch => debug_mismatch(),
     }
 }
 
@@ -307,6 +315,54 @@ fn overlap() -> Result<()> {
         .map_err(|e| anyhow::anyhow!("bad-input rank {rank}: FAIL: with overlap allowed: {e}"))?;
     println!(
         "bad-input rank {rank}: PASS overlapping devices refused by default, accepted and correct with the switch"
+    );
+    Ok(())
+}
+
+fn debug_mismatch() -> Result<()> {
+    let Some(p) = Proc::setup("intranode-bench bad-input --group debug-mismatch")? else {
+        return Ok(());
+    };
+    let rank = p.rank();
+    let mut config = CommConfig::from_env()?;
+    config.debug = if rank == 0 {
+        DebugLevel::Detail
+    } else {
+        DebugLevel::Off
+    };
+    let start = std::time::Instant::now();
+    match intranode::IntraNodeComm::rendezvous(&p.ctx, p.store.clone(), rank, p.world(), &config) {
+        Err(RendezvousError::Failed(e)) if e.to_string().contains(DEBUG_ENV) => {
+            // Well under any store timeout: the requests already tell.
+            println!(
+                "bad-input rank {rank}: refused as expected after {:.1} s: {e}",
+                start.elapsed().as_secs_f64()
+            );
+        }
+        Err(e) => bail!("bad-input rank {rank}: FAIL: expected a {DEBUG_ENV} mismatch, got {e}"),
+        Ok(_) => {
+            bail!("bad-input rank {rank}: FAIL: ranks disagreeing on {DEBUG_ENV} were accepted")
+        }
+    }
+    config.debug = DebugLevel::Detail;
+    let comm = p.comm(&config)?;
+    let n = 4099;
+    let input = data::inputs::<bf16>(5, 0, rank, n);
+    let d_in = p.stream.clone_htod(&input)?;
+    let mut d_out = p.stream.alloc_zeros::<bf16>(n)?;
+    comm.all_reduce(
+        &d_in,
+        &mut d_out,
+        ReduceOp::Sum,
+        AllReduceAlgo::Lamport,
+        &p.stream,
+    )?;
+    let got = p.stream.clone_dtoh(&d_out)?;
+    p.stream.synchronize()?;
+    data::verify(&got, 5, 0, p.world(), Op::Sum)
+        .map_err(|e| anyhow::anyhow!("bad-input rank {rank}: FAIL: with {DEBUG_ENV} alike: {e}"))?;
+    println!(
+        "bad-input rank {rank}: PASS a {DEBUG_ENV} mismatch fails every rank at once; alike, the group reduces correctly"
     );
     Ok(())
 }

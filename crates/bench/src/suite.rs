@@ -116,6 +116,19 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
             pass_marker: "bad-input rank",
         },
         Case {
+            name: "INTRANODE_DEBUG on one rank only".into(),
+            nproc: n,
+            gpus: None,
+            args: vec![
+                "bad-input".into(),
+                "--group".into(),
+                "debug-mismatch".into(),
+            ],
+            env: Vec::new(),
+            victim: None,
+            pass_marker: "bad-input rank",
+        },
+        Case {
             name: "two ranks on one GPU".into(),
             nproc: 2,
             gpus: Some(vec![0, 0]),

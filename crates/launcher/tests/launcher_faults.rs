@@ -37,6 +37,7 @@ fn request(rank: usize, world: usize) -> RendezvousRequest {
         pid: std::process::id(),
         buffer_bytes: 1 << 20,
         backend: intranode::symm_mem::Backend::Vmm,
+        debug: intranode::comm::debug::DebugLevel::Off,
     }
 }
 

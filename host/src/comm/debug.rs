@@ -38,8 +38,10 @@ use crate::kernels::ElemType;
 /// off.
 pub const DEBUG_ENV: &str = "INTRANODE_DEBUG";
 
-/// How much the communicators check (from [`DEBUG_ENV`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How much the communicators check (from [`DEBUG_ENV`]). Part of the
+/// rendezvous request: the call checks exchange data through the store
+/// on every call, so all ranks must run them or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum DebugLevel {
     /// No extra checks.
     #[default]

@@ -220,6 +220,10 @@ impl IntraNodeComm {
         let requests = exchange_requests(s, &mut exchange, rank, world, &published);
         local?;
         let requests = requests?;
+        // Every rank sees the same requests, so every rank fails here alike.
+        if let Some(why) = crate::rendezvous::debug_level_mismatch(&requests) {
+            return Err(Error::InvalidArgument(format!("rank {rank}: {why}")).into());
+        }
 
         // Step 2: mesh and peer access. A disabled or oversized group
         // skips the queries but still takes part in the exchange.
