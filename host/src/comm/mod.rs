@@ -158,8 +158,6 @@ fn peer_access_row(ctx: &CudaContext, requests: &[RendezvousRequest], rank: usiz
         .collect()
 }
 
-/// The NVML mesh between the ranks' GPUs (zero when a PCI address does
-/// not parse: the topology is then unknown).
 /// SMs of the context's GPU: the Lamport launch shape spreads over them.
 fn multiprocessors(ctx: &CudaContext) -> Result<usize> {
     let sms = ctx
@@ -173,6 +171,8 @@ fn multiprocessors(ctx: &CudaContext) -> Result<usize> {
     Ok(usize::try_from(sms).unwrap_or(1).max(1))
 }
 
+/// The NVML mesh between the ranks' GPUs (zero when a PCI address does
+/// not parse: the topology is then unknown).
 fn nvml_mesh(requests: &[RendezvousRequest]) -> NvlMesh {
     let addresses: Option<Vec<PciAddress>> = requests
         .iter()
@@ -407,7 +407,8 @@ impl IntraNodeComm {
     /// `f` must take exactly one `P` by value; every address in `params`
     /// must stay valid until `stream` passes the launch (the peers' buffers
     /// and pads are, for the life of `self`); `blocks` at most
-    /// `layout::MAX_BLOCKS` (the signal-pad layout's bound).
+    /// `layout::MAX_BLOCKS` (the signal-pad layout's bound) for kernels
+    /// that keep flags per block (all but the Lamport ones).
     pub(crate) unsafe fn launch_collective<P>(
         &self,
         what: &'static str,
