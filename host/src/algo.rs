@@ -24,7 +24,7 @@ pub const TUNING_FILE_ENV: &str = "INTRANODE_TUNING_FILE";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum AllReduceAlgo {
     /// One-shot without barriers: every rank pushes its input to every
-    /// peer, flags travel with the data (NOTE [lamport] in
+    /// peer, flags travel with the data (NOTE \[lamport\] in
     /// `kernels-gpu/src/lamport.rs`). Messages larger than a Lamport slot
     /// run as [`OneShot`](Self::OneShot).
     Lamport,
@@ -90,7 +90,7 @@ pub struct Crossovers {
 impl Default for Crossovers {
     /// Measured with `intranode-bench bench --tune` on 2 and 4 H200
     /// (NVSwitch), kernels v7, 2026-11-21 (docs/PERF_NOTES.md): the
-    /// Lamport one-shot ([`default_lamport_max_bytes`]), then the Lamport
+    /// Lamport one-shot (`default_lamport_max_bytes`), then the Lamport
     /// two-shot up to 4 MiB, NCCL above. The one-shot and two-shot limits
     /// (v5 figures; v3 for the unmeasured world sizes) only matter where a
     /// tuning file lowers the Lamport ones: in the v6 and v7 runs the
