@@ -276,6 +276,21 @@ fn normal() -> Result<()> {
     Ok(())
 }
 
+/// The group `config` admits builds a communicator whose `algo` sums a
+/// bf16 pattern of `seed` correctly.
+fn reduces_correctly(p: &Proc, config: &CommConfig, algo: AllReduceAlgo, seed: u64) -> Result<()> {
+    let comm = p.comm(config)?;
+    let n = 4099;
+    let input = data::inputs::<bf16>(seed, 0, p.rank(), n);
+    let d_in = p.stream.clone_htod(&input)?;
+    let mut d_out = p.stream.alloc_zeros::<bf16>(n)?;
+    comm.all_reduce(&d_in, &mut d_out, ReduceOp::Sum, algo, &p.stream)?;
+    let got = p.stream.clone_dtoh(&d_out)?;
+    p.stream.synchronize()?;
+    data::verify(&got, seed, 0, p.world(), Op::Sum).map_err(anyhow::Error::msg)?;
+    Ok(())
+}
+
 fn overlap() -> Result<()> {
     let Some(p) = Proc::setup("intranode-bench bad-input --group overlap")? else {
         return Ok(());
@@ -297,21 +312,7 @@ fn overlap() -> Result<()> {
         ),
     }
     config.allow_overlapping_devices = true;
-    let comm = p.comm(&config)?;
-    let n = 4099;
-    let input = data::inputs::<bf16>(3, 0, rank, n);
-    let d_in = p.stream.clone_htod(&input)?;
-    let mut d_out = p.stream.alloc_zeros::<bf16>(n)?;
-    comm.all_reduce(
-        &d_in,
-        &mut d_out,
-        ReduceOp::Sum,
-        AllReduceAlgo::TwoShot,
-        &p.stream,
-    )?;
-    let got = p.stream.clone_dtoh(&d_out)?;
-    p.stream.synchronize()?;
-    data::verify(&got, 3, 0, p.world(), Op::Sum)
+    reduces_correctly(&p, &config, AllReduceAlgo::TwoShot, 3)
         .map_err(|e| anyhow::anyhow!("bad-input rank {rank}: FAIL: with overlap allowed: {e}"))?;
     println!(
         "bad-input rank {rank}: PASS overlapping devices refused by default, accepted and correct with the switch"
@@ -345,21 +346,7 @@ fn debug_mismatch() -> Result<()> {
         }
     }
     config.debug = DebugLevel::Detail;
-    let comm = p.comm(&config)?;
-    let n = 4099;
-    let input = data::inputs::<bf16>(5, 0, rank, n);
-    let d_in = p.stream.clone_htod(&input)?;
-    let mut d_out = p.stream.alloc_zeros::<bf16>(n)?;
-    comm.all_reduce(
-        &d_in,
-        &mut d_out,
-        ReduceOp::Sum,
-        AllReduceAlgo::Lamport,
-        &p.stream,
-    )?;
-    let got = p.stream.clone_dtoh(&d_out)?;
-    p.stream.synchronize()?;
-    data::verify(&got, 5, 0, p.world(), Op::Sum)
+    reduces_correctly(&p, &config, AllReduceAlgo::Lamport, 5)
         .map_err(|e| anyhow::anyhow!("bad-input rank {rank}: FAIL: with {DEBUG_ENV} alike: {e}"))?;
     println!(
         "bad-input rank {rank}: PASS a {DEBUG_ENV} mismatch fails every rank at once; alike, the group reduces correctly"
