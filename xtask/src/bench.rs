@@ -48,21 +48,7 @@ pub fn run(root: &Path, out: Option<&Path>, bench_args: &[String]) -> Result<()>
         None => root.join("target").join("bench-out"),
     };
     let out_str = out.to_str().context("output path is not UTF-8")?;
-    let cargo = ptx_builder::cargo_binary();
-    let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
-    crate::run(
-        root,
-        cargo,
-        &[
-            "build",
-            "--release",
-            "--locked",
-            "-p",
-            "intranode-launcher",
-            "-p",
-            "intranode-bench",
-        ],
-    )?;
+    crate::build_launcher_and_bench(root)?;
     let mut jsons = Vec::new();
     for world in worlds {
         let n = world.to_string();

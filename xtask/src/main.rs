@@ -202,21 +202,7 @@ fn demo() -> Result<()> {
         );
         return Ok(());
     }
-    let cargo = ptx_builder::cargo_binary();
-    let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
-    run(
-        &root,
-        cargo,
-        &[
-            "build",
-            "--release",
-            "--locked",
-            "-p",
-            "intranode-launcher",
-            "-p",
-            "intranode-bench",
-        ],
-    )?;
+    build_launcher_and_bench(&root)?;
     let n = gpus.to_string();
     run(
         &root,
@@ -229,6 +215,26 @@ fn demo() -> Result<()> {
             "--",
             "target/release/intranode-bench",
             "demo",
+        ],
+    )
+}
+
+/// Release builds of `intranode-run` and `intranode-bench`, the binaries
+/// `demo` and `bench` start.
+fn build_launcher_and_bench(root: &Path) -> Result<()> {
+    let cargo = ptx_builder::cargo_binary();
+    let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
+    run(
+        root,
+        cargo,
+        &[
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "intranode-launcher",
+            "-p",
+            "intranode-bench",
         ],
     )
 }

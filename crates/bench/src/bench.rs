@@ -199,18 +199,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     };
     let world = r.world();
     let seed = 0xBE7C_u64;
-    let mut algos: Vec<Option<AllReduceAlgo>> = Vec::new();
-    if let Some(intra) = r.comm.intra() {
-        algos.extend([
-            Some(AllReduceAlgo::Lamport),
-            Some(AllReduceAlgo::LamportTwoShot),
-            Some(AllReduceAlgo::OneShot),
-            Some(AllReduceAlgo::TwoShot),
-        ]);
-        if intra.hcm_plan().is_ok() {
-            algos.push(Some(AllReduceAlgo::Hcm));
-        }
-    }
+    let mut algos: Vec<Option<AllReduceAlgo>> = r.intra_algos().into_iter().map(Some).collect();
     let have_nccl = r.comm.nccl().is_ok();
     if have_nccl {
         algos.push(Some(AllReduceAlgo::Nccl));

@@ -36,16 +36,7 @@ struct Case {
 }
 
 fn algos(r: &Rank) -> Vec<Option<AllReduceAlgo>> {
-    let mut v = Vec::new();
-    if let Some(intra) = r.comm.intra() {
-        v.push(Some(AllReduceAlgo::Lamport));
-        v.push(Some(AllReduceAlgo::LamportTwoShot));
-        v.push(Some(AllReduceAlgo::OneShot));
-        v.push(Some(AllReduceAlgo::TwoShot));
-        if intra.hcm_plan().is_ok() {
-            v.push(Some(AllReduceAlgo::Hcm));
-        }
-    }
+    let mut v: Vec<_> = r.intra_algos().into_iter().map(Some).collect();
     if r.comm.nccl().is_ok() {
         v.push(Some(AllReduceAlgo::Nccl));
     }

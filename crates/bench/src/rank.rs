@@ -19,6 +19,20 @@ pub struct Rank {
 }
 
 impl Rank {
+    /// Our algorithms this group can run (none without the intra-node
+    /// path; HCM only where its plan holds), in the order the sweeps use.
+    pub fn intra_algos(&self) -> Vec<intranode::algo::AllReduceAlgo> {
+        use intranode::algo::AllReduceAlgo::*;
+        let Some(intra) = self.comm.intra() else {
+            return Vec::new();
+        };
+        let mut v = vec![Lamport, LamportTwoShot, OneShot, TwoShot];
+        if intra.hcm_plan().is_ok() {
+            v.push(Hcm);
+        }
+        v
+    }
+
     /// `None` (after a visible message) when this machine has too few GPUs
     /// and `INTRANODE_REQUIRE_GPUS` does not demand them.
     pub fn setup(what: &str) -> Result<Option<Rank>> {

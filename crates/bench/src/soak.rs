@@ -371,17 +371,7 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     }
     let (rank, world) = (r.rank(), r.world());
     let mut algos = vec![None];
-    if let Some(intra) = r.comm.intra() {
-        algos.extend([
-            Some(AllReduceAlgo::Lamport),
-            Some(AllReduceAlgo::LamportTwoShot),
-            Some(AllReduceAlgo::OneShot),
-            Some(AllReduceAlgo::TwoShot),
-        ]);
-        if intra.hcm_plan().is_ok() {
-            algos.push(Some(AllReduceAlgo::Hcm));
-        }
-    }
+    algos.extend(r.intra_algos().into_iter().map(Some));
     let module = KernelModule::load(&r.ctx)?;
     let counters = r.stream.alloc_zeros::<u32>(args.batch)?;
     let mut s = Soak {

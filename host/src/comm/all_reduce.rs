@@ -189,11 +189,10 @@ pub struct LamportLaunch {
 
 impl LamportLaunch {
     /// The rule for a GPU of `sms` SMs, changed by [`LAMPORT_LAUNCH_ENV`]
-    /// where it is set.
-    pub fn from_env(sms: usize) -> Result<Self> {
+    /// where it is set; an error says what is wrong with the setting.
+    pub fn from_env(sms: usize) -> std::result::Result<Self, String> {
         let text = std::env::var(LAMPORT_LAUNCH_ENV).unwrap_or_default();
-        Self::parse(sms, &text)
-            .map_err(|why| Error::InvalidArgument(format!("{LAMPORT_LAUNCH_ENV}={text:?}: {why}")))
+        Self::parse(sms, &text).map_err(|why| format!("{LAMPORT_LAUNCH_ENV}={text:?}: {why}"))
     }
 
     fn parse(sms: usize, text: &str) -> std::result::Result<Self, String> {

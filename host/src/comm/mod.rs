@@ -255,7 +255,11 @@ impl IntraNodeComm {
         > = match validate(&requests, &mesh, config) {
             Err(u) => Err(u.into()),
             Ok(group) => multiprocessors(ctx)
-                .and_then(LamportLaunch::from_env)
+                .and_then(|sms| {
+                    LamportLaunch::from_env(sms).map_err(|why| {
+                        Error::InvalidArgument(format!("rank {rank}, device {device}: {why}"))
+                    })
+                })
                 .and_then(|l| KernelModule::load(ctx).map(|k| (k, l)))
                 .and_then(|(k, l)| HostErrorWord::new(ctx).map(|h| (group, k, h, l)))
                 .map_err(RendezvousError::from),
