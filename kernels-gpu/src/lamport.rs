@@ -130,22 +130,68 @@ unsafe fn zero_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) {
     }
 }
 
-/// Waits for vector `i` of every slot of `own`, zeroes it and reduces the
-/// decoded values in rank order.
+/// Loads of its input a thread keeps in flight ahead of the vector it
+/// stores, in the one-shot's push. The loads and stores are `asm!` that
+/// the compiler keeps in order, and a store waits for its load: without
+/// loads ahead, each vector of a thread pays a full HBM latency before
+/// the next load even issues (v9 in docs/PERF_NOTES.md).
+const PUSH_AHEAD: usize = 3;
+
+/// Calls `f(k, raw)` for this thread's vectors `k = first, first + stride,
+/// ...` below `n`, with `raw` vector `k` of every slot of `own` once all
+/// arrived (or the wait failed, see [`wait_slots`]) and already zeroed for
+/// the next call that uses this buffer (NOTE [lamport]). Loads the slots of
+/// next vector before waiting on this one, so a thread with several
+/// vectors (messages above one vector per thread, NOTE [lamport launch
+/// shape] in the host crate) has one round trip to L2 in flight while it
+/// waits, not none (v9 in docs/PERF_NOTES.md).
 ///
 /// # Safety
-/// As for [`wait_slots`].
+/// `own` must be a Lamport buffer of W slots of `slot_bytes` that holds
+/// `n` vectors; `p.error` is a mapped error word or 0.
 #[inline(always)]
-unsafe fn take_and_reduce<T: Element, const W: usize, const OP: u32>(
+unsafe fn take_each<const W: usize>(
     own: u64,
     slot_bytes: u64,
-    i: usize,
+    first: usize,
+    stride: usize,
+    n: usize,
     p: &AllReduceParams,
-) -> Lanes {
-    // SAFETY: forwarded from the caller.
-    let mut raw = unsafe { wait_slots::<W>(own, slot_bytes, i, p) };
-    // SAFETY: forwarded from the caller.
-    unsafe { zero_slots::<W>(own, slot_bytes, i) };
+    mut f: impl FnMut(usize, [[u32; 4]; W]),
+) {
+    // One call site of `f` and no array of vectors: a loop over an array
+    // would stay rolled around the wait and move the array to local memory,
+    // and a second call site gets `f` outlined on 8 ranks.
+    let load = |k: usize| {
+        if k < n {
+            // SAFETY: k < n lies inside every slot (caller's promise).
+            unsafe { load_slots::<W>(own, slot_bytes, k) }
+        } else {
+            [[0; 4]; W]
+        }
+    };
+    // Up to 4 ranks; on more, the second vector's W x 4 registers would
+    // push the two-shot past 128, the most a 512-thread block may use.
+    let ahead = W <= 4;
+    let mut k = first;
+    let mut raw = load(k);
+    while k < n {
+        let next = if ahead { load(k + stride) } else { [[0; 4]; W] };
+        // SAFETY: as above.
+        let arrived = unsafe {
+            let arrived = wait_slots::<W>(raw, own, slot_bytes, k, p);
+            zero_slots::<W>(own, slot_bytes, k);
+            arrived
+        };
+        f(k, arrived);
+        k += stride;
+        raw = if ahead { next } else { load(k) };
+    }
+}
+
+/// Decodes every slot's vector and reduces them in rank order.
+#[inline(always)]
+fn reduce_slots<T: Element, const W: usize, const OP: u32>(mut raw: [[u32; 4]; W]) -> Lanes {
     let mut r = 0;
     while r < W {
         raw[r] = decode::<T>(raw[r]);
@@ -154,7 +200,28 @@ unsafe fn take_and_reduce<T: Element, const W: usize, const OP: u32>(
     finish_op::<OP>(combine_in_order::<T, W, OP>(&raw), W)
 }
 
-/// Vector `i` of every slot, once all arrived or `timeout_ns` passed (then
+/// Where this rank stores its slot of a Lamport area on every rank: the
+/// area at `area_off` in each pad, peers in the order `me + 1, me + 2, ...,
+/// me`, so that at any moment the ranks' stores spread over all
+/// destinations instead of all going to rank 0 first (v9).
+#[inline(always)]
+fn slot_on_every_rank<const W: usize>(
+    p: &AllReduceParams,
+    area_off: u64,
+    slot_bytes: u64,
+) -> [u64; W] {
+    let mut dst = [0u64; W];
+    let mut k = 0;
+    while k < W {
+        let r = (p.rank as usize + 1 + k) % W;
+        dst[k] = pick(&p.pads, r as u32) + area_off + p.rank as u64 * slot_bytes;
+        k += 1;
+    }
+    dst
+}
+
+/// Vector `i` of every slot, from `raw` (loaded by [`load_slots`]) once
+/// all arrived or `timeout_ns` passed (then
 /// reported and used as it is: the host fails the next call, see
 /// `comm/health.rs`). Re-polls only the slots still missing, so polls
 /// take less of the L2 that the peers' stores also go through (v8 in
@@ -166,6 +233,7 @@ unsafe fn take_and_reduce<T: Element, const W: usize, const OP: u32>(
 /// As for [`load_slots`]; `p.error` is a mapped error word or 0.
 #[inline(always)]
 unsafe fn wait_slots<const W: usize>(
+    mut raw: [[u32; 4]; W],
     own: u64,
     slot_bytes: u64,
     i: usize,
@@ -173,7 +241,6 @@ unsafe fn wait_slots<const W: usize>(
 ) -> [[u32; 4]; W] {
     // SAFETY: forwarded from the caller throughout.
     unsafe {
-        let mut raw = load_slots::<W>(own, slot_bytes, i);
         if missing(&raw).is_none() {
             return raw;
         }
@@ -233,37 +300,42 @@ unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams
     let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
 
     // Push: our slot on every rank, ourselves included.
-    let mut dst = [0u64; W];
-    let mut r = 0;
-    while r < W {
-        dst[r] = pick(&p.pads, r as u32) + buffer_off + p.rank as u64 * slot_bytes;
-        r += 1;
-    }
-    let mut i = tid;
-    while i < vecs {
-        // SAFETY: i < vecs inside the caller's input; the slot holds the
-        // whole message (caller's promise).
-        unsafe {
-            let v = encode::<T>(load_vec(p.input as *const T, i, elems, aligned));
-            let mut r = 0;
-            while r < W {
-                ptx::st_relaxed_sys_v4_u32((dst[r] as *mut [u32; 4]).add(i), v);
-                r += 1;
-            }
+    let dst = slot_on_every_rank::<W>(p, buffer_off, slot_bytes);
+    let load = |i: usize| {
+        if i < vecs {
+            // SAFETY: i < vecs lies inside the caller's input.
+            unsafe { load_vec(p.input as *const T, i, elems, aligned) }
+        } else {
+            [0; 4]
         }
+    };
+    // PUSH_AHEAD loads in flight at every store, as a window of variables
+    // with one call site of the stores (as in `take_each`).
+    const { assert!(PUSH_AHEAD == 3) };
+    let mut i = tid;
+    let (mut v0, mut v1, mut v2) = (load(i), load(i + stride), load(i + 2 * stride));
+    while i < vecs {
+        let v3 = load(i + 3 * stride);
+        let e = encode::<T>(v0);
+        let mut k = 0;
+        while k < W {
+            // SAFETY: the slot holds the whole message (caller's promise).
+            unsafe { ptx::st_relaxed_sys_v4_u32((dst[k] as *mut [u32; 4]).add(i), e) };
+            k += 1;
+        }
+        (v0, v1, v2) = (v1, v2, v3);
         i += stride;
     }
 
     // Poll our own buffer, reduce in rank order, zero what was read.
     let own = pick(&p.pads, p.rank) + buffer_off;
-    let mut i = tid;
-    while i < vecs {
-        // SAFETY: slot r's vector i lies inside our pad's buffer.
-        unsafe {
-            let acc = take_and_reduce::<T, W, OP>(own, slot_bytes, i, p);
-            store_vec(p.output as *mut T, i, elems, aligned, T::narrow(acc));
-        }
-        i += stride;
+    // SAFETY: our buffer's slots hold `vecs` vectors (caller's promise).
+    unsafe {
+        take_each::<W>(own, slot_bytes, tid, stride, vecs, p, |i, raw| {
+            let acc = reduce_slots::<T, W, OP>(raw);
+            // SAFETY: i < vecs lies inside the caller's output.
+            unsafe { store_vec(p.output as *mut T, i, elems, aligned, T::narrow(acc)) };
+        });
     }
     // SAFETY: `own_pad` is this rank's pad; every thread gets here.
     unsafe { finish_call(own_pad, epoch) };
@@ -290,63 +362,86 @@ unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
     let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
     let me = p.rank as usize;
 
-    // Scatter: shard r of our input into our slot of rank r's scatter area.
-    let mut r = 0;
-    while r < W {
-        let dst = pick(&p.pads, r as u32) + scatter_off + p.rank as u64 * slot_bytes;
-        let mut j = tid;
-        while j < shard {
-            let i = r * shard + j;
-            // SAFETY: j < shard fits the slot (caller's promise); vector i
-            // is read only when it lies inside the input.
-            unsafe {
-                let v = if i < vecs {
-                    load_vec(p.input as *const T, i, elems, aligned)
-                } else {
-                    [0; 4]
-                };
-                ptx::st_relaxed_sys_v4_u32((dst as *mut [u32; 4]).add(j), encode::<T>(v));
-            }
-            j += stride;
+    // Scatter: shard r of our input into our slot of rank r's scatter
+    // area. A thread loads its vector of every shard before it stores any
+    // (v9: one HBM latency per vector position, not W).
+    let dst = slot_on_every_rank::<W>(p, scatter_off, slot_bytes);
+    let mut j = tid;
+    while j < shard {
+        let mut v = [[0u32; 4]; W];
+        // One statement per rank with a constant index (see the gather
+        // below): a loop around `load_vec` stays rolled and moves `v` to
+        // local memory.
+        macro_rules! load {
+            ($($k:literal)+) => {$(
+                if let Some(v) = v.get_mut($k) {
+                    let i = (me + 1 + $k) % W * shard + j;
+                    if i < vecs {
+                        // SAFETY: vector i lies inside the input.
+                        *v = unsafe { load_vec(p.input as *const T, i, elems, aligned) };
+                    }
+                }
+            )+};
         }
-        r += 1;
+        macro_rules! store {
+            ($($k:literal)+) => {$(
+                if let (Some(v), Some(dst)) = (v.get($k), dst.get($k)) {
+                    // SAFETY: j < shard fits the slot (caller's promise).
+                    unsafe {
+                        ptx::st_relaxed_sys_v4_u32((*dst as *mut [u32; 4]).add(j), encode::<T>(*v))
+                    };
+                }
+            )+};
+        }
+        // All loads in flight on up to 4 ranks; on more, two at a time:
+        // four or eight take the kernel past 128 registers.
+        if W <= 4 {
+            load!(0 1 2 3);
+            store!(0 1 2 3);
+        } else {
+            load!(0 1);
+            store!(0 1);
+            load!(2 3);
+            store!(2 3);
+            load!(4 5);
+            store!(4 5);
+            load!(6 7);
+            store!(6 7);
+        }
+        j += stride;
     }
 
     // Reduce our shard; write it out and store it into our slot of every
     // rank's gather area (ours too, so the gather polls all W alike).
     let own_scatter = pick(&p.pads, p.rank) + scatter_off;
-    let mut j = tid;
-    while j < shard {
-        // SAFETY: slot r's vector j lies inside our scatter area; vector
-        // i is written out only when it lies inside the output.
-        unsafe {
-            let acc = take_and_reduce::<T, W, OP>(own_scatter, slot_bytes, j, p);
+    let gather_dst = slot_on_every_rank::<W>(p, gather_off, slot_bytes);
+    // SAFETY: our scatter area's slots hold `shard` vectors (caller's
+    // promise).
+    unsafe {
+        take_each::<W>(own_scatter, slot_bytes, tid, stride, shard, p, |j, raw| {
             // Our own shard gets what the peers will decode: the encoding
             // turns a -0.0 result (an average that underflows from below)
             // into +0.0, and every rank must hold the same bits.
-            let e = encode::<T>(T::narrow(acc));
+            let e = encode::<T>(T::narrow(reduce_slots::<T, W, OP>(raw)));
             let i = me * shard + j;
             if i < vecs {
-                store_vec(p.output as *mut T, i, elems, aligned, decode::<T>(e));
+                // SAFETY: vector i lies inside the output.
+                unsafe { store_vec(p.output as *mut T, i, elems, aligned, decode::<T>(e)) };
             }
-            let mut r = 0;
-            while r < W {
-                let dst = pick(&p.pads, r as u32) + gather_off + p.rank as u64 * slot_bytes;
-                ptx::st_relaxed_sys_v4_u32((dst as *mut [u32; 4]).add(j), e);
-                r += 1;
+            let mut k = 0;
+            while k < W {
+                // SAFETY: j < shard fits the slot (caller's promise).
+                unsafe { ptx::st_relaxed_sys_v4_u32((gather_dst[k] as *mut [u32; 4]).add(j), e) };
+                k += 1;
             }
-        }
-        j += stride;
+        });
     }
 
     // Gather the other shards from our gather area.
     let own_gather = pick(&p.pads, p.rank) + gather_off;
-    let mut j = tid;
-    while j < shard {
-        // SAFETY: as above, for the gather area.
-        unsafe {
-            let raw = wait_slots::<W>(own_gather, slot_bytes, j, p);
-            zero_slots::<W>(own_gather, slot_bytes, j);
+    // SAFETY: as above, for the gather area.
+    unsafe {
+        take_each::<W>(own_gather, slot_bytes, tid, stride, shard, p, |j, raw| {
             // One statement per rank with a constant index: a loop over
             // `raw` around `store_vec` (which has loops of its own) stays
             // rolled and would move `raw` to local memory.
@@ -355,14 +450,16 @@ unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
                     if let Some(v) = raw.get($r) {
                         let i = $r * shard + j;
                         if $r != me && i < vecs {
-                            store_vec(p.output as *mut T, i, elems, aligned, decode::<T>(*v));
+                            // SAFETY: vector i lies inside the output.
+                            unsafe {
+                                store_vec(p.output as *mut T, i, elems, aligned, decode::<T>(*v))
+                            };
                         }
                     }
                 )+};
             }
             out!(0 1 2 3 4 5 6 7);
-        }
-        j += stride;
+        });
     }
     // SAFETY: `own_pad` is this rank's pad; every thread gets here.
     unsafe { finish_call(own_pad, epoch) };

@@ -51,11 +51,13 @@ pub const SIGNAL_PAD_MIN_BYTES: usize = (PAIR_COUNTER + MAX_RANKS) * 4;
 pub const LAMPORT_OFFSET_BYTES: usize = 64 << 10;
 /// Lamport buffers per pad: calls alternate between them.
 pub const LAMPORT_BUFFERS: usize = 2;
-/// Bytes of all Lamport buffers of a pad: 16 MiB, so that one buffer (8
-/// MiB) holds a 4 MiB message in the two-shot form (scatter and gather
-/// areas), the largest size where our two-shot still beats NCCL, and a
-/// 2 MiB one-shot slot on 4 ranks.
-pub const LAMPORT_BYTES: usize = 16 << 20;
+/// Bytes of all Lamport buffers of a pad: 64 MiB, so that one buffer (32
+/// MiB) holds a 16 MiB message in the two-shot form (scatter and gather
+/// areas) and a 16 MiB one-shot slot on 2 ranks (8 MiB on 4). 16 MiB is
+/// the size where NCCL starts to catch up with our kernels on 2 and 4
+/// H200 (v9 in docs/PERF_NOTES.md); the memory is per rank and
+/// communicator.
+pub const LAMPORT_BYTES: usize = 64 << 20;
 /// Bytes of one Lamport buffer; call `e` uses the one at
 /// `LAMPORT_OFFSET_BYTES + (e & 1) * LAMPORT_BUFFER_BYTES`, whatever the
 /// form (one-shot or two-shot), so the buffers of consecutive calls never
@@ -220,12 +222,14 @@ mod tests {
             let slot = lamport_slot_bytes(world);
             assert!(slot.is_multiple_of(16) && slot * world * LAMPORT_BUFFERS <= LAMPORT_BYTES);
         }
-        assert_eq!(lamport_slot_bytes(4), 2 << 20);
+        assert_eq!(lamport_slot_bytes(2), 16 << 20);
+        assert_eq!(lamport_slot_bytes(4), 8 << 20);
         for world in 1..=MAX_RANKS {
             let slot = lamport2_slot_bytes(world);
             assert!(slot.is_multiple_of(16) && 2 * slot * world * LAMPORT_BUFFERS <= LAMPORT_BYTES);
         }
-        assert_eq!(lamport2_max_bytes(4), 4 << 20);
+        assert_eq!(lamport2_max_bytes(4), 16 << 20);
+        assert_eq!(lamport2_max_bytes(2), 16 << 20);
         assert_eq!(lamport_slot_bytes(0), 0);
         assert_eq!(SIGNAL_PAD_MIN_BYTES, (CALL_COUNTER + 32 + 8) * 4);
     }

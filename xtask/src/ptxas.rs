@@ -60,6 +60,12 @@ fn ptxas(root: &Path) -> Result<PathBuf> {
     Ok(bin)
 }
 
+/// Registers a thread may use when a block has 512 threads, the most the
+/// host launches (`THREADS` in `host/src/comm/all_reduce.rs`): an SM has
+/// 64 Ki registers. A kernel over it fails to launch with
+/// `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`.
+const MAX_REGISTERS: u32 = 65536 / 512;
+
 /// One kernel's resources as `ptxas -v` reports them.
 #[derive(Debug, Default, PartialEq)]
 pub struct KernelReport {
@@ -135,6 +141,7 @@ pub fn check(root: &Path, ptx: &Path, arch: &str) -> Result<()> {
         bail!("ptxas reported no kernels for {}:\n{report}", ptx.display());
     }
     let mut bad = Vec::new();
+    let mut too_many = Vec::new();
     println!(
         "{:<40} {:>5} {:>6} {:>7}",
         format!("kernel ({arch})"),
@@ -153,9 +160,19 @@ pub fn check(root: &Path, ptx: &Path, arch: &str) -> Result<()> {
         if k.stack_bytes > 0 || k.spill_store_bytes > 0 || k.spill_load_bytes > 0 {
             bad.push(k.name.clone());
         }
+        if k.registers > MAX_REGISTERS {
+            too_many.push(k.name.clone());
+        }
     }
     if !bad.is_empty() {
         bail!("kernels with a stack frame or spills: {}", bad.join(", "));
+    }
+    if !too_many.is_empty() {
+        bail!(
+            "kernels over {MAX_REGISTERS} registers, which a 512-thread launch cannot \
+             hold: {}",
+            too_many.join(", ")
+        );
     }
     Ok(())
 }

@@ -73,7 +73,7 @@ fn run_case<T: DType + NcclType>(r: &mut Rank, seed: u64, case: &Case, auto: boo
 
 /// Lengths of the sweep: tiny, odd, around a vector, and at and past one
 /// symmetric buffer of `buffer_elems`.
-fn sweep_lengths(buffer_elems: usize) -> [usize; 8] {
+fn sweep_lengths(buffer_elems: usize, lamport_elems: usize) -> [usize; 9] {
     [
         1,
         7,
@@ -83,12 +83,13 @@ fn sweep_lengths(buffer_elems: usize) -> [usize; 8] {
         (1 << 20) + 3,
         buffer_elems,
         buffer_elems + 5,
+        lamport_elems,
     ]
 }
 
 /// Cases of one element type's sweep.
 fn sweep_cases(r: &Rank) -> usize {
-    algos(r).len() * Op::ALL.len() * sweep_lengths(0).len()
+    algos(r).len() * Op::ALL.len() * sweep_lengths(0, 0).len()
 }
 
 fn sweep<T: DType + NcclType>(
@@ -101,7 +102,11 @@ fn sweep<T: DType + NcclType>(
         .comm
         .intra()
         .map_or(5 << 20, |c| c.symm().buffer_bytes() / T::ELEM.bytes());
-    let lengths = sweep_lengths(buffer_elems);
+    // The largest message of the Lamport two-shot: the fullest its
+    // buffers get, several vectors per thread.
+    let lamport_elems =
+        intranode::algo::lamport_two_shot_max_message_bytes(r.world()) / T::ELEM.bytes();
+    let lengths = sweep_lengths(buffer_elems, lamport_elems);
     let mut cases = 0;
     for algo in algos(r) {
         for op in Op::ALL {

@@ -217,14 +217,16 @@ impl LamportLaunch {
                 max_blocks: number(blocks)?,
                 threads: number(threads)?,
             };
-            // 1024 threads is CUDA's limit per block; a warp multiple keeps
-            // every warp whole; the block bound only guards against typos.
+            // The kernels are built for blocks of THREADS at most (`cargo
+            // xtask check-ptx` keeps them within its 128 registers a
+            // thread); a warp multiple keeps every warp whole; the block
+            // bound only guards against typos.
             if !(1..=MAX_LAMPORT_BLOCKS).contains(&shape.max_blocks)
-                || !(32..=1024).contains(&shape.threads)
+                || !(32..=THREADS).contains(&shape.threads)
                 || !shape.threads.is_multiple_of(32)
             {
                 return Err(format!(
-                    "{part:?}: blocks must be 1 to {MAX_LAMPORT_BLOCKS}, threads a multiple of 32 up to 1024"
+                    "{part:?}: blocks must be 1 to {MAX_LAMPORT_BLOCKS}, threads a multiple of 32 up to {THREADS}"
                 ));
             }
             match AllReduceAlgo::from_name(name) {
@@ -676,6 +678,7 @@ mod tests {
             "lamport=2000x256",
             "lamport=12x48",
             "lamport=12x2048",
+            "lamport=12x1024",
             "lamport=ax64",
             "one-shot=12x64",
         ] {

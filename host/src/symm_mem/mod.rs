@@ -843,9 +843,9 @@ mod tests {
         assert_eq!(l.buffer_bytes, 10 << 20);
         assert_eq!(l.signal_pad_offset, 10 << 20);
         assert_eq!(l.signal_pad_bytes, SIGNAL_PAD_BYTES);
-        // 10 MiB + 64 KiB of flags + 16 MiB of Lamport buffers rounds up
-        // to 28 MiB.
-        assert_eq!(l.alloc_bytes, 28 << 20);
+        // 10 MiB + 64 KiB of flags + 64 MiB of Lamport buffers rounds up
+        // to 76 MiB.
+        assert_eq!(l.alloc_bytes, 76 << 20);
     }
 
     #[test]
