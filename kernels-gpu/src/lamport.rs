@@ -2,8 +2,10 @@
 //! flags travel with the data (the Lamport scheme of TensorRT-LLM's
 //! one-shot kernel).
 //!
-//! NOTE [lamport]: each signal pad holds `LAMPORT_BUFFERS` (2) buffers of
-//! W slots (`layout::lamport_slot_bytes`). In call `e`, rank `s` stores its
+//! NOTE [lamport]: each signal pad holds `LAMPORT_BUFFERS` (2) buffers. A
+//! call lays W slots out back to back from the start of its buffer, each
+//! the message rounded up to a cache line (`layout::lamport_stride_bytes`,
+//! at most `layout::lamport_slot_bytes`). In call `e`, rank `s` stores its
 //! input into slot `s` of buffer `e & 1` on every rank, and each rank polls
 //! its own buffer until every word of every slot is non-zero, reduces in
 //! rank order, and zeroes what it read. A word of zero means "not arrived":
@@ -20,7 +22,9 @@
 //! stream starts `r`'s next kernel, whose data or flags `s` waits for,
 //! only once the previous kernel's writes are performed. Writes of call
 //! `e + 1` go to the other buffer, left all zero by the last call that
-//! used it (each call zeroes everything written into its buffer).
+//! used it (each call zeroes everything written into its buffer). So
+//! calls of different sizes, whose slots lie differently, share the
+//! buffers freely: each finds its buffer all zero.
 //!
 //! NOTE [lamport two-shot]: the same scheme in two hops, for larger
 //! messages. The message is cut into W shards of `L = ceil(vectors / W)`
@@ -41,7 +45,7 @@ use crate::elem::{Bf16, F16};
 use crate::elem::{Element, Lanes, load_vec, store_vec};
 use crate::layout::{
     AllReduceParams, ERR_NONE, LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN,
-    OP_SUM, SLOT_LAMPORT, lamport_slot_bytes, lamport2_slot_bytes,
+    OP_SUM, SLOT_LAMPORT, lamport_stride_bytes,
 };
 use crate::math::{lamport_decode_word, lamport_encode_word};
 use crate::ptx;
@@ -200,10 +204,18 @@ fn reduce_slots<T: Element, const W: usize, const OP: u32>(mut raw: [[u32; 4]; W
     finish_op::<OP>(combine_in_order::<T, W, OP>(&raw), W)
 }
 
+/// The rank a rank `me` stores to `k`-th: `me + 1, me + 2, ..., me`, so
+/// that at any moment the ranks' stores spread over all destinations
+/// instead of all going to rank 0 first (v9). On more than 4 ranks in rank
+/// order: with a constant rank the pad's address is a kernel parameter,
+/// not one of W registers, which keeps the 8-rank two-shot within 128.
+#[inline(always)]
+const fn kth_destination<const W: usize>(me: usize, k: usize) -> usize {
+    if W <= 4 { (me + 1 + k) % W } else { k }
+}
+
 /// Where this rank stores its slot of a Lamport area on every rank: the
-/// area at `area_off` in each pad, peers in the order `me + 1, me + 2, ...,
-/// me`, so that at any moment the ranks' stores spread over all
-/// destinations instead of all going to rank 0 first (v9).
+/// area at `area_off` in each pad, in the order of [`kth_destination`].
 #[inline(always)]
 fn slot_on_every_rank<const W: usize>(
     p: &AllReduceParams,
@@ -213,7 +225,7 @@ fn slot_on_every_rank<const W: usize>(
     let mut dst = [0u64; W];
     let mut k = 0;
     while k < W {
-        let r = (p.rank as usize + 1 + k) % W;
+        let r = kth_destination::<W>(p.rank as usize, k);
         dst[k] = pick(&p.pads, r as u32) + area_off + p.rank as u64 * slot_bytes;
         k += 1;
     }
@@ -285,16 +297,16 @@ unsafe fn wait_slots<const W: usize>(
 /// # Safety
 /// `p.pads` must hold the mapped pads of W ranks (`rank < W`), the caller
 /// buffers `p.elems` elements with `p.elems * T::BYTES` at most
-/// `lamport_slot_bytes(W)`.
+/// `lamport_slot_bytes(W)`; every rank passes the same `p.elems`.
 #[inline(always)]
 unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     let own_pad = pick(&p.pads, p.rank) as *mut u32;
     // SAFETY: the host passes this rank's mapped pad.
     let epoch = unsafe { call_epoch(own_pad) };
-    let slot_bytes = lamport_slot_bytes(W) as u64;
     let buffer_off = LAMPORT_OFFSET_BYTES as u64 + (epoch & 1) as u64 * LAMPORT_BUFFER_BYTES as u64;
     let elems = p.elems as usize;
     let vecs = crate::math::div_ceil(elems, T::LANES);
+    let slot_bytes = lamport_stride_bytes(vecs) as u64;
     let aligned = crate::math::all_vec_aligned(&[p.input as usize, p.output as usize]);
     let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
     let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
@@ -344,19 +356,19 @@ unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams
 /// # Safety
 /// `p.pads` must hold the mapped pads of W ranks (`rank < W`), the caller
 /// buffers `p.elems` elements with `ceil(vectors / W)` vectors at most
-/// `lamport2_slot_bytes(W) / 16`.
+/// `lamport2_slot_bytes(W) / 16`; every rank passes the same `p.elems`.
 #[inline(always)]
 unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     let own_pad = pick(&p.pads, p.rank) as *mut u32;
     // SAFETY: the host passes this rank's mapped pad.
     let epoch = unsafe { call_epoch(own_pad) };
-    let slot_bytes = lamport2_slot_bytes(W) as u64;
     let scatter_off =
         LAMPORT_OFFSET_BYTES as u64 + (epoch & 1) as u64 * LAMPORT_BUFFER_BYTES as u64;
-    let gather_off = scatter_off + W as u64 * slot_bytes;
     let elems = p.elems as usize;
     let vecs = crate::math::div_ceil(elems, T::LANES);
     let shard = crate::math::div_ceil(vecs, W);
+    let slot_bytes = lamport_stride_bytes(shard) as u64;
+    let gather_off = scatter_off + W as u64 * slot_bytes;
     let aligned = crate::math::all_vec_aligned(&[p.input as usize, p.output as usize]);
     let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
     let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
@@ -375,7 +387,7 @@ unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
         macro_rules! load {
             ($($k:literal)+) => {$(
                 if let Some(v) = v.get_mut($k) {
-                    let i = (me + 1 + $k) % W * shard + j;
+                    let i = kth_destination::<W>(me, $k) * shard + j;
                     if i < vecs {
                         // SAFETY: vector i lies inside the input.
                         *v = unsafe { load_vec(p.input as *const T, i, elems, aligned) };

@@ -66,24 +66,38 @@ pub const LAMPORT_BUFFER_BYTES: usize = LAMPORT_BYTES / LAMPORT_BUFFERS;
 /// Bytes of a signal pad: flags, counters and Lamport buffers.
 pub const SIGNAL_PAD_BYTES: usize = LAMPORT_OFFSET_BYTES + LAMPORT_BYTES;
 
-/// Bytes of one rank's slot in a Lamport buffer of `world` ranks: the
-/// largest message the Lamport one-shot takes (a multiple of 16).
+/// Bytes of the largest slot of one rank in a Lamport buffer of `world`
+/// ranks: the largest message the Lamport one-shot takes (a multiple of
+/// [`LAMPORT_SLOT_ALIGN`]).
 pub const fn lamport_slot_bytes(world: usize) -> usize {
     match LAMPORT_BUFFER_BYTES.checked_div(world) {
-        Some(bytes) => bytes & !15,
+        Some(bytes) => bytes & !(LAMPORT_SLOT_ALIGN - 1),
         None => 0,
     }
 }
 
-/// Bytes of one rank's slot in each area (scatter, gather) of a Lamport
-/// buffer in the two-shot form: the largest shard it takes (a multiple of
-/// 16). The scatter area starts the buffer, the gather area follows at
-/// `world` slots.
+/// Bytes of the largest slot of one rank in each area (scatter, gather) of
+/// a Lamport buffer in the two-shot form: the largest shard it takes (a
+/// multiple of [`LAMPORT_SLOT_ALIGN`]).
 pub const fn lamport2_slot_bytes(world: usize) -> usize {
     match (LAMPORT_BUFFER_BYTES / 2).checked_div(world) {
-        Some(bytes) => bytes & !15,
+        Some(bytes) => bytes & !(LAMPORT_SLOT_ALIGN - 1),
         None => 0,
     }
+}
+
+/// Slots of a call start at multiples of this (one cache line), so no
+/// line is stored into by two ranks.
+pub const LAMPORT_SLOT_ALIGN: usize = 128;
+
+/// Bytes between the slots of a call over `vectors` 16-byte vectors per
+/// slot: the slots lie back to back from the start of their area, so a
+/// small message touches one or two 2 MiB pages, not one per rank (v9 in
+/// docs/PERF_NOTES.md: slots 4 MiB apart cost the 4-rank two-shot 0.3 to
+/// 0.8 us at 16 to 512 KiB). At most the largest slot where the message
+/// fits it. Every rank computes it from the same message size.
+pub const fn lamport_stride_bytes(vectors: usize) -> usize {
+    (vectors * 16).next_multiple_of(LAMPORT_SLOT_ALIGN)
 }
 
 /// The largest message, in bytes, the Lamport two-shot takes on `world`
@@ -231,6 +245,17 @@ mod tests {
         assert_eq!(lamport2_max_bytes(4), 16 << 20);
         assert_eq!(lamport2_max_bytes(2), 16 << 20);
         assert_eq!(lamport_slot_bytes(0), 0);
+        // A message that fits the largest slot has a stride that fits it.
+        for world in 1..=MAX_RANKS {
+            let one = lamport_slot_bytes(world);
+            assert!(lamport_stride_bytes(one / 16) <= one);
+            let two = lamport2_slot_bytes(world);
+            let shard = lamport2_max_bytes(world).div_ceil(16).div_ceil(world);
+            assert!(lamport_stride_bytes(shard) <= two);
+        }
+        assert_eq!(lamport_stride_bytes(1), 128);
+        assert_eq!(lamport_stride_bytes(8), 128);
+        assert_eq!(lamport_stride_bytes(9), 256);
         assert_eq!(SIGNAL_PAD_MIN_BYTES, (CALL_COUNTER + 32 + 8) * 4);
     }
 
