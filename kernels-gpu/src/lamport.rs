@@ -144,11 +144,10 @@ const PUSH_AHEAD: usize = 3;
 /// Calls `f(k, raw)` for this thread's vectors `k = first, first + stride,
 /// ...` below `n`, with `raw` vector `k` of every slot of `own` once all
 /// arrived (or the wait failed, see [`wait_slots`]) and already zeroed for
-/// the next call that uses this buffer (NOTE [lamport]). Loads the slots of
-/// next vector before waiting on this one, so a thread with several
-/// vectors (messages above one vector per thread, NOTE [lamport launch
-/// shape] in the host crate) has one round trip to L2 in flight while it
-/// waits, not none (v9 in docs/PERF_NOTES.md).
+/// the next call that uses this buffer (NOTE [lamport]). Loading the next
+/// vector's slots before waiting on this one was measured (v9 in
+/// docs/PERF_NOTES.md, variant E): no difference from 64 KiB to 4 MiB on
+/// 4 GPUs, for 32 more registers; dropped.
 ///
 /// # Safety
 /// `own` must be a Lamport buffer of W slots of `slot_bytes` that holds
@@ -163,33 +162,16 @@ unsafe fn take_each<const W: usize>(
     p: &AllReduceParams,
     mut f: impl FnMut(usize, [[u32; 4]; W]),
 ) {
-    // One call site of `f` and no array of vectors: a loop over an array
-    // would stay rolled around the wait and move the array to local memory,
-    // and a second call site gets `f` outlined on 8 ranks.
-    let load = |k: usize| {
-        if k < n {
-            // SAFETY: k < n lies inside every slot (caller's promise).
-            unsafe { load_slots::<W>(own, slot_bytes, k) }
-        } else {
-            [[0; 4]; W]
-        }
-    };
-    // Up to 4 ranks; on more, the second vector's W x 4 registers would
-    // push the two-shot past 128, the most a 512-thread block may use.
-    let ahead = W <= 4;
     let mut k = first;
-    let mut raw = load(k);
     while k < n {
-        let next = if ahead { load(k + stride) } else { [[0; 4]; W] };
-        // SAFETY: as above.
-        let arrived = unsafe {
-            let arrived = wait_slots::<W>(raw, own, slot_bytes, k, p);
+        // SAFETY: k < n lies inside every slot (caller's promise).
+        let raw = unsafe {
+            let raw = wait_slots::<W>(load_slots::<W>(own, slot_bytes, k), own, slot_bytes, k, p);
             zero_slots::<W>(own, slot_bytes, k);
-            arrived
+            raw
         };
-        f(k, arrived);
+        f(k, raw);
         k += stride;
-        raw = if ahead { next } else { load(k) };
     }
 }
 
