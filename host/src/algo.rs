@@ -89,9 +89,9 @@ pub struct Crossovers {
 
 impl Default for Crossovers {
     /// Measured with `intranode-bench bench --tune` on 2 and 4 H200
-    /// (NVSwitch), kernels v7, 2026-11-21 (docs/PERF_NOTES.md): the
+    /// (NVSwitch), kernels v9, 2026-11-21 (docs/PERF_NOTES.md): the
     /// Lamport one-shot (`default_lamport_max_bytes`), then the Lamport
-    /// two-shot up to 4 MiB, NCCL above. The one-shot and two-shot limits
+    /// two-shot up to 16 MiB, NCCL above. The one-shot and two-shot limits
     /// (v5 figures; v3 for the unmeasured world sizes) only matter where a
     /// tuning file lowers the Lamport ones: in the v6 and v7 runs the
     /// Lamport forms beat them at every size.
@@ -140,16 +140,16 @@ pub const fn lamport_two_shot_max_message_bytes(world: usize) -> usize {
 }
 
 /// Lamport one-shot limits, measured with `intranode-bench bench --tune`
-/// on 2 and 4 H200 (docs/PERF_NOTES.md, v7): on 2 GPUs it wins up to its
-/// slot, 4 MiB (16.67 us against the Lamport two-shot's 17.66, 0.52 x
-/// NCCL), on 4 GPUs up to 256 KiB (6.00 us against the Lamport two-shot's
-/// 6.51). Other world sizes were not measured and take 64 KiB, since its
-/// traffic grows with the world size.
+/// on 2 and 4 H200 (docs/PERF_NOTES.md, v9): on 2 GPUs it wins up to 1
+/// MiB (6.31 us against the Lamport two-shot's 7.59, 0.46 x NCCL; at 4
+/// MiB the two are even, 17.56 and 17.50 us), on 4 GPUs up to 256 KiB.
+/// Other world sizes were not measured and take 64 KiB, since its traffic
+/// grows with the world size.
 fn default_lamport_max_bytes() -> [usize; MAX_DEVICES + 1] {
     let mut x = [0; MAX_DEVICES + 1];
     for (world, max) in x.iter_mut().enumerate().skip(2) {
         let measured = match world {
-            2 => 4 << 20,
+            2 => 1 << 20,
             4 => 256 << 10,
             _ => 64 << 10,
         };
@@ -158,15 +158,19 @@ fn default_lamport_max_bytes() -> [usize; MAX_DEVICES + 1] {
     x
 }
 
-/// Lamport two-shot limits (v7): on 4 GPUs it beats everything from the
-/// Lamport one-shot's limit up to 4 MiB (11.15 us at 1 MiB, 0.63 x NCCL;
-/// 29.66 us at 4 MiB, 0.74 x) and loses to NCCL at 16 MiB (130 against
-/// 98 us). Its traffic per rank does not grow with the world size, so the
-/// unmeasured world sizes take the same 4 MiB.
+/// Lamport two-shot limits (v9): on 2 and 4 GPUs it beats everything from
+/// the Lamport one-shot's limit up to its largest message, 16 MiB (4 GPUs:
+/// 9.55 us at 1 MiB, 0.54 x NCCL; 83.5 us at 16 MiB, 0.86 x; 2 GPUs: 56.1
+/// us at 16 MiB, 0.73 x). The unmeasured world sizes keep the 4 MiB of v7,
+/// where it led NCCL by a wide margin on 4 GPUs.
 fn default_lamport_two_shot_max_bytes() -> [usize; MAX_DEVICES + 1] {
     let mut x = [0; MAX_DEVICES + 1];
     for (world, max) in x.iter_mut().enumerate().skip(2) {
-        *max = lamport_two_shot_max_message_bytes(world).min(4 << 20);
+        let measured = match world {
+            2 | 4 => 16 << 20,
+            _ => 4 << 20,
+        };
+        *max = lamport_two_shot_max_message_bytes(world).min(measured);
     }
     x
 }
