@@ -138,7 +138,9 @@ unsafe fn zero_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) {
 /// stores, in the one-shot's push. The loads and stores are `asm!` that
 /// the compiler keeps in order, and a store waits for its load: without
 /// loads ahead, each vector of a thread pays a full HBM latency before
-/// the next load even issues (v9 in docs/PERF_NOTES.md).
+/// the next load even issues. The same reasoning gave the two-shot's
+/// scatter its measured gain (v9 in docs/PERF_NOTES.md); this window was
+/// not measured apart (2 GPUs, 4 MiB: 16.85 us against v8's 16.60).
 const PUSH_AHEAD: usize = 3;
 
 /// Calls `f(k, raw)` for this thread's vectors `k = first, first + stride,
@@ -215,8 +217,8 @@ fn slot_on_every_rank<const W: usize>(
 }
 
 /// Vector `i` of every slot, from `raw` (loaded by [`load_slots`]) once
-/// all arrived or `timeout_ns` passed (then
-/// reported and used as it is: the host fails the next call, see
+/// all arrived or `timeout_ns` passed (then reported and used as it is:
+/// the host fails the next call, see
 /// `comm/health.rs`). Re-polls only the slots still missing, so polls
 /// take less of the L2 that the peers' stores also go through (v8 in
 /// docs/PERF_NOTES.md: no speed-up beyond run-to-run noise, kept because
@@ -303,8 +305,9 @@ unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams
             [0; 4]
         }
     };
-    // PUSH_AHEAD loads in flight at every store, as a window of variables
-    // with one call site of the stores (as in `take_each`).
+    // PUSH_AHEAD loads in flight at every store, as a window of variables:
+    // an array indexed in a loop that stays rolled would move to local
+    // memory.
     const { assert!(PUSH_AHEAD == 3) };
     let mut i = tid;
     let (mut v0, mut v1, mut v2) = (load(i), load(i + stride), load(i + 2 * stride));
@@ -323,14 +326,13 @@ unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams
 
     // Poll our own buffer, reduce in rank order, zero what was read.
     let own = pick(&p.pads, p.rank) + buffer_off;
+    let reduce_out = |i: usize, raw| {
+        let acc = reduce_slots::<T, W, OP>(raw);
+        // SAFETY: i < vecs lies inside the caller's output.
+        unsafe { store_vec(p.output as *mut T, i, elems, aligned, T::narrow(acc)) };
+    };
     // SAFETY: our buffer's slots hold `vecs` vectors (caller's promise).
-    unsafe {
-        take_each::<W>(own, slot_bytes, tid, stride, vecs, p, |i, raw| {
-            let acc = reduce_slots::<T, W, OP>(raw);
-            // SAFETY: i < vecs lies inside the caller's output.
-            unsafe { store_vec(p.output as *mut T, i, elems, aligned, T::narrow(acc)) };
-        });
-    }
+    unsafe { take_each::<W>(own, slot_bytes, tid, stride, vecs, p, reduce_out) };
     // SAFETY: `own_pad` is this rank's pad; every thread gets here.
     unsafe { finish_call(own_pad, epoch) };
 }
@@ -409,52 +411,50 @@ unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
     // rank's gather area (ours too, so the gather polls all W alike).
     let own_scatter = pick(&p.pads, p.rank) + scatter_off;
     let gather_dst = slot_on_every_rank::<W>(p, gather_off, slot_bytes);
+    let reduce_share = |j: usize, raw| {
+        // Our own shard gets what the peers will decode: the encoding
+        // turns a -0.0 result (an average that underflows from below)
+        // into +0.0, and every rank must hold the same bits.
+        let e = encode::<T>(T::narrow(reduce_slots::<T, W, OP>(raw)));
+        let i = me * shard + j;
+        if i < vecs {
+            // SAFETY: vector i lies inside the output.
+            unsafe { store_vec(p.output as *mut T, i, elems, aligned, decode::<T>(e)) };
+        }
+        let mut k = 0;
+        while k < W {
+            // SAFETY: j < shard fits the slot (caller's promise).
+            unsafe { ptx::st_relaxed_sys_v4_u32((gather_dst[k] as *mut [u32; 4]).add(j), e) };
+            k += 1;
+        }
+    };
     // SAFETY: our scatter area's slots hold `shard` vectors (caller's
     // promise).
-    unsafe {
-        take_each::<W>(own_scatter, slot_bytes, tid, stride, shard, p, |j, raw| {
-            // Our own shard gets what the peers will decode: the encoding
-            // turns a -0.0 result (an average that underflows from below)
-            // into +0.0, and every rank must hold the same bits.
-            let e = encode::<T>(T::narrow(reduce_slots::<T, W, OP>(raw)));
-            let i = me * shard + j;
-            if i < vecs {
-                // SAFETY: vector i lies inside the output.
-                unsafe { store_vec(p.output as *mut T, i, elems, aligned, decode::<T>(e)) };
-            }
-            let mut k = 0;
-            while k < W {
-                // SAFETY: j < shard fits the slot (caller's promise).
-                unsafe { ptx::st_relaxed_sys_v4_u32((gather_dst[k] as *mut [u32; 4]).add(j), e) };
-                k += 1;
-            }
-        });
-    }
+    unsafe { take_each::<W>(own_scatter, slot_bytes, tid, stride, shard, p, reduce_share) };
 
     // Gather the other shards from our gather area.
     let own_gather = pick(&p.pads, p.rank) + gather_off;
-    // SAFETY: as above, for the gather area.
-    unsafe {
-        take_each::<W>(own_gather, slot_bytes, tid, stride, shard, p, |j, raw| {
-            // One statement per rank with a constant index: a loop over
-            // `raw` around `store_vec` (which has loops of its own) stays
-            // rolled and would move `raw` to local memory.
-            macro_rules! out {
-                ($($r:literal)+) => {$(
-                    if let Some(v) = raw.get($r) {
-                        let i = $r * shard + j;
-                        if $r != me && i < vecs {
-                            // SAFETY: vector i lies inside the output.
-                            unsafe {
-                                store_vec(p.output as *mut T, i, elems, aligned, decode::<T>(*v))
-                            };
-                        }
+    let write_out = |j: usize, raw: [[u32; 4]; W]| {
+        // One statement per rank with a constant index: a loop over `raw`
+        // around `store_vec` (which has loops of its own) stays rolled and
+        // would move `raw` to local memory.
+        macro_rules! out {
+            ($($r:literal)+) => {$(
+                if let Some(v) = raw.get($r) {
+                    let i = $r * shard + j;
+                    if $r != me && i < vecs {
+                        // SAFETY: vector i lies inside the output.
+                        unsafe {
+                            store_vec(p.output as *mut T, i, elems, aligned, decode::<T>(*v))
+                        };
                     }
-                )+};
-            }
-            out!(0 1 2 3 4 5 6 7);
-        });
-    }
+                }
+            )+};
+        }
+        out!(0 1 2 3 4 5 6 7);
+    };
+    // SAFETY: as above, for the gather area.
+    unsafe { take_each::<W>(own_gather, slot_bytes, tid, stride, shard, p, write_out) };
     // SAFETY: `own_pad` is this rank's pad; every thread gets here.
     unsafe { finish_call(own_pad, epoch) };
 }

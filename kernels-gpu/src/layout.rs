@@ -93,9 +93,9 @@ pub const LAMPORT_SLOT_ALIGN: usize = 128;
 /// Bytes between the slots of a call over `vectors` 16-byte vectors per
 /// slot: the slots lie back to back from the start of their area, so a
 /// small message touches one or two 2 MiB pages, not one per rank (v9 in
-/// docs/PERF_NOTES.md: slots 4 MiB apart cost the 4-rank two-shot 0.3 to
-/// 0.8 us at 16 to 512 KiB). At most the largest slot where the message
-/// fits it. Every rank computes it from the same message size.
+/// docs/PERF_NOTES.md: slots 4 MiB apart cost the 4-rank two-shot 0.2 to
+/// 0.6 us from 64 KiB to 1 MiB). At most the largest slot where the
+/// message fits it. Every rank computes it from the same message size.
 pub const fn lamport_stride_bytes(vectors: usize) -> usize {
     (vectors * 16).next_multiple_of(LAMPORT_SLOT_ALIGN)
 }
