@@ -44,13 +44,13 @@ use crate::all_reduce::{all_reduce_kernels, combine_in_order, finish_op};
 use crate::elem::{Bf16, F16};
 use crate::elem::{Element, Lanes, load_vec, store_vec};
 use crate::layout::{
-    AllReduceParams, ERR_NONE, LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN,
+    AllReduceParams, LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN,
     OP_SUM, SLOT_LAMPORT, lamport_stride_bytes,
 };
 use crate::math::{lamport_decode_word, lamport_encode_word};
 use crate::ptx;
 use crate::sync::{
-    ERROR_POLL_AFTER_NS, ERROR_POLL_INTERVAL_NS, call_epoch, finish_call, pick, report,
+    ERROR_POLL_AFTER_NS, ERROR_POLL_INTERVAL_NS, aborted, call_epoch, finish_call, pick, report,
 };
 
 /// NOTE [lamport]: -0.0 becomes +0.0, then the sign bits flip, so no
@@ -242,6 +242,7 @@ unsafe fn wait_slots<const W: usize>(
         }
         let start = ptx::globaltimer_ns();
         let mut next_poll_ns = ERROR_POLL_AFTER_NS;
+        let own_pad = pick(&p.pads, p.rank) as *const u32;
         loop {
             let mut r = 0;
             while r < W {
@@ -259,6 +260,7 @@ unsafe fn wait_slots<const W: usize>(
             if waited_ns > p.timeout_ns {
                 report(
                     p.error,
+                    own_pad,
                     peer,
                     ptx::block_idx_x(),
                     SLOT_LAMPORT as u32,
@@ -267,9 +269,11 @@ unsafe fn wait_slots<const W: usize>(
                 return raw;
             }
             // NOTE [abandoned waits] in `sync.rs`: an earlier wait already
-            // failed, so this call's result is void; stop waiting.
-            if p.error != 0 && waited_ns > next_poll_ns {
-                if ptx::ld_relaxed_sys_u32(p.error as *const u32) != ERR_NONE {
+            // failed, so this call's result is void; stop waiting. Never
+            // the host-mapped error word here: one reader per thread made
+            // the free-running slow mode.
+            if waited_ns > next_poll_ns {
+                if aborted(own_pad) {
                     return raw;
                 }
                 next_poll_ns = waited_ns + ERROR_POLL_INTERVAL_NS;

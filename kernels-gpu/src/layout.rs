@@ -7,8 +7,8 @@
 //! written only by rank `src` (block `block`), with the epoch of the call
 //! that reached barrier `slot`. The words from [`CALL_COUNTER`] up to
 //! [`SIGNAL_PAD_MIN_BYTES`] are written by rank `r` alone: its count of
-//! collective calls, a finished-block counter, and per-peer counts of
-//! explicit barriers. From [`LAMPORT_OFFSET_BYTES`] on lie the Lamport
+//! collective calls, a finished-block counter, its abort word, and
+//! per-peer counts of explicit barriers. From [`LAMPORT_OFFSET_BYTES`] on lie the Lamport
 //! buffers, which every peer stores data into and rank `r` polls and
 //! zeroes (NOTE [lamport] in `lamport.rs`). Every word starts at zero (the
 //! allocator zero-fills pads).
@@ -40,6 +40,12 @@ pub const fn flag_index(slot: usize, block: usize, src: usize) -> usize {
 pub const CALL_COUNTER: usize = SLOTS * MAX_BLOCKS * MAX_RANKS;
 /// Word index of the count of blocks of the current call that finished.
 pub const BLOCKS_DONE: usize = CALL_COUNTER + 1;
+/// Word index of the owner's abort word: non-zero once one of this rank's
+/// waits on a peer ran out (set by `sync::report` beside the host-mapped
+/// [`ErrorWord`]). Later waits poll this word, in the GPU's own memory,
+/// instead of the host-mapped one: NOTE [abandoned waits] in `sync.rs`
+/// says why. Never cleared: a communicator whose wait ran out is dead.
+pub const ABORT_WORD: usize = CALL_COUNTER + 2;
 /// Word index of the owner's count of explicit barriers shared with peer 0
 /// (peer `p` at `PAIR_COUNTER + p`).
 pub const PAIR_COUNTER: usize = CALL_COUNTER + 32;
@@ -213,6 +219,19 @@ pub struct BroadcastParams {
     pub root: u32,
 }
 
+/// Parameters of `timing::probe_poll_storm`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollStormParams {
+    /// The word every thread polls: device memory, or page-locked host
+    /// memory mapped into the device.
+    pub word: u64,
+    /// One u64 per thread: how long after its wait the thread got out.
+    pub lag_ns: u64,
+    /// How long every thread waits, in nanoseconds of `%globaltimer`.
+    pub wait_ns: u64,
+}
+
 /// Whether `flag` has reached `epoch`: it holds `epoch`, or `epoch + 1`
 /// (a peer may already have passed this barrier and reached the next one;
 /// it cannot get further without this rank). Anything else is stale, at
@@ -230,7 +249,7 @@ mod tests {
     #[test]
     fn flags_fit_below_the_counters() {
         const { assert!(flag_index(SLOTS - 1, MAX_BLOCKS - 1, MAX_RANKS - 1) < CALL_COUNTER) };
-        const { assert!(BLOCKS_DONE < PAIR_COUNTER) };
+        const { assert!(BLOCKS_DONE < ABORT_WORD && ABORT_WORD < PAIR_COUNTER) };
         const { assert!(SIGNAL_PAD_MIN_BYTES <= LAMPORT_OFFSET_BYTES) };
         for world in 1..=MAX_RANKS {
             let slot = lamport_slot_bytes(world);

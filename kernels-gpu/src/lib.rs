@@ -19,6 +19,8 @@
 //! - [`cast`]: f32 to and from bf16/f16, for gradient compression.
 //! - [`pattern`]: the soak's input pattern and expected outputs (shared
 //!   with the host); [`soak`]: its fill and check kernels.
+//! - [`timing`]: the benchmark's per-call stamps and spins, and the probe
+//!   of what polling costs (NOTE [abandoned waits] in [`sync`]).
 //!
 //! Kernels own nothing: every pointer they touch is passed by the host.
 //! They must not call out-of-line `core` functions (the PTX could not be
@@ -54,6 +56,8 @@ pub mod ptx;
 pub mod soak;
 #[cfg(target_arch = "nvptx64")]
 pub mod sync;
+#[cfg(target_arch = "nvptx64")]
+pub mod timing;
 
 #[cfg(all(target_arch = "nvptx64", not(test)))]
 #[panic_handler]

@@ -3,7 +3,7 @@
 //! instead of hanging the GPU.
 
 use crate::layout::{
-    BLOCKS_DONE, CALL_COUNTER, ERR_BARRIER_TIMEOUT, ERR_NONE, MAX_RANKS, epoch_reached, flag_index,
+    ABORT_WORD, BLOCKS_DONE, CALL_COUNTER, ERR_BARRIER_TIMEOUT, MAX_RANKS, epoch_reached, flag_index,
 };
 use crate::ptx;
 
@@ -22,13 +22,25 @@ pub fn pick(arr: &[u64; MAX_RANKS], i: u32) -> u64 {
     v
 }
 
-/// Records a failed wait in the host-mapped error word; `code` last, with
-/// release, so a host that sees the code sees the other fields.
+/// Records a failed wait: the rank's abort word first (so this rank's
+/// other waits give up, NOTE [abandoned waits]), then the host-mapped
+/// error word, `code` last, with release, so a host that sees the code
+/// sees the other fields.
 ///
 /// # Safety
-/// `error` must be the device address of a mapped `ErrorWord` (or 0).
+/// `error` must be the device address of a mapped `ErrorWord` (or 0);
+/// `own_pad` this rank's signal pad.
 #[inline(always)]
-pub(crate) unsafe fn report(error: u64, peer: u32, block: u32, slot: u32, rank: u32) {
+pub(crate) unsafe fn report(
+    error: u64,
+    own_pad: *const u32,
+    peer: u32,
+    block: u32,
+    slot: u32,
+    rank: u32,
+) {
+    // SAFETY: the abort word lies inside this rank's pad (caller's promise).
+    unsafe { ptx::st_relaxed_sys_u32(own_pad.add(ABORT_WORD) as *mut u32, 1) };
     if error == 0 {
         return;
     }
@@ -55,24 +67,47 @@ enum Wait {
     Abandoned,
 }
 
-/// After this long, a wait also looks at the error word (and again every
-/// [`ERROR_POLL_INTERVAL_NS`]). NOTE [abandoned waits]: once one wait has
-/// run out, the communicator is dead (the host refuses further calls), but
-/// calls already queued on the stream would each wait the whole bound
-/// again, so N queued calls would hold the GPU for N timeouts. Healthy
-/// waits end within microseconds and never reach the first poll, so the
-/// fast path does not pay for the slow read of host memory.
+/// After this long, a wait also looks at the rank's abort word (and again
+/// every [`ERROR_POLL_INTERVAL_NS`]).
+///
+/// NOTE [abandoned waits]: once one wait has run out, the communicator is
+/// dead (the host refuses further calls), but calls already queued on the
+/// stream would each wait the whole bound again, so N queued calls would
+/// hold the GPU for N timeouts. So a wait that lasts also polls whether an
+/// earlier one failed. It polls the abort word in this rank's own signal
+/// pad (`layout::ABORT_WORD`, an L2 hit), never the host-mapped error
+/// word: that was the free-running slow mode (issue 16). A Lamport wait is
+/// one per thread, so when a peer ran more than 100 us behind (ranks
+/// drift that far between graph replays), tens of thousands of threads
+/// read the same word of page-locked host memory every 20 us. Such reads
+/// cross PCIe one after another (`probe_poll_storm`: docs/PERF_NOTES.md,
+/// v10), so a thread whose data had arrived first waited behind every
+/// other warp's read: milliseconds, growing with the message (one read per
+/// warp, one warp per 512 bytes). The late call made the peer wait more
+/// than 100 us in the next call, whose polls stalled it in turn: once in,
+/// a run never left the slow mode. The abort word keeps the same meaning
+/// (set only by this rank's `report`) at the cost of a local load.
 pub(crate) const ERROR_POLL_AFTER_NS: u64 = 100_000;
 pub(crate) const ERROR_POLL_INTERVAL_NS: u64 = 20_000;
 
-/// Spins until `*flag` reaches `epoch`, `timeout_ns` passes, or the error
-/// word at `error` (0: none) reports an earlier failure.
+/// Whether an earlier wait of this rank ran out (NOTE [abandoned waits]).
 ///
 /// # Safety
-/// `flag` must be a valid global address; `error` the device address of a
-/// mapped `ErrorWord`, or 0.
+/// `own_pad` must be this rank's signal pad.
 #[inline(always)]
-unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64, error: u64) -> Wait {
+pub(crate) unsafe fn aborted(own_pad: *const u32) -> bool {
+    // SAFETY: the abort word lies inside the pad (caller's promise).
+    unsafe { ptx::ld_relaxed_sys_u32(own_pad.add(ABORT_WORD)) != 0 }
+}
+
+/// Spins until `*flag` reaches `epoch`, `timeout_ns` passes, or the abort
+/// word of `own_pad` reports an earlier failure.
+///
+/// # Safety
+/// `flag` must be a valid global address; `own_pad` this rank's signal
+/// pad.
+#[inline(always)]
+unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64, own_pad: *const u32) -> Wait {
     let start = ptx::globaltimer_ns();
     let mut next_poll_ns = ERROR_POLL_AFTER_NS;
     loop {
@@ -84,10 +119,9 @@ unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64, error: u64) 
         if waited_ns > timeout_ns {
             return Wait::TimedOut;
         }
-        if error != 0 && waited_ns > next_poll_ns {
-            // SAFETY: `error` is a mapped ErrorWord; `code` is its first
-            // word (caller's promise).
-            if unsafe { ptx::ld_relaxed_sys_u32(error as *const u32) } != ERR_NONE {
+        if waited_ns > next_poll_ns {
+            // SAFETY: forwarded from the caller.
+            if unsafe { aborted(own_pad) } {
                 return Wait::Abandoned;
             }
             next_poll_ns = waited_ns + ERROR_POLL_INTERVAL_NS;
@@ -197,10 +231,10 @@ unsafe fn barrier_with(
                 own_pad.add(flag_index(slot, block as usize, peer as usize)),
                 epoch,
                 timeout_ns,
-                error,
+                own_pad,
             );
             if waited == Wait::TimedOut {
-                report(error, peer, block, slot as u32, rank);
+                report(error, own_pad, peer, block, slot as u32, rank);
             }
         }
     }
@@ -271,10 +305,10 @@ pub unsafe fn pair_barrier(
                 own_pad.add(flag_index(SLOT_EXPLICIT, 0, t as usize)),
                 epoch,
                 timeout_ns,
-                error,
+                own_pad,
             );
             if waited == Wait::TimedOut {
-                report(error, t, 0, SLOT_EXPLICIT as u32, rank);
+                report(error, own_pad, t, 0, SLOT_EXPLICIT as u32, rank);
             }
             ptx::st_relaxed_sys_u32(own_pad.add(PAIR_COUNTER + t as usize), epoch);
         }

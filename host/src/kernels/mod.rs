@@ -16,6 +16,7 @@ pub use ptx_builder::entry_names;
 
 mod ops;
 mod soak;
+mod timing;
 pub use soak::SoakCall;
 
 /// PTX of the `kernels-gpu` crate, for the architecture `build.rs` was
