@@ -10,17 +10,29 @@ use crate::layout::PollStormParams;
 use crate::ptx;
 use crate::sync::{ERROR_POLL_AFTER_NS, ERROR_POLL_INTERVAL_NS};
 
-/// Writes `%globaltimer` to `out[idx]` (thread 0 of block 0): one stamp
-/// per call, enqueued after it, so consecutive stamps on a stream bound
-/// each call's time as the stream saw it.
+/// Appends `%globaltimer` to a stamp log: `log[0]` counts the stamps
+/// taken, `log[1..=cap]` holds them (those past `cap` are counted, not
+/// stored). One stamp per call, enqueued after it, so consecutive stamps
+/// on a stream bound each call's time as the stream saw it; the count on
+/// the device lets a graph replayed many times log every replay without
+/// the host stepping in. Kernels of one stream run one after another, so
+/// the plain read-modify-write of the count races with nothing.
 ///
 /// # Safety
-/// `out` must hold at least `idx + 1` u64.
+/// `log` must hold `cap + 1` u64.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn timing_stamp(out: *mut u64, idx: u32) {
+pub unsafe extern "ptx-kernel" fn timing_stamp(log: *mut u64, cap: u64) {
     if ptx::thread_idx_x() == 0 && ptx::block_idx_x() == 0 {
-        // SAFETY: idx is inside `out` (caller's promise).
-        unsafe { *out.add(idx as usize) = ptx::globaltimer_ns() };
+        let now = ptx::globaltimer_ns();
+        // SAFETY: `log` holds `cap + 1` words (caller's promise) and the
+        // stamp goes to `1 + n` only when `n < cap`.
+        unsafe {
+            let n = *log;
+            if n < cap {
+                *log.add(1 + n as usize) = now;
+            }
+            *log = n + 1;
+        }
     }
 }
 

@@ -1,8 +1,14 @@
 //! Latency and bus bandwidth of our all-reduce against NCCL, in the same
-//! run: CUDA-graph replay and eager, medians after warm-up, every timed
-//! configuration's output checked against the f64 reference. Rank 0
-//! prints the table and the check of auto against the best of its choices,
-//! and writes JSON, CSV and a PNG plot.
+//! run, every timed configuration's output checked against the f64
+//! reference. Rank 0 prints the tables and the check of auto against the
+//! best of its choices, and writes JSON, CSV and a PNG plot.
+//!
+//! By default the calls run free (`free.rs`): no host barrier and no
+//! extra all-reduce between timed calls, per-call distributions from
+//! device stamps, in graphs of K calls, eager, with skew, and decode-like.
+//! `--aligned` keeps the earlier method (ranks lined up before each
+//! sample, the median of sample means), which hides what drifting ranks
+//! cost: issue 16's slow mode never showed there.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -23,12 +29,38 @@ pub struct BenchArgs {
     /// Smallest message, bytes.
     #[arg(long, default_value_t = 1024)]
     pub min_bytes: usize,
-    /// Largest message, bytes.
-    #[arg(long, default_value_t = 256 << 20)]
-    pub max_bytes: usize,
-    /// Timed samples per configuration (the median is reported).
+    /// Largest message, bytes (default: 64 MiB free-running, 256 MiB
+    /// aligned).
+    #[arg(long)]
+    pub max_bytes: Option<usize>,
+    /// Lined-up samples (`--aligned`) per configuration (the median is
+    /// reported).
     #[arg(long, default_value_t = 21)]
     pub repeats: usize,
+    /// Line the ranks up before every sample (store barrier and a tiny
+    /// all-reduce), as the benchmark did before issue 16.
+    #[arg(long)]
+    pub aligned: bool,
+    /// Free-running: timed calls per configuration and mode, up to 4 MiB.
+    #[arg(long, default_value_t = 10_000)]
+    pub calls: usize,
+    /// Free-running: timed calls per configuration and mode above 4 MiB
+    /// (fewer, to keep a sweep to 64 MiB within minutes).
+    #[arg(long, default_value_t = 2_000)]
+    pub large_calls: usize,
+    /// Free-running: calls per graph, one graph mode each.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,128")]
+    pub ks: Vec<usize>,
+    /// Free-running: skip the decode-like mode.
+    #[arg(long)]
+    pub no_decode: bool,
+    /// Free-running: skip the skew mode.
+    #[arg(long)]
+    pub no_skew: bool,
+    /// Only these algorithms (names as `INTRANODE_ALL_REDUCE_ALGO`, and
+    /// `auto`); default all.
+    #[arg(long, value_delimiter = ',')]
+    pub algos: Vec<String>,
     /// Directory for the JSON, CSV and PNG results.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
@@ -45,8 +77,15 @@ impl BenchArgs {
     pub fn demo() -> Self {
         BenchArgs {
             min_bytes: 4096,
-            max_bytes: 16 << 20,
+            max_bytes: Some(16 << 20),
             repeats: 11,
+            aligned: false,
+            calls: 2_000,
+            large_calls: 500,
+            ks: vec![16],
+            no_decode: true,
+            no_skew: true,
+            algos: Vec::new(),
             out: PathBuf::from("bench-out"),
             tune: None,
             graph_only: true,
@@ -54,10 +93,13 @@ impl BenchArgs {
     }
 }
 
-fn sizes(args: &BenchArgs) -> Vec<usize> {
+pub(crate) fn sizes(args: &BenchArgs) -> Vec<usize> {
+    let max_bytes = args
+        .max_bytes
+        .unwrap_or(if args.aligned { 256 << 20 } else { 64 << 20 });
     let mut v = Vec::new();
     let mut s = args.min_bytes.max(16);
-    while s <= args.max_bytes {
+    while s <= max_bytes {
         v.push(s);
         // Steps of 4, halved where the crossovers lie (Lamport, one-shot
         // and two-shot change places between 16 KiB and 1 MiB).
@@ -93,7 +135,7 @@ struct Measured {
     eager_host_us: Option<f64>,
 }
 
-fn enqueue(
+pub(crate) fn enqueue(
     r: &Rank,
     d_in: &CudaSlice<bf16>,
     d_out: &mut CudaSlice<bf16>,
@@ -193,18 +235,37 @@ fn measure(
     })
 }
 
+/// The algorithms to time (`None`: auto), in table order.
+pub(crate) fn algos(r: &Rank, args: &BenchArgs) -> Vec<Option<AllReduceAlgo>> {
+    let mut algos: Vec<Option<AllReduceAlgo>> = r.intra_algos().into_iter().map(Some).collect();
+    if r.comm.nccl().is_ok() {
+        algos.push(Some(AllReduceAlgo::Nccl));
+    }
+    algos.push(None);
+    if !args.algos.is_empty() {
+        algos.retain(|a| {
+            let name = a.map_or("auto", AllReduceAlgo::name);
+            args.algos.iter().any(|x| x == name)
+        });
+    }
+    algos
+}
+
 pub fn run(args: &BenchArgs) -> Result<()> {
+    if args.aligned {
+        run_aligned(args)
+    } else {
+        crate::bench_free::run(args)
+    }
+}
+
+fn run_aligned(args: &BenchArgs) -> Result<()> {
     let Some(mut r) = Rank::setup("intranode-bench bench")? else {
         return Ok(());
     };
     let world = r.world();
     let seed = 0xBE7C_u64;
-    let mut algos: Vec<Option<AllReduceAlgo>> = r.intra_algos().into_iter().map(Some).collect();
-    let have_nccl = r.comm.nccl().is_ok();
-    if have_nccl {
-        algos.push(Some(AllReduceAlgo::Nccl));
-    }
-    algos.push(None);
+    let algos = algos(&r, args);
     let mut tiny = (
         r.stream.clone_htod(&[bf16::ONE])?,
         r.stream.clone_htod(&[bf16::ZERO])?,
@@ -267,6 +328,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 busbw_gbps: crate::results::busbw_gbps(world, bytes, graph_us),
                 graph_vs_nccl: None,
                 eager_vs_nccl: None,
+                free: Vec::new(),
             });
             progress.step(&format!("{} {name}", fmt_bytes(bytes)));
         }
@@ -280,24 +342,28 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     progress.finish();
     if r.rank() == 0 {
         print_table(&rows);
-        // A missing name only costs the plot's title its GPU.
-        let gpu = r.ctx.name().ok();
-        let file = BenchFile::new(world, gpu, "bf16", rows);
-        print!("{}", file.auto_check_table());
-        let json = file.write_all(&args.out)?;
-        println!("results: {} (and .csv, .png)", json.display());
-        if let Some(path) = &args.tune {
-            let x = tune(&file.rows, world, path)?;
-            std::fs::write(path, serde_json::to_string_pretty(&x)?)?;
-            println!(
-                "crossovers for world {world}: lamport up to {} bytes, lamport-two-shot up to {} bytes, one-shot up to {} bytes, two-shot up to {} bytes -> {}",
-                x.lamport_max_bytes[world],
-                x.lamport_two_shot_max_bytes[world],
-                x.one_shot_max_bytes[world],
-                x.two_shot_max_bytes[world],
-                path.display()
-            );
-        }
+        finish(args, BenchFile::new(world, r.ctx.name().ok(), "bf16", rows))?;
+    }
+    Ok(())
+}
+
+/// Rank 0's end of a run: the auto check, the files, the crossovers.
+pub(crate) fn finish(args: &BenchArgs, file: BenchFile) -> Result<()> {
+    let world = file.world;
+    print!("{}", file.auto_check_table());
+    let json = file.write_all(&args.out)?;
+    println!("results: {} (and .csv, .png)", json.display());
+    if let Some(path) = &args.tune {
+        let x = tune(&file.rows, world, path)?;
+        std::fs::write(path, serde_json::to_string_pretty(&x)?)?;
+        println!(
+            "crossovers for world {world}: lamport up to {} bytes, lamport-two-shot up to {} bytes, one-shot up to {} bytes, two-shot up to {} bytes -> {}",
+            x.lamport_max_bytes[world],
+            x.lamport_two_shot_max_bytes[world],
+            x.one_shot_max_bytes[world],
+            x.two_shot_max_bytes[world],
+            path.display()
+        );
     }
     Ok(())
 }
@@ -306,7 +372,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 /// largest size below which it (or a cheaper-latency one of ours) never
 /// loses to the algorithms after it: Lamport, Lamport two-shot, one-shot,
 /// two-shot, then NCCL.
-fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result<Crossovers> {
+pub(crate) fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result<Crossovers> {
     let mut x = Crossovers::from_file(path).unwrap_or_default();
     let time = |bytes: usize, algo: &str| {
         rows.iter()
@@ -354,7 +420,7 @@ fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result<Crossovers
     Ok(x)
 }
 
-fn print_table(rows: &[Row]) {
+pub(crate) fn print_table(rows: &[Row]) {
     println!(
         "{:>10} {:>9} {:>9} {:>10} {:>8} {:>10} {:>8} {:>9} {:>9}",
         "bytes", "algo", "chosen", "graph_us", "x_nccl", "eager_us", "x_nccl", "host_us", "busbw"

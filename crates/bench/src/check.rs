@@ -21,6 +21,13 @@ pub struct CheckArgs {
     /// Replays of the captured graph of 10 all-reduces.
     #[arg(long, default_value_t = 1000)]
     pub graph_replays: usize,
+    /// Replays of each free-running stress graph (16 back-to-back calls
+    /// with skew, per algorithm and size class; 0 skips them).
+    #[arg(long, default_value_t = 50)]
+    pub free_replays: usize,
+    /// Run only the free-running stresses.
+    #[arg(long)]
+    pub only_free: bool,
     /// Seed of every input (all ranks must agree).
     #[arg(long, default_value_t = 0x1234_5678)]
     pub seed: u64,
@@ -324,6 +331,23 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     let Some(mut r) = Rank::setup("intranode-bench check")? else {
         return Ok(());
     };
+    if args.only_free {
+        let algos = algos(&r);
+        let t0 = std::time::Instant::now();
+        let f = crate::check_free::run(&mut r, &algos, args.seed, args.free_replays.max(1))?;
+        println!(
+            "check rank {}/{} ok (free-running stress only): {} configurations, {} calls back to back with skew checked exact on the GPU, {} timed: the slowest call {:.1} x its median (limit {} x) ({:.1} s)",
+            r.rank(),
+            r.world(),
+            f.configs,
+            f.checked_calls,
+            f.timed_calls,
+            f.worst_ratio,
+            crate::check_free::SLOW_FACTOR,
+            t0.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     let mut call = 0u64;
     let t0 = std::time::Instant::now();
     let mut cases = 0;
@@ -356,6 +380,13 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     let t_stress = t0.elapsed() - t_sweep;
     graph::<bf16>(&mut r, args, &mut call)?;
     let t_graph = t0.elapsed() - t_sweep - t_stress;
+    let free_report = if args.free_replays > 0 {
+        let algos = algos(&r);
+        Some(crate::check_free::run(&mut r, &algos, args.seed, args.free_replays)?)
+    } else {
+        None
+    };
+    let t_free = t0.elapsed() - t_sweep - t_stress - t_graph;
     let barrier_report = barriers(&mut r)?;
     let intra = match r.comm.intra() {
         Some(c) => format!("intra-node {:?}", c.topology()),
@@ -374,6 +405,18 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         args.graph_replays,
         t_graph.as_secs_f64()
     );
+    if let Some(f) = free_report {
+        println!(
+            "check rank {}: free-running stress: {} configurations (algorithm x size class), {} calls back to back with skew checked exact on the GPU, {} timed: the slowest call {:.1} x its median (limit {} x) ({:.1} s)",
+            r.rank(),
+            f.configs,
+            f.checked_calls,
+            f.timed_calls,
+            f.worst_ratio,
+            crate::check_free::SLOW_FACTOR,
+            t_free.as_secs_f64()
+        );
+    }
     println!("check rank {}: {barrier_report}", r.rank());
     let _ = &r.ctx;
     Ok(())

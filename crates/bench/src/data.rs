@@ -4,13 +4,9 @@
 use half::{bf16, f16};
 use intranode::kernels::{DType, ElemType};
 
-/// SplitMix64 of a counter: input element `i` of `rank` in call `call`.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
+/// SplitMix64 of a counter: input element `i` of `rank` in call `call`
+/// (the soak's finalizer, one copy).
+pub(crate) use kernels_gpu::pattern::mix;
 
 /// Input value: a multiple of 1/8 in [-8, 8], exact in every element type,
 /// fresh for every (seed, call, rank, element).

@@ -21,11 +21,15 @@
 
 mod bad_input;
 mod bench;
+mod bench_free;
 mod check;
+mod check_free;
 mod data;
 mod ddp_check;
 mod faults;
+mod free;
 mod plot;
+mod poll_storm;
 mod progress;
 mod rank;
 mod results;
@@ -64,6 +68,9 @@ enum Cmd {
     FaultsSuite(suite::SuiteArgs),
     /// Many random all-reduces, every result checked on the GPU.
     Soak(soak::SoakArgs),
+    /// One GPU: what polling a host-mapped word from every thread costs
+    /// (the free-running slow mode of issue 16) against a device word.
+    PollStorm(poll_storm::PollStormArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -111,6 +118,7 @@ fn main() {
         Cmd::BadInput(args) => bad_input::run(&args),
         Cmd::FaultsSuite(args) => suite::run(&args),
         Cmd::Soak(args) => soak::run(&args),
+        Cmd::PollStorm(args) => poll_storm::run(&args),
     };
     if let Err(e) = result {
         eprintln!("intranode-bench: {e:#}");

@@ -32,6 +32,10 @@ pub struct Row {
     pub busbw_gbps: f64,
     pub graph_vs_nccl: Option<f64>,
     pub eager_vs_nccl: Option<f64>,
+    /// Free-running per-call distributions by mode (`free.rs`), the
+    /// slowest rank's; empty for lined-up runs and older files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub free: Vec<crate::free::ModeStats>,
 }
 
 /// Bus bandwidth of an all-reduce: each byte crosses the links
@@ -111,6 +115,31 @@ pub struct BenchFile {
     /// Tolerance [`AutoCheck::within_tolerance`] was judged against.
     pub auto_tolerance: f64,
     pub auto_check: Vec<AutoCheck>,
+    /// How the times were taken: `free` (no host barrier between calls;
+    /// `graph_us` is the mean of the largest graph, `eager_us` of the
+    /// eager calls) or `aligned` (ranks lined up before each sample).
+    #[serde(default)]
+    pub timing: String,
+    /// The decode-like mode's rows (free-running runs only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decode: Vec<DecodeRow>,
+}
+
+/// One configuration of the decode-like mode: a graph alternating a
+/// 20 us kernel with an all-reduce of `batch x hidden` bf16.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecodeRow {
+    pub hidden: usize,
+    pub batch: usize,
+    pub bytes: usize,
+    /// `floor` (the spin alone), an algorithm, or `auto`.
+    pub algo: String,
+    /// Per step (spin and call), the slowest rank's.
+    pub step: crate::free::Dist,
+    /// The step's median over the floor's.
+    pub overhead_us: f64,
+    /// `overhead_us` over NCCL's, where NCCL ran.
+    pub overhead_vs_nccl: Option<f64>,
 }
 
 impl BenchFile {
@@ -124,6 +153,8 @@ impl BenchFile {
             rows,
             auto_tolerance: AUTO_TOLERANCE,
             auto_check,
+            timing: "aligned".into(),
+            decode: Vec::new(),
         }
     }
 
@@ -303,6 +334,7 @@ pub(crate) mod tests {
             busbw_gbps: busbw_gbps(world, bytes, graph_us),
             graph_vs_nccl: None,
             eager_vs_nccl: None,
+            free: Vec::new(),
         }
     }
 

@@ -32,28 +32,24 @@ impl KernelModule {
             .ctx(what, Some(self.context().ordinal()))
     }
 
-    /// Enqueues a stamp: `%globaltimer` in nanoseconds into `stamps[idx]`
-    /// once the stream gets there.
-    pub fn stamp(
-        &self,
-        stream: &CudaStream,
-        stamps: &mut impl DevicePtrMut<u64>,
-        idx: usize,
-    ) -> Result<()> {
-        if idx >= stamps.len() || idx > u32::MAX as usize {
-            return Err(Error::InvalidArgument(format!(
-                "stamp: index {idx} outside {} stamps",
-                stamps.len()
-            )));
-        }
-        let (ptr, _guard) = stamps.device_ptr_mut(stream);
-        let (mut out, mut idx) = (ptr, idx as u32);
+    /// Enqueues a stamp: `%globaltimer` in nanoseconds appended to `log`
+    /// once the stream gets there. `log[0]` counts the stamps (zero it
+    /// first), `log[1..]` holds them; stamps past its end are counted but
+    /// not stored.
+    pub fn stamp(&self, stream: &CudaStream, log: &mut impl DevicePtrMut<u64>) -> Result<()> {
+        let Some(cap) = log.len().checked_sub(1) else {
+            return Err(Error::InvalidArgument(
+                "stamp: the log needs a word for its count".into(),
+            ));
+        };
+        let (ptr, _guard) = log.device_ptr_mut(stream);
+        let (mut ptr, mut cap) = (ptr, cap as u64);
         let mut params: [*mut c_void; 2] = [
-            (&mut out) as *mut _ as *mut c_void,
-            (&mut idx) as *mut _ as *mut c_void,
+            (&mut ptr) as *mut _ as *mut c_void,
+            (&mut cap) as *mut _ as *mut c_void,
         ];
-        // SAFETY: `timing_stamp(out: *mut u64, idx: u32)`; idx is inside
-        // `stamps` (checked above), which the guard keeps alive.
+        // SAFETY: `timing_stamp(log: *mut u64, cap: u64)` with `log`
+        // holding `cap + 1` words, kept alive by the guard.
         unsafe {
             self.launch_one(
                 "timing_stamp",

@@ -1,0 +1,375 @@
+//! The free-running sweep of `intranode-bench bench` (the default; see
+//! `free.rs` for the modes): every size and algorithm in graphs of K
+//! calls, eager and with skew, then the decode-like mode at a Llama
+//! layer's sizes. Rank 0 prints per-mode median / p99 / max, the tail
+//! check (p99 at most 1.5 x and max at most 3 x the median) and the
+//! decode table, and writes the results file.
+
+use anyhow::Result;
+use cudarc::driver::CudaSlice;
+use half::bf16;
+use intranode::algo::AllReduceAlgo;
+
+use crate::bench::{BenchArgs, enqueue, finish, sizes};
+use crate::data::{self, Op};
+use crate::free::{self, Dist, ModeStats, RankDists, Timer};
+use crate::progress::Progress;
+use crate::rank::Rank;
+use crate::results::{BenchFile, DecodeRow, Row, fmt_bytes};
+
+/// Calls per graph in the skew and decode-like modes.
+const SKEW_K: usize = 16;
+/// The decode-like mode's stand-in for a GEMM: 20 us, about an 8B
+/// layer's row-parallel GEMM at batch 1 on one H200 (issue 19's table).
+const DECODE_SPIN_NS: u64 = 20_000;
+const DECODE_HIDDEN: [usize; 2] = [4096, 8192];
+const DECODE_BATCH: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+fn calls_for(args: &BenchArgs, bytes: usize) -> usize {
+    if bytes <= 4 << 20 {
+        args.calls
+    } else {
+        args.large_calls
+    }
+    .max(1)
+}
+
+fn name(algo: Option<AllReduceAlgo>) -> &'static str {
+    algo.map_or("auto", AllReduceAlgo::name)
+}
+
+/// Every mode for one (size, algorithm) on this rank, then the output
+/// checked.
+fn measure(
+    r: &Rank,
+    args: &BenchArgs,
+    timer: &mut Timer,
+    d_in: &CudaSlice<bf16>,
+    d_out: &mut CudaSlice<bf16>,
+    algo: Option<AllReduceAlgo>,
+    seed: u64,
+) -> Result<RankDists> {
+    let bytes = d_in.len() * 2;
+    let calls = calls_for(args, bytes);
+    let (me, world) = (r.rank(), r.world());
+    let mut out: RankDists = Vec::new();
+    let mut call = |r: &Rank, _j: usize| enqueue(r, d_in, d_out, algo);
+    for &k in &args.ks {
+        let k = k.max(1);
+        let replays = (calls / k).max(1);
+        let (us, mean) =
+            free::graph_mode(r, k, replays, &mut call, &|_| 0, &|_| 0.0, timer)?;
+        if let Some(d) = Dist::of(us) {
+            out.push((format!("graph-{k}"), d, Some(mean)));
+        }
+    }
+    if !args.graph_only {
+        let (us, mean) = free::eager_mode(r, calls, &mut call)?;
+        if let Some(d) = Dist::of(us) {
+            out.push(("eager".into(), d, Some(mean)));
+        }
+    }
+    if !args.no_skew {
+        let spin = |j: usize| match free::skew_of(seed, world, j) {
+            (rank, ns) if rank == me => ns,
+            _ => 0,
+        };
+        let net = |j: usize| free::skew_of(seed, world, j).1 as f64 / 1000.0;
+        let replays = (calls / SKEW_K).max(1);
+        let (us, mean) = free::graph_mode(r, SKEW_K, replays, &mut call, &spin, &net, timer)?;
+        if let Some(d) = Dist::of(us) {
+            out.push(("skew".into(), d, Some(mean)));
+        }
+    }
+    Ok(out)
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let Some(mut r) = Rank::setup("intranode-bench bench")? else {
+        return Ok(());
+    };
+    let world = r.world();
+    let seed = 0xBE7C_u64;
+    let algos = crate::bench::algos(&r, args);
+    let sizes = sizes(args);
+    let max_calls = args.calls.max(args.large_calls).max(1);
+    // Graph modes log replays x (K + 1) <= 2 x calls stamps.
+    let mut timer = Timer::new(&r, 2 * max_calls + 2 * SKEW_K + 256)?;
+    let decode_configs = if args.no_decode {
+        0
+    } else {
+        DECODE_HIDDEN.len() * DECODE_BATCH.len() * (algos.len() + 1)
+    };
+    let mut progress = Progress::new(
+        "intranode-bench bench (free-running)",
+        sizes.len() * algos.len() + decode_configs,
+        r.rank() == 0,
+    );
+    let mut rows: Vec<Row> = Vec::new();
+    for (si, &bytes) in sizes.iter().enumerate() {
+        let elems = bytes / 2;
+        let call = si as u64;
+        let d_in = r
+            .stream
+            .clone_htod(&data::inputs::<bf16>(seed, call, r.rank(), elems))?;
+        for &algo in &algos {
+            let mut d_out = r.stream.clone_htod(&vec![data::poison::<bf16>(); elems])?;
+            let config_seed = data::mix(seed ^ bytes as u64 ^ ((rows.len() as u64) << 40));
+            let mine = measure(&r, args, &mut timer, &d_in, &mut d_out, algo, config_seed)?;
+            let out = r.stream.clone_dtoh(&d_out)?;
+            r.stream.synchronize()?;
+            data::verify(&out, seed, call, world, Op::Sum).map_err(|e| {
+                anyhow::anyhow!(
+                    "rank {}: {} at {bytes} bytes gave a wrong result: {e}",
+                    r.rank(),
+                    name(algo)
+                )
+            })?;
+            let all = r.all_gather(&mine)?;
+            let modes = free::merge(&all);
+            rows.push(row(&r, world, bytes, algo, modes));
+            progress.step(&format!("{} {}", fmt_bytes(bytes), name(algo)));
+        }
+        let nccl = rows
+            .iter()
+            .find(|x| x.bytes == bytes && x.algo == "nccl")
+            .map(|x| (x.graph_us, x.eager_us));
+        if let Some((ng, ne)) = nccl {
+            for row in rows.iter_mut().filter(|x| x.bytes == bytes) {
+                row.graph_vs_nccl = Some(row.graph_us / ng);
+                row.eager_vs_nccl = row.eager_us.zip(ne).map(|(a, b)| a / b);
+            }
+        }
+    }
+    let decode = if args.no_decode {
+        Vec::new()
+    } else {
+        decode_mode(&mut r, args, &mut timer, &algos, &mut progress)?
+    };
+    progress.finish();
+    if r.rank() == 0 {
+        print_free_table(&rows);
+        print_tail_check(&rows, &decode);
+        print_decode_table(&decode);
+        let mut file = BenchFile::new(world, r.ctx.name().ok(), "bf16", rows);
+        file.timing = "free".into();
+        file.decode = decode;
+        finish(args, file)?;
+    }
+    Ok(())
+}
+
+/// The row of one configuration: `graph_us` is the mean per call of the
+/// largest graph (no stamps), `eager_us` the eager mean.
+fn row(r: &Rank, world: usize, bytes: usize, algo: Option<AllReduceAlgo>, free: Vec<ModeStats>) -> Row {
+    let largest = free
+        .iter()
+        .filter(|m| m.mode.starts_with("graph-"))
+        .max_by_key(|m| m.mode["graph-".len()..].parse::<usize>().unwrap_or(0));
+    let graph_us = largest.and_then(|m| m.mean_us).unwrap_or(f64::NAN);
+    let eager_us = free
+        .iter()
+        .find(|m| m.mode == "eager")
+        .and_then(|m| m.mean_us);
+    let chosen = match algo {
+        Some(a) => a.name().to_owned(),
+        None => r
+            .comm
+            .algo_for::<bf16>(bytes / 2, &cudarc::nccl::ReduceOp::Sum)
+            .name()
+            .to_owned(),
+    };
+    Row {
+        world,
+        bytes,
+        algo: name(algo).to_owned(),
+        chosen,
+        graph_us,
+        eager_us,
+        eager_host_us: None,
+        busbw_gbps: crate::results::busbw_gbps(world, bytes, graph_us),
+        graph_vs_nccl: None,
+        eager_vs_nccl: None,
+        free,
+    }
+}
+
+/// A graph of [`SKEW_K`] steps (a [`DECODE_SPIN_NS`] spin, then the call)
+/// per Llama size, the floor being the same graph without the call.
+fn decode_mode(
+    r: &mut Rank,
+    args: &BenchArgs,
+    timer: &mut Timer,
+    algos: &[Option<AllReduceAlgo>],
+    progress: &mut Progress,
+) -> Result<Vec<DecodeRow>> {
+    let seed = 0xDEC0_u64;
+    let world = r.world();
+    let replays = (args.calls / SKEW_K).max(1);
+    let mut rows = Vec::new();
+    for hidden in DECODE_HIDDEN {
+        for batch in DECODE_BATCH {
+            let elems = batch * hidden;
+            let bytes = elems * 2;
+            let call = ((hidden as u64) << 8) | batch as u64;
+            let d_in = r
+                .stream
+                .clone_htod(&data::inputs::<bf16>(seed, call, r.rank(), elems))?;
+            let spin = |_j: usize| DECODE_SPIN_NS;
+            let mut none = |_r: &Rank, _j: usize| Ok(());
+            let (us, _) = free::graph_mode(r, SKEW_K, replays, &mut none, &spin, &|_| 0.0, timer)?;
+            let floor_mine = Dist::of(us);
+            let floor_all = r.all_gather(&floor_mine)?;
+            let floor = Dist::worst(&floor_all.into_iter().flatten().collect::<Vec<_>>());
+            progress.step(&format!("decode {hidden}x{batch} floor"));
+            let mut configs: Vec<(String, Dist)> = Vec::new();
+            for &algo in algos {
+                let mut d_out = r.stream.clone_htod(&vec![data::poison::<bf16>(); elems])?;
+                let mut step = |r: &Rank, _j: usize| enqueue(r, &d_in, &mut d_out, algo);
+                let (us, _) =
+                    free::graph_mode(r, SKEW_K, replays, &mut step, &spin, &|_| 0.0, timer)?;
+                let out = r.stream.clone_dtoh(&d_out)?;
+                r.stream.synchronize()?;
+                data::verify(&out, seed, call, world, Op::Sum).map_err(|e| {
+                    anyhow::anyhow!(
+                        "rank {}: decode {} at {hidden} x {batch} gave a wrong result: {e}",
+                        r.rank(),
+                        name(algo)
+                    )
+                })?;
+                let mine = Dist::of(us);
+                let all = r.all_gather(&mine)?;
+                if let Some(d) = Dist::worst(&all.into_iter().flatten().collect::<Vec<_>>()) {
+                    configs.push((name(algo).to_owned(), d));
+                }
+                progress.step(&format!("decode {hidden}x{batch} {}", name(algo)));
+            }
+            let Some(floor) = floor else { continue };
+            let overhead = |d: &Dist| d.median_us - floor.median_us;
+            let nccl = configs
+                .iter()
+                .find(|(a, _)| a == "nccl")
+                .map(|(_, d)| overhead(d));
+            rows.push(DecodeRow {
+                hidden,
+                batch,
+                bytes,
+                algo: "floor".into(),
+                step: floor,
+                overhead_us: 0.0,
+                overhead_vs_nccl: None,
+            });
+            for (algo, d) in configs {
+                rows.push(DecodeRow {
+                    hidden,
+                    batch,
+                    bytes,
+                    algo,
+                    step: d,
+                    overhead_us: overhead(&d),
+                    overhead_vs_nccl: nccl.map(|n| overhead(&d) / n),
+                });
+            }
+        }
+    }
+    Ok(rows)
+}
+
+fn print_free_table(rows: &[Row]) {
+    let modes: Vec<String> = rows
+        .first()
+        .map(|r| r.free.iter().map(|m| m.mode.clone()).collect())
+        .unwrap_or_default();
+    println!("free-running, us per call, the slowest rank's median / p99 / max (mean = graph without stamps):");
+    let mut head = format!("{:>10} {:>16} {:>16}", "bytes", "algo", "chosen");
+    for m in &modes {
+        head.push_str(&format!(" {:>24}", format!("{m} med/p99/max")));
+    }
+    head.push_str(&format!(" {:>9} {:>8} {:>9}", "mean_us", "x_nccl", "busbw"));
+    println!("{head}");
+    for r in rows {
+        let mut line = format!("{:>10} {:>16} {:>16}", r.bytes, r.algo, r.chosen);
+        for m in &r.free {
+            let d = m.dist;
+            line.push_str(&format!(
+                " {:>24}",
+                format!("{:.2}/{:.2}/{:.1}", d.median_us, d.p99_us, d.max_us)
+            ));
+        }
+        line.push_str(&format!(
+            " {:>9.2} {:>8} {:>9.1}",
+            r.graph_us,
+            r.graph_vs_nccl.map_or("-".into(), |v| format!("{v:.2}")),
+            r.busbw_gbps
+        ));
+        println!("{line}");
+    }
+}
+
+/// The tail targets of issue 16 in the graph, skew and decode modes.
+fn print_tail_check(rows: &[Row], decode: &[DecodeRow]) {
+    let mut bad = Vec::new();
+    let mut checked = 0;
+    for r in rows {
+        for m in r.free.iter().filter(|m| m.mode != "eager") {
+            checked += 1;
+            if !m.dist.tail_ok() {
+                bad.push(format!(
+                    "{} {} {}: {:.2}/{:.2}/{:.1}",
+                    fmt_bytes(r.bytes),
+                    r.algo,
+                    m.mode,
+                    m.dist.median_us,
+                    m.dist.p99_us,
+                    m.dist.max_us
+                ));
+            }
+        }
+    }
+    for d in decode {
+        checked += 1;
+        if !d.step.tail_ok() {
+            bad.push(format!(
+                "decode {}x{} {}: {:.2}/{:.2}/{:.1}",
+                d.hidden, d.batch, d.algo, d.step.median_us, d.step.p99_us, d.step.max_us
+            ));
+        }
+    }
+    if bad.is_empty() {
+        println!("tail: p99 <= 1.5 x median and max <= 3 x median in all {checked} graph, skew and decode configurations");
+    } else {
+        println!(
+            "tail: {} of {checked} graph, skew and decode configurations miss p99 <= 1.5 x median or max <= 3 x median:",
+            bad.len()
+        );
+        for b in bad {
+            println!("  {b}");
+        }
+    }
+}
+
+fn print_decode_table(rows: &[DecodeRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    println!(
+        "decode-like: graph of {SKEW_K} steps ({} us spin + all-reduce), us per step, the slowest rank's:",
+        DECODE_SPIN_NS / 1000
+    );
+    println!(
+        "{:>6} {:>5} {:>9} {:>16} {:>22} {:>11} {:>9}",
+        "hidden", "batch", "bytes", "algo", "step med/p99/max", "overhead", "x_nccl"
+    );
+    for d in rows {
+        println!(
+            "{:>6} {:>5} {:>9} {:>16} {:>22} {:>11.2} {:>9}",
+            d.hidden,
+            d.batch,
+            d.bytes,
+            d.algo,
+            format!("{:.2}/{:.2}/{:.1}", d.step.median_us, d.step.p99_us, d.step.max_us),
+            d.overhead_us,
+            d.overhead_vs_nccl.map_or("-".into(), |v| format!("{v:.2}"))
+        );
+    }
+}

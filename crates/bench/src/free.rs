@@ -1,0 +1,324 @@
+//! Free-running measurement: calls follow each other on the stream with
+//! no host barrier and no extra all-reduce between them, as in a
+//! tensor-parallel decode loop, and every call's time comes from the
+//! device (a `%globaltimer` stamp after each call in a graph, a CUDA event
+//! after each eager call). Modes:
+//!
+//! - `graph-K`: a CUDA graph of K back-to-back calls, replayed;
+//! - `eager`: calls launched one by one;
+//! - `skew`: a graph in which, before each call, a rank chosen at random
+//!   spins for 0 to 20 us (the time is the call's, net of that spin);
+//! - `decode`: a graph alternating a 20 us kernel (a GEMM's stand-in) with
+//!   the call (the time is the step's, spin included; the overhead is the
+//!   step over the same graph without the call).
+//!
+//! Every delta between stamps includes one stamp kernel (about half a
+//! microsecond of graph node); the `mean` figures come from the same graph
+//! without stamps, timed by events around all replays.
+
+use anyhow::{Context, Result, bail};
+use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaEvent, CudaGraph, CudaSlice};
+use serde::{Deserialize, Serialize};
+
+use intranode::kernels::KernelModule;
+
+use crate::rank::Rank;
+
+/// Median, tail and count of one mode's per-call times.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Dist {
+    pub median_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    pub calls: usize,
+}
+
+impl Dist {
+    /// `None` for no samples.
+    pub fn of(mut us: Vec<f64>) -> Option<Dist> {
+        if us.is_empty() {
+            return None;
+        }
+        us.sort_by(f64::total_cmp);
+        let at = |q: f64| us[((us.len() - 1) as f64 * q).round() as usize];
+        Some(Dist {
+            median_us: at(0.5),
+            p99_us: at(0.99),
+            max_us: us[us.len() - 1],
+            calls: us.len(),
+        })
+    }
+
+    /// The worst of every rank's figure, figure by figure: the
+    /// collective's distribution as its slowest rank saw it.
+    pub fn worst(all: &[Dist]) -> Option<Dist> {
+        let first = *all.first()?;
+        Some(all.iter().fold(first, |a, b| Dist {
+            median_us: a.median_us.max(b.median_us),
+            p99_us: a.p99_us.max(b.p99_us),
+            max_us: a.max_us.max(b.max_us),
+            calls: a.calls.min(b.calls),
+        }))
+    }
+
+    /// Whether the tail holds the targets of issue 16: p99 at most 1.5 x
+    /// the median and max at most 3 x.
+    pub fn tail_ok(&self) -> bool {
+        self.p99_us <= 1.5 * self.median_us && self.max_us <= 3.0 * self.median_us
+    }
+}
+
+/// One mode's figures for one configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModeStats {
+    /// `graph-K`, `eager`, `skew` or `decode`.
+    pub mode: String,
+    pub dist: Dist,
+    /// Mean per call of the same graph without stamps (graph modes).
+    pub mean_us: Option<f64>,
+}
+
+/// What one call of the timed loop enqueues: `j` is its index in the
+/// graph or loop (each index may have its own buffers).
+pub type Enqueue<'a> = dyn FnMut(&Rank, usize) -> Result<()> + 'a;
+
+/// The timing kernels and a stamp log on the device: `[count,
+/// stamps...]` (`timing_stamp`).
+pub struct Timer {
+    module: KernelModule,
+    log: CudaSlice<u64>,
+}
+
+impl Timer {
+    /// Room for `cap` stamps.
+    pub fn new(r: &Rank, cap: usize) -> Result<Self> {
+        Ok(Timer {
+            module: KernelModule::load(&r.ctx).context("loading the timing kernels")?,
+            log: r.stream.alloc_zeros::<u64>(cap + 1)?,
+        })
+    }
+
+    /// Stamps past this many are counted, not stored.
+    pub fn capacity(&self) -> usize {
+        self.log.len() - 1
+    }
+
+    pub fn reset(&mut self, r: &Rank) -> Result<()> {
+        r.stream.memset_zeros(&mut self.log)?;
+        Ok(())
+    }
+
+    pub fn stamp(&mut self, r: &Rank) -> Result<()> {
+        self.module.stamp(&r.stream, &mut self.log)?;
+        Ok(())
+    }
+
+    pub fn spin(&self, r: &Rank, ns: u64) -> Result<()> {
+        self.module.spin(&r.stream, ns)?;
+        Ok(())
+    }
+
+    /// The stamps taken since the last reset (synchronizes the stream).
+    pub fn read(&self, r: &Rank) -> Result<Vec<u64>> {
+        let all = r.stream.clone_dtoh(&self.log)?;
+        r.stream.synchronize()?;
+        let n = all[0] as usize;
+        if n > all.len() - 1 {
+            bail!(
+                "stamp log overflowed: {n} stamps for {} places",
+                all.len() - 1
+            );
+        }
+        Ok(all[1..=n].to_vec())
+    }
+}
+
+/// What runs before call `j` of a graph on this rank: a spin of so many
+/// nanoseconds (0: nothing).
+pub type SpinBefore<'a> = &'a dyn Fn(usize) -> u64;
+
+fn capture(
+    r: &Rank,
+    k: usize,
+    enqueue: &mut Enqueue<'_>,
+    spin_before: SpinBefore<'_>,
+    timer: &mut Timer,
+    stamps: bool,
+) -> Result<CudaGraph> {
+    r.stream.synchronize()?;
+    r.stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    let body = (|| -> Result<()> {
+        if stamps {
+            timer.stamp(r)?;
+        }
+        for j in 0..k {
+            let ns = spin_before(j);
+            if ns > 0 {
+                timer.spin(r, ns)?;
+            }
+            enqueue(r, j)?;
+            if stamps {
+                timer.stamp(r)?;
+            }
+        }
+        Ok(())
+    })();
+    // End the capture whatever happened, so the stream stays usable.
+    let graph = r
+        .stream
+        .end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+    body?;
+    graph?.context("capture produced no graph")
+}
+
+/// Per-call times (us) of `replays` free-running replays of a graph of
+/// `k` calls, from stamps; minus `net_of(j)` for call `j`. Plus the mean
+/// per call of the same graph without stamps.
+#[allow(clippy::too_many_arguments)]
+pub fn graph_mode(
+    r: &Rank,
+    k: usize,
+    replays: usize,
+    enqueue: &mut Enqueue<'_>,
+    spin_before: SpinBefore<'_>,
+    net_of: &dyn Fn(usize) -> f64,
+    timer: &mut Timer,
+) -> Result<(Vec<f64>, f64)> {
+    if replays * (k + 1) > timer.capacity() {
+        bail!(
+            "{replays} replays of {k} calls need more than {} stamps",
+            timer.capacity()
+        );
+    }
+    let plain = capture(r, k, enqueue, spin_before, timer, false)?;
+    plain.launch()?;
+    let (start, end) = (event(r)?, event(r)?);
+    start.record(&r.stream)?;
+    for _ in 0..replays {
+        plain.launch()?;
+    }
+    end.record(&r.stream)?;
+    end.synchronize()?;
+    let mean_us = start.elapsed_ms(&end)? as f64 * 1000.0 / (replays * k) as f64;
+    drop(plain);
+
+    let stamped = capture(r, k, enqueue, spin_before, timer, true)?;
+    stamped.launch()?;
+    timer.reset(r)?;
+    for _ in 0..replays {
+        stamped.launch()?;
+    }
+    let stamps = timer.read(r)?;
+    drop(stamped);
+    if stamps.len() != replays * (k + 1) {
+        bail!(
+            "{} stamps for {replays} replays of {k} calls",
+            stamps.len()
+        );
+    }
+    let mut us = Vec::with_capacity(replays * k);
+    for rep in stamps.chunks_exact(k + 1) {
+        for (j, w) in rep.windows(2).enumerate() {
+            us.push(w[1].wrapping_sub(w[0]) as f64 / 1000.0 - net_of(j));
+        }
+    }
+    Ok((us, mean_us))
+}
+
+fn event(r: &Rank) -> Result<CudaEvent> {
+    Ok(r.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?)
+}
+
+/// Per-call times (us) of `calls` eager calls launched back to back, from
+/// an event recorded after each; and the mean.
+pub fn eager_mode(r: &Rank, calls: usize, enqueue: &mut Enqueue<'_>) -> Result<(Vec<f64>, f64)> {
+    let events = (0..=calls).map(|_| event(r)).collect::<Result<Vec<_>>>()?;
+    enqueue(r, 0)?;
+    events[0].record(&r.stream)?;
+    for (j, e) in events[1..].iter().enumerate() {
+        enqueue(r, j)?;
+        e.record(&r.stream)?;
+    }
+    events[calls].synchronize()?;
+    let mut us = Vec::with_capacity(calls);
+    for w in events.windows(2) {
+        us.push(w[0].elapsed_ms(&w[1])? as f64 * 1000.0);
+    }
+    let mean = events[0].elapsed_ms(&events[calls])? as f64 * 1000.0 / calls as f64;
+    Ok((us, mean))
+}
+
+/// The skew of call `j` of a graph: which rank spins before it and for
+/// how many nanoseconds (0 to 20 us), the same on every rank for the same
+/// `seed`.
+pub fn skew_of(seed: u64, world: usize, j: usize) -> (usize, u64) {
+    let h = crate::data::mix(seed ^ (j as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    ((h % world as u64) as usize, (h >> 32) % 20_001)
+}
+
+/// How each rank's `Dist` travels to rank 0.
+pub type RankDists = Vec<(String, Dist, Option<f64>)>;
+
+/// The worst rank's figures per mode, from every rank's.
+pub fn merge(all: &[RankDists]) -> Vec<ModeStats> {
+    let Some(first) = all.first() else {
+        return Vec::new();
+    };
+    first
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (mode, _, _))| {
+            let dists: Vec<Dist> = all.iter().filter_map(|d| d.get(i).map(|x| x.1)).collect();
+            let means: Vec<f64> = all.iter().filter_map(|d| d.get(i).and_then(|x| x.2)).collect();
+            Some(ModeStats {
+                mode: mode.clone(),
+                dist: Dist::worst(&dists)?,
+                mean_us: (!means.is_empty()).then(|| means.iter().copied().fold(0.0, f64::max)),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distribution() {
+        let d = Dist::of((1..=100).map(f64::from).collect()).expect("samples");
+        assert_eq!((d.median_us, d.p99_us, d.max_us, d.calls), (51.0, 99.0, 100.0, 100));
+        assert!(!d.tail_ok());
+        let flat = Dist::of(vec![2.0; 1000]).expect("samples");
+        assert!(flat.tail_ok());
+        assert!(Dist::of(Vec::new()).is_none());
+        let w = Dist::worst(&[d, flat]).expect("two");
+        assert_eq!((w.median_us, w.max_us, w.calls), (51.0, 100.0, 100));
+    }
+
+    #[test]
+    fn skews_agree_and_stay_in_range() {
+        let mut ranks = [0usize; 4];
+        for j in 0..10_000 {
+            let (rank, ns) = skew_of(7, 4, j);
+            assert_eq!((rank, ns), skew_of(7, 4, j));
+            assert!(ns <= 20_000);
+            ranks[rank] += 1;
+        }
+        assert!(ranks.iter().all(|&n| n > 2000), "{ranks:?}");
+    }
+
+    #[test]
+    fn merge_takes_the_worst_rank() {
+        let a = Dist::of(vec![1.0, 2.0, 3.0]).expect("a");
+        let b = Dist::of(vec![2.0, 2.0, 9.0]).expect("b");
+        let m = merge(&[
+            vec![("eager".into(), a, Some(2.0))],
+            vec![("eager".into(), b, Some(4.0))],
+        ]);
+        assert_eq!(m.len(), 1);
+        assert_eq!((m[0].dist.median_us, m[0].dist.max_us), (2.0, 9.0));
+        assert_eq!(m[0].mean_us, Some(4.0));
+    }
+}
