@@ -7,6 +7,7 @@
 
 use anyhow::{Context, Result};
 use cudarc::driver::DevicePtr;
+use cudarc::driver::sys::CUevent_flags;
 use intranode::comm::HostErrorWord;
 use intranode::kernels::KernelModule;
 
@@ -43,8 +44,8 @@ pub fn run(args: &PollStormArgs) -> Result<()> {
         for &wait_us in &args.wait_us {
             for (word_name, word) in [("host", host_word.device_ptr()), ("device", device_ptr)] {
                 let mut lag = stream.alloc_zeros::<u64>(threads)?;
-                let start = ctx.new_event(None)?;
-                let end = ctx.new_event(None)?;
+                let start = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+                let end = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
                 start.record(&stream)?;
                 // SAFETY: both words outlive the stream's work (synchronized
                 // below before either is dropped): one is mapped host
