@@ -572,7 +572,10 @@ mod tests {
         assert!(err.to_string().contains("max_value_bytes"), "{err}");
         t.set("a".into(), vec![0; 6]).unwrap();
         let err = t.append("a", &[0; 5]).unwrap_err();
-        assert!(err.to_string().contains("appended value of 11 bytes"), "{err}");
+        assert!(
+            err.to_string().contains("appended value of 11 bytes"),
+            "{err}"
+        );
         t.append("a", &[1; 4]).unwrap();
         let err = t.compare_set("a", &[], vec![0; 11]).unwrap_err();
         assert!(matches!(err, StoreError::ValueTooLarge { .. }), "{err}");

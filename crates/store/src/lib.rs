@@ -42,6 +42,7 @@ mod error;
 mod exchange;
 mod hash;
 mod limits;
+mod malloc;
 mod prefix;
 mod server;
 mod store;

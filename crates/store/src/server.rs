@@ -122,7 +122,11 @@ pub(crate) fn token_from_env() -> Result<Option<String>, StoreError> {
     match std::env::var_os(TOKEN_ENV) {
         None => Ok(None),
         Some(raw) => match raw.into_string() {
-            Ok(token) => check_token(Some(&token)).map(|()| Some(token)),
+            Ok(token) if token.is_empty() => Err(StoreError::BadToken {
+                var: TOKEN_ENV,
+                reason: "is set but empty; unset it to run without a token, or set a non-empty one",
+            }),
+            Ok(token) => Ok(Some(token)),
             Err(_) => Err(StoreError::BadToken {
                 var: TOKEN_ENV,
                 reason: "is not valid UTF-8",
@@ -132,12 +136,13 @@ pub(crate) fn token_from_env() -> Result<Option<String>, StoreError> {
 }
 
 /// An empty token is refused rather than taken as "no token": a job meant
-/// to have one must not silently run open.
+/// to have one must not silently run open. `from_env` turns an unusable
+/// variable into an empty token, hence the wording.
 pub(crate) fn check_token(token: Option<&str>) -> Result<(), StoreError> {
     match token {
         Some("") => Err(StoreError::BadToken {
             var: TOKEN_ENV,
-            reason: "is set but empty; unset it to run without a token, or give a non-empty one",
+            reason: "is empty or not valid UTF-8; unset it to run without a token, or set a non-empty UTF-8 one",
         }),
         _ => Ok(()),
     }
@@ -182,13 +187,20 @@ struct Reservation<'a> {
 impl Budget {
     fn used(&self) -> MutexGuard<'_, usize> {
         // A counter cannot be left half-updated.
-        self.used_bytes.lock().unwrap_or_else(PoisonError::into_inner)
+        self.used_bytes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Takes `bytes` (at most the whole budget), waiting for other
     /// connections to give some back; `None` once `deadline` passes or the
     /// server shuts down.
-    fn reserve(&self, bytes: usize, deadline: Instant, stop: &AtomicBool) -> Option<Reservation<'_>> {
+    fn reserve(
+        &self,
+        bytes: usize,
+        deadline: Instant,
+        stop: &AtomicBool,
+    ) -> Option<Reservation<'_>> {
         let bytes = bytes.min(self.max_bytes);
         let mut used = self.used();
         loop {
@@ -286,6 +298,7 @@ impl TcpStoreServer {
     pub fn bind(config: ServerConfig) -> Result<Self, StoreError> {
         check_token(config.token.as_deref())?;
         config.limits.validate()?;
+        crate::malloc::return_large_frees_to_the_system();
         let want = SocketAddr::new(config.addr, config.port);
         let bind_err = |source| StoreError::Bind { addr: want, source };
         let listener = TcpListener::bind(want).map_err(bind_err)?;
@@ -542,6 +555,37 @@ impl Write for DeadlineWriter<'_> {
     }
 }
 
+/// Reads with every `read` bounded by what is left until `deadline`;
+/// `late` tells a deadline from other errors.
+struct DeadlineReader<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+    late: bool,
+}
+
+impl Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            self.late = true;
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        match (&*self.stream).read(buf) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                self.late = true;
+                Err(e)
+            }
+            other => other,
+        }
+    }
+}
+
 /// Why [`fill_by`] stopped short.
 enum Short {
     /// The deadline passed.
@@ -569,7 +613,12 @@ fn fill_by(
             Ok(0) => break,
             Ok(n) => filled += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 return Err(Short::Late);
             }
             Err(e) => return Err(Short::Io(e)),
@@ -595,8 +644,15 @@ fn too_large(len: usize, max: usize, when: &str) -> Disconnect {
 
 /// Reads the `Hello`: at most `max_hello_bytes`, all of it by `deadline`
 /// (NOTE [memory budget]). `None`: the client left without a word.
-fn read_hello(shared: &Shared, stream: &TcpStream, deadline: Instant) -> Result<Option<Request>, Disconnect> {
-    let max = shared.limits.max_hello_bytes.min(shared.limits.max_frame_bytes);
+fn read_hello(
+    shared: &Shared,
+    stream: &TcpStream,
+    deadline: Instant,
+) -> Result<Option<Request>, Disconnect> {
+    let max = shared
+        .limits
+        .max_hello_bytes
+        .min(shared.limits.max_frame_bytes);
     let late = || {
         Disconnect::Refuse(format!(
             "no complete hello within {} ms of connecting (login_timeout)",
@@ -613,7 +669,11 @@ fn read_hello(shared: &Shared, stream: &TcpStream, deadline: Instant) -> Result<
     }
     let len = u32::from_le_bytes(header) as usize;
     if len > max {
-        return Err(too_large(len, max, " before login (only a hello is accepted there)"));
+        return Err(too_large(
+            len,
+            max,
+            " before login (only a hello is accepted there)",
+        ));
     }
     let mut body = vec![0u8; len];
     match fill_by(stream, &mut body, 0, deadline) {
@@ -638,7 +698,10 @@ enum Incoming<'a> {
 /// Reads one request after login: waits for its first byte as long as it
 /// takes (clients idle between rendezvous steps), then gives the rest of
 /// the frame `frame_timeout`, after reserving its share of the budget.
-fn read_request<'a>(shared: &'a Shared, stream: &TcpStream) -> Result<Option<Incoming<'a>>, Disconnect> {
+fn read_request<'a>(
+    shared: &'a Shared,
+    stream: &TcpStream,
+) -> Result<Option<Incoming<'a>>, Disconnect> {
     let limits = &shared.limits;
     let mut header = [0u8; wire::FRAME_HEADER_BYTES];
     stream.set_read_timeout(None).map_err(Disconnect::Gone)?;
@@ -680,18 +743,20 @@ fn read_request<'a>(shared: &'a Shared, stream: &TcpStream) -> Result<Option<Inc
             limits.frame_timeout.as_millis()
         )));
     };
-    // Grows as bytes arrive, so a frame that announces much and sends
-    // little costs little (NOTE [bounded allocation] in wire.rs).
-    let mut body = Vec::new();
-    while body.len() < len {
-        let filled = body.len();
-        body.resize(len.min(filled + SMALL_REPLY_BYTES), 0);
-        match fill_by(stream, &mut body, filled, deadline) {
-            Ok(n) if n < body.len() => return Err(closed_inside("frame body", n, len)),
-            Ok(_) => {}
-            Err(Short::Late) => return Err(late("the frame body")),
-            Err(Short::Io(e)) => return Err(Disconnect::Gone(e)),
-        }
+    // Allocated once at its full (reserved) size but never zeroed: pages
+    // of a large block are mapped only as bytes arrive, so a frame that
+    // announces much and sends little costs little.
+    let mut body = Vec::with_capacity(len);
+    let mut reader = DeadlineReader {
+        stream,
+        deadline,
+        late: false,
+    };
+    match (&mut reader).take(len as u64).read_to_end(&mut body) {
+        Ok(n) if n < len => return Err(closed_inside("frame body", n, len)),
+        Ok(_) => {}
+        Err(_) if reader.late => return Err(late("the frame body")),
+        Err(e) => return Err(Disconnect::Gone(e)),
     }
     match wire::decode_request_limited(&body, &shared.decode_limits()) {
         Ok(req) => Ok(Some(Incoming::Request(req, reservation))),
@@ -705,7 +770,10 @@ fn read_request<'a>(shared: &'a Shared, stream: &TcpStream) -> Result<Option<Inc
 enum Reply {
     Plain(Response),
     /// A `Bytes` (`list == false`, one value) or `List` reply.
-    Values { list: bool, values: Vec<Value> },
+    Values {
+        list: bool,
+        values: Vec<Value>,
+    },
 }
 
 fn send(shared: &Shared, stream: &TcpStream, reply: Reply) -> Result<(), Disconnect> {
@@ -717,8 +785,8 @@ fn send(shared: &Shared, stream: &TcpStream, reply: Reply) -> Result<(), Disconn
         Reply::Plain(resp) => {
             // Plain replies are a few bytes, or an error message naming at
             // most a few keys: not worth a reservation.
-            let body = wire::encode_response(&resp)
-                .map_err(|e| Disconnect::Gone(io::Error::other(e)))?;
+            let body =
+                wire::encode_response(&resp).map_err(|e| Disconnect::Gone(io::Error::other(e)))?;
             return wire::write_frame(&mut out, &body).map_err(Disconnect::Gone);
         }
         Reply::Values { list, values } => (list, values),
@@ -731,7 +799,9 @@ fn send(shared: &Shared, stream: &TcpStream, reply: Reply) -> Result<(), Disconn
     let _reservation = shared
         .budget
         .reserve(body_bytes, out.deadline, &shared.shutting_down)
-        .ok_or_else(|| Disconnect::Gone(io::Error::other("no buffer space for the reply in time")))?;
+        .ok_or_else(|| {
+            Disconnect::Gone(io::Error::other("no buffer space for the reply in time"))
+        })?;
     let header = u32::try_from(body_bytes)
         .map_err(|e| Disconnect::Gone(io::Error::other(e)))?
         .to_le_bytes();
@@ -746,7 +816,11 @@ fn send(shared: &Shared, stream: &TcpStream, reply: Reply) -> Result<(), Disconn
         .map_err(Disconnect::Gone)
 }
 
-fn client_loop(shared: &Shared, stream: &TcpStream, accepted_at: Instant) -> Result<(), Disconnect> {
+fn client_loop(
+    shared: &Shared,
+    stream: &TcpStream,
+    accepted_at: Instant,
+) -> Result<(), Disconnect> {
     let login_deadline = accepted_at
         .checked_add(shared.limits.login_timeout)
         .unwrap_or(accepted_at);
@@ -884,9 +958,11 @@ fn execute(shared: &Shared, stream: &TcpStream, req: Request) -> Result<Reply, D
     Ok(match req {
         Request::Set { key, value } => done(table.set(key, value)),
         Request::Get { key, timeout_ms } => {
-            return parked(shared, stream, &[&key], timeout_ms, |values| Reply::Values {
-                list: false,
-                values,
+            return parked(shared, stream, &[&key], timeout_ms, |values| {
+                Reply::Values {
+                    list: false,
+                    values,
+                }
             });
         }
         Request::Add { key, delta } => match table.add(&key, delta) {

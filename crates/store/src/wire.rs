@@ -723,11 +723,13 @@ pub fn encode_response(resp: &Response) -> Result<Vec<u8>, WireError> {
 /// Length of the body of a `Bytes` (`list == false`, exactly one value) or
 /// `List` response carrying `value_lens`, without building it; `None` when
 /// it would not fit a frame.
-pub(crate) fn values_body_bytes(list: bool, value_lens: impl Iterator<Item = usize>) -> Option<usize> {
+pub(crate) fn values_body_bytes(
+    list: bool,
+    mut value_lens: impl Iterator<Item = usize>,
+) -> Option<usize> {
     let head = if list { 1 + 4 } else { 1 };
-    let total = value_lens.fold(Some(head), |acc: Option<usize>, len| {
-        acc?.checked_add(4)?.checked_add(len)
-    })?;
+    let total =
+        value_lens.try_fold(head, |acc: usize, len| acc.checked_add(4)?.checked_add(len))?;
     (total <= u32::MAX as usize).then_some(total)
 }
 
@@ -1019,7 +1021,10 @@ mod tests {
         let values = vec![vec![], vec![1, 2, 3], vec![9; 300]];
         let mut out = Vec::new();
         write_values_body(&mut out, true, &values).unwrap();
-        assert_eq!(out, encode_response(&Response::List(values.clone())).unwrap());
+        assert_eq!(
+            out,
+            encode_response(&Response::List(values.clone())).unwrap()
+        );
         assert_eq!(
             values_body_bytes(true, values.iter().map(Vec::len)),
             Some(out.len())
@@ -1032,7 +1037,10 @@ mod tests {
         );
         assert_eq!(values_body_bytes(false, [3].into_iter()), Some(out.len()));
         assert!(write_values_body(&mut Vec::new(), false, &values).is_err());
-        assert_eq!(values_body_bytes(true, [u32::MAX as usize].into_iter()), None);
+        assert_eq!(
+            values_body_bytes(true, [u32::MAX as usize].into_iter()),
+            None
+        );
     }
 
     #[test]

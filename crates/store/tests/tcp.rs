@@ -206,7 +206,10 @@ fn oversize_frame_gets_an_error_and_others_keep_working() {
     // there.
     let mut raw = Raw::connect(addr);
     raw.send_body(&[0u8; 513]);
-    expect_refused(raw.recv(), "frame of 513 bytes exceeds the limit of 512 bytes before login");
+    expect_refused(
+        raw.recv(),
+        "frame of 513 bytes exceeds the limit of 512 bytes before login",
+    );
     raw.assert_closed();
 
     // Through the client API: a value too big for the server's bound.
