@@ -1113,8 +1113,19 @@ mod tests {
                 let at = rng.random_range(0..body.len());
                 body[at] = rng.random();
             }
-            let _ = decode_request(&body);
+            let plain = decode_request(&body);
             let _ = decode_response(&body);
+            // What the fuzz target checks: limits only refuse.
+            let limits = DecodeLimits {
+                max_items: 1,
+                max_key_bytes: 2,
+                max_value_bytes: 3,
+            };
+            match decode_request_limited(&body, &limits) {
+                Ok(req) => assert_eq!(plain, Ok(req)),
+                Err(WireError::OverLimit { .. }) => {}
+                Err(e) => assert!(plain.is_err(), "{e}"),
+            }
         }
     }
 }
