@@ -363,6 +363,7 @@ impl MemTable {
         let wake = Arc::new(Condvar::new());
         // (key, id) of this wait's slot in the index, if registered.
         let mut registered: Option<(String, u64)> = None;
+        let mut last_check = Instant::now();
         let mut state = self.lock();
         let result = loop {
             if state.closed {
@@ -390,15 +391,18 @@ impl MemTable {
             if let Some((_, poll)) = &alive {
                 slice = slice.min(*poll);
             }
-            let (guard, waited) = wake
+            state = wake
                 .wait_timeout(state, slice)
-                .unwrap_or_else(PoisonError::into_inner);
-            state = guard;
-            if waited.timed_out()
-                && let Some((check, _)) = &mut alive
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+            // By elapsed time, not by how the wait ended, so that a stream
+            // of wake-ups cannot put the check off.
+            if let Some((check, poll)) = &mut alive
+                && last_check.elapsed() >= *poll
             {
                 drop(state);
                 let still_there = check();
+                last_check = Instant::now();
                 state = self.lock();
                 if !still_there {
                     break Err(WaitFailure::ClientGone);

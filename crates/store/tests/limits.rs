@@ -653,20 +653,28 @@ fn load_many_clients_hold_the_memory_bound() {
     if std::env::var_os(SERVER_CHILD_ENV).is_some() {
         return;
     }
-    const CLIENTS: usize = 1000;
     const RUN: Duration = Duration::from_secs(15);
+    // The test process and the server each hold one descriptor per
+    // client; under a small `ulimit -n` run fewer and say so.
+    let fd_limit = open_files_soft_limit();
+    let client_count = 1000.min(fd_limit.saturating_sub(128) as usize);
+    if client_count < 1000 {
+        println!(
+            "load: descriptor limit {fd_limit}, running {client_count} clients instead of 1000"
+        );
+    }
     let max_stored = 64 * MIB;
     let server = ServerProcess::start(&format!(
         "max_connections={},max_stored_bytes={max_stored}",
-        CLIENTS + 16
+        client_count + 16
     ));
     let idle = server.peak_rss_bytes();
     let ops = Arc::new(AtomicU64::new(0));
     let full = Arc::new(AtomicU64::new(0));
     let timeouts = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let ready = Arc::new(Barrier::new(CLIENTS + 1));
-    let clients: Vec<_> = (0..CLIENTS)
+    let ready = Arc::new(Barrier::new(client_count + 1));
+    let handles: Vec<_> = (0..client_count)
         .map(|i| {
             let (ops, full, timeouts, stop, ready) = (
                 Arc::clone(&ops),
@@ -682,7 +690,7 @@ fn load_many_clients_hold_the_memory_bound() {
                     let store = TcpStore::connect(addr, client_config());
                     ready.wait();
                     let store = store.expect("connect");
-                    load_client(i, CLIENTS, &store, &stop, &ops, &full, &timeouts);
+                    load_client(i, client_count, &store, &stop, &ops, &full, &timeouts);
                 })
                 .expect("spawn client")
         })
@@ -696,23 +704,40 @@ fn load_many_clients_hold_the_memory_bound() {
     }
     let threads_at_load = server.threads();
     stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        c.join().expect("client");
+    for h in handles {
+        h.join().expect("client");
     }
     let ops = ops.load(Ordering::Relaxed);
     println!(
-        "load: {CLIENTS} clients, {ops} operations in {:.1} s ({:.0}/s), {} store-full errors, {} wait timeouts, {threads_at_load} server threads",
+        "load: {client_count} clients, {ops} operations in {:.1} s ({:.0}/s), {} store-full errors, {} wait timeouts, {threads_at_load} server threads",
         start.elapsed().as_secs_f64(),
         ops as f64 / start.elapsed().as_secs_f64(),
         full.load(Ordering::Relaxed),
         timeouts.load(Ordering::Relaxed),
     );
     assert!(
-        threads_at_load as usize > CLIENTS,
+        threads_at_load as usize > client_count,
         "all clients were served at once"
     );
-    assert!(ops > CLIENTS as u64, "{ops}");
-    report("load", &server, rss_bound(idle, max_stored, CLIENTS as u64));
+    assert!(ops > client_count as u64, "{ops}");
+    report(
+        "load",
+        &server,
+        rss_bound(idle, max_stored, client_count as u64),
+    );
+}
+
+/// The soft limit on open files of this process (children inherit it).
+fn open_files_soft_limit() -> u64 {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(1024)
 }
 
 fn load_client(
