@@ -8,6 +8,14 @@ use clap::Parser;
 
 use crate::LaunchError;
 
+/// Most ranks on one node. Far above any GPU count; it keeps a typo (or
+/// `1e11`) from turning into an allocation abort or a fork bomb.
+pub const MAX_NPROC: usize = 1024;
+
+/// Longest duration any option accepts: a year. Longer is a mistake, and
+/// unbounded values overflow `Instant` arithmetic.
+pub const MAX_SECS: u64 = 365 * 24 * 3600;
+
 const AFTER_HELP: &str = "\
 Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT, INTRANODE_STORE_TOKEN, INTRANODE_DEVICE (its GPU from --gpus),
@@ -99,6 +107,12 @@ impl JobConfig {
         if args.nproc_per_node == 0 {
             return Err(LaunchError::NoRanks);
         }
+        if args.nproc_per_node > MAX_NPROC {
+            return Err(LaunchError::TooManyRanks {
+                nproc: args.nproc_per_node,
+                max: MAX_NPROC,
+            });
+        }
         let devices = match args.gpus {
             Some(gpus) if gpus.len() != args.nproc_per_node => {
                 return Err(LaunchError::GpuCountMismatch {
@@ -142,13 +156,25 @@ impl JobConfig {
     }
 }
 
-/// Parses a non-negative, finite number of seconds such as `5` or `0.5`.
+/// Parses a non-negative, finite number of seconds such as `5` or `0.5`,
+/// at most [`MAX_SECS`].
 pub fn parse_secs(name: &'static str, text: &str) -> Result<Duration, LaunchError> {
     let bad = || LaunchError::BadSeconds {
         name,
         value: text.to_owned(),
     };
     let secs: f64 = text.trim().parse().map_err(|_| bad())?;
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(bad());
+    }
+    // Compared as f64 first: 1e19 does not fit a Duration's seconds.
+    if secs > MAX_SECS as f64 {
+        return Err(LaunchError::SecondsTooLarge {
+            name,
+            value: text.trim().to_owned(),
+            max_secs: MAX_SECS,
+        });
+    }
     Duration::try_from_secs_f64(secs).map_err(|_| bad())
 }
 
@@ -295,6 +321,33 @@ mod tests {
         ])
         .unwrap_err();
         assert!(err.to_string().contains("--failure-wait-secs"), "{err}");
+    }
+
+    #[test]
+    fn huge_values_are_rejected_naming_the_flag() {
+        for flag in ["--timeout", "--grace-secs", "--failure-wait-secs"] {
+            for value in ["1e19", "31536001", "1e300"] {
+                let arg = format!("{flag}={value}");
+                let err = job(&["--nproc-per-node", "1", &arg, "--", "true"]).unwrap_err();
+                assert!(
+                    matches!(err, LaunchError::SecondsTooLarge { .. }),
+                    "{arg}: {err}"
+                );
+                assert!(err.to_string().contains(flag), "{err}");
+            }
+            // A year exactly is fine.
+            let arg = format!("{flag}=31536000");
+            job(&["--nproc-per-node", "1", &arg, "--", "true"]).unwrap();
+        }
+        let err = job(&["--nproc-per-node", "1025", "--", "true"]).unwrap_err();
+        assert!(matches!(err, LaunchError::TooManyRanks { .. }), "{err}");
+        assert!(err.to_string().contains("--nproc-per-node 1025"), "{err}");
+        let err = job(&["--nproc-per-node", "100000000000", "--", "true"]).unwrap_err();
+        assert!(err.to_string().contains("--nproc-per-node"), "{err}");
+        // Not an integer at all: clap names the flag.
+        let err = args(&["--nproc-per-node", "1e11", "--", "true"]).unwrap_err();
+        assert!(err.to_string().contains("--nproc-per-node"), "{err}");
+        job(&["--nproc-per-node", "1024", "--", "true"]).unwrap();
     }
 
     #[test]

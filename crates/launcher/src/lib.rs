@@ -12,9 +12,12 @@
 //! Architecture Invariant: every rank runs in a process group of its own,
 //! so that a signal to the group reaches the rank and everything it
 //! started, and a Ctrl-C at the terminal reaches only the launcher, which
-//! decides what the ranks get.
+//! decides what the ranks get. When the job ends, however it ends, every
+//! group is emptied: what a rank left running is stopped and reported
+//! (NOTE [leftover processes] in `supervise.rs`).
 
 pub mod cli;
+mod leftovers;
 pub mod output;
 pub mod rank_env;
 pub mod supervise;
@@ -32,10 +35,18 @@ pub use supervise::{Outcome, RankExit, Report};
 pub enum LaunchError {
     #[error("--nproc-per-node must be at least 1")]
     NoRanks,
+    #[error("--nproc-per-node {nproc} is over the limit of {max} ranks on one node")]
+    TooManyRanks { nproc: usize, max: usize },
     #[error("--gpus lists {gpus} GPUs but --nproc-per-node is {nproc}: give one GPU per rank")]
     GpuCountMismatch { gpus: usize, nproc: usize },
     #[error("--{name} must be a finite number of seconds >= 0, got {value:?}")]
     BadSeconds { name: &'static str, value: String },
+    #[error("--{name} {value} is more than a year ({max_secs} s), which is surely a mistake")]
+    SecondsTooLarge {
+        name: &'static str,
+        value: String,
+        max_secs: u64,
+    },
     #[error("--timeout must be greater than 0 s")]
     ZeroTimeout,
     #[error("cannot resolve --master-addr {addr:?}")]
@@ -65,11 +76,20 @@ pub enum LaunchError {
 /// return), so ranks can use it until their last instruction.
 pub fn launch(job: &JobConfig) -> Result<Report, LaunchError> {
     let token = new_token();
+    let defaults = intranode_store::ServerLimits::default();
     let server = intranode_store::TcpStoreServer::bind(intranode_store::ServerConfig {
         addr: job.bind_ip,
         port: job.master_port,
         token: Some(token.clone()),
-        ..Default::default()
+        limits: intranode_store::ServerLimits {
+            // Room for a few connections per rank however many ranks run;
+            // each costs one descriptor (see docs/SECURITY.md on `ulimit -n`
+            // for very large jobs).
+            max_connections: defaults
+                .max_connections
+                .max(job.nproc.saturating_mul(4).saturating_add(16)),
+            ..defaults
+        },
     })
     .map_err(|source| LaunchError::Store {
         addr: job.master_addr.clone(),

@@ -14,11 +14,17 @@
 //!   group, and SIGKILL when it is still there after the grace period;
 //! - a second SIGINT/SIGTERM during that grace period sends SIGKILL at once.
 //!
-//! NOTE [pid reuse]: a rank's process group is signalled only while its
-//! exit has not been recorded. A waiter may have reaped the leader just
-//! before the signal goes out; then the group id can only have been taken
-//! by a new group if every member had gone and the kernel had cycled
-//! through the whole pid space in between, which we accept.
+//! When the job is over, however it ended, whatever the ranks left running
+//! in their process groups (or orphaned) is stopped and reported: NOTE
+//! [leftover processes] in `leftovers.rs`.
+//!
+//! NOTE [pid reuse]: on Linux a rank is reaped only once the job is over
+//! and its group swept (NOTE [leftover processes]), so its pid and group id
+//! cannot be reused while the launcher may still signal them. Elsewhere
+//! the waiter reaps it, and its group is signalled only while its exit has
+//! not been recorded: a new group could take the id only if every member
+//! had gone and the kernel had cycled through the whole pid space in
+//! between, which we accept.
 
 use std::fmt;
 use std::io::{self, Write};
@@ -34,6 +40,7 @@ use nix::unistd::Pid;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
+use crate::leftovers::{self, Scan};
 use crate::output::{self, forward_lines};
 use crate::rank_env::{FOREIGN_RANK_VARS, rank_vars};
 use crate::{JobConfig, LaunchError};
@@ -47,6 +54,18 @@ const KILL_WAIT: Duration = Duration::from_secs(30);
 /// has exited. Only a rank that handed its stdout to a daemon outside its
 /// process group keeps a pipe open past that.
 const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
+/// How often the sweep of leftover processes looks again.
+const SWEEP_POLL: Duration = Duration::from_millis(20);
+
+/// `now + after`, capped at a year from now: options are validated to at
+/// most a year, but a [`JobConfig`] built by hand may hold anything, and
+/// `Instant` arithmetic must not overflow.
+fn deadline_in(after: Duration) -> Instant {
+    let now = Instant::now();
+    let cap = Duration::from_secs(crate::cli::MAX_SECS);
+    now.checked_add(after.min(cap)).unwrap_or(now)
+}
 
 /// How one rank ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,6 +176,9 @@ pub struct RankRecord {
     pub stopped: bool,
     /// The launcher sent it SIGKILL after the grace period.
     pub killed: bool,
+    /// Processes it left running in its process group when the job ended,
+    /// which the launcher stopped (NOTE [leftover processes]).
+    pub leftovers: Vec<u32>,
 }
 
 /// The result of a job: its [`Outcome`] and every rank's [`RankRecord`].
@@ -164,6 +186,9 @@ pub struct RankRecord {
 pub struct Report {
     pub outcome: Outcome,
     pub ranks: Vec<RankRecord>,
+    /// Orphaned processes outside every rank's group (they made a group of
+    /// their own) that the launcher stopped when the job ended.
+    pub strays: Vec<u32>,
 }
 
 impl Report {
@@ -188,10 +213,11 @@ impl Report {
     }
 
     /// The lines the launcher prints at the end of a failed job: the first
-    /// failure, then one line per rank. Empty for a successful job.
+    /// failure, then one line per rank, then the processes the ranks left
+    /// behind. For a successful job, only the latter (usually nothing).
     pub fn summary(&self) -> Vec<String> {
         if self.success() {
-            return Vec::new();
+            return self.leftover_lines();
         }
         let mut lines = vec![format!("job failed: {}", self.outcome)];
         for (rank, record) in self.ranks.iter().enumerate() {
@@ -207,6 +233,39 @@ impl Report {
                 (Some(_), Some(exit)) => exit.to_string(),
             };
             lines.push(format!("  rank {rank}: {what}"));
+        }
+        lines.extend(self.leftover_lines());
+        lines
+    }
+
+    /// One line per rank that left processes behind, and one for strays.
+    fn leftover_lines(&self) -> Vec<String> {
+        let pids = |pids: &[u32]| {
+            let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+            let noun = if pids.len() == 1 {
+                "process"
+            } else {
+                "processes"
+            };
+            format!("{} {noun} (pid {})", pids.len(), list.join(", "))
+        };
+        let mut lines: Vec<String> = self
+            .ranks
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !r.leftovers.is_empty())
+            .map(|(rank, r)| {
+                format!(
+                    "rank {rank} left {} running in its process group; the launcher stopped them",
+                    pids(&r.leftovers)
+                )
+            })
+            .collect();
+        if !self.strays.is_empty() {
+            lines.push(format!(
+                "the ranks left {} running outside their process groups; the launcher stopped them",
+                pids(&self.strays)
+            ));
         }
         lines
     }
@@ -235,6 +294,12 @@ fn log(message: &str) {
 /// Starts `job.nproc` ranks with the store at `master_port` and `token`,
 /// supervises them to the end and reports what happened.
 pub fn run_ranks(job: &JobConfig, master_port: u16, token: &str) -> Result<Report, LaunchError> {
+    // NOTE [leftover processes]: orphans of the ranks come to us, not init.
+    if let Err(err) = leftovers::become_subreaper() {
+        log(&format!(
+            "cannot become a child subreaper ({err}): processes that leave their rank's group will not be stopped"
+        ));
+    }
     let (tx, events) = mpsc::channel();
     // Installed before the first rank starts, so a Ctrl-C at any time
     // reaches the ranks that exist.
@@ -258,6 +323,7 @@ pub fn run_ranks(job: &JobConfig, master_port: u16, token: &str) -> Result<Repor
         tx: Some(tx),
         events,
         ranks: vec![RankRecord::default(); job.nproc],
+        children: (0..job.nproc).map(|_| None).collect(),
         running: 0,
         output_threads: Vec::new(),
     };
@@ -278,6 +344,8 @@ struct Supervisor<'a> {
     tx: Option<Sender<Event>>,
     events: Receiver<Event>,
     ranks: Vec<RankRecord>,
+    /// Each started rank, reaped once the job is over (NOTE [pid reuse]).
+    children: Vec<Option<Child>>,
     /// Ranks started whose exit is not recorded yet.
     running: usize,
     output_threads: Vec<JoinHandle<()>>,
@@ -285,7 +353,7 @@ struct Supervisor<'a> {
 
 impl Supervisor<'_> {
     fn run(&mut self) -> Result<Report, LaunchError> {
-        let deadline = self.job.timeout.map(|timeout| Instant::now() + timeout);
+        let deadline = self.job.timeout.map(deadline_in);
         let mut outcome = None;
         for rank in 0..self.job.nproc {
             if let Err(err) = self.start_rank(rank) {
@@ -318,6 +386,8 @@ impl Supervisor<'_> {
                 Next::Disconnected => {
                     let running = self.running;
                     self.signal_running(Signal::SIGKILL);
+                    self.sweep_leftovers();
+                    self.reap();
                     return Err(LaunchError::WaitersGone { running });
                 }
             }
@@ -330,10 +400,13 @@ impl Supervisor<'_> {
         if self.running > 0 {
             self.shut_down(&outcome, forwarded);
         }
+        let strays = self.sweep_leftovers();
+        self.reap();
         self.drain_output();
         Ok(Report {
             outcome,
             ranks: self.ranks.clone(),
+            strays,
         })
     }
 
@@ -359,7 +432,7 @@ impl Supervisor<'_> {
             self.job.failure_wait.as_secs_f64(),
             self.running
         ));
-        let wait_deadline = Instant::now() + self.job.failure_wait;
+        let wait_deadline = deadline_in(self.job.failure_wait);
         let deadline = job_deadline.map_or(wait_deadline, |d| d.min(wait_deadline));
         while self.running > 0 {
             match self.next_event(Some(deadline)) {
@@ -396,7 +469,7 @@ impl Supervisor<'_> {
             self.job.grace.as_secs_f64()
         ));
         self.signal_running(first);
-        let grace_deadline = Instant::now() + self.job.grace;
+        let grace_deadline = deadline_in(self.job.grace);
         while self.running > 0 {
             match self.next_event(Some(grace_deadline)) {
                 Next::Event(Event::Exited { rank, exit }) => self.record(rank, exit),
@@ -414,7 +487,7 @@ impl Supervisor<'_> {
             return;
         }
         self.signal_running(Signal::SIGKILL);
-        let kill_deadline = Instant::now() + KILL_WAIT;
+        let kill_deadline = deadline_in(KILL_WAIT);
         while self.running > 0 {
             match self.next_event(Some(kill_deadline)) {
                 Next::Event(Event::Exited { rank, exit }) => self.record(rank, exit),
@@ -500,7 +573,10 @@ impl Supervisor<'_> {
         }
         self.running += 1;
         let pipes = (child.stdout.take(), child.stderr.take());
-        if let Err(err) = spawn_waiter(rank, child, tx) {
+        if let Some(slot) = self.children.get_mut(rank) {
+            *slot = Some(child);
+        }
+        if let Err(err) = spawn_waiter(rank, pid, tx) {
             signal_group(rank, pid, Signal::SIGKILL);
             self.record(
                 rank,
@@ -539,6 +615,98 @@ impl Supervisor<'_> {
         Ok(())
     }
 
+    /// NOTE [leftover processes]: stops whatever the ranks left running,
+    /// in their groups or orphaned to the launcher: SIGTERM, then SIGKILL
+    /// after the grace period. Records the pids per rank; returns the
+    /// strays.
+    fn sweep_leftovers(&mut self) -> Vec<u32> {
+        let launcher = std::process::id();
+        let leaders: Vec<u32> = self.ranks.iter().filter_map(|r| r.pid).collect();
+        let mut strays: Vec<u32> = Vec::new();
+        let mut announced = false;
+        let term_deadline = deadline_in(self.job.grace);
+        let kill_deadline = deadline_in(self.job.grace.saturating_add(KILL_WAIT));
+        loop {
+            let found = leftovers::scan(launcher, &leaders, &leaders);
+            if found.is_empty() {
+                break;
+            }
+            let now = Instant::now();
+            if now >= kill_deadline {
+                log(&format!(
+                    "processes left by the ranks survive SIGKILL: {found:?}"
+                ));
+                break;
+            }
+            let signal = if now < term_deadline {
+                Signal::SIGTERM
+            } else {
+                Signal::SIGKILL
+            };
+            let fresh = self.note_leftovers(&found, &mut strays);
+            if fresh && !announced {
+                announced = true;
+                log(&format!(
+                    "the ranks left processes running; sending SIGTERM, SIGKILL after {} s",
+                    self.job.grace.as_secs_f64()
+                ));
+            }
+            // Signal fresh finds at once, and everything once a phase
+            // starts; repeating SIGTERM to the same process is harmless.
+            self.signal_leftovers(&found, signal);
+            thread::sleep(SWEEP_POLL);
+        }
+        strays.sort_unstable();
+        strays
+    }
+
+    /// Adds what `found` names to the records; whether anything was new.
+    fn note_leftovers(&mut self, found: &Scan, strays: &mut Vec<u32>) -> bool {
+        let mut fresh = false;
+        for &(group, pid) in &found.members {
+            if let Some(record) = self.ranks.iter_mut().find(|r| r.pid == Some(group))
+                && !record.leftovers.contains(&pid)
+            {
+                record.leftovers.push(pid);
+                fresh = true;
+            }
+        }
+        for &pid in &found.strays {
+            if !strays.contains(&pid) {
+                strays.push(pid);
+                fresh = true;
+            }
+        }
+        fresh
+    }
+
+    fn signal_leftovers(&self, found: &Scan, signal: Signal) {
+        let mut groups: Vec<u32> = found.members.iter().map(|&(g, _)| g).collect();
+        groups.dedup();
+        for group in groups {
+            if let Some(rank) = self.ranks.iter().position(|r| r.pid == Some(group)) {
+                // The rank's zombie holds the group id (NOTE [pid reuse]).
+                signal_group(rank, group, signal);
+            }
+        }
+        for &pid in &found.strays {
+            // Our own children (re-parented to the subreaper), so the pid
+            // cannot have been reused while we have not reaped them.
+            if let Ok(raw) = i32::try_from(pid) {
+                let _ = nix::sys::signal::kill(Pid::from_raw(raw), signal);
+            }
+        }
+    }
+
+    /// Reaps every rank that has exited (NOTE [pid reuse]).
+    fn reap(&mut self) {
+        for child in self.children.iter_mut().flatten() {
+            // A rank that survived SIGKILL stays unreaped; nothing more
+            // can be done for it.
+            let _ = child.try_wait();
+        }
+    }
+
     /// Waits a little for the output threads, so that the ranks' last lines
     /// come out before the summary.
     fn drain_output(&mut self) {
@@ -555,15 +723,13 @@ impl Supervisor<'_> {
     }
 }
 
-/// Starts the thread that waits for `child` and reports its exit.
-fn spawn_waiter(rank: usize, mut child: Child, tx: Sender<Event>) -> io::Result<()> {
+/// Starts the thread that waits for the rank `pid` and reports its exit
+/// (leaving it unreaped where it can: NOTE [leftover processes]).
+fn spawn_waiter(rank: usize, pid: u32, tx: Sender<Event>) -> io::Result<()> {
     thread::Builder::new()
         .name(format!("rank{rank}-wait"))
         .spawn(move || {
-            let exit = match child.wait() {
-                Ok(status) => RankExit::from_status(status),
-                Err(err) => RankExit::Unknown(format!("wait failed: {err}")),
-            };
+            let exit = leftovers::wait_for_exit(pid);
             // The receiver is gone only when the launcher is done anyway.
             let _ = tx.send(Event::Exited { rank, exit });
         })
@@ -623,6 +789,7 @@ mod tests {
         Report {
             outcome,
             ranks: vec![RankRecord::default()],
+            strays: Vec::new(),
         }
     }
 
@@ -679,6 +846,7 @@ mod tests {
                     exit: Some(RankExit::Signal(15)),
                     stopped: true,
                     killed: false,
+                    leftovers: vec![20, 21],
                 },
                 RankRecord {
                     pid: Some(11),
@@ -690,15 +858,18 @@ mod tests {
                     exit: Some(RankExit::Signal(9)),
                     stopped: true,
                     killed: true,
+                    leftovers: Vec::new(),
                 },
                 RankRecord {
                     pid: Some(13),
                     exit: None,
                     stopped: true,
                     killed: true,
+                    leftovers: Vec::new(),
                 },
                 RankRecord::default(),
             ],
+            strays: vec![30],
         };
         assert_eq!(
             report.summary(),
@@ -709,6 +880,8 @@ mod tests {
                 "  rank 2: was killed by SIGKILL (9) (did not stop within the grace period)",
                 "  rank 3: still running after SIGKILL (pid 13)",
                 "  rank 4: not started",
+                "rank 0 left 2 processes (pid 20, 21) running in its process group; the launcher stopped them",
+                "the ranks left 1 process (pid 30) running outside their process groups; the launcher stopped them",
             ]
         );
         assert!(self::report(Outcome::Success).summary().is_empty());

@@ -430,13 +430,154 @@ fn bad_arguments_are_rejected() {
         (&["--nproc-per-node", "1"], "CMD"),
         (&["--", "true"], "--nproc-per-node"),
         (&["--nproc-per-node", "two", "--", "true"], "two"),
+        // Values that used to panic on an `Instant` overflow or abort on
+        // an allocation: now errors naming the flag.
+        (
+            &["--nproc-per-node", "1", "--timeout", "1e19", "--", "true"],
+            "--timeout 1e19 is more than a year",
+        ),
+        (
+            &[
+                "--nproc-per-node",
+                "1",
+                "--grace-secs",
+                "1e19",
+                "--",
+                "true",
+            ],
+            "--grace-secs 1e19 is more than a year",
+        ),
+        (
+            &[
+                "--nproc-per-node",
+                "1",
+                "--failure-wait-secs",
+                "1e19",
+                "--",
+                "true",
+            ],
+            "--failure-wait-secs 1e19 is more than a year",
+        ),
+        (
+            &["--nproc-per-node", "100000000000", "--", "true"],
+            "--nproc-per-node 100000000000 is over the limit of 1024",
+        ),
+        (
+            &["--nproc-per-node", "1e11", "--", "true"],
+            "--nproc-per-node",
+        ),
     ];
     for (args, message) in cases {
         let run = run(args);
         assert_eq!(run.code(), Some(2), "{args:?}");
         assert!(run.stderr.contains(message), "{args:?}: {}", run.stderr);
+        assert!(!run.stderr.contains("panicked"), "{args:?}: {}", run.stderr);
         assert!(run.stdout.is_empty(), "{args:?}");
     }
+}
+
+/// The pids a rank printed as `child <pid>`.
+fn child_pids(stdout: &str) -> Vec<i32> {
+    stdout
+        .lines()
+        .filter_map(|line| line.split_once("] child "))
+        .map(|(_, pid)| pid.trim().parse().unwrap())
+        .collect()
+}
+
+fn assert_all_dead(pids: &[i32]) {
+    // The launcher has returned, so they must already be gone: it reaps
+    // them (subreaper) or their group is empty. A short wait covers the
+    // kernel finishing an exit already under way.
+    let started = Instant::now();
+    while !pids.iter().all(|&pid| is_dead(pid)) {
+        assert!(started.elapsed() < HANG, "{pids:?} outlived the launcher");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A rank that exits leaving a background child in its group: the job
+/// still succeeds, but the child is stopped and named (it was orphaned
+/// before).
+#[cfg(target_os = "linux")]
+#[test]
+fn children_left_by_a_successful_rank_are_stopped_and_reported() {
+    let run = run_sh(
+        2,
+        &["--grace-secs", "5"],
+        "sleep 300 & echo child $!; exit 0",
+    );
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    let pids = child_pids(&run.stdout);
+    assert_eq!(pids.len(), 2, "{}", run.stdout);
+    for rank in 0..2 {
+        assert!(
+            run.stderr
+                .contains(&format!("rank {rank} left 1 process (pid ")),
+            "{}",
+            run.stderr
+        );
+    }
+    for pid in &pids {
+        assert!(run.stderr.contains(&pid.to_string()), "{}", run.stderr);
+    }
+    assert_all_dead(&pids);
+}
+
+/// Grandchildren that escaped the rank's group (`setsid`) and were
+/// orphaned come back to the launcher (subreaper) and are stopped too,
+/// after a failure as after success.
+#[cfg(target_os = "linux")]
+#[test]
+fn escaped_grandchildren_are_stopped_and_reported() {
+    let has_setsid = Command::new("sh")
+        .args(["-c", "command -v setsid"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_setsid {
+        eprintln!("no setsid on this machine; skipping");
+        return;
+    }
+    let run = run_sh(
+        1,
+        &["--grace-secs", "5"],
+        "setsid sleep 300 & echo child $!; sleep 300 & echo child $!; sleep 0.2; exit 3",
+    );
+    assert_eq!(run.code(), Some(3), "{}", run.stderr);
+    let pids = child_pids(&run.stdout);
+    assert_eq!(pids.len(), 2, "{}", run.stdout);
+    assert!(
+        run.stderr.contains("rank 0 left 1 process (pid "),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("left 1 process (pid ")
+            && run.stderr.contains("outside their process groups"),
+        "{}",
+        run.stderr
+    );
+    assert_all_dead(&pids);
+}
+
+/// A child that ignores SIGTERM is killed after the grace period.
+#[cfg(target_os = "linux")]
+#[test]
+fn leftovers_ignoring_sigterm_are_killed() {
+    let run = run_sh(
+        1,
+        &["--grace-secs", "0.5"],
+        "sh -c 'trap \"\" TERM; echo child $$; exec sleep 300' & sleep 0.5; exit 0",
+    );
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    let pids = child_pids(&run.stdout);
+    assert_eq!(pids.len(), 1, "{}", run.stdout);
+    assert!(
+        run.stderr.contains("rank 0 left 1 process"),
+        "{}",
+        run.stderr
+    );
+    assert_all_dead(&pids);
 }
 
 #[test]

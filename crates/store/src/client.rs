@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::StoreError;
-use crate::server::token_from_env;
+use crate::server::{check_token, token_from_env};
 use crate::store::{DEFAULT_TIMEOUT, Store, TimeoutCell, owned_keys};
 use crate::wire::{self, FrameError, PROTOCOL_VERSION, Request, Response};
 
@@ -58,29 +58,48 @@ impl fmt::Debug for ClientConfig {
 pub const STORE_TIMEOUT_ENV: &str = "INTRANODE_STORE_TIMEOUT_MS";
 
 impl ClientConfig {
-    /// The defaults, with the token read from [`crate::TOKEN_ENV`] (an
-    /// empty value counts as none) and the timeouts from
-    /// [`STORE_TIMEOUT_ENV`]. A value that does not parse is logged and
-    /// ignored; [`ClientConfig::try_from_env`] refuses it instead.
+    /// The defaults, with the token read from [`crate::TOKEN_ENV`] and the
+    /// timeouts from [`STORE_TIMEOUT_ENV`]. A timeout that does not parse
+    /// is logged and ignored; [`ClientConfig::try_from_env`] refuses it
+    /// instead. A token that is set but empty or not UTF-8 is logged and
+    /// kept as an empty token, which [`TcpStore::connect`] refuses, naming
+    /// the variable: a client never silently goes without its token.
     pub fn from_env() -> Self {
-        Self::try_from_env().unwrap_or_else(|e| {
-            tracing::warn!("{e}; using the default store timeout");
-            Self {
-                token: token_from_env(),
-                ..Self::default()
+        match token_from_env() {
+            Ok(token) => Self::try_from_env().unwrap_or_else(|e| {
+                tracing::warn!("{e}; using the default store timeout");
+                Self {
+                    token,
+                    ..Self::default()
+                }
+            }),
+            Err(e) => {
+                tracing::error!("{e}");
+                Self {
+                    token: Some(String::new()),
+                    ..Self::default()
+                }
             }
-        })
+        }
     }
 
     /// [`ClientConfig::from_env`], failing on a malformed
-    /// [`STORE_TIMEOUT_ENV`].
+    /// [`STORE_TIMEOUT_ENV`] or a token that is set but empty or not UTF-8
+    /// (the error names the variable, never the value).
     pub fn try_from_env() -> Result<Self, StoreError> {
-        Self::from_vars(|name| std::env::var(name).ok())
+        // Read apart from the rest: `from_vars` sees only UTF-8 values.
+        let token = token_from_env()?;
+        let config = Self::from_vars(|name| match name {
+            crate::TOKEN_ENV => None,
+            _ => std::env::var(name).ok(),
+        })?;
+        Ok(Self { token, ..config })
     }
 
     /// [`ClientConfig::try_from_env`] with variables looked up by `var`.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, StoreError> {
-        let token = var(crate::TOKEN_ENV).filter(|t| !t.is_empty());
+        let token = var(crate::TOKEN_ENV);
+        check_token(token.as_deref())?;
         let timeout = match var(STORE_TIMEOUT_ENV) {
             Some(v) if !v.trim().is_empty() => match v.trim().parse::<u64>() {
                 Ok(ms) if ms > 0 => Duration::from_millis(ms),
@@ -140,12 +159,14 @@ impl TcpStore {
     /// `SocketAddr`), retrying with backoff until `config.connect_timeout`
     /// so clients may start before the server, then handshakes.
     ///
-    /// A refused handshake (wrong token, other protocol version) fails at
-    /// once; it would not get better by retrying.
+    /// A refused handshake (wrong token, other protocol version, server at
+    /// its connection limit) fails at once; it would not get better by
+    /// retrying. An empty token fails before connecting.
     pub fn connect<A>(addr: A, config: ClientConfig) -> Result<Self, StoreError>
     where
         A: ToSocketAddrs + fmt::Display,
     {
+        check_token(config.token.as_deref())?;
         let name = addr.to_string();
         let (stream, resolved) = open(
             &name,

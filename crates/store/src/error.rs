@@ -211,4 +211,51 @@ pub enum StoreError {
     /// The server is shutting down and dropped the request.
     #[error("store is shutting down")]
     Closed,
+
+    /// The store token in the environment is unusable. The message names
+    /// the variable but never shows the value: it is a secret.
+    #[error("{var} {reason}")]
+    BadToken {
+        /// The variable ([`crate::TOKEN_ENV`]).
+        var: &'static str,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// A [`crate::ServerLimits`] that cannot be honoured.
+    #[error("invalid store server limits: {reason}")]
+    InvalidLimits {
+        /// Which limit and why.
+        reason: String,
+    },
+
+    /// A write would make a value larger than the server's limit.
+    #[error(
+        "{what} of {bytes} bytes for key {key:?} exceeds the limit of {max_bytes} bytes (max_value_bytes)"
+    )]
+    ValueTooLarge {
+        /// `"value"` or `"appended value"`.
+        what: &'static str,
+        /// The key.
+        key: String,
+        /// Size the value would have.
+        bytes: usize,
+        /// The limit.
+        max_bytes: usize,
+    },
+
+    /// A write would take the table past its limit on stored bytes.
+    #[error(
+        "store is full: {op} needs {needed_bytes} more bytes, {stored_bytes} of {max_bytes} are used (max_stored_bytes)"
+    )]
+    StoreFull {
+        /// The operation refused.
+        op: &'static str,
+        /// Bytes the write would add.
+        needed_bytes: usize,
+        /// Bytes stored now.
+        stored_bytes: usize,
+        /// The limit.
+        max_bytes: usize,
+    },
 }

@@ -9,7 +9,9 @@
 //! - [`TcpStoreServer`] and [`TcpStore`]: a server (thread per client,
 //!   blocking reads parked server-side) and its client, speaking the
 //!   versioned, length-prefixed protocol of [`wire`], optionally guarded by
-//!   a shared token ([`TOKEN_ENV`]).
+//!   a shared token ([`TOKEN_ENV`]). The server's memory stays within the
+//!   bounds of [`ServerLimits`] whatever its clients send (NOTE [memory
+//!   budget]; `docs/SECURITY.md` for the threat model).
 //! - [`StoreExchange`]: `all_gather`, `broadcast` and `barrier` of
 //!   serde values (bincode 2), cleaning up their keys as they go; a rank
 //!   that never arrives is named ([`StoreError::MissingRanks`]).
@@ -39,6 +41,8 @@ mod client;
 mod error;
 mod exchange;
 mod hash;
+mod limits;
+mod malloc;
 mod prefix;
 mod server;
 mod store;
@@ -48,6 +52,7 @@ pub use client::{ClientConfig, STORE_TIMEOUT_ENV, TcpStore};
 pub use error::StoreError;
 pub use exchange::StoreExchange;
 pub use hash::HashStore;
+pub use limits::{ENTRY_OVERHEAD_BYTES, ServerLimits};
 pub use prefix::PrefixStore;
 pub use server::{ServerConfig, TOKEN_ENV, TcpStoreServer};
 pub use store::{DEFAULT_TIMEOUT, Store};

@@ -1,18 +1,20 @@
 //! [`TcpStoreServer`]: serves a [`MemTable`] over the [`crate::wire`]
-//! protocol, one thread per client.
+//! protocol, one thread per client, within the bounds of
+//! [`ServerLimits`] (NOTE [memory budget] in `limits.rs`).
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::{self, Read};
+use std::io::{self, BufWriter, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crate::StoreError;
-use crate::hash::{MemTable, WaitFailure};
-use crate::wire::{self, DEFAULT_MAX_FRAME_BYTES, FrameError, PROTOCOL_VERSION, Request, Response};
+use crate::hash::{MemTable, TableLimits, Value, WaitFailure};
+use crate::limits::{CLIENT_STACK_BYTES, ServerLimits};
+use crate::wire::{self, DecodeLimits, PROTOCOL_VERSION, Request, Response, WireError};
 
 /// Environment variable holding the shared secret of server and clients.
 pub const TOKEN_ENV: &str = "INTRANODE_STORE_TOKEN";
@@ -23,15 +25,33 @@ pub const TOKEN_ENV: &str = "INTRANODE_STORE_TOKEN";
 /// cost negligible and adds at most that much to a connect.
 const ACCEPT_POLL: Duration = Duration::from_millis(10);
 
-/// How long a fresh connection may take to send its `Hello`, so a silent
-/// peer cannot hold a thread forever.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// After an error reply, how long the server keeps reading (and
 /// discarding) what the client still sends before closing. Closing a
 /// socket with unread input makes the kernel send RST, which can destroy
 /// the error reply before the client reads it.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How often a parked request checks that its client is still connected.
+/// A client that closes its socket is noticed within this, and its thread
+/// and descriptor released; 100 ms costs a thousand parked requests about
+/// ten thousand cheap system calls a second.
+const LIVENESS_POLL: Duration = Duration::from_millis(100);
+
+/// How often a connection waiting for buffer space looks at the shutdown
+/// flag.
+const BUDGET_POLL: Duration = Duration::from_millis(100);
+
+/// Most threads at once that answer connections over `max_connections`
+/// with a refusal; past that, such connections are closed without one, so
+/// a connect flood cannot turn into a thread flood.
+const MAX_REFUSERS: usize = 8;
+
+/// Stack of a refusing thread: it only writes one small frame and drains.
+const REFUSER_STACK_BYTES: usize = 64 * 1024;
+
+/// Replies up to this size are built in one buffer and sent in one write;
+/// larger ones are written piece by piece straight from the stored values.
+const SMALL_REPLY_BYTES: usize = 64 * 1024;
 
 /// Settings of a [`TcpStoreServer`].
 #[derive(Clone)]
@@ -42,11 +62,10 @@ pub struct ServerConfig {
     /// Port to listen on; 0 picks a free one (read it back with
     /// [`TcpStoreServer::local_addr`]).
     pub port: u16,
-    /// Largest request body accepted; bigger frames get an error reply and
-    /// the connection is closed.
-    pub max_frame_bytes: usize,
-    /// Shared secret clients must present, if any.
+    /// Shared secret clients must present, if any; never empty.
     pub token: Option<String>,
+    /// Every bound on connections, sizes, time and memory.
+    pub limits: ServerLimits,
 }
 
 impl Default for ServerConfig {
@@ -54,8 +73,8 @@ impl Default for ServerConfig {
         Self {
             addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: 0,
-            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             token: None,
+            limits: ServerLimits::default(),
         }
     }
 }
@@ -65,25 +84,68 @@ impl fmt::Debug for ServerConfig {
         f.debug_struct("ServerConfig")
             .field("addr", &self.addr)
             .field("port", &self.port)
-            .field("max_frame_bytes", &self.max_frame_bytes)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("limits", &self.limits)
             .finish()
     }
 }
 
 impl ServerConfig {
-    /// The defaults, with the token read from [`TOKEN_ENV`] (an empty
-    /// value counts as none).
-    pub fn from_env() -> Self {
-        Self {
-            token: token_from_env(),
+    /// The defaults, with the token read from [`TOKEN_ENV`]; fails, naming
+    /// the variable, when it is set but empty or not UTF-8.
+    pub fn try_from_env() -> Result<Self, StoreError> {
+        Ok(Self {
+            token: token_from_env()?,
             ..Self::default()
-        }
+        })
+    }
+
+    /// [`ServerConfig::try_from_env`] for callers that cannot handle an
+    /// error here: an unusable [`TOKEN_ENV`] is logged and kept as an
+    /// empty token, which [`TcpStoreServer::bind`] refuses (naming the
+    /// variable), so the server never runs without the token it was meant
+    /// to have.
+    pub fn from_env() -> Self {
+        Self::try_from_env().unwrap_or_else(|e| {
+            tracing::error!("{e}");
+            Self {
+                token: Some(String::new()),
+                ..Self::default()
+            }
+        })
     }
 }
 
-pub(crate) fn token_from_env() -> Option<String> {
-    std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty())
+/// The token in [`TOKEN_ENV`]: `None` when unset, an error naming the
+/// variable when set but empty or not UTF-8.
+pub(crate) fn token_from_env() -> Result<Option<String>, StoreError> {
+    match std::env::var_os(TOKEN_ENV) {
+        None => Ok(None),
+        Some(raw) => match raw.into_string() {
+            Ok(token) if token.is_empty() => Err(StoreError::BadToken {
+                var: TOKEN_ENV,
+                reason: "is set but empty; unset it to run without a token, or set a non-empty one",
+            }),
+            Ok(token) => Ok(Some(token)),
+            Err(_) => Err(StoreError::BadToken {
+                var: TOKEN_ENV,
+                reason: "is not valid UTF-8",
+            }),
+        },
+    }
+}
+
+/// An empty token is refused rather than taken as "no token": a job meant
+/// to have one must not silently run open. `from_env` turns an unusable
+/// variable into an empty token, hence the wording.
+pub(crate) fn check_token(token: Option<&str>) -> Result<(), StoreError> {
+    match token {
+        Some("") => Err(StoreError::BadToken {
+            var: TOKEN_ENV,
+            reason: "is empty or not valid UTF-8; unset it to run without a token, or set a non-empty UTF-8 one",
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Compares tokens in time independent of where they first differ (the
@@ -99,21 +161,102 @@ fn token_matches(expected: &[u8], got: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
+/// `now + timeout`, or `now` if that overflows `Instant` (limits are
+/// validated to at most a day, so it does not).
+fn deadline_in(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout).unwrap_or(now)
+}
+
+/// The shared byte budget of NOTE [memory budget]: requests and replies
+/// in flight on all connections together.
+#[derive(Debug)]
+struct Budget {
+    used_bytes: Mutex<usize>,
+    freed: Condvar,
+    max_bytes: usize,
+}
+
+/// Bytes taken from a [`Budget`], given back on drop.
+#[derive(Debug)]
+struct Reservation<'a> {
+    budget: &'a Budget,
+    bytes: usize,
+}
+
+impl Budget {
+    fn used(&self) -> MutexGuard<'_, usize> {
+        // A counter cannot be left half-updated.
+        self.used_bytes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes `bytes` (at most the whole budget), waiting for other
+    /// connections to give some back; `None` once `deadline` passes or the
+    /// server shuts down.
+    fn reserve(
+        &self,
+        bytes: usize,
+        deadline: Instant,
+        stop: &AtomicBool,
+    ) -> Option<Reservation<'_>> {
+        let bytes = bytes.min(self.max_bytes);
+        let mut used = self.used();
+        loop {
+            if self.max_bytes - *used >= bytes {
+                *used += bytes;
+                return Some(Reservation {
+                    budget: self,
+                    bytes,
+                });
+            }
+            // Acquire pairs with the Release store in `shutdown`.
+            if stop.load(Ordering::Acquire) {
+                return None;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            used = self
+                .freed
+                .wait_timeout(used, left.min(BUDGET_POLL))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut used = self.budget.used();
+        *used = used.saturating_sub(self.bytes);
+        drop(used);
+        self.budget.freed.notify_all();
+    }
+}
+
 #[derive(Debug, Default)]
 struct Clients {
     next_id: u64,
-    /// Clones of live client sockets, so shutdown can unblock their reads.
-    streams: HashMap<u64, TcpStream>,
+    /// The live client sockets, shared with their threads (one descriptor
+    /// each), so shutdown can unblock their reads. Its length is the
+    /// number of connections served.
+    streams: HashMap<u64, Arc<TcpStream>>,
     threads: Vec<JoinHandle<()>>,
 }
 
 #[derive(Debug)]
 struct Shared {
     table: MemTable,
-    max_frame_bytes: usize,
+    limits: ServerLimits,
     token: Option<String>,
+    budget: Budget,
     shutting_down: AtomicBool,
     clients: Mutex<Clients>,
+    /// Threads now refusing connections over the cap.
+    refusers: AtomicUsize,
 }
 
 impl Shared {
@@ -125,6 +268,14 @@ impl Shared {
     fn is_shutting_down(&self) -> bool {
         // Acquire pairs with the Release store in `shutdown`.
         self.shutting_down.load(Ordering::Acquire)
+    }
+
+    fn decode_limits(&self) -> DecodeLimits {
+        DecodeLimits {
+            max_items: self.limits.max_keys_per_request,
+            max_key_bytes: self.limits.max_key_bytes,
+            max_value_bytes: self.limits.max_value_bytes,
+        }
     }
 }
 
@@ -142,19 +293,33 @@ pub struct TcpStoreServer {
 
 impl TcpStoreServer {
     /// Binds `config.addr:config.port` and starts serving in the
-    /// background.
+    /// background. Fails on an empty token or limits that
+    /// [`ServerLimits::validate`] refuses.
     pub fn bind(config: ServerConfig) -> Result<Self, StoreError> {
+        check_token(config.token.as_deref())?;
+        config.limits.validate()?;
+        crate::malloc::return_large_frees_to_the_system();
         let want = SocketAddr::new(config.addr, config.port);
         let bind_err = |source| StoreError::Bind { addr: want, source };
         let listener = TcpListener::bind(want).map_err(bind_err)?;
         let local_addr = listener.local_addr().map_err(bind_err)?;
         listener.set_nonblocking(true).map_err(bind_err)?;
+        let limits = config.limits;
         let shared = Arc::new(Shared {
-            table: MemTable::default(),
-            max_frame_bytes: config.max_frame_bytes,
+            table: MemTable::new(TableLimits {
+                max_value_bytes: limits.max_value_bytes,
+                max_stored_bytes: limits.max_stored_bytes,
+            }),
+            budget: Budget {
+                used_bytes: Mutex::new(0),
+                freed: Condvar::new(),
+                max_bytes: limits.max_buffered_bytes,
+            },
+            limits,
             token: config.token,
             shutting_down: AtomicBool::new(false),
             clients: Mutex::new(Clients::default()),
+            refusers: AtomicUsize::new(0),
         });
         let acceptor = {
             let shared = Arc::clone(&shared);
@@ -177,11 +342,17 @@ impl TcpStoreServer {
         self.local_addr
     }
 
+    /// The limits the server enforces.
+    pub fn limits(&self) -> &ServerLimits {
+        &self.shared.limits
+    }
+
     /// Stops accepting, fails parked requests, closes every connection and
     /// joins every thread. Idempotent; also run by drop.
     pub fn shutdown(&mut self) {
         self.shared.shutting_down.store(true, Ordering::Release);
         self.shared.table.close();
+        self.shared.budget.freed.notify_all();
         if let Some(acceptor) = self.acceptor.take()
             && acceptor.join().is_err()
         {
@@ -213,7 +384,7 @@ impl Drop for TcpStoreServer {
 fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
     while !shared.is_shutting_down() {
         match listener.accept() {
-            Ok((stream, peer)) => spawn_client(shared, stream, peer),
+            Ok((stream, peer)) => spawn_client(shared, stream, peer, Instant::now()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
@@ -226,7 +397,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
     }
 }
 
-fn spawn_client(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
+fn spawn_client(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, accepted_at: Instant) {
     // Accepted sockets are blocking on Linux, but do not rely on it.
     if let Err(e) = stream
         .set_nonblocking(false)
@@ -235,13 +406,7 @@ fn spawn_client(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
         tracing::warn!(%peer, error = %e, "store server could not configure client socket");
         return;
     }
-    let registered = match stream.try_clone() {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(%peer, error = %e, "store server could not clone client socket");
-            return;
-        }
-    };
+    let stream = Arc::new(stream);
     let mut clients = shared.clients();
     // Reap finished threads so a long job's registry stays small.
     let (done, live): (Vec<_>, Vec<_>) = std::mem::take(&mut clients.threads)
@@ -253,21 +418,63 @@ fn spawn_client(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
             tracing::error!(%peer, "store client thread panicked");
         }
     }
+    if clients.streams.len() >= shared.limits.max_connections {
+        if let Some(handle) = refuse_over_cap(shared, stream, peer) {
+            clients.threads.push(handle);
+        }
+        return;
+    }
     let id = clients.next_id;
     clients.next_id += 1;
     let thread_shared = Arc::clone(shared);
+    let thread_stream = Arc::clone(&stream);
     let spawned = thread::Builder::new()
         .name(format!("store-client-{id}"))
+        .stack_size(CLIENT_STACK_BYTES)
         .spawn(move || {
-            serve_client(&thread_shared, stream, peer);
+            serve_client(&thread_shared, &thread_stream, peer, accepted_at);
             thread_shared.clients().streams.remove(&id);
         });
     match spawned {
         Ok(handle) => {
-            clients.streams.insert(id, registered);
+            clients.streams.insert(id, stream);
             clients.threads.push(handle);
         }
         Err(e) => tracing::warn!(%peer, error = %e, "store server could not spawn client thread"),
+    }
+}
+
+/// Answers a connection over `max_connections` with a refusal on a short
+/// thread of its own (the drain must not hold up the acceptor); when
+/// [`MAX_REFUSERS`] are already busy, just closes it.
+fn refuse_over_cap(
+    shared: &Arc<Shared>,
+    stream: Arc<TcpStream>,
+    peer: SocketAddr,
+) -> Option<JoinHandle<()>> {
+    let max = shared.limits.max_connections;
+    tracing::warn!(%peer, max, "store server at its connection limit, refusing a client");
+    if shared.refusers.fetch_add(1, Ordering::Relaxed) >= MAX_REFUSERS {
+        shared.refusers.fetch_sub(1, Ordering::Relaxed);
+        return None;
+    }
+    let message = format!(
+        "too many connections: this store serves at most {max} at once (max_connections); close idle clients or raise the limit"
+    );
+    let thread_shared = Arc::clone(shared);
+    let spawned = thread::Builder::new()
+        .name("store-refuse".into())
+        .stack_size(REFUSER_STACK_BYTES)
+        .spawn(move || {
+            refuse(&stream, message);
+            thread_shared.refusers.fetch_sub(1, Ordering::Relaxed);
+        });
+    match spawned {
+        Ok(handle) => Some(handle),
+        Err(_) => {
+            shared.refusers.fetch_sub(1, Ordering::Relaxed);
+            None
+        }
     }
 }
 
@@ -279,9 +486,9 @@ enum Disconnect {
     Refuse(String),
 }
 
-fn serve_client(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
+fn serve_client(shared: &Shared, stream: &TcpStream, peer: SocketAddr, accepted_at: Instant) {
     tracing::debug!(%peer, "store client connected");
-    match client_loop(shared, &mut stream) {
+    match client_loop(shared, stream, accepted_at) {
         Ok(()) => tracing::debug!(%peer, "store client disconnected"),
         Err(Disconnect::Gone(e)) => {
             if !shared.is_shutting_down() {
@@ -290,84 +497,359 @@ fn serve_client(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
         }
         Err(Disconnect::Refuse(message)) => {
             tracing::warn!(%peer, %message, "store server dropping client");
-            refuse(&mut stream, message);
+            refuse(stream, message);
         }
     }
 }
 
 /// Sends an error reply, then closes gracefully: stop writing, discard
 /// what the client still sends for a short while, close.
-fn refuse(stream: &mut TcpStream, message: String) {
+fn refuse(stream: &TcpStream, message: String) {
     let Ok(body) = wire::encode_response(&Response::Refused(message)) else {
         return;
     };
-    if stream
-        .set_write_timeout(Some(DRAIN_TIMEOUT))
-        .and_then(|()| wire::write_frame(stream, &body))
-        .is_err()
-    {
+    let mut out = DeadlineWriter {
+        stream,
+        deadline: deadline_in(DRAIN_TIMEOUT),
+    };
+    if wire::write_frame(&mut out, &body).is_err() {
         return;
     }
     let _ = stream.shutdown(Shutdown::Write);
-    let deadline = Instant::now() + DRAIN_TIMEOUT;
+    let deadline = deadline_in(DRAIN_TIMEOUT);
     let mut sink = [0u8; 16 * 1024];
     while let Some(left) = deadline.checked_duration_since(Instant::now()) {
         if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
             break;
         }
-        match stream.read(&mut sink) {
+        match (&*stream).read(&mut sink) {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
     }
 }
 
-fn read_request(shared: &Shared, stream: &mut TcpStream) -> Result<Option<Request>, Disconnect> {
-    let body = match wire::read_frame(stream, shared.max_frame_bytes) {
-        Ok(Some(body)) => body,
-        Ok(None) => return Ok(None),
-        Err(FrameError::Io(e)) => return Err(Disconnect::Gone(e)),
-        Err(FrameError::TooLarge(e)) => return Err(Disconnect::Refuse(e.to_string())),
+/// Writes with every `write` bounded by what is left until `deadline`, so
+/// a client that reads a byte now and then cannot hold a reply (and its
+/// share of the buffer budget) past the deadline.
+struct DeadlineWriter<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Write for DeadlineWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "client did not take its reply in time (frame_timeout)",
+            ));
+        }
+        self.stream.set_write_timeout(Some(left))?;
+        (&*self.stream).write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Reads with every `read` bounded by what is left until `deadline`;
+/// `late` tells a deadline from other errors.
+struct DeadlineReader<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+    late: bool,
+}
+
+impl Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            self.late = true;
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        match (&*self.stream).read(buf) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                self.late = true;
+                Err(e)
+            }
+            other => other,
+        }
+    }
+}
+
+/// Why [`fill_by`] stopped short.
+enum Short {
+    /// The deadline passed.
+    Late,
+    /// The stream ended or failed.
+    Io(io::Error),
+}
+
+/// Fills `buf[filled..]` from the stream with every read bounded by what is
+/// left until `deadline`. Returns how many bytes `buf` holds: all of it,
+/// or fewer when the stream ended.
+fn fill_by(
+    stream: &TcpStream,
+    buf: &mut [u8],
+    mut filled: usize,
+    deadline: Instant,
+) -> Result<usize, Short> {
+    while filled < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Short::Late);
+        }
+        stream.set_read_timeout(Some(left)).map_err(Short::Io)?;
+        match (&*stream).read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(Short::Late);
+            }
+            Err(e) => return Err(Short::Io(e)),
+        }
+    }
+    Ok(filled)
+}
+
+fn closed_inside(what: &str, got: usize, want: usize) -> Disconnect {
+    Disconnect::Gone(io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!("connection closed after {got} of {want} bytes of a {what}"),
+    ))
+}
+
+fn too_large(len: usize, max: usize, when: &str) -> Disconnect {
+    let e = WireError::FrameTooLarge {
+        bytes: len as u64,
+        max_bytes: max as u64,
     };
+    Disconnect::Refuse(format!("{e}{when}"))
+}
+
+/// Reads the `Hello`: at most `max_hello_bytes`, all of it by `deadline`
+/// (NOTE [memory budget]). `None`: the client left without a word.
+fn read_hello(
+    shared: &Shared,
+    stream: &TcpStream,
+    deadline: Instant,
+) -> Result<Option<Request>, Disconnect> {
+    let max = shared
+        .limits
+        .max_hello_bytes
+        .min(shared.limits.max_frame_bytes);
+    let late = || {
+        Disconnect::Refuse(format!(
+            "no complete hello within {} ms of connecting (login_timeout)",
+            shared.limits.login_timeout.as_millis()
+        ))
+    };
+    let mut header = [0u8; wire::FRAME_HEADER_BYTES];
+    match fill_by(stream, &mut header, 0, deadline) {
+        Ok(0) => return Ok(None),
+        Ok(n) if n < header.len() => return Err(closed_inside("frame header", n, header.len())),
+        Ok(_) => {}
+        Err(Short::Late) => return Err(late()),
+        Err(Short::Io(e)) => return Err(Disconnect::Gone(e)),
+    }
+    let len = u32::from_le_bytes(header) as usize;
+    if len > max {
+        return Err(too_large(
+            len,
+            max,
+            " before login (only a hello is accepted there)",
+        ));
+    }
+    let mut body = vec![0u8; len];
+    match fill_by(stream, &mut body, 0, deadline) {
+        Ok(n) if n < len => return Err(closed_inside("hello", n, len)),
+        Ok(_) => {}
+        Err(Short::Late) => return Err(late()),
+        Err(Short::Io(e)) => return Err(Disconnect::Gone(e)),
+    }
     wire::decode_request(&body)
         .map(Some)
         .map_err(|e| Disconnect::Refuse(format!("malformed request: {e}")))
 }
 
-fn send(stream: &mut TcpStream, resp: &Response) -> Result<(), Disconnect> {
-    let body = match wire::encode_response(resp) {
-        Ok(body) => body,
-        // Only a reply over 4 GiB fails to encode; tell the client why.
-        Err(e) => wire::encode_response(&Response::Error(format!("reply too large: {e}")))
-            .map_err(|e| Disconnect::Gone(io::Error::other(e)))?,
-    };
-    wire::write_frame(stream, &body).map_err(Disconnect::Gone)
+/// What came in on a logged-in connection.
+enum Incoming<'a> {
+    /// A request, with the budget its body and decoded form reserved.
+    Request(Request, Reservation<'a>),
+    /// A well-formed request over a limit: answer with an error, go on.
+    OverLimit(String),
 }
 
-fn client_loop(shared: &Shared, stream: &mut TcpStream) -> Result<(), Disconnect> {
-    stream
-        .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
-        .map_err(Disconnect::Gone)?;
-    let Some(hello) = read_request(shared, stream)? else {
+/// Reads one request after login: waits for its first byte as long as it
+/// takes (clients idle between rendezvous steps), then gives the rest of
+/// the frame `frame_timeout`, after reserving its share of the budget.
+fn read_request<'a>(
+    shared: &'a Shared,
+    stream: &TcpStream,
+) -> Result<Option<Incoming<'a>>, Disconnect> {
+    let limits = &shared.limits;
+    let mut header = [0u8; wire::FRAME_HEADER_BYTES];
+    stream.set_read_timeout(None).map_err(Disconnect::Gone)?;
+    let first = loop {
+        match (&*stream).read(&mut header) {
+            Ok(0) => return Ok(None),
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Disconnect::Gone(e)),
+        }
+    };
+    let deadline = deadline_in(limits.frame_timeout);
+    let late = |what: &str| {
+        Disconnect::Refuse(format!(
+            "{what} did not arrive within {} ms of its first byte (frame_timeout)",
+            limits.frame_timeout.as_millis()
+        ))
+    };
+    match fill_by(stream, &mut header, first, deadline) {
+        Ok(n) if n < header.len() => return Err(closed_inside("frame header", n, header.len())),
+        Ok(_) => {}
+        Err(Short::Late) => return Err(late("the frame header")),
+        Err(Short::Io(e)) => return Err(Disconnect::Gone(e)),
+    }
+    let len = u32::from_le_bytes(header) as usize;
+    if len > limits.max_frame_bytes {
+        return Err(too_large(len, limits.max_frame_bytes, ""));
+    }
+    let Some(reservation) = shared.budget.reserve(
+        limits.request_reservation_bytes(len),
+        deadline,
+        &shared.shutting_down,
+    ) else {
+        if shared.is_shutting_down() {
+            return Err(Disconnect::Gone(io::Error::other("store is shutting down")));
+        }
+        return Err(Disconnect::Refuse(format!(
+            "server busy: no room for a {len}-byte request in {} ms (max_buffered_bytes)",
+            limits.frame_timeout.as_millis()
+        )));
+    };
+    // Allocated once at its full (reserved) size but never zeroed: pages
+    // of a large block are mapped only as bytes arrive, so a frame that
+    // announces much and sends little costs little.
+    let mut body = Vec::with_capacity(len);
+    let mut reader = DeadlineReader {
+        stream,
+        deadline,
+        late: false,
+    };
+    match (&mut reader).take(len as u64).read_to_end(&mut body) {
+        Ok(n) if n < len => return Err(closed_inside("frame body", n, len)),
+        Ok(_) => {}
+        Err(_) if reader.late => return Err(late("the frame body")),
+        Err(e) => return Err(Disconnect::Gone(e)),
+    }
+    match wire::decode_request_limited(&body, &shared.decode_limits()) {
+        Ok(req) => Ok(Some(Incoming::Request(req, reservation))),
+        Err(e @ WireError::OverLimit { .. }) => Ok(Some(Incoming::OverLimit(e.to_string()))),
+        Err(e) => Err(Disconnect::Refuse(format!("malformed request: {e}"))),
+    }
+}
+
+/// A reply: a small [`Response`], or values written straight from the
+/// table's shared copies.
+enum Reply {
+    Plain(Response),
+    /// A `Bytes` (`list == false`, one value) or `List` reply.
+    Values {
+        list: bool,
+        values: Vec<Value>,
+    },
+}
+
+fn send(shared: &Shared, stream: &TcpStream, reply: Reply) -> Result<(), Disconnect> {
+    let mut out = DeadlineWriter {
+        stream,
+        deadline: deadline_in(shared.limits.frame_timeout),
+    };
+    let (list, values) = match reply {
+        Reply::Plain(resp) => {
+            // Plain replies are a few bytes, or an error message naming at
+            // most a few keys: not worth a reservation.
+            let body =
+                wire::encode_response(&resp).map_err(|e| Disconnect::Gone(io::Error::other(e)))?;
+            return wire::write_frame(&mut out, &body).map_err(Disconnect::Gone);
+        }
+        Reply::Values { list, values } => (list, values),
+    };
+    // `execute` checked the size against max_response_bytes.
+    let body_bytes = wire::values_body_bytes(list, values.iter().map(|v| v.len()))
+        .ok_or_else(|| Disconnect::Gone(io::Error::other("reply does not fit a frame")))?;
+    // The values may be overwritten in the table while this reply holds
+    // them, so they count against the budget until written.
+    let _reservation = shared
+        .budget
+        .reserve(body_bytes, out.deadline, &shared.shutting_down)
+        .ok_or_else(|| {
+            Disconnect::Gone(io::Error::other("no buffer space for the reply in time"))
+        })?;
+    let header = u32::try_from(body_bytes)
+        .map_err(|e| Disconnect::Gone(io::Error::other(e)))?
+        .to_le_bytes();
+    let capacity = (wire::FRAME_HEADER_BYTES + body_bytes).min(SMALL_REPLY_BYTES);
+    let mut w = BufWriter::with_capacity(capacity, out);
+    w.write_all(&header)
+        .and_then(|()| {
+            let slices: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+            wire::write_values_body(&mut w, list, &slices)
+        })
+        .and_then(|()| w.flush())
+        .map_err(Disconnect::Gone)
+}
+
+fn client_loop(
+    shared: &Shared,
+    stream: &TcpStream,
+    accepted_at: Instant,
+) -> Result<(), Disconnect> {
+    let login_deadline = accepted_at
+        .checked_add(shared.limits.login_timeout)
+        .unwrap_or(accepted_at);
+    let Some(hello) = read_hello(shared, stream, login_deadline)? else {
         return Ok(());
     };
     handshake(shared, &hello)?;
     send(
+        shared,
         stream,
-        &Response::Hello {
+        Reply::Plain(Response::Hello {
             version: PROTOCOL_VERSION,
-        },
+        }),
     )?;
-    // Clients idle for long stretches between rendezvous steps.
-    stream.set_read_timeout(None).map_err(Disconnect::Gone)?;
-    while let Some(req) = read_request(shared, stream)? {
-        if matches!(req, Request::Hello { .. }) {
-            return Err(Disconnect::Refuse(
-                "unexpected hello after handshake".into(),
-            ));
-        }
-        let resp = execute(&shared.table, req);
-        send(stream, &resp)?;
+    while let Some(incoming) = read_request(shared, stream)? {
+        let reply = match incoming {
+            Incoming::OverLimit(message) => Reply::Plain(Response::Error(message)),
+            Incoming::Request(Request::Hello { .. }, _) => {
+                return Err(Disconnect::Refuse(
+                    "unexpected hello after handshake".into(),
+                ));
+            }
+            Incoming::Request(req, reservation) => {
+                let reply = execute(shared, stream, req)?;
+                drop(reservation);
+                reply
+            }
+        };
+        send(shared, stream, reply)?;
     }
     Ok(())
 }
@@ -399,67 +881,126 @@ fn strs(keys: &[String]) -> Vec<&str> {
     keys.iter().map(String::as_str).collect()
 }
 
+/// Whether the client is still connected: a closed socket reads as end of
+/// stream. Bytes waiting (a client that sent more) count as there.
+fn peer_is_there(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let mut probe = [0u8; 1];
+    let there = match stream.peek(&mut probe) {
+        Ok(n) => n > 0,
+        Err(e) => matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+        ),
+    };
+    stream.set_nonblocking(false).is_ok() && there
+}
+
+/// Parks until `keys` exist (or the timeout, shutdown, or the client
+/// leaving), then builds the reply from their values.
 fn parked(
-    table: &MemTable,
+    shared: &Shared,
+    stream: &TcpStream,
     keys: &[&str],
     timeout_ms: u64,
-    ok: impl FnOnce(Vec<Vec<u8>>) -> Response,
-) -> Response {
-    match table.wait_get(keys, Duration::from_millis(timeout_ms)) {
-        Ok(values) => ok(values),
-        Err(WaitFailure::TimedOut) => Response::TimedOut,
-        Err(WaitFailure::Closed) => Response::Refused(StoreError::Closed.to_string()),
+    ok: impl FnOnce(Vec<Value>) -> Reply,
+) -> Result<Reply, Disconnect> {
+    let mut alive = || peer_is_there(stream);
+    let waited = shared.table.wait_get(
+        keys,
+        Duration::from_millis(timeout_ms),
+        Some((&mut alive, LIVENESS_POLL)),
+    );
+    match waited {
+        Ok(values) => Ok(checked_size(&shared.limits, ok(values))),
+        Err(WaitFailure::TimedOut) => Ok(Reply::Plain(Response::TimedOut)),
+        Err(WaitFailure::Closed) => Ok(Reply::Plain(Response::Refused(
+            StoreError::Closed.to_string(),
+        ))),
+        Err(WaitFailure::ClientGone) => Err(Disconnect::Gone(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "client closed its connection while its request was parked",
+        ))),
     }
 }
 
-/// Runs one request against the table. Blocking requests park this client
-/// thread on the table's condvar until the keys appear, the client's
-/// deadline passes or the server shuts down.
-fn execute(table: &MemTable, req: Request) -> Response {
-    match req {
-        Request::Set { key, value } => {
-            table.set(&key, &value);
-            Response::Ok
+/// A values reply over `max_response_bytes` becomes an error.
+fn checked_size(limits: &ServerLimits, reply: Reply) -> Reply {
+    let Reply::Values { list, values } = &reply else {
+        return reply;
+    };
+    let max = limits.max_response_bytes;
+    match wire::values_body_bytes(*list, values.iter().map(|v| v.len())) {
+        Some(bytes) if bytes <= max => reply,
+        size => {
+            let size = size.map_or_else(|| "more than 4 GiB".to_owned(), |b| format!("{b} bytes"));
+            Reply::Plain(Response::Error(format!(
+                "reply of {size} exceeds the limit of {max} bytes (max_response_bytes)"
+            )))
         }
-        Request::Get { key, timeout_ms } => parked(table, &[&key], timeout_ms, |mut v| {
-            Response::Bytes(v.pop().unwrap_or_default())
-        }),
+    }
+}
+
+fn done(result: Result<(), StoreError>) -> Reply {
+    Reply::Plain(match result {
+        Ok(()) => Response::Ok,
+        Err(e) => Response::Error(e.to_string()),
+    })
+}
+
+/// Runs one request against the table. Blocking requests park this client
+/// thread until the keys appear, the client's deadline passes, the client
+/// goes away or the server shuts down.
+fn execute(shared: &Shared, stream: &TcpStream, req: Request) -> Result<Reply, Disconnect> {
+    let table = &shared.table;
+    Ok(match req {
+        Request::Set { key, value } => done(table.set(key, value)),
+        Request::Get { key, timeout_ms } => {
+            return parked(shared, stream, &[&key], timeout_ms, |values| {
+                Reply::Values {
+                    list: false,
+                    values,
+                }
+            });
+        }
         Request::Add { key, delta } => match table.add(&key, delta) {
-            Ok(v) => Response::Int(v),
-            Err(e) => Response::Error(e.to_string()),
+            Ok(v) => Reply::Plain(Response::Int(v)),
+            Err(e) => Reply::Plain(Response::Error(e.to_string())),
         },
         Request::CompareSet {
             key,
             expected,
             desired,
-        } => Response::Bytes(table.compare_set(&key, &expected, &desired)),
-        Request::Check { keys } => Response::Bool(table.check(&strs(&keys))),
+        } => match table.compare_set(&key, &expected, desired) {
+            Ok(value) => Reply::Values {
+                list: false,
+                values: vec![value],
+            },
+            Err(e) => Reply::Plain(Response::Error(e.to_string())),
+        },
+        Request::Check { keys } => Reply::Plain(Response::Bool(table.check(&strs(&keys)))),
         Request::Wait { keys, timeout_ms } => {
-            parked(table, &strs(&keys), timeout_ms, |_| Response::Ok)
+            return parked(shared, stream, &strs(&keys), timeout_ms, |_| {
+                Reply::Plain(Response::Ok)
+            });
         }
-        Request::DeleteKey { key } => Response::Bool(table.delete(&key)),
-        Request::NumKeys => Response::Int(table.num_keys()),
+        Request::DeleteKey { key } => Reply::Plain(Response::Bool(table.delete(&key))),
+        Request::NumKeys => Reply::Plain(Response::Int(table.num_keys())),
         Request::MultiGet { keys, timeout_ms } => {
-            parked(table, &strs(&keys), timeout_ms, Response::List)
+            return parked(shared, stream, &strs(&keys), timeout_ms, |values| {
+                Reply::Values { list: true, values }
+            });
         }
-        Request::MultiSet { pairs } => {
-            let (keys, values): (Vec<&str>, Vec<&[u8]>) = pairs
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_slice()))
-                .unzip();
-            match table.multi_set(&keys, &values) {
-                Ok(()) => Response::Ok,
-                Err(e) => Response::Error(e.to_string()),
-            }
-        }
-        Request::Append { key, value } => {
-            table.append(&key, &value);
-            Response::Ok
-        }
+        Request::MultiSet { pairs } => done(table.multi_set(pairs)),
+        Request::Append { key, value } => done(table.append(&key, &value)),
         // Handled by the caller; kept total so a new variant is a compile
         // error here rather than a panic.
-        Request::Hello { .. } => Response::Error("unexpected hello after handshake".into()),
-    }
+        Request::Hello { .. } => {
+            Reply::Plain(Response::Error("unexpected hello after handshake".into()))
+        }
+    })
 }
 
 #[cfg(test)]

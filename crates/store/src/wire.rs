@@ -18,7 +18,8 @@
 //! reply.
 //!
 //! NOTE [bounded allocation]: the decoder never allocates more than the
-//! bytes actually present. Frame lengths are checked against the bound
+//! bytes actually present, plus a fixed overhead per list item (which
+//! [`DecodeLimits::max_items`] bounds in the server). Frame lengths are checked against the bound
 //! before any body byte is read (`read_frame` then grows its buffer only
 //! as data arrives), every length inside a body is checked against the
 //! bytes left in the body, and every list count against the smallest size
@@ -36,8 +37,31 @@ pub const PROTOCOL_VERSION: u16 = 1;
 /// Bytes of the length prefix of a frame.
 pub const FRAME_HEADER_BYTES: usize = 4;
 
-/// Default bound on a frame body the server accepts (64 MiB).
-pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 << 20;
+/// Default bound on a frame body the server accepts after login (16 MiB
+/// for a value plus 64 KiB for its key and framing); see
+/// [`crate::ServerLimits::max_frame_bytes`].
+pub const DEFAULT_MAX_FRAME_BYTES: usize = (16 << 20) + (64 << 10);
+
+/// Bounds [`decode_request_limited`] enforces while decoding, before it
+/// allocates what they bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeLimits {
+    /// Most items in one list (keys, or key/value pairs).
+    pub max_items: usize,
+    /// Largest key, in bytes.
+    pub max_key_bytes: usize,
+    /// Largest value, in bytes.
+    pub max_value_bytes: usize,
+}
+
+impl DecodeLimits {
+    /// No bounds beyond the body's own length.
+    pub const NONE: Self = Self {
+        max_items: usize::MAX,
+        max_key_bytes: usize::MAX,
+        max_value_bytes: usize::MAX,
+    };
+}
 
 /// A malformed frame or body.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -88,6 +112,20 @@ pub enum WireError {
     /// A boolean byte was neither 0 nor 1.
     #[error("invalid boolean byte {0:#04x}")]
     BadBool(u8),
+    /// A well-formed request goes past one of the server's
+    /// [`DecodeLimits`]. The frame was read whole, so the connection stays
+    /// usable.
+    #[error("{what} of {got} exceeds the limit of {max} ({limit})")]
+    OverLimit {
+        /// `"key bytes"`, `"value bytes"` or `"list items"`.
+        what: &'static str,
+        /// The size found.
+        got: u64,
+        /// The bound.
+        max: u64,
+        /// The name of the limit in [`crate::ServerLimits`].
+        limit: &'static str,
+    },
     /// A list claimed more items than the body could hold.
     #[error("list of {count} items cannot fit in the {remaining} bytes left")]
     TooManyItems {
@@ -238,6 +276,16 @@ mod op {
 /// A cursor over a body that refuses to read past its end.
 struct Reader<'a> {
     buf: &'a [u8],
+    limits: DecodeLimits,
+}
+
+fn over(what: &'static str, got: usize, max: usize, limit: &'static str) -> WireError {
+    WireError::OverLimit {
+        what,
+        got: got as u64,
+        max: max as u64,
+        limit,
+    }
 }
 
 impl<'a> Reader<'a> {
@@ -296,8 +344,28 @@ impl<'a> Reader<'a> {
         Ok(self.take(u64::from(n), field)?.to_vec())
     }
 
+    /// A value field, checked against `max_value_bytes` before it is
+    /// copied.
+    fn value(&mut self, field: &'static str) -> Result<Vec<u8>, WireError> {
+        let n = self.u32(field)?;
+        // A truncated body is malformed whatever it claims; only then is
+        // the size held against the limit, before the copy.
+        let bytes = self.take(u64::from(n), field)?;
+        let max = self.limits.max_value_bytes;
+        if bytes.len() > max {
+            return Err(over("value bytes", bytes.len(), max, "max_value_bytes"));
+        }
+        Ok(bytes.to_vec())
+    }
+
     fn key(&mut self, field: &'static str) -> Result<String, WireError> {
-        let bytes = self.bytes(field)?;
+        let n = self.u32(field)?;
+        let bytes = self.take(u64::from(n), field)?;
+        let max = self.limits.max_key_bytes;
+        if bytes.len() > max {
+            return Err(over("key bytes", bytes.len(), max, "max_key_bytes"));
+        }
+        let bytes = bytes.to_vec();
         String::from_utf8(bytes).map_err(|e| WireError::BadKey {
             bytes: e.as_bytes().len(),
         })
@@ -315,7 +383,16 @@ impl<'a> Reader<'a> {
             .is_some_and(|needed| needed <= remaining);
         if fits {
             // `fits` implies the conversion succeeds.
-            Ok(usize::try_from(count).unwrap_or(0))
+            let count = usize::try_from(count).unwrap_or(0);
+            if count > self.limits.max_items {
+                return Err(over(
+                    "list items",
+                    count,
+                    self.limits.max_items,
+                    "max_keys_per_request",
+                ));
+            }
+            Ok(count)
         } else {
             Err(WireError::TooManyItems { count, remaining })
         }
@@ -340,10 +417,20 @@ impl<'a> Reader<'a> {
 /// Decodes one request body (the bytes after the length prefix).
 ///
 /// Pure and total: any input gives `Ok` or `Err`, never a panic, and never
-/// allocates more than `body.len()` bytes in all (NOTE [bounded
-/// allocation]).
+/// allocates more than `body.len()` bytes plus a fixed overhead per list
+/// item (NOTE [bounded allocation]).
 pub fn decode_request(body: &[u8]) -> Result<Request, WireError> {
-    let mut r = Reader { buf: body };
+    decode_request_limited(body, &DecodeLimits::NONE)
+}
+
+/// [`decode_request`], refusing keys, values and lists over `limits` with
+/// [`WireError::OverLimit`] before allocating them. The server decodes
+/// with this.
+pub fn decode_request_limited(body: &[u8], limits: &DecodeLimits) -> Result<Request, WireError> {
+    let mut r = Reader {
+        buf: body,
+        limits: *limits,
+    };
     let opcode = r.u8("opcode").map_err(|_| WireError::Empty)?;
     let req = match opcode {
         op::HELLO => {
@@ -361,7 +448,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, WireError> {
         }
         op::SET => Request::Set {
             key: r.key("key")?,
-            value: r.bytes("value")?,
+            value: r.value("value")?,
         },
         op::GET => Request::Get {
             key: r.key("key")?,
@@ -373,8 +460,8 @@ pub fn decode_request(body: &[u8]) -> Result<Request, WireError> {
         },
         op::COMPARE_SET => Request::CompareSet {
             key: r.key("key")?,
-            expected: r.bytes("expected")?,
-            desired: r.bytes("desired")?,
+            expected: r.value("expected")?,
+            desired: r.value("desired")?,
         },
         op::CHECK => Request::Check { keys: r.keys()? },
         op::WAIT => Request::Wait {
@@ -390,13 +477,13 @@ pub fn decode_request(body: &[u8]) -> Result<Request, WireError> {
         op::MULTI_SET => {
             let n = r.count(8)?;
             let pairs = (0..n)
-                .map(|_| Ok((r.key("key")?, r.bytes("value")?)))
+                .map(|_| Ok((r.key("key")?, r.value("value")?)))
                 .collect::<Result<_, WireError>>()?;
             Request::MultiSet { pairs }
         }
         op::APPEND => Request::Append {
             key: r.key("key")?,
-            value: r.bytes("value")?,
+            value: r.value("value")?,
         },
         other => return Err(WireError::UnknownOpcode(other)),
     };
@@ -410,7 +497,10 @@ fn lossy(bytes: Vec<u8>) -> String {
 
 /// Decodes one response body. Same guarantees as [`decode_request`].
 pub fn decode_response(body: &[u8]) -> Result<Response, WireError> {
-    let mut r = Reader { buf: body };
+    let mut r = Reader {
+        buf: body,
+        limits: DecodeLimits::NONE,
+    };
     let opcode = r.u8("opcode").map_err(|_| WireError::Empty)?;
     let resp = match opcode {
         op::R_HELLO => {
@@ -628,6 +718,50 @@ pub fn encode_response(resp: &Response) -> Result<Vec<u8>, WireError> {
         }
     };
     w.finish()
+}
+
+/// Length of the body of a `Bytes` (`list == false`, exactly one value) or
+/// `List` response carrying `value_lens`, without building it; `None` when
+/// it would not fit a frame.
+pub(crate) fn values_body_bytes(
+    list: bool,
+    mut value_lens: impl Iterator<Item = usize>,
+) -> Option<usize> {
+    let head = if list { 1 + 4 } else { 1 };
+    let total =
+        value_lens.try_fold(head, |acc: usize, len| acc.checked_add(4)?.checked_add(len))?;
+    (total <= u32::MAX as usize).then_some(total)
+}
+
+/// Writes the body of a `Bytes` or `List` response straight from the
+/// values, so a large reply is never copied into one buffer. Produces the
+/// same bytes as [`encode_response`] of `Response::Bytes` (with
+/// `list == false` and one value) or `Response::List`.
+pub(crate) fn write_values_body<V: AsRef<[u8]>>(
+    w: &mut impl Write,
+    list: bool,
+    values: &[V],
+) -> io::Result<()> {
+    let too_large = || io::Error::new(io::ErrorKind::InvalidInput, "reply does not fit a frame");
+    let len = |n: usize| u32::try_from(n).map_err(|_| too_large());
+    if list {
+        w.write_all(&[op::R_LIST])?;
+        w.write_all(&len(values.len())?.to_le_bytes())?;
+    } else {
+        if values.len() != 1 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a bytes reply carries exactly one value",
+            ));
+        }
+        w.write_all(&[op::R_BYTES])?;
+    }
+    for v in values {
+        let v = v.as_ref();
+        w.write_all(&len(v.len())?.to_le_bytes())?;
+        w.write_all(v)?;
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------- frames
@@ -883,6 +1017,85 @@ mod tests {
     }
 
     #[test]
+    fn values_bodies_match_the_encoder() {
+        let values = vec![vec![], vec![1, 2, 3], vec![9; 300]];
+        let mut out = Vec::new();
+        write_values_body(&mut out, true, &values).unwrap();
+        assert_eq!(
+            out,
+            encode_response(&Response::List(values.clone())).unwrap()
+        );
+        assert_eq!(
+            values_body_bytes(true, values.iter().map(Vec::len)),
+            Some(out.len())
+        );
+        let mut out = Vec::new();
+        write_values_body(&mut out, false, &values[1..2]).unwrap();
+        assert_eq!(
+            out,
+            encode_response(&Response::Bytes(values[1].clone())).unwrap()
+        );
+        assert_eq!(values_body_bytes(false, [3].into_iter()), Some(out.len()));
+        assert!(write_values_body(&mut Vec::new(), false, &values).is_err());
+        assert_eq!(
+            values_body_bytes(true, [u32::MAX as usize].into_iter()),
+            None
+        );
+    }
+
+    #[test]
+    fn limits_are_checked_before_allocating() {
+        let limits = DecodeLimits {
+            max_items: 2,
+            max_key_bytes: 3,
+            max_value_bytes: 4,
+        };
+        let ok = Request::MultiSet {
+            pairs: vec![("abc".into(), vec![0; 4]), ("d".into(), vec![])],
+        };
+        let body = encode_request(&ok).unwrap();
+        assert_eq!(decode_request_limited(&body, &limits), Ok(ok));
+        let cases = [
+            (
+                Request::Set {
+                    key: "abcd".into(),
+                    value: vec![],
+                },
+                "max_key_bytes",
+            ),
+            (
+                Request::Append {
+                    key: "k".into(),
+                    value: vec![0; 5],
+                },
+                "max_value_bytes",
+            ),
+            (
+                Request::MultiGet {
+                    keys: vec!["a".into(); 3],
+                    timeout_ms: 1,
+                },
+                "max_keys_per_request",
+            ),
+        ];
+        for (req, limit) in cases {
+            let body = encode_request(&req).unwrap();
+            let err = decode_request_limited(&body, &limits).unwrap_err();
+            assert!(
+                matches!(err, WireError::OverLimit { limit: l, .. } if l == limit),
+                "{req:?}: {err}"
+            );
+            assert_eq!(decode_request(&body), Ok(req));
+        }
+        // A key claiming 4 GiB in a short body is malformed, not over a limit.
+        let body = [op::DELETE_KEY, 0xff, 0xff, 0xff, 0xff];
+        assert!(matches!(
+            decode_request_limited(&body, &limits),
+            Err(WireError::Truncated { .. })
+        ));
+    }
+
+    #[test]
     fn random_bodies_never_panic() {
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(0x5354_4f52);
@@ -900,8 +1113,19 @@ mod tests {
                 let at = rng.random_range(0..body.len());
                 body[at] = rng.random();
             }
-            let _ = decode_request(&body);
+            let plain = decode_request(&body);
             let _ = decode_response(&body);
+            // What the fuzz target checks: limits only refuse.
+            let limits = DecodeLimits {
+                max_items: 1,
+                max_key_bytes: 2,
+                max_value_bytes: 3,
+            };
+            match decode_request_limited(&body, &limits) {
+                Ok(req) => assert_eq!(plain, Ok(req)),
+                Err(WireError::OverLimit { .. }) => {}
+                Err(e) => assert!(plain.is_err(), "{e}"),
+            }
         }
     }
 }

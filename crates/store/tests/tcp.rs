@@ -88,7 +88,8 @@ fn binds_loopback_by_default_and_picks_a_port() {
     let cfg = ServerConfig::default();
     assert!(cfg.addr.is_loopback());
     assert_eq!(cfg.port, 0);
-    assert_eq!(cfg.max_frame_bytes, 64 << 20);
+    assert_eq!(cfg.limits.max_frame_bytes, (16 << 20) + (64 << 10));
+    assert_eq!(cfg.limits, intranode_store::ServerLimits::default());
     assert!(cfg.token.is_none());
     let server = TcpStoreServer::bind(cfg).unwrap();
     assert!(server.local_addr().ip().is_loopback());
@@ -181,7 +182,11 @@ fn wrong_version_and_bad_magic_are_refused() {
 #[test]
 fn oversize_frame_gets_an_error_and_others_keep_working() {
     let server = TcpStoreServer::bind(ServerConfig {
-        max_frame_bytes: 1024,
+        limits: intranode_store::ServerLimits {
+            max_frame_bytes: 1024,
+            max_hello_bytes: 512,
+            ..Default::default()
+        },
         ..ServerConfig::default()
     })
     .unwrap();
@@ -197,10 +202,14 @@ fn oversize_frame_gets_an_error_and_others_keep_working() {
     expect_refused(raw.recv(), "exceeds the limit of 1024 bytes");
     raw.assert_closed();
 
-    // Before the handshake, and just one byte over the bound.
+    // Before the handshake, and just one byte over the (smaller) bound
+    // there.
     let mut raw = Raw::connect(addr);
-    raw.send_body(&[0u8; 1025]);
-    expect_refused(raw.recv(), "frame of 1025 bytes");
+    raw.send_body(&[0u8; 513]);
+    expect_refused(
+        raw.recv(),
+        "frame of 513 bytes exceeds the limit of 512 bytes before login",
+    );
     raw.assert_closed();
 
     // Through the client API: a value too big for the server's bound.

@@ -1,0 +1,234 @@
+//! [`ServerLimits`]: every bound the store server enforces, in one place.
+//!
+//! NOTE [memory budget]: whatever its clients do, the server's memory stays
+//! within
+//!
+//! ```text
+//! fixed (code, acceptor, allocator; a few MiB)
+//!   + max_connections x per-connection cost (a thread whose stack is at
+//!     most CLIENT_STACK_BYTES, of which a few KiB are touched, and a hello
+//!     buffer of at most max_hello_bytes)
+//!   + max_buffered_bytes (every request body being read or decoded, every
+//!     reply being written, every parked request, all connections together)
+//!   + the stored data (max_stored_bytes as counted: keys, value capacities
+//!     and ENTRY_OVERHEAD_BYTES per key)
+//! ```
+//!
+//! which with the defaults is about 64 MiB plus the stored data
+//! (`tests/limits.rs` measures it: the largest RSS seen under each attack
+//! and under the load test, `VmHWM` of the server's process).
+//!
+//! How each term is held:
+//!
+//! - before login only a `Hello` of at most `max_hello_bytes` is read, into
+//!   a buffer of that size, and the whole `Hello` must arrive within
+//!   `login_timeout` of the accept (a deadline, not a per-read timeout, so
+//!   a client trickling bytes is dropped all the same);
+//! - at most `max_connections` connections are served; the next one gets a
+//!   `Refused` naming the limit and is closed;
+//! - after login a frame's length is checked against `max_frame_bytes`
+//!   before anything is allocated, then twice that (the body and its
+//!   decoded form) is reserved from the shared `max_buffered_bytes`
+//!   budget, waiting for it if need be, before the body is read; the rest
+//!   of the frame must arrive within `frame_timeout` of its first byte;
+//! - the decoder refuses keys over `max_key_bytes`, values over
+//!   `max_value_bytes` and lists over `max_keys_per_request` items before
+//!   allocating them, so a small frame cannot decode into a large request;
+//! - a reply is sized before it is built: over `max_response_bytes` it is
+//!   an error instead; otherwise its size is reserved from the same budget
+//!   until it is written, and the client has `frame_timeout` to take it;
+//! - values are shared (`Arc`) between the table and the replies that
+//!   carry them, so a `MULTI_GET` naming one key many times costs one copy;
+//! - `SET`, `APPEND`, `MULTI_SET`, `COMPARE_SET` and `ADD` fail with an
+//!   error, storing nothing, when the result would pass `max_value_bytes`
+//!   or the table would pass `max_stored_bytes`.
+
+use std::time::Duration;
+
+use crate::StoreError;
+
+/// Bytes each key costs in [`ServerLimits::max_stored_bytes`] beyond its
+/// key and value bytes: the hash-map slot, the `String`, the `Arc` and the
+/// allocator's headers. It keeps a flood of empty keys from being free.
+pub const ENTRY_OVERHEAD_BYTES: usize = 128;
+
+/// Stack of each client thread. The server never recurses; 256 KiB is
+/// ample, and only the pages a thread touches cost memory.
+pub(crate) const CLIENT_STACK_BYTES: usize = 256 * 1024;
+
+/// The longest timeout a limit may be set to; longer ones are refused by
+/// [`ServerLimits::validate`] so that deadlines never overflow `Instant`.
+const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// Every bound a [`crate::TcpStoreServer`] enforces (NOTE [memory budget]).
+///
+/// Set them through [`crate::ServerConfig::limits`]; the defaults fit a
+/// rendezvous store for the ranks of one node with room to spare.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Most connections served at once (256). One more gets a `Refused`
+    /// reply ("too many connections") and is closed. Each connection costs
+    /// one file descriptor and one thread; the default stays well under the
+    /// usual limit of 1024 descriptors.
+    pub max_connections: usize,
+    /// Time from accepting a connection until its whole `Hello` must have
+    /// arrived (10 s); a deadline, not a per-read timeout.
+    pub login_timeout: Duration,
+    /// Largest frame body accepted before login (4 KiB): only `Hello` is
+    /// legal there, and a `Hello` is a few bytes plus the token.
+    pub max_hello_bytes: usize,
+    /// Largest request body accepted after login (16 MiB + 64 KiB: one
+    /// value of `max_value_bytes` with its key and framing). Bigger frames
+    /// get a `Refused` and the connection is closed.
+    pub max_frame_bytes: usize,
+    /// Time the rest of a frame may take once its first byte has arrived,
+    /// and time a client has to take a reply (30 s); deadlines, not
+    /// per-read timeouts.
+    pub frame_timeout: Duration,
+    /// Largest key (4 KiB).
+    pub max_key_bytes: usize,
+    /// Largest value (16 MiB), including one grown by `APPEND`.
+    pub max_value_bytes: usize,
+    /// Most keys in one `CHECK`, `WAIT` or `MULTI_GET`, and most pairs in
+    /// one `MULTI_SET` (4096).
+    pub max_keys_per_request: usize,
+    /// Largest reply (32 MiB); a `GET`/`MULTI_GET` whose values would not
+    /// fit gets an error instead.
+    pub max_response_bytes: usize,
+    /// Bytes of requests and replies in flight on all connections together
+    /// (64 MiB); a connection waits for its share (up to `frame_timeout`).
+    pub max_buffered_bytes: usize,
+    /// Bytes the table may hold, counting keys, value capacities and
+    /// [`ENTRY_OVERHEAD_BYTES`] per key (1 GiB). Writes past it fail with
+    /// an error ("store is full").
+    pub max_stored_bytes: usize,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 256,
+            login_timeout: Duration::from_secs(10),
+            max_hello_bytes: 4 << 10,
+            max_frame_bytes: (16 << 20) + (64 << 10),
+            frame_timeout: Duration::from_secs(30),
+            max_key_bytes: 4 << 10,
+            max_value_bytes: 16 << 20,
+            max_keys_per_request: 4096,
+            max_response_bytes: 32 << 20,
+            max_buffered_bytes: 64 << 20,
+            max_stored_bytes: 1 << 30,
+        }
+    }
+}
+
+impl ServerLimits {
+    /// Checks that the limits can all be honoured together: none is zero,
+    /// a largest request (twice its frame, NOTE [memory budget]) and a
+    /// largest reply each fit the buffer budget, replies fit a frame's
+    /// `u32` length, and timeouts are at most a day.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        let bad = |reason: String| Err(StoreError::InvalidLimits { reason });
+        let sizes = [
+            ("max_connections", self.max_connections),
+            ("max_hello_bytes", self.max_hello_bytes),
+            ("max_frame_bytes", self.max_frame_bytes),
+            ("max_key_bytes", self.max_key_bytes),
+            ("max_value_bytes", self.max_value_bytes),
+            ("max_keys_per_request", self.max_keys_per_request),
+            ("max_response_bytes", self.max_response_bytes),
+            ("max_buffered_bytes", self.max_buffered_bytes),
+            ("max_stored_bytes", self.max_stored_bytes),
+        ];
+        if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
+            return bad(format!("{name} must be at least 1"));
+        }
+        for (name, timeout) in [
+            ("login_timeout", self.login_timeout),
+            ("frame_timeout", self.frame_timeout),
+        ] {
+            if timeout.is_zero() || timeout > MAX_TIMEOUT {
+                return bad(format!(
+                    "{name} must be between 1 ms and {} s, got {} ms",
+                    MAX_TIMEOUT.as_secs(),
+                    timeout.as_millis()
+                ));
+            }
+        }
+        let request_bytes = self.request_reservation_bytes(self.max_frame_bytes);
+        if request_bytes > self.max_buffered_bytes {
+            return bad(format!(
+                "max_buffered_bytes ({}) must hold twice max_frame_bytes ({})",
+                self.max_buffered_bytes, self.max_frame_bytes
+            ));
+        }
+        if self.max_response_bytes > self.max_buffered_bytes {
+            return bad(format!(
+                "max_buffered_bytes ({}) must hold max_response_bytes ({})",
+                self.max_buffered_bytes, self.max_response_bytes
+            ));
+        }
+        // A GET of the largest value: opcode, length, value.
+        if self.max_response_bytes < self.max_value_bytes.saturating_add(5) {
+            return bad(format!(
+                "max_response_bytes ({}) must hold one value of max_value_bytes ({}) and its 5 bytes of framing",
+                self.max_response_bytes, self.max_value_bytes
+            ));
+        }
+        let frame_max = u32::MAX as usize;
+        for (name, v) in [
+            ("max_response_bytes", self.max_response_bytes),
+            ("max_frame_bytes", self.max_frame_bytes),
+            ("max_hello_bytes", self.max_hello_bytes),
+        ] {
+            if v > frame_max {
+                return bad(format!("{name} ({v}) must fit a frame ({frame_max} bytes)"));
+            }
+        }
+        Ok(())
+    }
+
+    /// What reading and decoding a request body of `frame_bytes` reserves
+    /// from the buffer budget: the body, and its decoded form, which the
+    /// decoder keeps no larger than the body plus the item overhead that
+    /// `max_keys_per_request` bounds.
+    pub(crate) fn request_reservation_bytes(&self, frame_bytes: usize) -> usize {
+        frame_bytes.saturating_mul(2)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        ServerLimits::default().validate().unwrap();
+    }
+
+    #[test]
+    fn inconsistent_limits_are_refused() {
+        let cases = [
+            ServerLimits {
+                max_connections: 0,
+                ..ServerLimits::default()
+            },
+            ServerLimits {
+                max_buffered_bytes: 1 << 20,
+                ..ServerLimits::default()
+            },
+            ServerLimits {
+                login_timeout: Duration::from_secs(u64::MAX),
+                ..ServerLimits::default()
+            },
+            ServerLimits {
+                frame_timeout: Duration::ZERO,
+                ..ServerLimits::default()
+            },
+        ];
+        for limits in cases {
+            let err = limits.validate().unwrap_err();
+            assert!(matches!(err, StoreError::InvalidLimits { .. }), "{err}");
+        }
+    }
+}
