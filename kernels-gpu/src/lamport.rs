@@ -44,8 +44,8 @@ use crate::all_reduce::{all_reduce_kernels, combine_in_order, finish_op};
 use crate::elem::{Bf16, F16};
 use crate::elem::{Element, Lanes, load_vec, store_vec};
 use crate::layout::{
-    AllReduceParams, LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN,
-    OP_SUM, SLOT_LAMPORT, lamport_stride_bytes,
+    AllReduceParams, LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN, OP_SUM,
+    SLOT_LAMPORT, lamport_stride_bytes,
 };
 use crate::math::{lamport_decode_word, lamport_encode_word};
 use crate::ptx;

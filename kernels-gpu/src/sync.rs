@@ -3,7 +3,8 @@
 //! instead of hanging the GPU.
 
 use crate::layout::{
-    ABORT_WORD, BLOCKS_DONE, CALL_COUNTER, ERR_BARRIER_TIMEOUT, MAX_RANKS, epoch_reached, flag_index,
+    ABORT_WORD, BLOCKS_DONE, CALL_COUNTER, ERR_BARRIER_TIMEOUT, MAX_RANKS, epoch_reached,
+    flag_index,
 };
 use crate::ptx;
 

@@ -57,8 +57,7 @@ fn measure(
     for &k in &args.ks {
         let k = k.max(1);
         let replays = (calls / k).max(1);
-        let (us, mean) =
-            free::graph_mode(r, k, replays, &mut call, &|_| 0, &|_| 0.0, timer)?;
+        let (us, mean) = free::graph_mode(r, k, replays, &mut call, &|_| 0, &|_| 0.0, timer)?;
         if let Some(d) = Dist::of(us) {
             out.push((format!("graph-{k}"), d, Some(mean)));
         }
@@ -161,7 +160,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 
 /// The row of one configuration: `graph_us` is the mean per call of the
 /// largest graph (no stamps), `eager_us` the eager mean.
-fn row(r: &Rank, world: usize, bytes: usize, algo: Option<AllReduceAlgo>, free: Vec<ModeStats>) -> Row {
+fn row(
+    r: &Rank,
+    world: usize,
+    bytes: usize,
+    algo: Option<AllReduceAlgo>,
+    free: Vec<ModeStats>,
+) -> Row {
     let largest = free
         .iter()
         .filter(|m| m.mode.starts_with("graph-"))
@@ -280,7 +285,9 @@ fn print_free_table(rows: &[Row]) {
         .first()
         .map(|r| r.free.iter().map(|m| m.mode.clone()).collect())
         .unwrap_or_default();
-    println!("free-running, us per call, the slowest rank's median / p99 / max (mean = graph without stamps):");
+    println!(
+        "free-running, us per call, the slowest rank's median / p99 / max (mean = graph without stamps):"
+    );
     let mut head = format!("{:>10} {:>16} {:>16}", "bytes", "algo", "chosen");
     for m in &modes {
         head.push_str(&format!(" {:>24}", format!("{m} med/p99/max")));
@@ -336,7 +343,9 @@ fn print_tail_check(rows: &[Row], decode: &[DecodeRow]) {
         }
     }
     if bad.is_empty() {
-        println!("tail: p99 <= 1.5 x median and max <= 3 x median in all {checked} graph, skew and decode configurations");
+        println!(
+            "tail: p99 <= 1.5 x median and max <= 3 x median in all {checked} graph, skew and decode configurations"
+        );
     } else {
         println!(
             "tail: {} of {checked} graph, skew and decode configurations miss p99 <= 1.5 x median or max <= 3 x median:",
@@ -367,7 +376,10 @@ fn print_decode_table(rows: &[DecodeRow]) {
             d.batch,
             d.bytes,
             d.algo,
-            format!("{:.2}/{:.2}/{:.1}", d.step.median_us, d.step.p99_us, d.step.max_us),
+            format!(
+                "{:.2}/{:.2}/{:.1}",
+                d.step.median_us, d.step.p99_us, d.step.max_us
+            ),
             d.overhead_us,
             d.overhead_vs_nccl.map_or("-".into(), |v| format!("{v:.2}"))
         );

@@ -382,7 +382,12 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     let t_graph = t0.elapsed() - t_sweep - t_stress;
     let free_report = if args.free_replays > 0 {
         let algos = algos(&r);
-        Some(crate::check_free::run(&mut r, &algos, args.seed, args.free_replays)?)
+        Some(crate::check_free::run(
+            &mut r,
+            &algos,
+            args.seed,
+            args.free_replays,
+        )?)
     } else {
         None
     };

@@ -213,10 +213,7 @@ pub fn graph_mode(
     let stamps = timer.read(r)?;
     drop(stamped);
     if stamps.len() != replays * (k + 1) {
-        bail!(
-            "{} stamps for {replays} replays of {k} calls",
-            stamps.len()
-        );
+        bail!("{} stamps for {replays} replays of {k} calls", stamps.len());
     }
     let mut us = Vec::with_capacity(replays * k);
     for rep in stamps.chunks_exact(k + 1) {
@@ -271,7 +268,10 @@ pub fn merge(all: &[RankDists]) -> Vec<ModeStats> {
         .enumerate()
         .filter_map(|(i, (mode, _, _))| {
             let dists: Vec<Dist> = all.iter().filter_map(|d| d.get(i).map(|x| x.1)).collect();
-            let means: Vec<f64> = all.iter().filter_map(|d| d.get(i).and_then(|x| x.2)).collect();
+            let means: Vec<f64> = all
+                .iter()
+                .filter_map(|d| d.get(i).and_then(|x| x.2))
+                .collect();
             Some(ModeStats {
                 mode: mode.clone(),
                 dist: Dist::worst(&dists)?,
@@ -288,7 +288,10 @@ mod tests {
     #[test]
     fn distribution() {
         let d = Dist::of((1..=100).map(f64::from).collect()).expect("samples");
-        assert_eq!((d.median_us, d.p99_us, d.max_us, d.calls), (51.0, 99.0, 100.0, 100));
+        assert_eq!(
+            (d.median_us, d.p99_us, d.max_us, d.calls),
+            (51.0, 99.0, 100.0, 100)
+        );
         assert!(!d.tail_ok());
         let flat = Dist::of(vec![2.0; 1000]).expect("samples");
         assert!(flat.tail_ok());

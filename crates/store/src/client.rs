@@ -205,9 +205,9 @@ impl TcpStore {
         wait: Option<Duration>,
     ) -> Result<Response, StoreError> {
         let body = wire::encode_request(req).map_err(|source| StoreError::Protocol {
+            source: Box::new(source),
             addr: self.addr.clone(),
             op,
-            source,
         })?;
         let mut guard = self.conn();
         let stream = match &mut *guard {
@@ -240,9 +240,9 @@ impl TcpStore {
             })
             .and_then(|body| {
                 wire::decode_response(&body).map_err(|source| StoreError::Protocol {
+                    source: Box::new(source),
                     addr: self.addr.clone(),
                     op,
-                    source,
                 })
             });
         match result {
