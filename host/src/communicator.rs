@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::kernels::DType;
 use crate::rendezvous::CommConfig;
 use crate::topology::Topology;
+use crate::work::Work;
 
 /// The application-facing communicator of one rank.
 pub struct Communicator {
@@ -179,7 +180,7 @@ impl Communicator {
         send: &impl DevicePtr<T>,
         recv: &mut impl DevicePtrMut<T>,
         op: &NcclOp,
-    ) -> Result<()> {
+    ) -> Result<Work> {
         let algo = self.algo_for::<T>(send.len(), op);
         self.all_reduce_with(send, recv, op, algo)
     }
@@ -189,22 +190,23 @@ impl Communicator {
         &self,
         buf: &mut impl DevicePtrMut<T>,
         op: &NcclOp,
-    ) -> Result<()> {
+    ) -> Result<Work> {
         let algo = self.algo_for::<T>(buf.len(), op);
         match (algo, &self.intra, to_intra_op(op)) {
             (AllReduceAlgo::Nccl, _, _) | (_, None, _) | (_, _, None) => {
                 let comm = self.nccl_or_err()?;
+                self.check_health()?;
                 self.check_nccl_call::<T>(buf.len(), op)?;
                 comm.all_reduce_in_place(buf, op)
-                    .map(|_| ())
+                    .map(|_| self.work())
                     .map_err(|e| Error::Nccl {
                         op: "ncclAllReduce",
                         detail: format!("rank {}: {e:?}", self.rank),
                     })
             }
-            (algo, Some(intra), Some(iop)) => intra
-                .all_reduce_in_place(buf, iop, algo, &self.stream)
-                .map(|_| ()),
+            (algo, Some(intra), Some(iop)) => {
+                intra.all_reduce_in_place(buf, iop, algo, &self.stream)
+            }
         }
     }
 
@@ -215,7 +217,7 @@ impl Communicator {
         recv: &mut impl DevicePtrMut<T>,
         op: &NcclOp,
         algo: AllReduceAlgo,
-    ) -> Result<()> {
+    ) -> Result<Work> {
         if send.len() != recv.len() {
             return Err(Error::InvalidArgument(format!(
                 "all_reduce on rank {}: send has {} elements, recv {}",
@@ -227,9 +229,10 @@ impl Communicator {
         match (algo, &self.intra, to_intra_op(op)) {
             (AllReduceAlgo::Nccl, _, _) => {
                 let comm = self.nccl_or_err()?;
+                self.check_health()?;
                 self.check_nccl_call::<T>(send.len(), op)?;
                 comm.all_reduce(send, recv, op)
-                    .map(|_| ())
+                    .map(|_| self.work())
                     .map_err(|e| Error::Nccl {
                         op: "ncclAllReduce",
                         detail: format!("rank {}: {e:?}", self.rank),
@@ -245,9 +248,7 @@ impl Communicator {
                 "all_reduce on rank {}: product is only served by nccl",
                 self.rank
             ))),
-            (algo, Some(intra), Some(iop)) => intra
-                .all_reduce(send, recv, iop, algo, &self.stream)
-                .map(|_| ()),
+            (algo, Some(intra), Some(iop)) => intra.all_reduce(send, recv, iop, algo, &self.stream),
         }
     }
 
@@ -268,7 +269,7 @@ impl Communicator {
         &self,
         buf: &mut impl DevicePtrMut<T>,
         root: usize,
-    ) -> Result<()> {
+    ) -> Result<Work> {
         self.broadcast_in_place_with(buf, root, self.broadcast_algo())
     }
 
@@ -279,7 +280,7 @@ impl Communicator {
         buf: &mut impl DevicePtrMut<T>,
         root: usize,
         algo: BroadcastAlgo,
-    ) -> Result<()> {
+    ) -> Result<Work> {
         if root >= self.world {
             return Err(Error::InvalidArgument(format!(
                 "broadcast on rank {}: root {root} is outside the world of {}",
@@ -289,9 +290,10 @@ impl Communicator {
         match (algo, &self.intra) {
             (BroadcastAlgo::Nccl, _) => {
                 let comm = self.nccl_or_err()?;
+                self.check_health()?;
                 // `root < world`, and a world fits in i32 (NCCL took it).
                 comm.broadcast_in_place(buf, root as i32)
-                    .map(|_| ())
+                    .map(|_| self.work())
                     .map_err(|e| Error::Nccl {
                         op: "ncclBroadcast",
                         detail: format!("rank {}: {e:?}", self.rank),
@@ -302,9 +304,7 @@ impl Communicator {
                 self.rank,
                 self.intra_reason.as_deref().unwrap_or("unknown")
             ))),
-            (BroadcastAlgo::SymmMem, Some(intra)) => {
-                intra.broadcast(buf, root, &self.stream).map(|_| ())
-            }
+            (BroadcastAlgo::SymmMem, Some(intra)) => intra.broadcast(buf, root, &self.stream),
         }
     }
 
@@ -329,6 +329,39 @@ impl Communicator {
             }),
             None => Ok(()),
         }
+    }
+
+    /// Waits for everything enqueued on this communicator's stream, then
+    /// reports a GPU wait on a peer that ran out since the communicator was
+    /// built ([`Error::PeerTimeout`], naming the rank, the peer, the
+    /// collective, where it waited and the bound). Once that happened the
+    /// communicator stays unusable: every later call returns the same
+    /// error; build a new one.
+    pub fn synchronize(&self) -> Result<()> {
+        self.work().synchronize()
+    }
+
+    /// Reports a GPU wait on a peer that ran out, without waiting for the
+    /// stream: call it once the work you care about is known to be done
+    /// (after a CUDA graph's replay, once the graph's stream or an event
+    /// after it has synchronised). Work still queued may time out later.
+    pub fn check(&self) -> Result<()> {
+        self.check_health()
+    }
+
+    fn check_health(&self) -> Result<()> {
+        match &self.intra {
+            Some(intra) => intra.health().check(),
+            None => Ok(()),
+        }
+    }
+
+    /// A handle on this communicator's stream that knows its health word.
+    fn work(&self) -> Work {
+        Work::new(
+            self.stream.clone(),
+            self.intra.as_ref().map(IntraNodeComm::health_arc),
+        )
     }
 
     fn nccl_or_err(&self) -> Result<&Comm> {

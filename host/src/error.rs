@@ -57,17 +57,29 @@ pub enum Error {
         elem_bytes: usize,
         buffer_bytes: usize,
     },
-    /// A GPU wait on a peer's signal ran out: the peer died, hung, or
-    /// took a different path; the communicator is unusable afterwards.
+    /// A GPU wait on a peer ran out: the peer died, hung, skipped the
+    /// call or took a different path. The communicator is unusable
+    /// afterwards: every later call returns this error again (NOTE
+    /// [abandoned waits] in `kernels-gpu/src/sync.rs`); rebuild it.
     #[error(
-        "rank {rank}: peer rank {peer} never reached barrier slot {slot} (block {block}) within the barrier timeout (slot 2: its data for a Lamport all-reduce never came)"
+        "rank {rank}: {form} waited {bound_ms} ms {phase} and peer rank {peer} never came (block {block}, slot {slot}); this communicator is unusable from now on: build a new one"
     )]
     PeerTimeout {
         rank: usize,
         peer: usize,
         block: u32,
         slot: u32,
+        /// The collective that waited (`lamport`, `two-shot`, `barrier`...).
+        form: &'static str,
+        /// Where it waited.
+        phase: &'static str,
+        /// The bound (`INTRANODE_BARRIER_TIMEOUT_MS`).
+        bound_ms: u64,
     },
+    /// A CUDA-graph capture cannot hold this call: cudarc's event tracking
+    /// would make the captured stream wait on work outside the capture.
+    #[error("rank {rank}: {detail}")]
+    Capture { rank: usize, detail: String },
     /// Ranks called a collective with different arguments (found by the
     /// call fingerprints of `INTRANODE_DEBUG=detail`, NOTE [call
     /// fingerprints] in `comm/debug.rs`); nothing was launched.

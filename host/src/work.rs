@@ -4,19 +4,24 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
+use crate::comm::HostErrorWord;
 use crate::error::{DriverContext, Result};
 
 /// A collective enqueued on a stream (seed: `Work`). The collective runs in
 /// the stream's order, so the stream it ran on needs no waiting; another
-/// stream waits with [`Work::wait_on`].
+/// stream waits with [`Work::wait_on`]. [`Work::synchronize`] also reports
+/// a wait on a peer that ran out.
 #[derive(Debug, Clone)]
 pub struct Work {
     stream: Arc<CudaStream>,
+    /// Where the communicator's kernels report failed waits (none for a
+    /// group without the intra-node path).
+    health: Option<Arc<HostErrorWord>>,
 }
 
 impl Work {
-    pub(crate) fn new(stream: Arc<CudaStream>) -> Self {
-        Work { stream }
+    pub(crate) fn new(stream: Arc<CudaStream>, health: Option<Arc<HostErrorWord>>) -> Self {
+        Work { stream, health }
     }
 
     /// The stream the collective was enqueued on.
@@ -40,10 +45,16 @@ impl Work {
     }
 
     /// Blocks the host until the collective (and everything before it on
-    /// its stream) finished.
+    /// its stream) finished, then reports a wait on a peer that ran out
+    /// ([`crate::Error::PeerTimeout`]: this collective's or an earlier
+    /// one's; the communicator is unusable after it).
     pub fn synchronize(&self) -> Result<()> {
         self.stream
             .synchronize()
-            .ctx("cuStreamSynchronize", Some(self.stream.context().ordinal()))
+            .ctx("cuStreamSynchronize", Some(self.stream.context().ordinal()))?;
+        match &self.health {
+            Some(h) => h.check(),
+            None => Ok(()),
+        }
     }
 }

@@ -43,11 +43,25 @@
 //! full barrier gives, so HCM calls interleave freely with the others.
 
 use crate::elem::{Bf16, Element, F16, Lanes, load_vec, store_vec};
-use crate::layout::{AllReduceParams, OP_AVG, OP_MAX, OP_MIN, OP_SUM, SLOT_MID, SLOT_START};
+use crate::layout::{
+    AllReduceParams, FORM_HCM, FORM_ONE_SHOT, FORM_TWO_SHOT, OP_AVG, OP_MAX, OP_MIN, OP_SUM,
+    SLOT_MID, SLOT_START,
+};
 use crate::math;
 use crate::math::hcm_chunk_elems;
 use crate::ptx;
-use crate::sync::{block_barrier, call_epoch, finish_call, group_barrier, nth_rank, pick};
+use crate::sync::{
+    ReportTo, block_barrier, call_epoch, finish_call, group_barrier, nth_rank, pick,
+};
+
+/// Where the waits of a collective with parameters `p` report, as `form`.
+#[inline(always)]
+pub(crate) fn report_to(p: &AllReduceParams, form: u32) -> ReportTo {
+    ReportTo {
+        word: p.error,
+        form,
+    }
+}
 
 #[inline(always)]
 pub(crate) fn combine<const OP: u32>(a: Lanes, b: &Lanes) -> Lanes {
@@ -177,7 +191,14 @@ unsafe fn one_shot_chunk<T: Element, const W: usize, const OP: u32>(
     // SAFETY: forwarded from the caller throughout.
     unsafe {
         copy_in::<T>(p, c, 0, c.vecs);
-        block_barrier::<W>(&p.pads, p.rank, SLOT_START, c.epoch, p.timeout_ns, p.error);
+        block_barrier::<W>(
+            &p.pads,
+            p.rank,
+            SLOT_START,
+            c.epoch,
+            p.timeout_ns,
+            report_to(p, FORM_ONE_SHOT),
+        );
         let mut i = c.tid;
         while i < c.vecs {
             let v = reduce_vec::<T, W, OP>(&p.bufs, c.half_off, i);
@@ -207,7 +228,14 @@ unsafe fn two_shot_chunk<T: Element, const W: usize, const OP: u32>(
             copy_in::<T>(p, c, start, end);
             r += 1;
         }
-        block_barrier::<W>(&p.pads, p.rank, SLOT_START, c.epoch, p.timeout_ns, p.error);
+        block_barrier::<W>(
+            &p.pads,
+            p.rank,
+            SLOT_START,
+            c.epoch,
+            p.timeout_ns,
+            report_to(p, FORM_TWO_SHOT),
+        );
 
         let own = (pick(&p.bufs, p.rank) + c.half_off) as *mut [u32; 4];
         let (start, end) = c.shard::<W>(p.rank as usize);
@@ -218,7 +246,14 @@ unsafe fn two_shot_chunk<T: Element, const W: usize, const OP: u32>(
             store_vec(c.output as *mut T, i, c.elems, c.aligned, v);
             i += c.stride;
         }
-        block_barrier::<W>(&p.pads, p.rank, SLOT_MID, c.epoch, p.timeout_ns, p.error);
+        block_barrier::<W>(
+            &p.pads,
+            p.rank,
+            SLOT_MID,
+            c.epoch,
+            p.timeout_ns,
+            report_to(p, FORM_TWO_SHOT),
+        );
 
         // Gather, shard by shard: four independent 16-byte loads in flight
         // per thread (written out, so no array goes to local memory).
@@ -345,7 +380,7 @@ unsafe fn hcm_chunk<T: Element, const G: usize, const OP: u32>(p: &AllReducePara
             SLOT_START,
             c.epoch,
             p.timeout_ns,
-            p.error,
+            report_to(p, FORM_HCM),
             p.hcm_group_mask,
         );
         let mut i = c.tid;
@@ -366,7 +401,7 @@ unsafe fn hcm_chunk<T: Element, const G: usize, const OP: u32>(p: &AllReducePara
             SLOT_MID,
             c.epoch,
             p.timeout_ns,
-            p.error,
+            report_to(p, FORM_HCM),
             1 << p.hcm_relay,
         );
         let mut i = c.tid;
@@ -595,5 +630,11 @@ all_reduce_kernels!(hcm, f32, hcm_f32_w4 = 2, hcm_f32_w6 = 3, hcm_f32_w8 = 4);
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn barrier(p: crate::layout::BarrierParams) {
     // SAFETY: forwarded from the host.
-    unsafe { crate::sync::pair_barrier(&p.pads, p.rank_mask, p.rank, p.timeout_ns, p.error) }
+    unsafe {
+        let to = crate::sync::ReportTo {
+            word: p.error,
+            form: crate::layout::FORM_BARRIER,
+        };
+        crate::sync::pair_barrier(&p.pads, p.rank_mask, p.rank, p.timeout_ns, to)
+    }
 }

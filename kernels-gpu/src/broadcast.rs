@@ -124,7 +124,17 @@ unsafe fn broadcast<const W: usize>(p: &BroadcastParams) {
                     i += s;
                 }
             }
-            block_barrier::<W>(&p.pads, p.rank, SLOT_START, epoch, p.timeout_ns, p.error);
+            block_barrier::<W>(
+                &p.pads,
+                p.rank,
+                SLOT_START,
+                epoch,
+                p.timeout_ns,
+                crate::sync::ReportTo {
+                    word: p.error,
+                    form: crate::layout::FORM_BROADCAST,
+                },
+            );
             if !is_root {
                 // Four independent 16-byte loads in flight per thread, as
                 // in the two-shot gather (written out, so no array goes to

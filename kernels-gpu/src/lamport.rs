@@ -44,13 +44,14 @@ use crate::all_reduce::{all_reduce_kernels, combine_in_order, finish_op};
 use crate::elem::{Bf16, F16};
 use crate::elem::{Element, Lanes, load_vec, store_vec};
 use crate::layout::{
-    AllReduceParams, LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN, OP_SUM,
-    SLOT_LAMPORT, lamport_stride_bytes,
+    AllReduceParams, FORM_LAMPORT, FORM_LAMPORT_TWO_SHOT, LAMPORT_BUFFER_BYTES,
+    LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN, OP_SUM, SLOT_LAMPORT, lamport_stride_bytes,
 };
 use crate::math::{lamport_decode_word, lamport_encode_word};
 use crate::ptx;
 use crate::sync::{
-    ERROR_POLL_AFTER_NS, ERROR_POLL_INTERVAL_NS, aborted, call_epoch, finish_call, pick, report,
+    ERROR_POLL_AFTER_NS, ERROR_POLL_INTERVAL_NS, ReportTo, aborted, call_epoch, finish_call, pick,
+    report,
 };
 
 /// NOTE [lamport]: -0.0 becomes +0.0, then the sign bits flip, so no
@@ -155,7 +156,7 @@ const PUSH_AHEAD: usize = 3;
 /// `own` must be a Lamport buffer of W slots of `slot_bytes` that holds
 /// `n` vectors; `p.error` is a mapped error word or 0.
 #[inline(always)]
-unsafe fn take_each<const W: usize>(
+unsafe fn take_each<const W: usize, const FORM: u32>(
     own: u64,
     slot_bytes: u64,
     first: usize,
@@ -168,7 +169,8 @@ unsafe fn take_each<const W: usize>(
     while k < n {
         // SAFETY: k < n lies inside every slot (caller's promise).
         let raw = unsafe {
-            let raw = wait_slots::<W>(load_slots::<W>(own, slot_bytes, k), own, slot_bytes, k, p);
+            let raw =
+                wait_slots::<W, FORM>(load_slots::<W>(own, slot_bytes, k), own, slot_bytes, k, p);
             zero_slots::<W>(own, slot_bytes, k);
             raw
         };
@@ -228,7 +230,7 @@ fn slot_on_every_rank<const W: usize>(
 /// # Safety
 /// As for [`load_slots`]; `p.error` is a mapped error word or 0.
 #[inline(always)]
-unsafe fn wait_slots<const W: usize>(
+unsafe fn wait_slots<const W: usize, const FORM: u32>(
     mut raw: [[u32; 4]; W],
     own: u64,
     slot_bytes: u64,
@@ -259,7 +261,10 @@ unsafe fn wait_slots<const W: usize>(
             let waited_ns = ptx::globaltimer_ns().wrapping_sub(start);
             if waited_ns > p.timeout_ns {
                 report(
-                    p.error,
+                    ReportTo {
+                        word: p.error,
+                        form: FORM,
+                    },
                     own_pad,
                     peer,
                     ptx::block_idx_x(),
@@ -336,7 +341,7 @@ unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams
         unsafe { store_vec(p.output as *mut T, i, elems, aligned, T::narrow(acc)) };
     };
     // SAFETY: our buffer's slots hold `vecs` vectors (caller's promise).
-    unsafe { take_each::<W>(own, slot_bytes, tid, stride, vecs, p, reduce_out) };
+    unsafe { take_each::<W, FORM_LAMPORT>(own, slot_bytes, tid, stride, vecs, p, reduce_out) };
     // SAFETY: `own_pad` is this rank's pad; every thread gets here.
     unsafe { finish_call(own_pad, epoch) };
 }
@@ -434,7 +439,17 @@ unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
     };
     // SAFETY: our scatter area's slots hold `shard` vectors (caller's
     // promise).
-    unsafe { take_each::<W>(own_scatter, slot_bytes, tid, stride, shard, p, reduce_share) };
+    unsafe {
+        take_each::<W, FORM_LAMPORT_TWO_SHOT>(
+            own_scatter,
+            slot_bytes,
+            tid,
+            stride,
+            shard,
+            p,
+            reduce_share,
+        )
+    };
 
     // Gather the other shards from our gather area.
     let own_gather = pick(&p.pads, p.rank) + gather_off;
@@ -458,7 +473,11 @@ unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
         out!(0 1 2 3 4 5 6 7);
     };
     // SAFETY: as above, for the gather area.
-    unsafe { take_each::<W>(own_gather, slot_bytes, tid, stride, shard, p, write_out) };
+    unsafe {
+        take_each::<W, FORM_LAMPORT_TWO_SHOT>(
+            own_gather, slot_bytes, tid, stride, shard, p, write_out,
+        )
+    };
     // SAFETY: `own_pad` is this rank's pad; every thread gets here.
     unsafe { finish_call(own_pad, epoch) };
 }

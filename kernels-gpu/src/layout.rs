@@ -138,7 +138,32 @@ pub struct ErrorWord {
     pub slot: u32,
     /// The waiting rank.
     pub rank: u32,
-    pub _pad: [u32; 3],
+    /// The collective that waited (`FORM_*`).
+    pub form: u32,
+    pub _pad: [u32; 2],
+}
+
+/// `ErrorWord::form`: which collective's wait ran out.
+pub const FORM_ONE_SHOT: u32 = 1;
+pub const FORM_TWO_SHOT: u32 = 2;
+pub const FORM_HCM: u32 = 3;
+pub const FORM_LAMPORT: u32 = 4;
+pub const FORM_LAMPORT_TWO_SHOT: u32 = 5;
+pub const FORM_BROADCAST: u32 = 6;
+pub const FORM_BARRIER: u32 = 7;
+
+/// The name of a `FORM_*` code, as the host's algorithm names spell it.
+pub const fn form_name(form: u32) -> &'static str {
+    match form {
+        FORM_ONE_SHOT => "one-shot",
+        FORM_TWO_SHOT => "two-shot",
+        FORM_HCM => "hcm",
+        FORM_LAMPORT => "lamport",
+        FORM_LAMPORT_TWO_SHOT => "lamport-two-shot",
+        FORM_BROADCAST => "broadcast",
+        FORM_BARRIER => "barrier",
+        _ => "unknown collective",
+    }
 }
 
 /// The one parameter of every collective kernel, passed by value (it lives

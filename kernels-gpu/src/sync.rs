@@ -23,17 +23,26 @@ pub fn pick(arr: &[u64; MAX_RANKS], i: u32) -> u64 {
     v
 }
 
+/// Where a failed wait is reported: the host-mapped error word (0: none)
+/// and the collective that waited (`layout::FORM_*`), so the host's error
+/// names it.
+#[derive(Clone, Copy)]
+pub struct ReportTo {
+    pub word: u64,
+    pub form: u32,
+}
+
 /// Records a failed wait: the rank's abort word first (so this rank's
 /// other waits give up, NOTE [abandoned waits]), then the host-mapped
 /// error word, `code` last, with release, so a host that sees the code
 /// sees the other fields.
 ///
 /// # Safety
-/// `error` must be the device address of a mapped `ErrorWord` (or 0);
+/// `to.word` must be the device address of a mapped `ErrorWord` (or 0);
 /// `own_pad` this rank's signal pad.
 #[inline(always)]
 pub(crate) unsafe fn report(
-    error: u64,
+    to: ReportTo,
     own_pad: *const u32,
     peer: u32,
     block: u32,
@@ -42,16 +51,17 @@ pub(crate) unsafe fn report(
 ) {
     // SAFETY: the abort word lies inside this rank's pad (caller's promise).
     unsafe { ptx::st_relaxed_sys_u32(own_pad.add(ABORT_WORD) as *mut u32, 1) };
-    if error == 0 {
+    if to.word == 0 {
         return;
     }
-    let e = error as *mut u32;
-    // SAFETY: `error` points to a mapped ErrorWord (caller's promise).
+    let e = to.word as *mut u32;
+    // SAFETY: `to.word` points to a mapped ErrorWord (caller's promise).
     unsafe {
         ptx::st_relaxed_sys_u32(e.add(1), peer);
         ptx::st_relaxed_sys_u32(e.add(2), block);
         ptx::st_relaxed_sys_u32(e.add(3), slot);
         ptx::st_relaxed_sys_u32(e.add(4), rank);
+        ptx::st_relaxed_sys_u32(e.add(5), to.form);
         ptx::st_release_sys_u32(e, ERR_BARRIER_TIMEOUT);
     }
 }
@@ -143,10 +153,10 @@ pub unsafe fn block_barrier<const W: usize>(
     slot: usize,
     epoch: u32,
     timeout_ns: u64,
-    error: u64,
+    to: ReportTo,
 ) {
     // SAFETY: forwarded; thread t's peer is rank t < W.
-    unsafe { barrier_with(pads, rank, slot, epoch, timeout_ns, error, W as u32, |t| t) }
+    unsafe { barrier_with(pads, rank, slot, epoch, timeout_ns, to, W as u32, |t| t) }
 }
 
 /// A barrier between block `blockIdx.x` of this rank and of every rank
@@ -163,13 +173,13 @@ pub unsafe fn group_barrier(
     slot: usize,
     epoch: u32,
     timeout_ns: u64,
-    error: u64,
+    to: ReportTo,
     peer_mask: u32,
 ) {
     let n = peer_mask.count_ones();
     // SAFETY: forwarded; thread t < n's peer is the t-th rank of the mask.
     unsafe {
-        barrier_with(pads, rank, slot, epoch, timeout_ns, error, n, |t| {
+        barrier_with(pads, rank, slot, epoch, timeout_ns, to, n, |t| {
             nth_rank(peer_mask, t)
         })
     }
@@ -209,7 +219,7 @@ unsafe fn barrier_with(
     slot: usize,
     epoch: u32,
     timeout_ns: u64,
-    error: u64,
+    to: ReportTo,
     n: u32,
     peer_of: impl Fn(u32) -> u32,
 ) {
@@ -235,7 +245,7 @@ unsafe fn barrier_with(
                 own_pad,
             );
             if waited == Wait::TimedOut {
-                report(error, own_pad, peer, block, slot as u32, rank);
+                report(to, own_pad, peer, block, slot as u32, rank);
             }
         }
     }
@@ -286,7 +296,7 @@ pub unsafe fn pair_barrier(
     rank_mask: u32,
     rank: u32,
     timeout_ns: u64,
-    error: u64,
+    to: ReportTo,
 ) {
     use crate::layout::{PAIR_COUNTER, SLOT_EXPLICIT};
     let t = ptx::thread_idx_x();
@@ -309,7 +319,7 @@ pub unsafe fn pair_barrier(
                 own_pad,
             );
             if waited == Wait::TimedOut {
-                report(error, own_pad, t, 0, SLOT_EXPLICIT as u32, rank);
+                report(to, own_pad, t, 0, SLOT_EXPLICIT as u32, rank);
             }
             ptx::st_relaxed_sys_u32(own_pad.add(PAIR_COUNTER + t as usize), epoch);
         }

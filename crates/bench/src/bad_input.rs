@@ -253,7 +253,7 @@ fn normal() -> Result<()> {
                 .comm
                 .all_reduce_with(&d_in, &mut d_out, &Op::Sum.nccl(), algo)?,
             None => r.comm.all_reduce(&d_in, &mut d_out, &Op::Sum.nccl())?,
-        }
+        };
         let got = r.stream.clone_dtoh(&d_out)?;
         r.stream.synchronize()?;
         data::verify(&got, 9, call, world, Op::Sum).map_err(|e| {

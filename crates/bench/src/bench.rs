@@ -145,7 +145,7 @@ pub(crate) fn enqueue(
     match algo {
         None => r.comm.all_reduce(d_in, d_out, &op)?,
         Some(a) => r.comm.all_reduce_with(d_in, d_out, &op, a)?,
-    }
+    };
     Ok(())
 }
 

@@ -177,7 +177,7 @@ fn stress<T: DType + NcclType>(
             match algo {
                 None => r.comm.all_reduce(&d_in, &mut d_out, &op.nccl())?,
                 Some(a) => r.comm.all_reduce_with(&d_in, &mut d_out, &op.nccl(), a)?,
-            }
+            };
             pending.push((d_in, d_out, op, *call, algo));
         }
         r.stream.synchronize()?;

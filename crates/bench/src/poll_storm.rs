@@ -33,7 +33,7 @@ pub fn run(args: &PollStormArgs) -> Result<()> {
     let ctx = intranode::gpu::context(args.device)?;
     let stream = ctx.new_stream()?;
     let module = KernelModule::load(&ctx)?;
-    let host_word = HostErrorWord::new(&ctx)?;
+    let host_word = HostErrorWord::new(&ctx, std::time::Duration::ZERO)?;
     let device_word = stream.alloc_zeros::<u32>(1)?;
     let (device_ptr, _guard) = device_word.device_ptr(&stream);
     println!(

@@ -208,7 +208,9 @@ impl Soak<'_> {
         let comm = &self.r.comm;
         let nccl_op = spec.op.nccl();
         match (spec.in_place, spec.algo) {
-            (true, None) => comm.all_reduce_in_place(&mut pair.input.slice_mut(0..n), &nccl_op)?,
+            (true, None) => {
+                comm.all_reduce_in_place(&mut pair.input.slice_mut(0..n), &nccl_op)?;
+            }
             (true, Some(algo)) => {
                 let intra = comm
                     .intra()
@@ -226,7 +228,7 @@ impl Soak<'_> {
                 match algo {
                     None => comm.all_reduce(&input, &mut output, &nccl_op)?,
                     Some(algo) => comm.all_reduce_with(&input, &mut output, &nccl_op, algo)?,
-                }
+                };
             }
         }
         Ok(())

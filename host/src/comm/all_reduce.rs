@@ -476,7 +476,7 @@ impl IntraNodeComm {
         self.check_all_reduce_call(elems, elem, op, algo)?;
         self.increment_usage_counter();
         if elems == 0 {
-            return Ok(Work::new(stream.clone()));
+            return Ok(Work::new(stream.clone(), Some(self.health_arc())));
         }
         params.op = op.code();
         params.input = input;
@@ -500,7 +500,7 @@ impl IntraNodeComm {
                 stream,
             )
         }?;
-        Ok(Work::new(stream.clone()))
+        Ok(Work::new(stream.clone(), Some(self.health_arc())))
     }
 
     /// A GPU barrier among `ranks` (all ranks when `None`) on `stream`:
@@ -551,7 +551,7 @@ impl IntraNodeComm {
                 stream,
             )
         }?;
-        Ok(Work::new(stream.clone()))
+        Ok(Work::new(stream.clone(), Some(self.health_arc())))
     }
 
     /// The parameters every launch shares: peers' buffers and pads, the

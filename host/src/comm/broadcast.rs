@@ -177,7 +177,7 @@ impl IntraNodeComm {
         let f = self.kernels().function(name)?;
         self.increment_usage_counter();
         if bytes == 0 {
-            return Ok(Work::new(stream.clone()));
+            return Ok(Work::new(stream.clone(), Some(self.health_arc())));
         }
         let mut params = self.broadcast_params(buf, bytes, root);
         let blocks = blocks_for(bytes.min(half_bytes));
@@ -194,7 +194,7 @@ impl IntraNodeComm {
                 stream,
             )
         }?;
-        Ok(Work::new(stream.clone()))
+        Ok(Work::new(stream.clone(), Some(self.health_arc())))
     }
 
     /// The launch parameters of one broadcast (the same buffers, pads,

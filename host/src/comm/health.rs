@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cudarc::driver::CudaContext;
-use kernels_gpu::layout::{ERR_NONE, ErrorWord};
+use kernels_gpu::layout::{
+    ERR_NONE, ErrorWord, SLOT_EXPLICIT, SLOT_LAMPORT, SLOT_MID, SLOT_START, form_name,
+};
 
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
@@ -33,6 +35,8 @@ pub struct HostErrorWord {
     ctx: Arc<CudaContext>,
     host: *mut c_void,
     device: u64,
+    /// The bound the waits ran with, for the error's text.
+    bound: Duration,
 }
 
 // SAFETY: the pointer is page-locked memory owned by this value alone; it
@@ -42,8 +46,9 @@ unsafe impl Send for HostErrorWord {}
 unsafe impl Sync for HostErrorWord {}
 
 impl HostErrorWord {
-    /// Allocates a zeroed word mapped into `ctx`'s device.
-    pub fn new(ctx: &Arc<CudaContext>) -> Result<Self> {
+    /// Allocates a zeroed word mapped into `ctx`'s device, for waits
+    /// bounded by `bound`.
+    pub fn new(ctx: &Arc<CudaContext>, bound: Duration) -> Result<Self> {
         let dev = Some(ctx.ordinal());
         ctx.bind_to_thread().ctx("cuCtxSetCurrent", dev)?;
         let bytes = std::mem::size_of::<ErrorWord>();
@@ -69,6 +74,7 @@ impl HostErrorWord {
             ctx: ctx.clone(),
             host,
             device,
+            bound,
         })
     }
 
@@ -97,7 +103,21 @@ impl HostErrorWord {
             peer: w.peer as usize,
             block: w.block,
             slot: w.slot,
+            form: form_name(w.form),
+            phase: phase_name(w.slot),
+            bound_ms: u64::try_from(self.bound.as_millis()).unwrap_or(u64::MAX),
         })
+    }
+}
+
+/// Where a wait of barrier slot `slot` stood, for the error's text.
+fn phase_name(slot: u32) -> &'static str {
+    match slot as usize {
+        SLOT_START => "at the barrier after every rank copied its input in",
+        SLOT_MID => "at the barrier after the reduce-scatter (or HCM's relay)",
+        SLOT_LAMPORT => "for a peer's data",
+        SLOT_EXPLICIT => "at an explicit barrier",
+        _ => "at an unknown barrier slot",
     }
 }
 

@@ -94,7 +94,7 @@ pub struct IntraNodeComm {
     symm: SymmetricMemory,
     usage_counter: AtomicU64,
     /// Where kernels report a peer that never arrived.
-    health: HostErrorWord,
+    health: Arc<HostErrorWord>,
     /// Bound of every GPU wait on a peer.
     barrier_timeout: std::time::Duration,
     /// Call fingerprints, under `INTRANODE_DEBUG=detail` (NOTE [call
@@ -261,7 +261,9 @@ impl IntraNodeComm {
                     })
                 })
                 .and_then(|l| KernelModule::load(ctx).map(|k| (k, l)))
-                .and_then(|(k, l)| HostErrorWord::new(ctx).map(|h| (group, k, h, l)))
+                .and_then(|(k, l)| {
+                    HostErrorWord::new(ctx, barrier_timeout()).map(|h| (group, k, h, l))
+                })
                 .map_err(RendezvousError::from),
         };
         let verdict = match &local {
@@ -341,7 +343,7 @@ impl IntraNodeComm {
             hcm_plan: hcm::hcm_plan(group.topology, world, rank, group.hcm_neighbors.as_ref()),
             symm,
             usage_counter: AtomicU64::new(0),
-            health,
+            health: Arc::new(health),
             barrier_timeout: barrier_timeout(),
             call_checker,
             lamport_launch,
@@ -455,6 +457,11 @@ impl IntraNodeComm {
     /// Where this communicator's kernels report failed waits.
     pub fn health(&self) -> &HostErrorWord {
         &self.health
+    }
+
+    /// The same, shared (work handles keep it).
+    pub fn health_arc(&self) -> Arc<HostErrorWord> {
+        self.health.clone()
     }
 
     /// Bound of every GPU wait on a peer.

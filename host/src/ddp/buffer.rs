@@ -86,6 +86,7 @@ macro_rules! device_buffer_impl {
                     .try_slice_mut(range.clone())
                     .ok_or_else(|| range_error(&range, elems))?;
                 comm.broadcast_in_place_with(&mut view, root, algo)
+                    .map(|_| ())
             }
         }
     )+};

@@ -47,7 +47,7 @@ impl<'b> HookFuture<'b> {
     /// `result` (for hooks written outside this crate).
     pub fn on_stream(stream: Arc<CudaStream>, result: &'b FlatBuffer) -> Self {
         HookFuture {
-            work: Work::new(stream),
+            work: Work::new(stream, None),
             result,
         }
     }
@@ -90,7 +90,7 @@ pub trait CommHook {
 /// All-reduces a flat buffer in place with `op` through `comm` (whichever
 /// path the communicator picks), for hooks of any element type.
 pub fn all_reduce_flat(comm: &Communicator, buffer: &mut FlatBuffer, op: &NcclOp) -> Result<()> {
-    with_slice!(buffer, s => comm.all_reduce_in_place(s, op))
+    with_slice!(buffer, s => comm.all_reduce_in_place(s, op).map(|_| ()))
 }
 
 fn refuse_sparse(bucket: &GradBucket, hook: &str) -> Result<()> {
