@@ -96,6 +96,18 @@ pub enum Error {
 /// Result with the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Makes `ctx` current on this thread. cudarc's `bind_to_thread` first
+/// returns any error it kept from an earlier call that could not return
+/// one (its event tracking's waits and records, drops); that error is
+/// reported as such, never under `cuCtxSetCurrent`'s name.
+pub(crate) fn bind(ctx: &cudarc::driver::CudaContext, device: Option<usize>) -> Result<()> {
+    ctx.check_err().ctx(
+        "an earlier CUDA call made through cudarc (cudarc keeps such errors in the context)",
+        device,
+    )?;
+    ctx.bind_to_thread().ctx("cuCtxSetCurrent", device)
+}
+
 /// Attaches the driver call's name (and device, when known) to a
 /// [`DriverError`].
 pub(crate) trait DriverContext<T> {

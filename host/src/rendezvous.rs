@@ -261,7 +261,7 @@ impl RendezvousRequest {
         config: &CommConfig,
     ) -> Result<Self> {
         let device = ctx.ordinal();
-        ctx.bind_to_thread().ctx("cuCtxSetCurrent", Some(device))?;
+        crate::error::bind(ctx, Some(device))?;
         // SAFETY: the driver is initialised (the context exists) and
         // `cu_device` is its valid device handle.
         let pci_bus_id = unsafe { driver_ext::device_get_pci_bus_id(ctx.cu_device()) }

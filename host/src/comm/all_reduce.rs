@@ -389,11 +389,17 @@ impl IntraNodeComm {
                 output.len()
             )));
         }
-        let (in_ptr, _in_guard) = input.device_ptr(stream);
-        let (out_ptr, _out_guard) = output.device_ptr_mut(stream);
+        let mut bufs = self.call_buffers(stream)?;
+        let in_ptr = bufs.input(input, "all-reduce input")?;
+        let out_ptr = bufs.output(output, "all-reduce output")?;
+        bufs.ready()?;
         // SAFETY: both pointers come from live device buffers of `elems`
-        // elements that the guards keep ordered with `stream`.
-        unsafe { self.all_reduce_raw(in_ptr, out_ptr, elems, T::ELEM, op, algo, stream) }
+        // elements that `bufs` keeps ordered with `stream` (NOTE [capture
+        // and event tracking] in `tracked.rs`).
+        let work =
+            unsafe { self.all_reduce_raw(in_ptr, out_ptr, elems, T::ELEM, op, algo, stream) }?;
+        bufs.finish()?;
+        Ok(work)
     }
 
     /// In-place all-reduce of `buf` on `stream`.
@@ -405,9 +411,13 @@ impl IntraNodeComm {
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
         let elems = buf.len();
-        let (ptr, _guard) = buf.device_ptr_mut(stream);
+        let mut bufs = self.call_buffers(stream)?;
+        let ptr = bufs.output(buf, "all-reduce buffer")?;
+        bufs.ready()?;
         // SAFETY: `ptr` is a live device buffer of `elems` elements.
-        unsafe { self.all_reduce_raw(ptr, ptr, elems, T::ELEM, op, algo, stream) }
+        let work = unsafe { self.all_reduce_raw(ptr, ptr, elems, T::ELEM, op, algo, stream) }?;
+        bufs.finish()?;
+        Ok(work)
     }
 
     /// All-reduce over raw device addresses.

@@ -121,10 +121,14 @@ impl IntraNodeComm {
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
         let bytes = buf.num_bytes();
-        let (ptr, _guard) = buf.device_ptr_mut(stream);
-        // SAFETY: `ptr` is a live device buffer of `bytes` bytes that the
-        // guard keeps ordered with `stream`.
-        unsafe { self.broadcast_raw(ptr, bytes, root, stream) }
+        let mut bufs = self.call_buffers(stream)?;
+        let ptr = bufs.output(buf, "broadcast buffer")?;
+        bufs.ready()?;
+        // SAFETY: `ptr` is a live device buffer of `bytes` bytes that
+        // `bufs` keeps ordered with `stream`.
+        let work = unsafe { self.broadcast_raw(ptr, bytes, root, stream) }?;
+        bufs.finish()?;
+        Ok(work)
     }
 
     /// Broadcast over a raw device address: `bytes` bytes at `buf` of

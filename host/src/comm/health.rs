@@ -50,7 +50,7 @@ impl HostErrorWord {
     /// bounded by `bound`.
     pub fn new(ctx: &Arc<CudaContext>, bound: Duration) -> Result<Self> {
         let dev = Some(ctx.ordinal());
-        ctx.bind_to_thread().ctx("cuCtxSetCurrent", dev)?;
+        crate::error::bind(ctx, dev)?;
         let bytes = std::mem::size_of::<ErrorWord>();
         // SAFETY: the context is current.
         let host =

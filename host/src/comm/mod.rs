@@ -23,6 +23,7 @@ pub mod broadcast;
 pub mod debug;
 pub mod hcm;
 mod health;
+pub(crate) mod tracked;
 
 pub use health::{BARRIER_TIMEOUT_ENV, DEFAULT_BARRIER_TIMEOUT_MS, HostErrorWord, barrier_timeout};
 
@@ -31,7 +32,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use cudarc::driver::CudaContext;
+use cudarc::driver::{CudaContext, CudaStream};
 use intranode_store::{Store, StoreExchange};
 use serde::{Deserialize, Serialize};
 
@@ -102,6 +103,9 @@ pub struct IntraNodeComm {
     call_checker: Option<debug::CallChecker>,
     /// Launch shapes of the Lamport kernels ([`LAMPORT_LAUNCH_ENV`]).
     lamport_launch: LamportLaunch,
+    /// The side stream of calls captured into CUDA graphs, made at the
+    /// first such call (NOTE [capture and event tracking] in `tracked.rs`).
+    capture_side: std::sync::OnceLock<tracked::CaptureSide>,
 }
 
 impl fmt::Debug for IntraNodeComm {
@@ -347,6 +351,7 @@ impl IntraNodeComm {
             barrier_timeout: barrier_timeout(),
             call_checker,
             lamport_launch,
+            capture_side: std::sync::OnceLock::new(),
         })
     }
 
@@ -424,9 +429,7 @@ impl IntraNodeComm {
         params: &mut P,
         stream: &cudarc::driver::CudaStream,
     ) -> Result<()> {
-        self.ctx
-            .bind_to_thread()
-            .ctx("cuCtxSetCurrent", Some(self.device))?;
+        crate::error::bind(&self.ctx, Some(self.device))?;
         let mut arg = (params as *mut P).cast::<std::ffi::c_void>();
         // SAFETY: the caller's contract; `arg` points to `params`, which
         // outlives the call (the driver copies parameters at launch).
@@ -457,6 +460,25 @@ impl IntraNodeComm {
     /// Where this communicator's kernels report failed waits.
     pub fn health(&self) -> &HostErrorWord {
         &self.health
+    }
+
+    /// The buffers of one call on `stream` (NOTE [capture and event
+    /// tracking] in `tracked.rs`).
+    pub(crate) fn call_buffers<'a>(
+        &'a self,
+        stream: &'a Arc<CudaStream>,
+    ) -> Result<tracked::CallBuffers<'a>> {
+        tracked::CallBuffers::new(&self.ctx, stream, self.device, self.rank, || {
+            if let Some(side) = self.capture_side.get() {
+                return Ok(side);
+            }
+            let side = tracked::CaptureSide::new(&self.ctx, self.device)?;
+            // Another thread may have won the race: either side will do.
+            let _ = self.capture_side.set(side);
+            self.capture_side.get().ok_or_else(|| {
+                Error::InvalidArgument("the capture side stream could not be kept".into())
+            })
+        })
     }
 
     /// The same, shared (work handles keep it).

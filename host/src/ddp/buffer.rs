@@ -227,10 +227,7 @@ pub(crate) unsafe fn copy_bytes(
         return Ok(());
     }
     let device = Some(stream.context().ordinal());
-    stream
-        .context()
-        .bind_to_thread()
-        .ctx("cuCtxSetCurrent", device)?;
+    crate::error::bind(stream.context(), device)?;
     // SAFETY: the caller vouches for both ranges; the context is current.
     unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, stream.cu_stream()) }
         .ctx("cuMemcpyDtoDAsync", device)

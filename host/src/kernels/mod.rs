@@ -134,7 +134,7 @@ impl KernelModule {
     /// Loads [`PTX`] into `ctx` and resolves every kernel entry point.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
         let device = Some(ctx.ordinal());
-        ctx.bind_to_thread().ctx("cuCtxSetCurrent", device)?;
+        crate::error::bind(ctx, device)?;
         let image = CString::new(PTX)
             .map_err(|_| Error::InvalidArgument("embedded PTX holds a NUL byte".into()))?;
         // SAFETY: the context was made current just above.
@@ -178,9 +178,7 @@ impl KernelModule {
     /// Makes the module's context current before a launch: the functions
     /// belong to it, and the calling thread may have another one current.
     pub(crate) fn bind(&self) -> Result<()> {
-        self.ctx
-            .bind_to_thread()
-            .ctx("cuCtxSetCurrent", Some(self.ctx.ordinal()))
+        crate::error::bind(&self.ctx, Some(self.ctx.ordinal()))
     }
 
     pub fn add<T: DType>(

@@ -232,7 +232,7 @@ struct DeviceAlloc {
 impl DeviceAlloc {
     fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self> {
         let device = Some(ctx.ordinal());
-        ctx.bind_to_thread().ctx("cuCtxSetCurrent", device)?;
+        crate::error::bind(ctx, device)?;
         // SAFETY: the context is current; the memory is uninitialised
         // bytes, which this type never reads as anything.
         let ptr = unsafe { result::malloc_sync(bytes) }.ctx("cuMemAlloc", device)?;
@@ -596,7 +596,7 @@ impl SymmetricMemory {
         store: &dyn Store,
     ) -> Result<(LocalBlock, LocalInfo, Option<IpcChannel>)> {
         let device = ctx.ordinal();
-        ctx.bind_to_thread().ctx("cuCtxSetCurrent", Some(device))?;
+        crate::error::bind(ctx, Some(device))?;
         let (block, layout, ipc_handle, channel) = match backend {
             Backend::Vmm => {
                 let block = vmm::LocalBlock::new(ctx, buffer_bytes)?;
@@ -643,7 +643,7 @@ impl SymmetricMemory {
         world: usize,
     ) -> Result<(Blocks, DeviceAlloc, DeviceAlloc, Vec<u64>, Vec<u64>)> {
         let device = ctx.ordinal();
-        ctx.bind_to_thread().ctx("cuCtxSetCurrent", Some(device))?;
+        crate::error::bind(ctx, Some(device))?;
         let layout = infos[rank].layout;
         let blocks = match (local, channel) {
             (LocalBlock::Vmm(block), Some(mut channel)) => {
