@@ -11,6 +11,14 @@
 //!   failure (exit 137), so run it with `--failure-wait-secs` to let the
 //!   survivors finish: `faults-suite` does that and checks every verdict.
 //!
+//! - `faults --phase skip|late --victim K`: rank K skips the last of
+//!   `--calls` all-reduces, or sleeps past the bound before it, and lives
+//!   on. Every other rank's work handle must report the timed-out wait
+//!   (`Work::synchronize`: `PeerTimeout` naming rank K, the collective, the
+//!   phase and the bound) within the bound plus [`TIGHT_SLACK`]; every
+//!   later call must fail with the same error. The victim passes whatever
+//!   its own calls returned. Every rank exits 0.
+//!
 //! Survivor verdict lines read `faults rank R: PASS ...`; any other outcome
 //! is an error (`FAIL`, exit 1).
 
@@ -37,6 +45,11 @@ use crate::data::{self, Op};
 /// timeout.
 pub const SLACK: Duration = Duration::from_secs(10);
 
+/// Beyond the bound, how late a timed-out wait of a live group may be
+/// reported (issue 17): the wait itself is bounded on the GPU, and the
+/// calls before it take microseconds.
+pub const TIGHT_SLACK: Duration = Duration::from_millis(100);
+
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
     /// The victim dies before publishing its rendezvous request.
@@ -45,6 +58,12 @@ pub enum Phase {
     Barrier,
     /// The group is up; the victim queues all-reduces and dies at once.
     AllReduce,
+    /// The group is up; the victim skips the last of the all-reduces and
+    /// lives on.
+    Skip,
+    /// The group is up; the victim sleeps past the wait bound before the
+    /// last of the all-reduces, then makes it.
+    Late,
 }
 
 impl Phase {
@@ -53,6 +72,8 @@ impl Phase {
             Phase::Rendezvous => "rendezvous",
             Phase::Barrier => "barrier",
             Phase::AllReduce => "all-reduce",
+            Phase::Skip => "skip",
+            Phase::Late => "late",
         }
     }
 }
@@ -220,6 +241,9 @@ pub fn run(args: &FaultArgs) -> Result<()> {
     // Every rank is connected and ready before anyone dies.
     p.store_barrier()?;
 
+    if matches!(args.phase, Phase::Skip | Phase::Late) {
+        return straggler(&mut p, args, algo, &config, victim);
+    }
     let (err, waited, bound, comm) = match args.phase {
         Phase::Rendezvous => {
             if rank == victim {
@@ -240,7 +264,7 @@ pub fn run(args: &FaultArgs) -> Result<()> {
                 }
             }
         }
-        Phase::Barrier | Phase::AllReduce => {
+        Phase::Barrier | Phase::AllReduce | Phase::Skip | Phase::Late => {
             let comm = p.comm(&config)?;
             let bound = comm.barrier_timeout();
             // The group works before the fault.
@@ -284,13 +308,20 @@ pub fn run(args: &FaultArgs) -> Result<()> {
             args.phase.name()
         );
     }
-    if waited > bound + SLACK {
+    // A GPU wait is bounded on the GPU: its error comes within the bound
+    // and TIGHT_SLACK; the rendezvous waits on the store, with SLACK.
+    let slack = if args.phase == Phase::Rendezvous {
+        SLACK
+    } else {
+        TIGHT_SLACK
+    };
+    if waited > bound + slack {
         bail!(
-            "faults rank {rank}: FAIL {}: the error came after {:.2} s, beyond the bound of {:.1} s + {} s",
+            "faults rank {rank}: FAIL {}: the error came after {:.3} s, beyond the bound of {:.3} s + {} ms",
             args.phase.name(),
             waited.as_secs_f64(),
             bound.as_secs_f64(),
-            SLACK.as_secs()
+            slack.as_millis()
         );
     }
     // A dead communicator refuses further calls at once.
@@ -304,13 +335,126 @@ pub fn run(args: &FaultArgs) -> Result<()> {
     let context = context_works(&p.ctx)
         .map_err(|e| anyhow::anyhow!("faults rank {rank}: FAIL: after the fault: {e:#}"))?;
     println!(
-        "faults rank {rank}: PASS {} victim {victim}: error after {:.2} s (bound {:.1} s): {err}; {context}",
+        "faults rank {rank}: PASS {} victim {victim}: error after {:.3} s (bound {:.3} s): {err}; {context}",
         args.phase.name(),
         waited.as_secs_f64(),
         bound.as_secs_f64()
     );
     drop(comm);
     println!("faults rank {rank}: communicator torn down");
+    Ok(())
+}
+
+/// The skip and late phases: a live rank that misses a call or comes
+/// after the bound.
+fn straggler(
+    p: &mut Proc,
+    args: &FaultArgs,
+    algo: AllReduceAlgo,
+    config: &CommConfig,
+    victim: usize,
+) -> Result<()> {
+    let rank = p.rank();
+    let phase = args.phase.name();
+    let comm = p.comm(config)?;
+    let bound = comm.barrier_timeout();
+    warm_up(p, &comm, algo)?;
+    p.stream.synchronize()?;
+    comm.health().check()?;
+    let n = args.elems.max(1);
+    let calls = args.calls.max(1);
+    let input = data::inputs::<bf16>(3, 0, rank, n);
+    let d_in = p.stream.clone_htod(&input)?;
+    let mut outs = (0..calls)
+        .map(|_| p.stream.alloc_zeros::<bf16>(n))
+        .collect::<Result<Vec<_>, _>>()?;
+    p.stream.synchronize()?;
+    p.store_barrier()?;
+    let start = Instant::now();
+    let mut last = None;
+    for (k, d_out) in outs.iter_mut().enumerate() {
+        if rank == victim && k + 1 == calls {
+            if args.phase == Phase::Skip {
+                println!("faults rank {rank}: victim: skipping call {k} of {calls}");
+                break;
+            }
+            let nap = bound + Duration::from_millis(500);
+            println!(
+                "faults rank {rank}: victim: sleeping {:.1} s before call {k} of {calls}",
+                nap.as_secs_f64()
+            );
+            std::thread::sleep(nap);
+        }
+        last = Some(comm.all_reduce(&d_in, d_out, ReduceOp::Sum, algo, &p.stream)?);
+    }
+    let result = match &last {
+        Some(work) => work.synchronize(),
+        None => Ok(()),
+    };
+    let waited = start.elapsed();
+    if rank == victim {
+        let seen = match &result {
+            Ok(()) => "its own calls returned Ok".to_owned(),
+            Err(e) => format!("its own calls returned: {e}"),
+        };
+        println!(
+            "faults rank {rank}: PASS {phase} victim {victim}: {seen} ({:.2} s)",
+            waited.as_secs_f64()
+        );
+        return Ok(());
+    }
+    let err = match result {
+        Ok(()) => bail!(
+            "faults rank {rank}: FAIL {phase}: the work handle reported no error after rank {victim} {} ({:.2} s)",
+            if args.phase == Phase::Skip {
+                "skipped a call"
+            } else {
+                "came late"
+            },
+            waited.as_secs_f64()
+        ),
+        Err(e) => e,
+    };
+    match &err {
+        intranode::Error::PeerTimeout {
+            peer,
+            form,
+            phase: where_,
+            ..
+        } if *peer == victim && *form == algo.name() && !where_.is_empty() => {}
+        other => bail!(
+            "faults rank {rank}: FAIL {phase}: expected a timeout naming rank {victim} and {}, got: {other}",
+            algo.name()
+        ),
+    }
+    if waited > bound + TIGHT_SLACK {
+        bail!(
+            "faults rank {rank}: FAIL {phase}: the error came after {:.3} s, beyond the bound of {:.3} s + {} ms",
+            waited.as_secs_f64(),
+            bound.as_secs_f64(),
+            TIGHT_SLACK.as_millis()
+        );
+    }
+    // Dead until rebuilt: the next call fails at once with the same error.
+    let t = Instant::now();
+    match comm.all_reduce(&d_in, &mut outs[0], ReduceOp::Sum, algo, &p.stream) {
+        Err(again)
+            if again.to_string() == err.to_string() && t.elapsed() < Duration::from_secs(1) => {}
+        Err(again) => {
+            bail!("faults rank {rank}: FAIL {phase}: the next call failed differently: {again}")
+        }
+        Ok(_) => bail!(
+            "faults rank {rank}: FAIL {phase}: the communicator accepted a call after the timeout"
+        ),
+    }
+    let context = context_works(&p.ctx)
+        .map_err(|e| anyhow::anyhow!("faults rank {rank}: FAIL: after the fault: {e:#}"))?;
+    println!(
+        "faults rank {rank}: PASS {phase} victim {victim}: Work::synchronize failed after {:.3} s (bound {:.3} s, {:.1} ms over): {err}; the next call failed at once with the same error; {context}",
+        waited.as_secs_f64(),
+        bound.as_secs_f64(),
+        (waited.as_secs_f64() - bound.as_secs_f64()) * 1000.0
+    );
     Ok(())
 }
 

@@ -88,7 +88,31 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
             pass_marker: "faults rank",
         }
     };
+    // A live straggler: every rank, the victim too, passes and exits 0.
+    let straggler = |phase: &str, victim: usize, algo: &str| Case {
+        name: format!("{phase}, victim {victim} --algo {algo}"),
+        nproc: n,
+        gpus: None,
+        args: vec![
+            "faults".into(),
+            "--phase".into(),
+            phase.into(),
+            "--victim".into(),
+            victim.to_string(),
+            "--algo".into(),
+            algo.into(),
+            "--elems".into(),
+            "65536".into(),
+        ],
+        env: Vec::new(),
+        victim: None,
+        pass_marker: "faults rank",
+    };
     let cases = vec![
+        straggler("skip", n - 1, "lamport"),
+        straggler("skip", 0, "two-shot"),
+        straggler("late", n - 1, "one-shot"),
+        straggler("late", 0, "lamport-two-shot"),
         faults("rendezvous", n - 1, &[]),
         faults("rendezvous", 0, &[]),
         faults("barrier", 0, &[]),
