@@ -10,6 +10,9 @@ use anyhow::{Context, Result, bail};
 /// Binaries of the workspace that belong in the bundle.
 const BINARIES: &[&str] = &["intranode-run", "intranode-bench"];
 
+/// Examples the bundle carries and `run-tests.sh` runs.
+const EXAMPLES: [&str; 2] = ["01_data_parallel", "02_cuda_graph"];
+
 pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
     let out = out
         .map(Path::to_owned)
@@ -22,7 +25,14 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
 
     let status = Command::new(&cargo)
         .current_dir(root)
-        .args(["build", "--release", "--workspace", "--bins", "--locked"])
+        .args([
+            "build",
+            "--release",
+            "--workspace",
+            "--bins",
+            "--examples",
+            "--locked",
+        ])
         .status()
         .context("cargo build --release")?;
     if !status.success() {
@@ -33,6 +43,14 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
         if src.is_file() {
             copy_stripped(&src, &out.join(bin))?;
         }
+    }
+    for example in EXAMPLES {
+        let src = root
+            .join("target")
+            .join("release")
+            .join("examples")
+            .join(example);
+        copy_stripped(&src, &out.join(example))?;
     }
 
     // Test executables: cargo names them in its JSON messages.
@@ -83,6 +101,15 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
     for t in &tests {
         script.push_str(&format!(
             "echo \"== {t}\"; ./{t} --test-threads=1 || fail=1\n"
+        ));
+    }
+    // The examples run on every local GPU under the launcher (the GPU
+    // suite of issue 17 runs 02_cuda_graph: capture under cudarc's
+    // defaults); without 2 GPUs they say so and pass.
+    script.push_str("gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')\n");
+    for example in EXAMPLES {
+        script.push_str(&format!(
+            "if [ \"$gpus\" -ge 2 ]; then echo \"== {example}\"; ./intranode-run --nproc-per-node \"$gpus\" -- ./{example} || fail=1; else echo \"SKIPPED {example}: $gpus GPU(s)\"; fi\n"
         ));
     }
     script.push_str("exit $fail\n");
