@@ -304,6 +304,27 @@ mod tests {
     }
 
     #[test]
+    fn every_form_has_its_own_name() {
+        let forms = [
+            FORM_ONE_SHOT,
+            FORM_TWO_SHOT,
+            FORM_HCM,
+            FORM_LAMPORT,
+            FORM_LAMPORT_TWO_SHOT,
+            FORM_BROADCAST,
+            FORM_BARRIER,
+        ];
+        for (i, a) in forms.iter().enumerate() {
+            assert_ne!(form_name(*a), "unknown collective");
+            for b in &forms[i + 1..] {
+                assert_ne!(form_name(*a), form_name(*b));
+            }
+        }
+        // A zeroed word (no report yet) names no collective.
+        assert_eq!(form_name(0), "unknown collective");
+    }
+
+    #[test]
     fn epochs_wrap() {
         assert!(epoch_reached(5, 5));
         assert!(epoch_reached(6, 5));

@@ -134,3 +134,44 @@ impl Drop for HostErrorWord {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_slot_names_its_phase() {
+        let slots = [SLOT_START, SLOT_MID, SLOT_LAMPORT, SLOT_EXPLICIT];
+        for (i, a) in slots.iter().enumerate() {
+            assert!(!phase_name(*a as u32).contains("unknown"));
+            for b in &slots[i + 1..] {
+                assert_ne!(phase_name(*a as u32), phase_name(*b as u32));
+            }
+        }
+        assert!(phase_name(99).contains("unknown"));
+    }
+
+    #[test]
+    fn timeout_text_names_rank_peer_form_phase_and_bound() {
+        let e = Error::PeerTimeout {
+            rank: 0,
+            peer: 1,
+            block: 3,
+            slot: SLOT_LAMPORT as u32,
+            form: form_name(kernels_gpu::layout::FORM_LAMPORT),
+            phase: phase_name(SLOT_LAMPORT as u32),
+            bound_ms: 2000,
+        };
+        let text = e.to_string();
+        for want in [
+            "rank 0",
+            "peer rank 1",
+            "lamport",
+            "2000 ms",
+            "peer's data",
+            "build a new one",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from {text}");
+        }
+    }
+}
