@@ -39,7 +39,14 @@ pub fn run(root: &Path) -> Result<()> {
     if rustc.contains("nightly") || rustc.contains("-dev") {
         bail!("`rustup run {TOOLCHAIN} rustc -V` says {rustc:?}: not a stable tool chain");
     }
-    let manifest = root.join("tests").join("stable-embed").join("Cargo.toml");
+    let crate_dir = root.join("tests").join("stable-embed");
+    // The workspace's lock file as the seed (not committed there): the
+    // same dependency versions as every other build, and nothing to keep
+    // in step by hand; cargo drops what the crate does not use.
+    let lock = crate_dir.join("Cargo.lock");
+    std::fs::copy(root.join("Cargo.lock"), &lock)
+        .with_context(|| format!("seeding {}", lock.display()))?;
+    let manifest = crate_dir.join("Cargo.toml");
     let target_dir = root.join("target").join("stable-embed");
     let manifest = manifest.to_str().context("path is not UTF-8")?;
     let target_dir = target_dir.to_str().context("path is not UTF-8")?;
@@ -48,7 +55,6 @@ pub fn run(root: &Path) -> Result<()> {
         TOOLCHAIN,
         "cargo",
         "run",
-        "--locked",
         "--manifest-path",
         manifest,
         "--target-dir",
