@@ -1,8 +1,27 @@
-//! Builds the GPU kernels from the current `kernels-gpu` source and hands
-//! the PTX to the crate (`src/kernels/mod.rs` embeds it), so a fresh
-//! clone's `cargo build` never uses stale or checked-in PTX.
+//! Chooses the PTX the crate embeds (`src/kernels/mod.rs` includes the file
+//! this script names in `INTRANODE_EMBEDDED_PTX`).
+//!
+//! Normally that is the committed `ptx/kernels-<arch>.ptx`: no nightly tool
+//! chain is needed, so the crate builds on stable Rust. The kernels are
+//! built from source (nightly, `-Zbuild-std`, through `ptx-builder`) only
+//! when
+//! - the kernel sources differ from what the committed PTX was built from
+//!   (`ptx/source-stamp` against `ptx_builder::source_stamp`): an edit of
+//!   `kernels-gpu` inside the workspace, before `cargo xtask build-ptx
+//!   --write`; a warning says so;
+//! - `INTRANODE_PTX_ARCH` names an architecture that is not committed;
+//! - `INTRANODE_PTX_REBUILD=1` asks for it.
+//!
+//! Where the kernel sources are absent (a packaged crate), the committed
+//! PTX is used as it is.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// Env switch: the architecture to embed (default `sm_90`).
+const ARCH_ENV: &str = "INTRANODE_PTX_ARCH";
+/// Env switch: `1` builds the kernels from source even when the committed
+/// PTX is current.
+const REBUILD_ENV: &str = "INTRANODE_PTX_REBUILD";
 
 fn main() {
     if let Err(e) = try_main() {
@@ -19,24 +38,91 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
         .parent()
         .ok_or("host crate has no parent directory")?
         .to_owned();
-    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
-    let kernels = workspace_root.join("kernels-gpu");
-    println!("cargo:rerun-if-changed={}", kernels.join("src").display());
-    println!(
-        "cargo:rerun-if-changed={}",
-        kernels.join("Cargo.toml").display()
-    );
-    println!("cargo:rerun-if-env-changed=INTRANODE_PTX_ARCH");
+    let committed_dir = workspace_root.join(ptx_builder::COMMITTED_DIR);
+    println!("cargo:rerun-if-env-changed={ARCH_ENV}");
+    println!("cargo:rerun-if-env-changed={REBUILD_ENV}");
+    // Only paths that exist: cargo reruns the script on every build for a
+    // missing one.
+    for watched in [
+        committed_dir.clone(),
+        workspace_root.join("kernels-gpu/src"),
+        workspace_root.join("kernels-gpu/Cargo.toml"),
+        workspace_root.join("rust-toolchain.toml"),
+    ] {
+        if watched.exists() {
+            println!("cargo:rerun-if-changed={}", watched.display());
+        }
+    }
 
-    let arch =
-        std::env::var("INTRANODE_PTX_ARCH").unwrap_or_else(|_| ptx_builder::DEFAULT_ARCH.into());
+    let arch = std::env::var(ARCH_ENV).unwrap_or_else(|_| ptx_builder::DEFAULT_ARCH.into());
+    ptx_builder::validate_arch(&arch)?;
+    let forced = std::env::var(REBUILD_ENV).is_ok_and(|v| v == "1");
+    let committed = committed_dir.join(ptx_builder::committed_file_name(&arch));
+
+    let embedded = if forced {
+        build_from_source(&workspace_root, &arch, &format!("{REBUILD_ENV}=1"))?
+    } else if !committed.exists() {
+        build_from_source(
+            &workspace_root,
+            &arch,
+            &format!(
+                "no committed PTX for {arch} (committed: {})",
+                ptx_builder::COMMITTED_ARCHS.join(", ")
+            ),
+        )?
+    } else if let Some(why) = stale_reason(&workspace_root, &committed_dir) {
+        println!(
+            "cargo:warning=built the kernels from source: {why}; \
+             run `cargo xtask build-ptx --write` and commit host/ptx/"
+        );
+        build_from_source(&workspace_root, &arch, &why)?
+    } else {
+        committed
+    };
+    println!(
+        "cargo:rustc-env=INTRANODE_EMBEDDED_PTX={}",
+        embedded.display()
+    );
+    println!("cargo:rustc-env=INTRANODE_EMBEDDED_PTX_ARCH={arch}");
+    Ok(())
+}
+
+/// Why the committed PTX does not match the kernel sources, or `None` when
+/// it does or when the sources are absent (nothing to compare with).
+fn stale_reason(workspace_root: &Path, committed_dir: &Path) -> Option<String> {
+    let current = ptx_builder::source_stamp(workspace_root).ok()?;
+    let stamp_path = committed_dir.join(ptx_builder::STAMP_FILE);
+    let committed = std::fs::read_to_string(&stamp_path).unwrap_or_default();
+    (committed.trim() != current).then(|| {
+        format!(
+            "the kernel sources ({current}) differ from those of the committed PTX ({})",
+            committed.trim()
+        )
+    })
+}
+
+/// Builds the kernels for `arch` into `OUT_DIR` (needs the nightly tool
+/// chain) and returns the PTX file's path; `why` goes into the error.
+fn build_from_source(
+    workspace_root: &Path,
+    arch: &str,
+    why: &str,
+) -> Result<PathBuf, Box<dyn std::error::Error>> {
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     let ptx = ptx_builder::build_ptx(&ptx_builder::PtxBuild {
-        workspace_root,
-        arch,
+        workspace_root: workspace_root.to_owned(),
+        arch: arch.to_owned(),
         // Its own target directory: the outer cargo holds the lock of ours.
         target_dir: out_dir.join("ptx-target"),
         cargo: ptx_builder::cargo_binary(),
+    })
+    .map_err(|e| {
+        format!(
+            "building the kernels from source ({why}) needs the workspace's nightly tool chain \
+             (rust-toolchain.toml); the committed PTX needs none: {e}"
+        )
     })?;
-    std::fs::write(out_dir.join("kernels.ptx"), ptx)?;
-    Ok(())
+    let path = out_dir.join(format!("kernels-{arch}.ptx"));
+    std::fs::write(&path, ptx)?;
+    Ok(path)
 }

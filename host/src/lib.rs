@@ -8,6 +8,59 @@
 //! [`ddp`] (`broadcast_coalesced`, gradient buckets, communication hooks).
 //! Every GPU entry point returns [`Error::NoDriver`] or
 //! [`Error::TooFewGpus`] on machines without GPUs instead of panicking.
+//!
+//! # Example
+//!
+//! One process per GPU (started by `intranode-run --nproc-per-node 4 --
+//! ./your-program`, or torchrun, Open MPI, Slurm): each builds a
+//! [`Communicator`] and all-reduces on its own stream, as with
+//! `cudarc::nccl::Comm`. Sizes where NCCL is faster go to NCCL.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use cudarc::nccl::ReduceOp;
+//! use intranode::Communicator;
+//! use intranode::dist_env::DistEnv;
+//! use intranode_store::{ClientConfig, TcpStore};
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // Rank, world size and store address from the launcher's variables.
+//!     let env = DistEnv::from_env()?;
+//!     let store = Arc::new(TcpStore::connect(
+//!         env.store_addr()?,
+//!         ClientConfig::from_env(),
+//!     )?);
+//!     // Error::NoDriver or Error::TooFewGpus where there is no such GPU.
+//!     let ctx = intranode::gpu::context(env.device.unwrap_or(env.local_rank))?;
+//!     let stream = ctx.new_stream()?;
+//!     let comm = Communicator::new(stream.clone(), store, env.rank, env.world_size)?;
+//!
+//!     let mut grads = stream.clone_htod(&vec![1.0f32; 1 << 20])?;
+//!     comm.all_reduce_in_place(&mut grads, &ReduceOp::Sum)?;
+//!     let sum = stream.clone_dtoh(&grads)?;
+//!     assert_eq!(sum[0], env.world_size as f32);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Building
+//!
+//! The crate builds on stable Rust: it embeds committed PTX
+//! (`host/ptx/kernels-sm_90.ptx`, for H100/H200 and later), which CI
+//! checks against what the `kernels-gpu` source emits. It has no cargo
+//! features. Two build-time environment variables change what is
+//! embedded (both need the workspace's nightly tool chain, since they
+//! build the kernels from source):
+//!
+//! - `INTRANODE_PTX_ARCH=sm_80` (or any `sm_XX`): PTX for another
+//!   architecture (A100: `sm_80`); [`kernels::PTX_ARCH`] says which one a
+//!   build embeds.
+//! - `INTRANODE_PTX_REBUILD=1`: build the kernels from source even where
+//!   the committed PTX is current.
+//!
+//! CUDA (`libcuda`) and NCCL are loaded at run time: building needs neither,
+//! and a machine without them gets an error from the first GPU call.
 
 pub mod algo;
 pub mod comm;

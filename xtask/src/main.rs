@@ -1,13 +1,20 @@
 //! `cargo xtask`: the project's build tasks, in Rust rather than scripts.
 //!
 //! - `build-ptx [--arch sm_90] [--out DIR]`: builds the kernels to PTX and
-//!   prints the file's path.
+//!   prints the file's path. `build-ptx --write` regenerates the committed
+//!   PTX the host crate embeds (`host/ptx/`, every committed architecture,
+//!   and the source stamp): run it after changing the kernels.
+//! - `check-committed-ptx`: fails when `host/ptx/` differs from what the
+//!   kernel source emits now.
+//! - `stable-embed`: builds and runs `tests/stable-embed` (a user's crate
+//!   outside the workspace) with the stable tool chain.
+//! - `doc`: `cargo doc -p intranode --no-deps` with warnings denied.
 //! - `check-ptx [--arch sm_90]`: assembles the PTX with `ptxas -v` (fetched
 //!   from PyPI into `.cache/` when absent) and fails on assembler errors,
 //!   out-of-line calls (`.extern .func`), spills or stack frames; prints
 //!   registers per kernel.
-//! - `ci`: everything CI checks (fmt, clippy for host and kernel targets,
-//!   tests, build-ptx, check-ptx).
+//! - `ci`: everything CI checks (fmt, committed PTX, clippy for host and
+//!   kernel targets, tests, doc, build-ptx, check-ptx, stable-embed).
 //! - `device-bundle [--out DIR]`: release binaries and test executables,
 //!   stripped, for a GPU machine that has no Rust tool chain.
 //! - `demo`: the main job: one process per local GPU under `intranode-run`,
@@ -18,7 +25,9 @@
 
 mod bench;
 mod bundle;
+mod committed;
 mod ptxas;
+mod stable;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,11 +48,25 @@ fn try_main() -> Result<()> {
     if !opts.passthrough.is_empty() && task != "bench" {
         bail!("only `bench` takes arguments after `--`\n{USAGE}");
     }
+    if opts.write && (task != "build-ptx" || opts.out.is_some()) {
+        bail!("--write belongs to `build-ptx` alone (it writes host/ptx/)\n{USAGE}");
+    }
     match task.as_str() {
+        "build-ptx" if opts.write => {
+            for path in committed::write(&root()?)? {
+                println!("{}", path.display());
+            }
+        }
         "build-ptx" => {
             let path = build_ptx(&opts)?;
             println!("{}", path.display());
         }
+        "check-committed-ptx" => {
+            let root = root()?;
+            committed::check(&root, |arch| build_ptx_for(&root, arch, None))?;
+        }
+        "stable-embed" => stable::run(&root()?)?,
+        "doc" => doc(&root()?)?,
         "check-ptx" => {
             let path = build_ptx(&opts)?;
             ptxas::check(&root()?, &path, &opts.arch)?;
@@ -57,12 +80,14 @@ fn try_main() -> Result<()> {
     Ok(())
 }
 
-const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|ci|device-bundle|demo|bench> [--arch sm_XX] [--out DIR] [-- ARGS of intranode-bench bench]";
+const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|doc|ci|device-bundle|demo|bench> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench]";
 
 #[derive(Debug)]
 struct Opts {
     arch: String,
     out: Option<PathBuf>,
+    /// `build-ptx --write`: regenerate the committed PTX.
+    write: bool,
     /// What follows `--`, handed to `intranode-bench bench`.
     passthrough: Vec<String>,
 }
@@ -72,6 +97,7 @@ impl Opts {
         let mut opts = Opts {
             arch: ptx_builder::DEFAULT_ARCH.to_owned(),
             out: None,
+            write: false,
             passthrough: Vec::new(),
         };
         let mut it = args.iter();
@@ -79,6 +105,7 @@ impl Opts {
             match a.as_str() {
                 "--arch" => opts.arch = it.next().context("--arch needs a value")?.clone(),
                 "--out" => opts.out = Some(it.next().context("--out needs a value")?.into()),
+                "--write" => opts.write = true,
                 "--" => opts.passthrough = it.by_ref().cloned().collect(),
                 other => bail!("unknown option {other:?}\n{USAGE}"),
             }
@@ -97,17 +124,22 @@ fn root() -> Result<PathBuf> {
 
 /// Builds the PTX for `opts.arch` into `opts.out` (default `target/ptx`).
 fn build_ptx(opts: &Opts) -> Result<PathBuf> {
-    let root = root()?;
+    build_ptx_for(&root()?, &opts.arch, opts.out.as_deref())
+}
+
+/// Builds the PTX for `arch` into `out` (default `target/ptx`) and returns
+/// the file's path.
+pub(crate) fn build_ptx_for(root: &Path, arch: &str, out: Option<&Path>) -> Result<PathBuf> {
     let target_dir = root.join("target").join("ptx");
     let ptx = ptx_builder::build_ptx(&ptx_builder::PtxBuild {
-        workspace_root: root.clone(),
-        arch: opts.arch.clone(),
+        workspace_root: root.to_owned(),
+        arch: arch.to_owned(),
         target_dir: target_dir.clone(),
         cargo: ptx_builder::cargo_binary(),
     })?;
-    let out_dir = opts.out.clone().unwrap_or(target_dir);
+    let out_dir = out.map(Path::to_owned).unwrap_or(target_dir);
     std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let path = out_dir.join(format!("kernels-{}.ptx", opts.arch));
+    let path = out_dir.join(ptx_builder::committed_file_name(arch));
     std::fs::write(&path, ptx).with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
 }
@@ -126,11 +158,40 @@ pub(crate) fn run(root: &Path, program: &str, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// `cargo doc -p intranode --no-deps`, every rustdoc warning an error.
+fn doc(root: &Path) -> Result<()> {
+    let cargo = ptx_builder::cargo_binary();
+    let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
+    let args = ["doc", "-p", "intranode", "--no-deps", "--locked"];
+    eprintln!(
+        "xtask: $ RUSTDOCFLAGS=\"-D warnings\" {cargo} {}",
+        args.join(" ")
+    );
+    let status = Command::new(cargo)
+        .args(args)
+        .env("RUSTDOCFLAGS", "-D warnings")
+        .current_dir(root)
+        .status()
+        .with_context(|| format!("starting {cargo}"))?;
+    if !status.success() {
+        bail!("`cargo doc -p intranode` has warnings or errors ({status})");
+    }
+    Ok(())
+}
+
 fn ci(opts: &Opts) -> Result<()> {
     let root = root()?;
     let cargo = ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
     run(&root, cargo, &["fmt", "--all", "--", "--check"])?;
+    // Early, so a kernel change without `build-ptx --write` fails fast;
+    // the builds are kept for check-ptx below.
+    let mut built = std::collections::HashMap::new();
+    committed::check(&root, |arch| {
+        let path = build_ptx_for(&root, arch, None)?;
+        built.insert(arch.to_owned(), path.clone());
+        Ok(path)
+    })?;
     run(
         &root,
         cargo,
@@ -162,17 +223,22 @@ fn ci(opts: &Opts) -> Result<()> {
         ],
     )?;
     run(&root, cargo, &["test", "--workspace", "--locked"])?;
-    let path = build_ptx(opts)?;
-    println!("{}", path.display());
-    ptxas::check(&root, &path, &opts.arch)?;
-    // The other architecture the kernels promise to support must build too.
-    let sm80 = Opts {
-        arch: "sm_80".into(),
-        out: None,
-        passthrough: Vec::new(),
-    };
-    let path80 = build_ptx(&sm80)?;
-    ptxas::check(&root, &path80, &sm80.arch)?;
+    doc(&root)?;
+    // The default architecture (or `--arch`), then the other one the
+    // kernels promise to support.
+    let mut archs = vec![opts.arch.clone()];
+    if opts.arch != "sm_80" {
+        archs.push("sm_80".into());
+    }
+    for arch in &archs {
+        let path = match built.get(arch) {
+            Some(path) => path.clone(),
+            None => build_ptx_for(&root, arch, None)?,
+        };
+        println!("{}", path.display());
+        ptxas::check(&root, &path, arch)?;
+    }
+    stable::run(&root)?;
     eprintln!("xtask: ci passed");
     Ok(())
 }

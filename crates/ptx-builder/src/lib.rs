@@ -7,6 +7,14 @@
 //! Both the host crate's build script and `cargo xtask build-ptx` call
 //! [`build_ptx`], so the PTX a binary embeds and the PTX the checks read
 //! come from the same command.
+//!
+//! The PTX users build against is committed (`host/ptx/kernels-<arch>.ptx`,
+//! one per [`COMMITTED_ARCHS`], written by `cargo xtask build-ptx
+//! --write`), so depending on the host crate needs no nightly tool chain.
+//! [`source_stamp`] fingerprints what the PTX is built from; the host's
+//! build script rebuilds only when the stamp committed with the PTX
+//! (`host/ptx/source-stamp`) differs, that is after an edit of the kernels
+//! inside this workspace. CI checks the committed files byte for byte.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -18,6 +26,86 @@ pub const DEFAULT_ARCH: &str = "sm_90";
 
 /// Target triple of the kernels.
 pub const TARGET: &str = "nvptx64-nvidia-cuda";
+
+/// Architectures whose PTX is committed under `host/ptx/` and embedded
+/// without a nightly tool chain. Only the default: each file is about
+/// 10 MB. Any other (`INTRANODE_PTX_ARCH=sm_80`) is built from source by
+/// the host's build script, which needs the workspace's nightly.
+pub const COMMITTED_ARCHS: &[&str] = &[DEFAULT_ARCH];
+
+/// Directory of the committed PTX, relative to the workspace root.
+pub const COMMITTED_DIR: &str = "host/ptx";
+
+/// File name of the committed source stamp, in [`COMMITTED_DIR`].
+pub const STAMP_FILE: &str = "source-stamp";
+
+/// File name of the committed PTX for `arch`, in [`COMMITTED_DIR`].
+pub fn committed_file_name(arch: &str) -> String {
+    format!("kernels-{arch}.ptx")
+}
+
+/// Files, relative to the workspace root, whose contents decide the PTX:
+/// the kernel crate's manifest, the tool chain and this builder (the
+/// kernel sources under `kernels-gpu/src` come on top, see
+/// [`source_stamp`]).
+const STAMPED_FILES: &[&str] = &[
+    "kernels-gpu/Cargo.toml",
+    "rust-toolchain.toml",
+    "crates/ptx-builder/src/lib.rs",
+];
+
+/// A fingerprint of everything the PTX is built from: 64-bit FNV-1a over
+/// the relative path and contents of every file under `kernels-gpu/src`
+/// and of the files in `STAMPED_FILES`, in sorted order, as
+/// `fnv1a64:<16 hex digits>`. An error when any of them cannot be read
+/// (for example in a packaged crate, where the kernel sources are absent).
+pub fn source_stamp(workspace_root: &Path) -> std::io::Result<String> {
+    let mut files: Vec<String> = STAMPED_FILES.iter().map(|s| (*s).to_owned()).collect();
+    collect_files(workspace_root, "kernels-gpu/src", &mut files)?;
+    files.sort();
+    let mut hash = Fnv1a::new();
+    for rel in &files {
+        let contents = std::fs::read(workspace_root.join(rel))?;
+        hash.write(rel.as_bytes());
+        hash.write(&[0]);
+        hash.write(&(contents.len() as u64).to_le_bytes());
+        hash.write(&contents);
+    }
+    Ok(format!("fnv1a64:{:016x}", hash.0))
+}
+
+/// Appends the files under `root/rel` (recursively) to `out`, as relative
+/// paths with `/` separators.
+fn collect_files(root: &Path, rel: &str, out: &mut Vec<String>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(root.join(rel))? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let child = format!("{rel}/{}", name.to_string_lossy());
+        if entry.file_type()?.is_dir() {
+            collect_files(root, &child, out)?;
+        } else {
+            out.push(child);
+        }
+    }
+    Ok(())
+}
+
+/// 64-bit FNV-1a: a stable hash with no dependency (std's hashers may
+/// change between releases).
+struct Fnv1a(u64);
+
+impl Fnv1a {
+    fn new() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
 
 /// What to build and where.
 #[derive(Debug, Clone)]
@@ -183,6 +271,29 @@ mod tests {
         assert!(validate_arch("sm_").is_err());
         assert!(validate_arch("compute_90").is_err());
         assert!(validate_arch("sm_9x").is_err());
+    }
+
+    #[test]
+    fn fnv1a_reference_values() {
+        let hash = |b: &[u8]| {
+            let mut h = Fnv1a::new();
+            h.write(b);
+            h.0
+        };
+        assert_eq!(hash(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(hash(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(hash(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn stamp_covers_the_kernel_sources() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let stamp = source_stamp(&root).expect("workspace sources readable");
+        assert!(
+            stamp.starts_with("fnv1a64:") && stamp.len() == 8 + 16,
+            "{stamp}"
+        );
+        assert!(source_stamp(&root.join("no-such-dir")).is_err());
     }
 
     #[test]

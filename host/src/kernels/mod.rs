@@ -1,6 +1,7 @@
 //! The embedded GPU kernels and their typed launches.
 //!
-//! [`PTX`] is built by `build.rs` from the current `kernels-gpu` source.
+//! [`PTX`] is the committed PTX of the current `kernels-gpu` source
+//! (`build.rs` picks it).
 //! [`KernelModule`] loads it into one device's context and resolves every
 //! entry point once, so a launch is a table lookup and one driver call.
 
@@ -19,9 +20,15 @@ mod soak;
 mod timing;
 pub use soak::SoakCall;
 
-/// PTX of the `kernels-gpu` crate, for the architecture `build.rs` was
-/// asked for (`INTRANODE_PTX_ARCH`, default sm_90).
-pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels.ptx"));
+/// PTX of the `kernels-gpu` crate, for [`PTX_ARCH`]: the committed
+/// `host/ptx/kernels-<arch>.ptx` (CI checks that it equals what the kernel
+/// source emits), or the kernels built from source where `build.rs` says
+/// why.
+pub const PTX: &str = include_str!(env!("INTRANODE_EMBEDDED_PTX"));
+
+/// GPU architecture of [`PTX`]: `INTRANODE_PTX_ARCH` at build time, default
+/// `sm_90`.
+pub const PTX_ARCH: &str = env!("INTRANODE_EMBEDDED_PTX_ARCH");
 
 /// Element types the kernels handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
