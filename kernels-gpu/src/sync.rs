@@ -26,7 +26,7 @@ pub fn pick(arr: &[u64; MAX_RANKS], i: u32) -> u64 {
 /// Where a failed wait is reported: the host-mapped error word (0: none)
 /// and the collective that waited (`layout::FORM_*`), so the host's error
 /// names it.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct ReportTo {
     pub word: u64,
     pub form: u32,
