@@ -59,6 +59,7 @@ use crate::sync::{
 pub(crate) fn report_to(p: &AllReduceParams, form: u32) -> ReportTo {
     ReportTo {
         word: p.error,
+        abort: p.abort,
         form,
     }
 }
@@ -633,6 +634,7 @@ pub unsafe extern "ptx-kernel" fn barrier(p: crate::layout::BarrierParams) {
     unsafe {
         let to = crate::sync::ReportTo {
             word: p.error,
+            abort: p.abort,
             form: crate::layout::FORM_BARRIER,
         };
         crate::sync::pair_barrier(&p.pads, p.rank_mask, p.rank, p.timeout_ns, to)

@@ -132,6 +132,7 @@ unsafe fn broadcast<const W: usize>(p: &BroadcastParams) {
                 p.timeout_ns,
                 crate::sync::ReportTo {
                     word: p.error,
+                    abort: p.abort,
                     form: crate::layout::FORM_BROADCAST,
                 },
             );

@@ -244,7 +244,6 @@ unsafe fn wait_slots<const W: usize, const FORM: u32>(
         }
         let start = ptx::globaltimer_ns();
         let mut next_poll_ns = ERROR_POLL_AFTER_NS;
-        let own_pad = pick(&p.pads, p.rank) as *const u32;
         loop {
             let mut r = 0;
             while r < W {
@@ -263,9 +262,9 @@ unsafe fn wait_slots<const W: usize, const FORM: u32>(
                 report(
                     ReportTo {
                         word: p.error,
+                        abort: p.abort,
                         form: FORM,
                     },
-                    own_pad,
                     peer,
                     ptx::block_idx_x(),
                     SLOT_LAMPORT as u32,
@@ -278,7 +277,7 @@ unsafe fn wait_slots<const W: usize, const FORM: u32>(
             // the host-mapped error word here: one reader per thread made
             // the free-running slow mode.
             if waited_ns > next_poll_ns {
-                if aborted(own_pad) {
+                if aborted(p.abort) {
                     return raw;
                 }
                 next_poll_ns = waited_ns + ERROR_POLL_INTERVAL_NS;

@@ -45,6 +45,7 @@ pub const BLOCKS_DONE: usize = CALL_COUNTER + 1;
 /// [`ErrorWord`]). Later waits poll this word, in the GPU's own memory,
 /// instead of the host-mapped one: NOTE [abandoned waits] in `sync.rs`
 /// says why. Never cleared: a communicator whose wait ran out is dead.
+/// The host passes its address in the parameters (`abort`).
 pub const ABORT_WORD: usize = CALL_COUNTER + 2;
 /// Word index of the owner's count of explicit barriers shared with peer 0
 /// (peer `p` at `PAIR_COUNTER + p`).
@@ -191,6 +192,12 @@ pub struct AllReduceParams {
     pub timeout_ns: u64,
     /// Host-mapped [`ErrorWord`].
     pub error: u64,
+    /// This rank's abort word (`ABORT_WORD` of its own pad), which its
+    /// waits poll once they last (NOTE [abandoned waits] in `sync.rs`):
+    /// an address in the parameters, read only on that rare path, costs
+    /// the kernels no register (v10: computed from the pad instead, it
+    /// took the two-shot kernels from about 90 to about 125).
+    pub abort: u64,
     pub rank: u32,
     /// One of the `OP_*` codes.
     pub op: u32,
@@ -217,6 +224,8 @@ pub struct BarrierParams {
     pub rank: u32,
     pub timeout_ns: u64,
     pub error: u64,
+    /// As [`AllReduceParams::abort`].
+    pub abort: u64,
 }
 
 /// Parameters of the broadcast kernels (`broadcast.rs`): the collective
@@ -239,6 +248,8 @@ pub struct BroadcastParams {
     pub timeout_ns: u64,
     /// Host-mapped [`ErrorWord`].
     pub error: u64,
+    /// As [`AllReduceParams::abort`].
+    pub abort: u64,
     pub rank: u32,
     /// The rank whose bytes everyone receives.
     pub root: u32,
@@ -345,12 +356,12 @@ mod tests {
     fn params_are_plain_words() {
         assert_eq!(
             core::mem::size_of::<AllReduceParams>(),
-            8 * 8 * 2 + 6 * 8 + 8 + 4 * 4
+            8 * 8 * 2 + 7 * 8 + 8 + 4 * 4
         );
         assert_eq!(core::mem::size_of::<ErrorWord>(), 32);
         assert_eq!(
             core::mem::size_of::<BroadcastParams>(),
-            8 * 8 * 2 + 5 * 8 + 8
+            8 * 8 * 2 + 6 * 8 + 8
         );
     }
 }

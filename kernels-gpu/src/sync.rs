@@ -3,8 +3,7 @@
 //! instead of hanging the GPU.
 
 use crate::layout::{
-    ABORT_WORD, BLOCKS_DONE, CALL_COUNTER, ERR_BARRIER_TIMEOUT, MAX_RANKS, epoch_reached,
-    flag_index,
+    BLOCKS_DONE, CALL_COUNTER, ERR_BARRIER_TIMEOUT, MAX_RANKS, epoch_reached, flag_index,
 };
 use crate::ptx;
 
@@ -23,12 +22,14 @@ pub fn pick(arr: &[u64; MAX_RANKS], i: u32) -> u64 {
     v
 }
 
-/// Where a failed wait is reported: the host-mapped error word (0: none)
-/// and the collective that waited (`layout::FORM_*`), so the host's error
+/// Where a failed wait is reported: the host-mapped error word (0: none),
+/// this rank's abort word (`layout::ABORT_WORD` of its pad; 0: none) and
+/// the collective that waited (`layout::FORM_*`), so the host's error
 /// names it.
 #[derive(Clone, Copy, Debug)]
 pub struct ReportTo {
     pub word: u64,
+    pub abort: u64,
     pub form: u32,
 }
 
@@ -38,19 +39,14 @@ pub struct ReportTo {
 /// sees the other fields.
 ///
 /// # Safety
-/// `to.word` must be the device address of a mapped `ErrorWord` (or 0);
-/// `own_pad` this rank's signal pad.
+/// `to.word` must be the device address of a mapped `ErrorWord` (or 0),
+/// `to.abort` this rank's abort word (or 0).
 #[inline(always)]
-pub(crate) unsafe fn report(
-    to: ReportTo,
-    own_pad: *const u32,
-    peer: u32,
-    block: u32,
-    slot: u32,
-    rank: u32,
-) {
-    // SAFETY: the abort word lies inside this rank's pad (caller's promise).
-    unsafe { ptx::st_relaxed_sys_u32(own_pad.add(ABORT_WORD) as *mut u32, 1) };
+pub(crate) unsafe fn report(to: ReportTo, peer: u32, block: u32, slot: u32, rank: u32) {
+    if to.abort != 0 {
+        // SAFETY: this rank's abort word (caller's promise).
+        unsafe { ptx::st_relaxed_sys_u32(to.abort as *mut u32, 1) };
+    }
     if to.word == 0 {
         return;
     }
@@ -86,7 +82,8 @@ enum Wait {
 /// stream would each wait the whole bound again, so N queued calls would
 /// hold the GPU for N timeouts. So a wait that lasts also polls whether an
 /// earlier one failed. It polls the abort word in this rank's own signal
-/// pad (`layout::ABORT_WORD`, an L2 hit), never the host-mapped error
+/// pad (`layout::ABORT_WORD`, an L2 hit; its address comes in the
+/// parameters), never the host-mapped error
 /// word: that was the free-running slow mode (issue 16). A Lamport wait is
 /// one per thread, so when a peer ran more than 100 us behind (ranks
 /// drift that far between graph replays), tens of thousands of threads
@@ -101,24 +98,25 @@ enum Wait {
 pub(crate) const ERROR_POLL_AFTER_NS: u64 = 100_000;
 pub(crate) const ERROR_POLL_INTERVAL_NS: u64 = 20_000;
 
-/// Whether an earlier wait of this rank ran out (NOTE [abandoned waits]).
+/// Whether an earlier wait of this rank ran out (NOTE [abandoned waits]):
+/// `abort` is its abort word, or 0 for none.
 ///
 /// # Safety
-/// `own_pad` must be this rank's signal pad.
+/// `abort` must be this rank's abort word, or 0.
 #[inline(always)]
-pub(crate) unsafe fn aborted(own_pad: *const u32) -> bool {
-    // SAFETY: the abort word lies inside the pad (caller's promise).
-    unsafe { ptx::ld_relaxed_sys_u32(own_pad.add(ABORT_WORD)) != 0 }
+pub(crate) unsafe fn aborted(abort: u64) -> bool {
+    // SAFETY: this rank's abort word (caller's promise).
+    abort != 0 && unsafe { ptx::ld_relaxed_sys_u32(abort as *const u32) } != 0
 }
 
 /// Spins until `*flag` reaches `epoch`, `timeout_ns` passes, or the abort
-/// word of `own_pad` reports an earlier failure.
+/// word `abort` (0: none) reports an earlier failure.
 ///
 /// # Safety
-/// `flag` must be a valid global address; `own_pad` this rank's signal
-/// pad.
+/// `flag` must be a valid global address; `abort` this rank's abort word
+/// or 0.
 #[inline(always)]
-unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64, own_pad: *const u32) -> Wait {
+unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64, abort: u64) -> Wait {
     let start = ptx::globaltimer_ns();
     let mut next_poll_ns = ERROR_POLL_AFTER_NS;
     loop {
@@ -132,7 +130,7 @@ unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64, own_pad: *co
         }
         if waited_ns > next_poll_ns {
             // SAFETY: forwarded from the caller.
-            if unsafe { aborted(own_pad) } {
+            if unsafe { aborted(abort) } {
                 return Wait::Abandoned;
             }
             next_poll_ns = waited_ns + ERROR_POLL_INTERVAL_NS;
@@ -242,10 +240,10 @@ unsafe fn barrier_with(
                 own_pad.add(flag_index(slot, block as usize, peer as usize)),
                 epoch,
                 timeout_ns,
-                own_pad,
+                to.abort,
             );
             if waited == Wait::TimedOut {
-                report(to, own_pad, peer, block, slot as u32, rank);
+                report(to, peer, block, slot as u32, rank);
             }
         }
     }
@@ -316,10 +314,10 @@ pub unsafe fn pair_barrier(
                 own_pad.add(flag_index(SLOT_EXPLICIT, 0, t as usize)),
                 epoch,
                 timeout_ns,
-                own_pad,
+                to.abort,
             );
             if waited == Wait::TimedOut {
-                report(to, own_pad, t, 0, SLOT_EXPLICIT as u32, rank);
+                report(to, t, 0, SLOT_EXPLICIT as u32, rank);
             }
             ptx::st_relaxed_sys_u32(own_pad.add(PAIR_COUNTER + t as usize), epoch);
         }

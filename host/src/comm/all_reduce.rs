@@ -549,6 +549,7 @@ impl IntraNodeComm {
             rank: self.rank() as u32,
             timeout_ns: template.timeout_ns,
             error: template.error,
+            abort: template.abort,
         };
         // SAFETY: `barrier` takes one BarrierParams by value, one block.
         unsafe {
@@ -578,6 +579,8 @@ impl IntraNodeComm {
         p.half_bytes = self.half_buffer_bytes() as u64;
         p.timeout_ns = u64::try_from(self.barrier_timeout().as_nanos()).unwrap_or(u64::MAX);
         p.error = self.health().device_ptr();
+        // NOTE [abandoned waits] in `kernels-gpu/src/sync.rs`.
+        p.abort = p.pads[self.rank()] + (kernels_gpu::layout::ABORT_WORD * 4) as u64;
         p.rank = self.rank() as u32;
         p
     }

@@ -213,6 +213,7 @@ impl IntraNodeComm {
             half_bytes: t.half_bytes,
             timeout_ns: t.timeout_ns,
             error: t.error,
+            abort: t.abort,
             rank: t.rank,
             root: root as u32,
         }
