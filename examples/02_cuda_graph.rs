@@ -11,8 +11,9 @@
 //!    for that write, with no join by hand, and the result is checked;
 //! 3. captures `--steps` steps of (a `--busy-us` kernel standing in for a
 //!    GEMM, then an all-reduce of `--elems` f32) on the communicator's
-//!    stream; the inputs were written on `upload` before the capture
-//!    (NOTE [capture and event tracking] in `host/src/comm/tracked.rs`);
+//!    stream; the inputs are written on `upload` before the capture, still
+//!    in flight behind a 5 ms kernel when it starts (NOTE [capture and
+//!    event tracking] in `host/src/comm/tracked.rs`);
 //! 4. replays the graph `--replays` times; before each replay the host
 //!    writes fresh inputs on `upload` and the communicator's stream joins
 //!    it; after each replay it synchronizes, asks the communicator for
@@ -124,7 +125,20 @@ fn main() -> Result<()> {
     let mut outputs: Vec<CudaSlice<f32>> = (0..args.steps)
         .map(|_| stream.alloc_zeros::<f32>(n))
         .collect::<Result<_, _>>()?;
-    fill(&upload, &mut inputs, rank, 0)?;
+    // The first inputs land only after a 5 ms kernel on `upload`: still in
+    // flight when the capture starts, so the graph must wait for them.
+    let mut staging: Vec<CudaSlice<f32>> = (0..args.steps)
+        .map(|_| upload.alloc_zeros::<f32>(n))
+        .collect::<Result<_, _>>()?;
+    fill(
+        &upload,
+        &module,
+        &mut staging,
+        &mut inputs,
+        rank,
+        0,
+        5_000_000,
+    )?;
     stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
     let captured = (|| -> Result<()> {
         for (x, y) in inputs.iter().zip(outputs.iter_mut()) {
@@ -142,7 +156,7 @@ fn main() -> Result<()> {
     // 4. Replays, each on fresh inputs, checked.
     for replay in 0..args.replays {
         if replay > 0 {
-            fill(&upload, &mut inputs, rank, replay)?;
+            fill(&upload, &module, &mut staging, &mut inputs, rank, replay, 0)?;
         }
         stream.join(&upload)?;
         graph.launch()?;
@@ -164,16 +178,26 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// Writes replay `replay`'s inputs from the host, on `upload`.
+/// Writes replay `replay`'s inputs on `upload`: from the host into
+/// `staging`, then (after a kernel of `delay_ns`, if any) into `inputs`.
 fn fill(
     upload: &Arc<CudaStream>,
+    module: &KernelModule,
+    staging: &mut [CudaSlice<f32>],
     inputs: &mut [CudaSlice<f32>],
     rank: usize,
     replay: usize,
+    delay_ns: u64,
 ) -> Result<()> {
-    for (j, x) in inputs.iter_mut().enumerate() {
-        let host: Vec<f32> = (0..x.len()).map(|i| input(rank, j, replay, i)).collect();
-        upload.memcpy_htod(&host, x)?;
+    for (j, s) in staging.iter_mut().enumerate() {
+        let host: Vec<f32> = (0..s.len()).map(|i| input(rank, j, replay, i)).collect();
+        upload.memcpy_htod(&host, s)?;
+    }
+    if delay_ns > 0 {
+        module.spin(upload, delay_ns)?;
+    }
+    for (s, x) in staging.iter().zip(inputs.iter_mut()) {
+        upload.memcpy_dtod(s, x)?;
     }
     Ok(())
 }

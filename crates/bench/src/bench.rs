@@ -57,6 +57,11 @@ pub struct BenchArgs {
     /// Free-running: skip the skew mode.
     #[arg(long)]
     pub no_skew: bool,
+    /// Keep cudarc's event tracking on (its default once a context has two
+    /// streams, and candle's), as applications run; the free-running modes
+    /// then capture and replay under it.
+    #[arg(long)]
+    pub cudarc_defaults: bool,
     /// Only these algorithms (names as `INTRANODE_ALL_REDUCE_ALGO`, and
     /// `auto`); default all.
     #[arg(long, value_delimiter = ',')]
@@ -83,6 +88,7 @@ impl BenchArgs {
             calls: 2_000,
             large_calls: 500,
             ks: vec![16],
+            cudarc_defaults: true,
             no_decode: true,
             no_skew: true,
             algos: Vec::new(),

@@ -84,7 +84,7 @@ fn measure(
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
-    let Some(mut r) = Rank::setup("intranode-bench bench")? else {
+    let Some(mut r) = Rank::setup_with("intranode-bench bench", args.cudarc_defaults)? else {
         return Ok(());
     };
     let world = r.world();

@@ -18,7 +18,7 @@
 
 use anyhow::{Context, Result, bail};
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaEvent, CudaGraph, CudaSlice};
+use cudarc::driver::{CudaEvent, CudaGraph, CudaSlice, DevicePtr};
 use serde::{Deserialize, Serialize};
 
 use intranode::kernels::KernelModule;
@@ -88,14 +88,26 @@ pub type Enqueue<'a> = dyn FnMut(&Rank, usize) -> Result<()> + 'a;
 pub struct Timer {
     module: KernelModule,
     log: CudaSlice<u64>,
+    /// The log's address, taken once: stamps go into graphs captured with
+    /// cudarc's event tracking on, where a tracked launch on a buffer
+    /// written before the capture is refused (NOTE [capture and event
+    /// tracking] in `host/src/comm/tracked.rs`).
+    log_ptr: u64,
 }
 
 impl Timer {
     /// Room for `cap` stamps.
     pub fn new(r: &Rank, cap: usize) -> Result<Self> {
+        let log = r.stream.alloc_zeros::<u64>(cap + 1)?;
+        let log_ptr = {
+            let (ptr, _guard) = log.device_ptr(&r.stream);
+            ptr
+        };
+        r.stream.synchronize()?;
         Ok(Timer {
             module: KernelModule::load(&r.ctx).context("loading the timing kernels")?,
-            log: r.stream.alloc_zeros::<u64>(cap + 1)?,
+            log,
+            log_ptr,
         })
     }
 
@@ -110,7 +122,13 @@ impl Timer {
     }
 
     pub fn stamp(&mut self, r: &Rank) -> Result<()> {
-        self.module.stamp(&r.stream, &mut self.log)?;
+        // SAFETY: the log holds `capacity() + 1` words and lives as long as
+        // `self`; only stamps on this stream and the reads and resets above
+        // (on the same stream) touch it.
+        unsafe {
+            self.module
+                .stamp_raw(&r.stream, self.log_ptr, self.capacity() as u64)?
+        };
         Ok(())
     }
 

@@ -36,6 +36,12 @@ impl Rank {
     /// `None` (after a visible message) when this machine has too few GPUs
     /// and `INTRANODE_REQUIRE_GPUS` does not demand them.
     pub fn setup(what: &str) -> Result<Option<Rank>> {
+        Self::setup_with(what, false)
+    }
+
+    /// As [`setup`](Self::setup); `cudarc_defaults` leaves cudarc's event
+    /// tracking on, as applications have it.
+    pub fn setup_with(what: &str, cudarc_defaults: bool) -> Result<Option<Rank>> {
         let env = DistEnv::from_env()
             .context("reading the rank environment (run under intranode-run)")?;
         let device = env.device.unwrap_or(env.local_rank);
@@ -51,10 +57,13 @@ impl Rank {
         );
         let ctx = intranode::gpu::context(device)?;
         // The suite hands raw buffers to graphs and two paths; cudarc's
-        // per-buffer event tracking would only add host time and graph
-        // nodes.
-        // SAFETY: no buffer is shared between streams in this program.
-        unsafe { ctx.disable_event_tracking() };
+        // per-buffer event tracking would only add host time (and its
+        // soak kernels, tracked, could not be captured on buffers written
+        // before a capture). The benchmark can keep it, as users do.
+        if !cudarc_defaults {
+            // SAFETY: no buffer is shared between streams in this program.
+            unsafe { ctx.disable_event_tracking() };
+        }
         let stream = ctx.new_stream().context("creating a stream")?;
         let comm = Communicator::new(stream.clone(), store.clone(), env.rank, env.world_size)
             .with_context(|| format!("rank {}: building the communicator", env.rank))?;

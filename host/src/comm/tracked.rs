@@ -16,11 +16,12 @@
 //! 1. the buffer's pointer is taken on a side stream of the communicator
 //!    that never captures: cudarc's waits happen there, outside the
 //!    capture, where they are legal;
-//! 2. the side stream's position is recorded into an event and the
-//!    captured stream waits on it as an *external* event
-//!    (`CU_EVENT_WAIT_EXTERNAL`): the graph gets a node that, at every
-//!    replay, waits until those earlier writes are done (at once, after the
-//!    first);
+//! 2. if those writes are still running (the side stream is not idle),
+//!    its position is recorded into an event and the captured stream waits
+//!    on it as an *external* event (`CU_EVENT_WAIT_EXTERNAL`): the graph
+//!    gets a node that, at every replay, waits until those earlier writes
+//!    are done (at once, after the first). Writes already done need no
+//!    node, so the graph is the one an untracked capture makes;
 //! 3. the use is recorded nowhere: not on the side stream (that would
 //!    claim it done before the graph even runs), and not in the capture (an
 //!    event last recorded in a capture cannot be waited on eagerly
@@ -40,7 +41,9 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::sys::{CUevent_wait_flags, CUstreamCaptureStatus, cudaError_enum};
+use cudarc::driver::sys::{
+    self, CUevent_wait_flags, CUresult, CUstreamCaptureStatus, cudaError_enum,
+};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaStream, DevicePtr, DevicePtrMut, DriverError, SyncOnDrop, result,
 };
@@ -204,6 +207,20 @@ impl<'a> CallBuffers<'a> {
         let Some(side) = self.side.filter(|_| self.external_wait) else {
             return Ok(());
         };
+        // Most often the writes waited for finished long ago (an upload,
+        // a zero fill): then the graph needs no node for them.
+        // SAFETY: a live stream of this context, not capturing.
+        match unsafe { sys::cuStreamQuery(side.stream.cu_stream()) } {
+            CUresult::CUDA_SUCCESS => return Ok(()),
+            CUresult::CUDA_ERROR_NOT_READY => {}
+            e => {
+                return Err(Error::Driver {
+                    op: "cuStreamQuery (capture side stream)",
+                    device: Some(self.device),
+                    source: DriverError(e),
+                });
+            }
+        }
         side.event
             .record(&side.stream)
             .ctx("cuEventRecord (capture side stream)", Some(self.device))?;

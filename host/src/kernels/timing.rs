@@ -43,13 +43,25 @@ impl KernelModule {
             ));
         };
         let (ptr, _guard) = log.device_ptr_mut(stream);
-        let (mut ptr, mut cap) = (ptr, cap as u64);
+        // SAFETY: `ptr` holds `cap + 1` words, kept alive and ordered by
+        // the guard.
+        unsafe { self.stamp_raw(stream, ptr, cap as u64) }
+    }
+
+    /// [`stamp`](Self::stamp) on a raw log address: no event tracking, so
+    /// a graph captured with cudarc's tracking on can hold it.
+    ///
+    /// # Safety
+    /// `log` must be device memory of `cap + 1` u64, valid and written by
+    /// nothing else until the stream passes the stamp.
+    pub unsafe fn stamp_raw(&self, stream: &CudaStream, log: u64, cap: u64) -> Result<()> {
+        let (mut ptr, mut cap) = (log, cap);
         let mut params: [*mut c_void; 2] = [
             (&mut ptr) as *mut _ as *mut c_void,
             (&mut cap) as *mut _ as *mut c_void,
         ];
         // SAFETY: `timing_stamp(log: *mut u64, cap: u64)` with `log`
-        // holding `cap + 1` words, kept alive by the guard.
+        // holding `cap + 1` words (caller's promise).
         unsafe {
             self.launch_one(
                 "timing_stamp",
