@@ -42,7 +42,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::{
-    self, CUevent_wait_flags, CUresult, CUstreamCaptureStatus, cudaError_enum,
+    self, CUevent_wait_flags, CUresult, CUstreamCaptureMode, CUstreamCaptureStatus, cudaError_enum,
 };
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaStream, DevicePtr, DevicePtrMut, DriverError, SyncOnDrop, result,
@@ -208,9 +208,22 @@ impl<'a> CallBuffers<'a> {
             return Ok(());
         };
         // Most often the writes waited for finished long ago (an upload,
-        // a zero fill): then the graph needs no node for them.
+        // a zero fill): then the graph needs no node for them. A query is
+        // one of the calls a thread capturing in global or thread-local
+        // mode may not make (it would end the capture), so this thread
+        // asks it in relaxed mode, as PyTorch's caching allocator does.
+        let mut mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: exchanges this thread's capture mode; restored below.
+        unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }
+            .result()
+            .ctx("cuThreadExchangeStreamCaptureMode", Some(self.device))?;
         // SAFETY: a live stream of this context, not capturing.
-        match unsafe { sys::cuStreamQuery(side.stream.cu_stream()) } {
+        let idle = unsafe { sys::cuStreamQuery(side.stream.cu_stream()) };
+        // SAFETY: puts back the mode the exchange above returned.
+        unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }
+            .result()
+            .ctx("cuThreadExchangeStreamCaptureMode", Some(self.device))?;
+        match idle {
             CUresult::CUDA_SUCCESS => return Ok(()),
             CUresult::CUDA_ERROR_NOT_READY => {}
             e => {
