@@ -40,12 +40,27 @@
 //! reader, so the reuse argument above holds for them too, and the two
 //! forms can share a buffer across calls (each leaves it all zero).
 
+//!
+//! NOTE [lamport reduce-scatter and all-gather]: the two hops of the
+//! two-shot form, each as a collective of its own, on the user's shards
+//! (`p.elems` elements each, the buffers `W * p.elems` long on the side
+//! that holds all shards). Reduce-scatter: rank `s` stores shard `r` of
+//! its input into slot `s` of rank `r`'s area, and rank `r` polls its W
+//! slots and reduces them in rank order into its output. All-gather: rank
+//! `s` stores its input into slot `s` of every rank's area (its own too),
+//! and every rank polls its W slots and writes slot `r` to shard `r` of its
+//! output. Same buffers, encoding, zeroing and reuse argument as NOTE
+//! [lamport] (each call leaves its area all zero), so they interleave
+//! freely with the all-reduces. The encoding makes an all-gathered -0.0
+//! come out +0.0 (every other value, NaN payloads included, exactly).
+
 use crate::all_reduce::{all_reduce_kernels, combine_in_order, finish_op};
 use crate::elem::{Bf16, F16};
 use crate::elem::{Element, Lanes, load_vec, store_vec};
 use crate::layout::{
-    AllReduceParams, FORM_LAMPORT, FORM_LAMPORT_TWO_SHOT, LAMPORT_BUFFER_BYTES,
-    LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN, OP_SUM, SLOT_LAMPORT, lamport_stride_bytes,
+    AllReduceParams, FORM_ALL_GATHER, FORM_LAMPORT, FORM_LAMPORT_TWO_SHOT, FORM_REDUCE_SCATTER,
+    LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN, OP_SUM, SLOT_LAMPORT,
+    lamport_stride_bytes,
 };
 use crate::math::{lamport_decode_word, lamport_encode_word};
 use crate::ptx;
@@ -481,6 +496,130 @@ unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
     unsafe { finish_call(own_pad, epoch) };
 }
 
+/// Reduce-scatter, Lamport style (NOTE [lamport reduce-scatter and
+/// all-gather]): the scatter hop of [`lamport2`] with the user's shards.
+///
+/// # Safety
+/// `p.pads` must hold the mapped pads of W ranks (`rank < W`); `p.input`
+/// holds `W * p.elems` elements and `p.output` `p.elems`;
+/// `ceil(p.elems / LANES)` vectors fit `lamport_slot_bytes(W)`; every rank
+/// passes the same `p.elems`.
+#[inline(always)]
+unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+    let own_pad = pick(&p.pads, p.rank) as *mut u32;
+    // SAFETY: the host passes this rank's mapped pad.
+    let epoch = unsafe { call_epoch(own_pad) };
+    let area = LAMPORT_OFFSET_BYTES as u64 + (epoch & 1) as u64 * LAMPORT_BUFFER_BYTES as u64;
+    let n = p.elems as usize;
+    let vecs = crate::math::div_ceil(n, T::LANES);
+    let slot_bytes = lamport_stride_bytes(vecs) as u64;
+    let shard_bytes = (n * T::BYTES) as u64;
+    // Every shard start must be aligned for the vector path.
+    let aligned = crate::math::all_vec_aligned(&[
+        p.input as usize,
+        (p.input + shard_bytes) as usize,
+        p.output as usize,
+    ]);
+    let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
+    let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
+    let me = p.rank as usize;
+    let dst = slot_on_every_rank::<W>(p, area, slot_bytes);
+    let mut j = tid;
+    while j < vecs {
+        // One statement per destination with a constant index (see
+        // `lamport2`'s scatter): a rolled loop over `dst` puts it in local
+        // memory.
+        macro_rules! push {
+            ($($k:literal)+) => {$(
+                if let Some(d) = dst.get($k) {
+                    let r = kth_destination::<W>(me, $k);
+                    let shard = (p.input + r as u64 * shard_bytes) as *const T;
+                    // SAFETY: shard r holds n elements (caller's promise);
+                    // the slot holds `vecs` vectors.
+                    unsafe {
+                        let v = load_vec(shard, j, n, aligned);
+                        ptx::st_relaxed_sys_v4_u32((*d as *mut [u32; 4]).add(j), encode::<T>(v));
+                    }
+                }
+            )+};
+        }
+        push!(0 1 2 3 4 5 6 7);
+        j += stride;
+    }
+    let own = pick(&p.pads, p.rank) + area;
+    let reduce_out = |j: usize, raw| {
+        let acc = reduce_slots::<T, W, OP>(raw);
+        // SAFETY: j < vecs lies inside the output shard.
+        unsafe { store_vec(p.output as *mut T, j, n, aligned, T::narrow(acc)) };
+    };
+    // SAFETY: our area's slots hold `vecs` vectors (caller's promise).
+    unsafe {
+        take_each::<W, FORM_REDUCE_SCATTER>(own, slot_bytes, tid, stride, vecs, p, reduce_out)
+    };
+    // SAFETY: `own_pad` is this rank's pad; every thread gets here.
+    unsafe { finish_call(own_pad, epoch) };
+}
+
+/// All-gather, Lamport style (NOTE [lamport reduce-scatter and
+/// all-gather]): the gather hop of [`lamport2`] with the user's input as
+/// this rank's shard.
+///
+/// # Safety
+/// As for [`lamport_rs`], with `p.input` holding `p.elems` elements and
+/// `p.output` `W * p.elems`.
+#[inline(always)]
+unsafe fn lamport_ag<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+    let own_pad = pick(&p.pads, p.rank) as *mut u32;
+    // SAFETY: the host passes this rank's mapped pad.
+    let epoch = unsafe { call_epoch(own_pad) };
+    let area = LAMPORT_OFFSET_BYTES as u64 + (epoch & 1) as u64 * LAMPORT_BUFFER_BYTES as u64;
+    let n = p.elems as usize;
+    let vecs = crate::math::div_ceil(n, T::LANES);
+    let slot_bytes = lamport_stride_bytes(vecs) as u64;
+    let shard_bytes = (n * T::BYTES) as u64;
+    let aligned = crate::math::all_vec_aligned(&[
+        p.input as usize,
+        p.output as usize,
+        (p.output + shard_bytes) as usize,
+    ]);
+    let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
+    let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
+    let dst = slot_on_every_rank::<W>(p, area, slot_bytes);
+    let mut j = tid;
+    while j < vecs {
+        // SAFETY: j < vecs lies inside the input; every slot holds `vecs`.
+        unsafe {
+            let e = encode::<T>(load_vec(p.input as *const T, j, n, aligned));
+            let mut k = 0;
+            while k < W {
+                ptx::st_relaxed_sys_v4_u32((dst[k] as *mut [u32; 4]).add(j), e);
+                k += 1;
+            }
+        }
+        j += stride;
+    }
+    let own = pick(&p.pads, p.rank) + area;
+    let write_out = |j: usize, raw: [[u32; 4]; W]| {
+        // One statement per rank with a constant index, as in `lamport2`'s
+        // gather: a loop around `store_vec` would move `raw` to local
+        // memory.
+        macro_rules! out {
+            ($($r:literal)+) => {$(
+                if let Some(v) = raw.get($r) {
+                    let shard = (p.output + $r * shard_bytes) as *mut T;
+                    // SAFETY: shard r of the output holds n elements.
+                    unsafe { store_vec(shard, j, n, aligned, decode::<T>(*v)) };
+                }
+            )+};
+        }
+        out!(0 1 2 3 4 5 6 7);
+    };
+    // SAFETY: our area's slots hold `vecs` vectors (caller's promise).
+    unsafe { take_each::<W, FORM_ALL_GATHER>(own, slot_bytes, tid, stride, vecs, p, write_out) };
+    // SAFETY: `own_pad` is this rank's pad; every thread gets here.
+    unsafe { finish_call(own_pad, epoch) };
+}
+
 all_reduce_kernels!(
     lamport,
     Bf16,
@@ -546,4 +685,70 @@ all_reduce_kernels!(
     lamport2_f32_w6 = 6,
     lamport2_f32_w7 = 7,
     lamport2_f32_w8 = 8,
+);
+all_reduce_kernels!(
+    lamport_rs,
+    Bf16,
+    lamport_rs_bf16_w2 = 2,
+    lamport_rs_bf16_w3 = 3,
+    lamport_rs_bf16_w4 = 4,
+    lamport_rs_bf16_w5 = 5,
+    lamport_rs_bf16_w6 = 6,
+    lamport_rs_bf16_w7 = 7,
+    lamport_rs_bf16_w8 = 8,
+);
+all_reduce_kernels!(
+    lamport_rs,
+    F16,
+    lamport_rs_f16_w2 = 2,
+    lamport_rs_f16_w3 = 3,
+    lamport_rs_f16_w4 = 4,
+    lamport_rs_f16_w5 = 5,
+    lamport_rs_f16_w6 = 6,
+    lamport_rs_f16_w7 = 7,
+    lamport_rs_f16_w8 = 8,
+);
+all_reduce_kernels!(
+    lamport_rs,
+    f32,
+    lamport_rs_f32_w2 = 2,
+    lamport_rs_f32_w3 = 3,
+    lamport_rs_f32_w4 = 4,
+    lamport_rs_f32_w5 = 5,
+    lamport_rs_f32_w6 = 6,
+    lamport_rs_f32_w7 = 7,
+    lamport_rs_f32_w8 = 8,
+);
+all_reduce_kernels!(
+    lamport_ag,
+    Bf16,
+    lamport_ag_bf16_w2 = 2,
+    lamport_ag_bf16_w3 = 3,
+    lamport_ag_bf16_w4 = 4,
+    lamport_ag_bf16_w5 = 5,
+    lamport_ag_bf16_w6 = 6,
+    lamport_ag_bf16_w7 = 7,
+    lamport_ag_bf16_w8 = 8,
+);
+all_reduce_kernels!(
+    lamport_ag,
+    F16,
+    lamport_ag_f16_w2 = 2,
+    lamport_ag_f16_w3 = 3,
+    lamport_ag_f16_w4 = 4,
+    lamport_ag_f16_w5 = 5,
+    lamport_ag_f16_w6 = 6,
+    lamport_ag_f16_w7 = 7,
+    lamport_ag_f16_w8 = 8,
+);
+all_reduce_kernels!(
+    lamport_ag,
+    f32,
+    lamport_ag_f32_w2 = 2,
+    lamport_ag_f32_w3 = 3,
+    lamport_ag_f32_w4 = 4,
+    lamport_ag_f32_w5 = 5,
+    lamport_ag_f32_w6 = 6,
+    lamport_ag_f32_w7 = 7,
+    lamport_ag_f32_w8 = 8,
 );

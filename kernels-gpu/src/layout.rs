@@ -152,6 +152,8 @@ pub const FORM_LAMPORT: u32 = 4;
 pub const FORM_LAMPORT_TWO_SHOT: u32 = 5;
 pub const FORM_BROADCAST: u32 = 6;
 pub const FORM_BARRIER: u32 = 7;
+pub const FORM_REDUCE_SCATTER: u32 = 8;
+pub const FORM_ALL_GATHER: u32 = 9;
 
 /// The name of a `FORM_*` code, as the host's algorithm names spell it.
 pub const fn form_name(form: u32) -> &'static str {
@@ -163,6 +165,8 @@ pub const fn form_name(form: u32) -> &'static str {
         FORM_LAMPORT_TWO_SHOT => "lamport-two-shot",
         FORM_BROADCAST => "broadcast",
         FORM_BARRIER => "barrier",
+        FORM_REDUCE_SCATTER => "reduce-scatter",
+        FORM_ALL_GATHER => "all-gather",
         _ => "unknown collective",
     }
 }
@@ -324,6 +328,8 @@ mod tests {
             FORM_LAMPORT_TWO_SHOT,
             FORM_BROADCAST,
             FORM_BARRIER,
+            FORM_REDUCE_SCATTER,
+            FORM_ALL_GATHER,
         ];
         for (i, a) in forms.iter().enumerate() {
             assert_ne!(form_name(*a), "unknown collective");
