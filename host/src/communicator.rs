@@ -30,8 +30,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::{
-    CudaContext, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr,
-    SyncOnDrop,
+    CudaContext, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop,
 };
 use cudarc::nccl::result::NcclError;
 use cudarc::nccl::{Comm, NcclType, ReduceOp as NcclOp};
@@ -340,7 +339,11 @@ impl Communicator {
 
     /// Sends `data` to `peer`, like `cudarc::nccl::Comm::send` (NCCL's
     /// `ncclSend`; `peer` must post the matching [`Communicator::recv`]).
-    pub fn send<S: DevicePtr<T>, T: NcclType>(&self, data: &S, peer: impl RankIndex) -> Result<Work> {
+    pub fn send<S: DevicePtr<T>, T: NcclType>(
+        &self,
+        data: &S,
+        peer: impl RankIndex,
+    ) -> Result<Work> {
         let peer = args::rank_in_world("send", self.rank, self.world, "peer", peer)?;
         let comm = self.nccl_for("send")?;
         let r = comm.send(data, nccl_rank(peer));
@@ -829,7 +832,8 @@ impl<'g> Group<'g> {
     }
 
     fn done<S>(&self, op: &'static str, r: std::result::Result<S, NcclError>) -> Result<()> {
-        r.map(|_| ()).map_err(|e| nccl_error(self.comm.rank, op, &e))
+        r.map(|_| ())
+            .map_err(|e| nccl_error(self.comm.rank, op, &e))
     }
 
     fn stream(&self) -> &'g CudaStream {
@@ -874,7 +878,15 @@ impl<'g> Group<'g> {
         let c = self.comm;
         let root = args::rank_in_world("broadcast", c.rank, c.world, "root", root)?;
         let send_len = sendbuff.as_ref().map(|s| s.len());
-        args::root_buffer("broadcast", c.rank, root, "send", send_len, "recv", recvbuff.len())?;
+        args::root_buffer(
+            "broadcast",
+            c.rank,
+            root,
+            "send",
+            send_len,
+            "recv",
+            recvbuff.len(),
+        )?;
         let r = self
             .nccl()?
             .broadcast(sendbuff.as_ref(), &mut recvbuff, nccl_rank(root));
@@ -956,7 +968,15 @@ impl<'g> Group<'g> {
         let c = self.comm;
         let root = args::rank_in_world("reduce", c.rank, c.world, "root", root)?;
         let recv_len = recvbuff.as_ref().map(|r| r.len());
-        args::root_buffer("reduce", c.rank, root, "recv", recv_len, "send", sendbuff.len())?;
+        args::root_buffer(
+            "reduce",
+            c.rank,
+            root,
+            "recv",
+            recv_len,
+            "send",
+            sendbuff.len(),
+        )?;
         let r = self
             .nccl()?
             .reduce(&sendbuff, recvbuff.as_mut(), reduce_op, nccl_rank(root));
@@ -1028,8 +1048,14 @@ mod tests {
 
     #[test]
     fn roots_and_peers_are_checked_against_the_world() {
-        assert_eq!(args::rank_in_world("reduce", 1, 4, "root", 3i32).unwrap(), 3);
-        assert_eq!(args::rank_in_world("send", 1, 4, "peer", 0usize).unwrap(), 0);
+        assert_eq!(
+            args::rank_in_world("reduce", 1, 4, "root", 3i32).unwrap(),
+            3
+        );
+        assert_eq!(
+            args::rank_in_world("send", 1, 4, "peer", 0usize).unwrap(),
+            0
+        );
         assert_eq!(
             message(args::rank_in_world("reduce", 1, 4, "root", 4i32)),
             "invalid argument: reduce on rank 1: root 4 is outside the world of 4"
@@ -1074,11 +1100,27 @@ mod tests {
         args::root_buffer("reduce", 1, 0, "recv", Some(3), "send", 5).unwrap();
         args::root_buffer("broadcast", 0, 0, "send", Some(5), "recv", 5).unwrap();
         assert_eq!(
-            message(args::root_buffer("broadcast", 2, 2, "send", None, "recv", 5)),
+            message(args::root_buffer(
+                "broadcast",
+                2,
+                2,
+                "send",
+                None,
+                "recv",
+                5
+            )),
             "invalid argument: broadcast on rank 2: the root must pass a send buffer (got None)"
         );
         assert_eq!(
-            message(args::root_buffer("reduce", 0, 0, "recv", Some(4), "send", 5)),
+            message(args::root_buffer(
+                "reduce",
+                0,
+                0,
+                "recv",
+                Some(4),
+                "send",
+                5
+            )),
             "invalid argument: reduce on rank 0 (the root): recv has 4 elements, send 5"
         );
     }

@@ -81,7 +81,11 @@ macro_rules! every_method {
         // Gather and reductions.
         comm.all_gather(&send, &mut gathered)?;
         comm.all_reduce(&send, &mut recv, &op)?;
-        comm.all_reduce(&send.slice(..n / 2), &mut recv.slice_mut(..n / 2), &ReduceOp::Max)?;
+        comm.all_reduce(
+            &send.slice(..n / 2),
+            &mut recv.slice_mut(..n / 2),
+            &ReduceOp::Max,
+        )?;
         comm.all_reduce_in_place(&mut recv, &op)?;
         comm.reduce(&send, Some(&mut recv), &op, root)?;
         comm.reduce(&send, None::<&mut CudaSlice<f32>>, &ReduceOp::Prod, 1)?;
