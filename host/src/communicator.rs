@@ -795,7 +795,11 @@ impl<'g> Group<'g> {
 
     /// Ends the group (`ncclGroupEnd`), enqueuing its calls; the
     /// returned [`Work`] covers them all.
+    /// A group that could not open returns why.
     pub fn end(mut self) -> Result<Work> {
+        if let Some(e) = self.not_open_error() {
+            return Err(e);
+        }
         self.finish()?;
         Ok(self.comm.work())
     }
@@ -821,14 +825,23 @@ impl<'g> Group<'g> {
     /// The NCCL communicator for a grouped call, once the group is known
     /// to be open and the health word clean.
     fn nccl(&self) -> Result<&'g Comm> {
-        if let Some(e) = &self.not_open {
-            return Err(match e {
-                Error::NcclUnavailable(why) => Error::NcclUnavailable(why.clone()),
-                other => Error::InvalidArgument(format!("the group could not open: {other}")),
-            });
+        if let Some(e) = self.not_open_error() {
+            return Err(e);
         }
         self.comm.check_health()?;
         self.comm.nccl_or_err()
+    }
+
+    /// Why the group could not open, as an error of the same kind.
+    fn not_open_error(&self) -> Option<Error> {
+        self.not_open.as_ref().map(|e| match e {
+            Error::NcclUnavailable(why) => Error::NcclUnavailable(why.clone()),
+            Error::Nccl { op, detail } => Error::Nccl {
+                op,
+                detail: detail.clone(),
+            },
+            other => Error::InvalidArgument(format!("the group could not open: {other}")),
+        })
     }
 
     fn done<S>(&self, op: &'static str, r: std::result::Result<S, NcclError>) -> Result<()> {
