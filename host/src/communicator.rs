@@ -300,8 +300,8 @@ impl Communicator {
     /// Broadcasts `buf` from `root` to every rank, in place, like
     /// `cudarc::nccl::Comm::broadcast_in_place`: over symmetric memory when
     /// the group has it, else NCCL. Every rank must call it with the same
-    /// length and root.
-    /// `root` is an `i32` as in cudarc, or a `usize` ([`RankIndex`]).
+    /// length and root. `root` is an `i32` as in cudarc, or a `usize`
+    /// ([`RankIndex`]).
     pub fn broadcast_in_place<T: DeviceRepr + NcclType>(
         &self,
         buf: &mut impl DevicePtrMut<T>,
