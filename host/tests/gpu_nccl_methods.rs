@@ -59,7 +59,8 @@ fn nccl_methods_in_a_world_of_one() -> Result<(), Box<dyn std::error::Error>> {
     let mut buf = stream.clone_htod(&host)?;
     comm.reduce_in_place(&mut buf, &ReduceOp::Prod, 0)?;
     comm.broadcast_in_place(&mut buf, 0usize)?;
-    comm.all_reduce_in_place(&mut buf, &ReduceOp::Sum)?.synchronize()?;
+    comm.all_reduce_in_place(&mut buf, &ReduceOp::Sum)?
+        .synchronize()?;
     assert_eq!(stream.clone_dtoh(&buf)?, host, "in place");
 
     // A group: a send to oneself and its receive, and an all-gather.
@@ -72,7 +73,9 @@ fn nccl_methods_in_a_world_of_one() -> Result<(), Box<dyn std::error::Error>> {
     group.recv(r0, 0)?;
     group.all_gather(s1, r1)?;
     // The communicator's own calls wait for the group's end.
-    let refused = comm.all_reduce_in_place(&mut buf, &ReduceOp::Sum).unwrap_err();
+    let refused = comm
+        .all_reduce_in_place(&mut buf, &ReduceOp::Sum)
+        .unwrap_err();
     assert!(refused.to_string().contains("a group is open"), "{refused}");
     // So does a second group.
     let second = comm.group();
@@ -85,9 +88,15 @@ fn nccl_methods_in_a_world_of_one() -> Result<(), Box<dyn std::error::Error>> {
     // Bad calls are refused before NCCL, naming the rank and lengths.
     let mut short = stream.alloc_zeros::<f32>(n - 1)?;
     let e = comm_err(comm.all_gather(&send, &mut short));
-    assert!(e.contains("all_gather on rank 0: recv has 1000 elements"), "{e}");
+    assert!(
+        e.contains("all_gather on rank 0: recv has 1000 elements"),
+        "{e}"
+    );
     let e = comm_err(comm.reduce_scatter(&send, &mut short, &ReduceOp::Sum));
-    assert!(e.contains("reduce_scatter on rank 0: send has 1001 elements"), "{e}");
+    assert!(
+        e.contains("reduce_scatter on rank 0: send has 1001 elements"),
+        "{e}"
+    );
     let e = comm_err(comm.reduce(&send, None::<&mut CudaSlice<f32>>, &ReduceOp::Sum, 0));
     assert!(e.contains("the root must pass a recv buffer"), "{e}");
     let e = comm_err(comm.broadcast(Some(&send), &mut short, 0));
