@@ -2,14 +2,37 @@
 //! when the rendezvous allowed one and an NCCL communicator when NCCL
 //! loads, and routes each all-reduce to whichever
 //! [`select_all_reduce_algo`] picks, so every size, element type, op and
-//! topology works; broadcasts go where [`select_broadcast_algo`] says. Its
-//! API mirrors `cudarc::nccl::Comm` (`rank`, `world_size`, `all_reduce`,
-//! `all_reduce_in_place`, `broadcast_in_place`), so code written for that
-//! can swap it in.
+//! topology works; broadcasts go where [`select_broadcast_algo`] says.
+//!
+//! Its API is that of `cudarc::nccl::Comm` (NOTE [nccl parity]): every
+//! method of `Comm` exists here with the same arguments, so code written
+//! for it switches by changing the type. Our kernels serve `all_reduce`,
+//! `all_reduce_in_place` and `broadcast_in_place`; the rest goes to NCCL
+//! through the `Comm` the communicator owns.
+//!
+//! NOTE [nccl parity]: the differences from `cudarc::nccl::Comm`, all of
+//! them such that a caller's `comm.method(args)?;` compiles either way
+//! (`host/tests/nccl_parity.rs` proves it at compile time):
+//! - collectives return `Result<Work>` (`Result<()>` inside a [`Group`])
+//!   instead of `Result<NcclStatus, NcclError>`;
+//! - roots and peers are any [`RankIndex`] (`i32` as in cudarc, or
+//!   `usize`), checked against the world before anything is enqueued;
+//! - lengths are checked before NCCL sees them (`all_gather`: recv is
+//!   world x send; `reduce_scatter`: send is world x recv; a root's send
+//!   and recv of equal length), and a root without its buffer is an
+//!   error, not a `debug_assert`;
+//! - [`Communicator::group`] returns our [`Group`], whose end reports a
+//!   failed `ncclGroupEnd` (from [`Group::end`], or from the next call
+//!   once the group was dropped) instead of panicking in `Drop`;
+//! - construction is collective through a store ([`Communicator::new`]),
+//!   not `Comm::from_rank` with an `Id`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
+use cudarc::driver::{
+    CudaContext, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop,
+};
+use cudarc::nccl::result::NcclError;
 use cudarc::nccl::{Comm, NcclType, ReduceOp as NcclOp};
 use intranode_store::{Store, StoreExchange};
 
@@ -40,6 +63,17 @@ pub struct Communicator {
     /// communicator (whose checker serves otherwise): NOTE [call
     /// fingerprints] in `comm/debug.rs`.
     call_checker: Option<CallChecker>,
+    /// Whether a [`Group`] is open, and the failure of a dropped group's
+    /// `ncclGroupEnd`, for the next call.
+    group_state: Mutex<GroupState>,
+}
+
+/// See [`Communicator::group`].
+#[derive(Debug, Default)]
+struct GroupState {
+    open: bool,
+    /// A dropped group's `ncclGroupEnd` failure, reported once.
+    end_error: Option<String>,
 }
 
 /// Count of communicators without an intra-node path that check calls:
@@ -107,15 +141,30 @@ impl Communicator {
             forced: forced_algo(),
             forced_broadcast: forced_broadcast_algo(),
             call_checker,
+            group_state: Mutex::new(GroupState::default()),
         })
     }
 
+    /// This process's rank in the group, like `cudarc::nccl::Comm::rank`.
     pub fn rank(&self) -> usize {
         self.rank
     }
 
+    /// The number of ranks, like `cudarc::nccl::Comm::world_size`.
     pub fn world_size(&self) -> usize {
         self.world
+    }
+
+    /// The context of the communicator's stream, like
+    /// `cudarc::nccl::Comm::context`.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        self.stream.context()
+    }
+
+    /// The device ordinal of the communicator's stream, like
+    /// `cudarc::nccl::Comm::ordinal`.
+    pub fn ordinal(&self) -> usize {
+        self.stream.context().ordinal()
     }
 
     /// The stream every call is enqueued on.
@@ -191,18 +240,15 @@ impl Communicator {
         buf: &mut impl DevicePtrMut<T>,
         op: &NcclOp,
     ) -> Result<Work> {
+        self.check_group("all_reduce_in_place")?;
         let algo = self.algo_for::<T>(buf.len(), op);
         match (algo, &self.intra, to_intra_op(op)) {
             (AllReduceAlgo::Nccl, _, _) | (_, None, _) | (_, _, None) => {
                 let comm = self.nccl_or_err()?;
                 self.check_health()?;
                 self.check_nccl_call::<T>(buf.len(), op)?;
-                comm.all_reduce_in_place(buf, op)
-                    .map(|_| self.work())
-                    .map_err(|e| Error::Nccl {
-                        op: "ncclAllReduce",
-                        detail: format!("rank {}: {e:?}", self.rank),
-                    })
+                let r = comm.all_reduce_in_place(buf, op);
+                self.nccl_done("ncclAllReduce", r)
             }
             (algo, Some(intra), Some(iop)) => {
                 intra.all_reduce_in_place(buf, iop, algo, &self.stream)
@@ -218,25 +264,15 @@ impl Communicator {
         op: &NcclOp,
         algo: AllReduceAlgo,
     ) -> Result<Work> {
-        if send.len() != recv.len() {
-            return Err(Error::InvalidArgument(format!(
-                "all_reduce on rank {}: send has {} elements, recv {}",
-                self.rank,
-                send.len(),
-                recv.len()
-            )));
-        }
+        args::same_len("all_reduce", self.rank, send.len(), recv.len())?;
+        self.check_group("all_reduce")?;
         match (algo, &self.intra, to_intra_op(op)) {
             (AllReduceAlgo::Nccl, _, _) => {
                 let comm = self.nccl_or_err()?;
                 self.check_health()?;
                 self.check_nccl_call::<T>(send.len(), op)?;
-                comm.all_reduce(send, recv, op)
-                    .map(|_| self.work())
-                    .map_err(|e| Error::Nccl {
-                        op: "ncclAllReduce",
-                        detail: format!("rank {}: {e:?}", self.rank),
-                    })
+                let r = comm.all_reduce(send, recv, op);
+                self.nccl_done("ncclAllReduce", r)
             }
             (_, None, _) => Err(Error::InvalidArgument(format!(
                 "all_reduce on rank {}: {} needs the intra-node path, which is unavailable: {}",
@@ -264,12 +300,14 @@ impl Communicator {
     /// Broadcasts `buf` from `root` to every rank, in place, like
     /// `cudarc::nccl::Comm::broadcast_in_place`: over symmetric memory when
     /// the group has it, else NCCL. Every rank must call it with the same
-    /// length and root.
+    /// length and root. `root` is an `i32` as in cudarc, or a `usize`
+    /// ([`RankIndex`]).
     pub fn broadcast_in_place<T: DeviceRepr + NcclType>(
         &self,
         buf: &mut impl DevicePtrMut<T>,
-        root: usize,
+        root: impl RankIndex,
     ) -> Result<Work> {
+        let root = args::rank_in_world("broadcast", self.rank, self.world, "root", root)?;
         self.broadcast_in_place_with(buf, root, self.broadcast_algo())
     }
 
@@ -281,23 +319,14 @@ impl Communicator {
         root: usize,
         algo: BroadcastAlgo,
     ) -> Result<Work> {
-        if root >= self.world {
-            return Err(Error::InvalidArgument(format!(
-                "broadcast on rank {}: root {root} is outside the world of {}",
-                self.rank, self.world
-            )));
-        }
+        let root = args::rank_in_world("broadcast", self.rank, self.world, "root", root)?;
+        self.check_group("broadcast_in_place")?;
         match (algo, &self.intra) {
             (BroadcastAlgo::Nccl, _) => {
                 let comm = self.nccl_or_err()?;
                 self.check_health()?;
-                // `root < world`, and a world fits in i32 (NCCL took it).
-                comm.broadcast_in_place(buf, root as i32)
-                    .map(|_| self.work())
-                    .map_err(|e| Error::Nccl {
-                        op: "ncclBroadcast",
-                        detail: format!("rank {}: {e:?}", self.rank),
-                    })
+                let r = comm.broadcast_in_place(buf, nccl_rank(root));
+                self.nccl_done("ncclBroadcast", r)
             }
             (BroadcastAlgo::SymmMem, None) => Err(Error::InvalidArgument(format!(
                 "broadcast on rank {}: symm-mem needs the intra-node path, which is unavailable: {}",
@@ -306,6 +335,196 @@ impl Communicator {
             ))),
             (BroadcastAlgo::SymmMem, Some(intra)) => intra.broadcast(buf, root, &self.stream),
         }
+    }
+
+    /// Sends `data` to `peer`, like `cudarc::nccl::Comm::send` (NCCL's
+    /// `ncclSend`; `peer` must post the matching [`Communicator::recv`]).
+    pub fn send<S: DevicePtr<T>, T: NcclType>(
+        &self,
+        data: &S,
+        peer: impl RankIndex,
+    ) -> Result<Work> {
+        let peer = args::rank_in_world("send", self.rank, self.world, "peer", peer)?;
+        let comm = self.nccl_for("send")?;
+        let r = comm.send(data, nccl_rank(peer));
+        self.nccl_done("ncclSend", r)
+    }
+
+    /// Receives `buff.len()` elements from `peer` into `buff`, like
+    /// `cudarc::nccl::Comm::recv` (NCCL's `ncclRecv`).
+    pub fn recv<R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        buff: &mut R,
+        peer: impl RankIndex,
+    ) -> Result<Work> {
+        let peer = args::rank_in_world("recv", self.rank, self.world, "peer", peer)?;
+        let comm = self.nccl_for("recv")?;
+        let r = comm.recv(buff, nccl_rank(peer));
+        self.nccl_done("ncclRecv", r)
+    }
+
+    /// Broadcasts `sendbuff` of `root` into every rank's `recvbuff`, like
+    /// `cudarc::nccl::Comm::broadcast` (NCCL). `sendbuff` is read only on
+    /// `root`, which must pass one of `recvbuff`'s length; other ranks may
+    /// pass `None`.
+    pub fn broadcast<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: Option<&S>,
+        recvbuff: &mut R,
+        root: impl RankIndex,
+    ) -> Result<Work> {
+        let root = args::rank_in_world("broadcast", self.rank, self.world, "root", root)?;
+        args::root_buffer(
+            "broadcast",
+            self.rank,
+            root,
+            "send",
+            sendbuff.map(|s| s.len()),
+            "recv",
+            recvbuff.len(),
+        )?;
+        let comm = self.nccl_for("broadcast")?;
+        let r = comm.broadcast(sendbuff, recvbuff, nccl_rank(root));
+        self.nccl_done("ncclBroadcast", r)
+    }
+
+    /// Gathers every rank's `sendbuff` into `recvbuff`, rank by rank, like
+    /// `cudarc::nccl::Comm::all_gather` (NCCL): `recvbuff` holds world
+    /// size x `sendbuff.len()` elements.
+    pub fn all_gather<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: &S,
+        recvbuff: &mut R,
+    ) -> Result<Work> {
+        args::all_gather(self.rank, self.world, sendbuff.len(), recvbuff.len())?;
+        let comm = self.nccl_for("all_gather")?;
+        let r = comm.all_gather(sendbuff, recvbuff);
+        self.nccl_done("ncclAllGather", r)
+    }
+
+    /// Reduces every rank's `sendbuff` into `root`'s `recvbuff`, like
+    /// `cudarc::nccl::Comm::reduce` (NCCL). `root` must pass a `recvbuff`
+    /// of `sendbuff`'s length; other ranks may pass `None`.
+    pub fn reduce<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: &S,
+        recvbuff: Option<&mut R>,
+        reduce_op: &NcclOp,
+        root: impl RankIndex,
+    ) -> Result<Work> {
+        let root = args::rank_in_world("reduce", self.rank, self.world, "root", root)?;
+        args::root_buffer(
+            "reduce",
+            self.rank,
+            root,
+            "recv",
+            recvbuff.as_ref().map(|r| r.len()),
+            "send",
+            sendbuff.len(),
+        )?;
+        let comm = self.nccl_for("reduce")?;
+        let r = comm.reduce(sendbuff, recvbuff, reduce_op, nccl_rank(root));
+        self.nccl_done("ncclReduce", r)
+    }
+
+    /// In-place reduce into `root`'s `recvbuff`, like
+    /// `cudarc::nccl::Comm::reduce_in_place` (NCCL).
+    pub fn reduce_in_place<R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        recvbuff: &mut R,
+        reduce_op: &NcclOp,
+        root: impl RankIndex,
+    ) -> Result<Work> {
+        let root = args::rank_in_world("reduce", self.rank, self.world, "root", root)?;
+        let comm = self.nccl_for("reduce_in_place")?;
+        let r = comm.reduce_in_place(recvbuff, reduce_op, nccl_rank(root));
+        self.nccl_done("ncclReduce", r)
+    }
+
+    /// Reduces every rank's `sendbuff` and leaves block `rank` of the
+    /// result in `recvbuff`, like `cudarc::nccl::Comm::reduce_scatter`
+    /// (NCCL): `sendbuff` holds world size x `recvbuff.len()` elements.
+    pub fn reduce_scatter<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: &S,
+        recvbuff: &mut R,
+        reduce_op: &NcclOp,
+    ) -> Result<Work> {
+        args::reduce_scatter(self.rank, self.world, sendbuff.len(), recvbuff.len())?;
+        let comm = self.nccl_for("reduce_scatter")?;
+        let r = comm.reduce_scatter(sendbuff, recvbuff, reduce_op);
+        self.nccl_done("ncclReduceScatter", r)
+    }
+
+    /// Opens an NCCL group, like `cudarc::nccl::Comm::group`: the
+    /// [`Group`]'s calls are enqueued together when it ends ([`Group::end`],
+    /// or its drop). Every call in a group goes to NCCL (grouping is
+    /// NCCL's); while it is open, the communicator's own methods refuse
+    /// to run (ours would overtake the grouped calls on the stream).
+    /// Where NCCL is unavailable the group's calls return
+    /// [`Error::NcclUnavailable`].
+    pub fn group(&self) -> Group<'_> {
+        let mut state = self.lock_group();
+        let start = if state.open {
+            Err(Error::InvalidArgument(format!(
+                "group on rank {}: a group of this communicator is already open",
+                self.rank
+            )))
+        } else {
+            match self.nccl_or_err() {
+                Err(e) => Err(e),
+                Ok(_) => match cudarc::nccl::group_start() {
+                    Ok(_) => {
+                        state.open = true;
+                        Ok(())
+                    }
+                    Err(e) => Err(nccl_error(self.rank, "ncclGroupStart", &e)),
+                },
+            }
+        };
+        Group {
+            comm: self,
+            not_open: start.err(),
+            syncs: Vec::new(),
+        }
+    }
+
+    /// The NCCL communicator for a call of `what`, after the checks every
+    /// NCCL call makes: no group open, no pending group failure, the
+    /// health word clean.
+    fn nccl_for(&self, what: &str) -> Result<&Comm> {
+        self.check_group(what)?;
+        let comm = self.nccl_or_err()?;
+        self.check_health()?;
+        Ok(comm)
+    }
+
+    /// A [`Work`] for an NCCL call that succeeded, or the error naming it.
+    fn nccl_done<S>(&self, op: &'static str, r: std::result::Result<S, NcclError>) -> Result<Work> {
+        r.map(|_| self.work())
+            .map_err(|e| nccl_error(self.rank, op, &e))
+    }
+
+    /// Refuses a communicator call while a [`Group`] is open, and reports
+    /// (once) a dropped group's failed `ncclGroupEnd`.
+    fn check_group(&self, what: &str) -> Result<()> {
+        let state = self.lock_group();
+        if state.open {
+            return Err(Error::InvalidArgument(format!(
+                "{what} on rank {}: a group is open; call the group's methods, or end it first",
+                self.rank
+            )));
+        }
+        drop(state);
+        self.take_group_end_error()
+    }
+
+    fn lock_group(&self) -> std::sync::MutexGuard<'_, GroupState> {
+        // The state is two plain fields, consistent at every point a
+        // panic could leave it.
+        self.group_state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Under `INTRANODE_DEBUG=detail`, the fingerprint check of a call
@@ -337,16 +556,32 @@ impl Communicator {
     /// collective, where it waited and the bound). Once that happened the
     /// communicator stays unusable: every later call returns the same
     /// error; build a new one.
+    ///
+    /// A dropped [`Group`]'s failed `ncclGroupEnd` is reported here too
+    /// (once), as by the next call.
     pub fn synchronize(&self) -> Result<()> {
-        self.work().synchronize()
+        self.work().synchronize()?;
+        self.take_group_end_error()
     }
 
     /// Reports a GPU wait on a peer that ran out, without waiting for the
     /// stream: call it once the work you care about is known to be done
     /// (after a CUDA graph's replay, once the graph's stream or an event
     /// after it has synchronised). Work still queued may time out later.
+    /// Also reports (once) a dropped [`Group`]'s failed `ncclGroupEnd`.
     pub fn check(&self) -> Result<()> {
+        self.take_group_end_error()?;
         self.check_health()
+    }
+
+    fn take_group_end_error(&self) -> Result<()> {
+        match self.lock_group().end_error.take() {
+            Some(detail) => Err(Error::Nccl {
+                op: "ncclGroupEnd",
+                detail,
+            }),
+            None => Ok(()),
+        }
     }
 
     fn check_health(&self) -> Result<()> {
@@ -395,5 +630,520 @@ fn to_intra_op(op: &NcclOp) -> Option<ReduceOp> {
         NcclOp::Min => Some(ReduceOp::Min),
         NcclOp::Max => Some(ReduceOp::Max),
         NcclOp::Prod => None,
+    }
+}
+
+/// A root or peer as NCCL takes it (`i32`, what `cudarc::nccl::Comm`'s
+/// methods take) or as the rest of this crate does (`usize`). An unsuffixed
+/// literal (`comm.reduce_in_place(&mut buf, &op, 0)`) is an `i32`.
+pub trait RankIndex: Copy + std::fmt::Display + sealed::Sealed {
+    /// The rank as an index, `None` when negative.
+    fn index(self) -> Option<usize>;
+}
+
+impl RankIndex for i32 {
+    fn index(self) -> Option<usize> {
+        usize::try_from(self).ok()
+    }
+}
+
+impl RankIndex for usize {
+    fn index(self) -> Option<usize> {
+        Some(self)
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for i32 {}
+    impl Sealed for usize {}
+}
+
+/// A rank already checked against the world, as NCCL takes it.
+fn nccl_rank(rank: usize) -> i32 {
+    // Checked below the world size, which NCCL took as an i32.
+    i32::try_from(rank).unwrap_or(i32::MAX)
+}
+
+/// The crate's error for a failed NCCL call (`NcclError`'s own `Debug`
+/// says only "NcclError": the code is in its field).
+fn nccl_error(rank: usize, op: &'static str, e: &NcclError) -> Error {
+    Error::Nccl {
+        op,
+        detail: format!("rank {rank}: {:?}", e.0),
+    }
+}
+
+/// The argument checks of the collectives, made before anything is
+/// enqueued, so a bad call never reaches NCCL or a kernel. Pure: tested
+/// without a GPU. Every message names the call, the rank and the lengths.
+mod args {
+    use super::RankIndex;
+    use crate::error::{Error, Result};
+
+    /// `value` (a root or peer, named `what`) as an index below `world`.
+    pub(super) fn rank_in_world(
+        op: &str,
+        rank: usize,
+        world: usize,
+        what: &str,
+        value: impl RankIndex,
+    ) -> Result<usize> {
+        match value.index() {
+            Some(i) if i < world => Ok(i),
+            _ => Err(Error::InvalidArgument(format!(
+                "{op} on rank {rank}: {what} {value} is outside the world of {world}"
+            ))),
+        }
+    }
+
+    /// Send and receive buffers of one length (all-reduce).
+    pub(super) fn same_len(op: &str, rank: usize, send: usize, recv: usize) -> Result<()> {
+        if send == recv {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "{op} on rank {rank}: send has {send} elements, recv {recv}"
+        )))
+    }
+
+    /// The buffer only the root uses (`name`: broadcast's send, reduce's
+    /// recv): on the root it must be there, with `other_len` elements
+    /// (the length of the buffer every rank passes, `other`); elsewhere it
+    /// is ignored, as NCCL ignores it.
+    pub(super) fn root_buffer(
+        op: &str,
+        rank: usize,
+        root: usize,
+        name: &str,
+        len: Option<usize>,
+        other: &str,
+        other_len: usize,
+    ) -> Result<()> {
+        if rank != root {
+            return Ok(());
+        }
+        match len {
+            None => Err(Error::InvalidArgument(format!(
+                "{op} on rank {rank}: the root must pass a {name} buffer (got None)"
+            ))),
+            Some(n) if n != other_len => Err(Error::InvalidArgument(format!(
+                "{op} on rank {rank} (the root): {name} has {n} elements, {other} {other_len}"
+            ))),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// All-gather: `recv` holds `world` x `send` elements.
+    pub(super) fn all_gather(rank: usize, world: usize, send: usize, recv: usize) -> Result<()> {
+        if world.checked_mul(send) == Some(recv) {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "all_gather on rank {rank}: recv has {recv} elements, but must hold world size {world} x send {send} = {}",
+            times(world, send)
+        )))
+    }
+
+    /// Reduce-scatter: `send` holds `world` x `recv` elements.
+    pub(super) fn reduce_scatter(
+        rank: usize,
+        world: usize,
+        send: usize,
+        recv: usize,
+    ) -> Result<()> {
+        if world.checked_mul(recv) == Some(send) {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "reduce_scatter on rank {rank}: send has {send} elements, but must hold world size {world} x recv {recv} = {}",
+            times(world, recv)
+        )))
+    }
+
+    fn times(a: usize, b: usize) -> String {
+        a.checked_mul(b)
+            .map_or_else(|| "more than usize::MAX".to_string(), |n| n.to_string())
+    }
+}
+
+/// An NCCL group on a [`Communicator`] (from [`Communicator::group`]),
+/// like `cudarc::nccl::Group`: the same methods with the same arguments
+/// (views that outlive the group, made before it opens), enqueued
+/// together when the group ends. Like cudarc's, it keeps each view's
+/// event-tracking record until after `ncclGroupEnd`, so another stream
+/// that later uses a buffer waits for the grouped call itself.
+///
+/// Unlike cudarc's, ending never panics: [`Group::end`] returns a failed
+/// `ncclGroupEnd`; a group that is just dropped leaves the failure for
+/// the communicator's next call (or [`Communicator::check`]). A call on a
+/// group that could not open (NCCL unavailable, a group already open)
+/// returns why.
+#[derive(Debug)]
+pub struct Group<'g> {
+    comm: &'g Communicator,
+    /// Why this group could not open (then it enqueues nothing).
+    not_open: Option<Error>,
+    syncs: Vec<SyncOnDrop<'g>>,
+}
+
+impl<'g> Group<'g> {
+    /// The communicator the group belongs to.
+    pub fn comm(&self) -> &'g Communicator {
+        self.comm
+    }
+
+    /// Ends the group (`ncclGroupEnd`), enqueuing its calls; the
+    /// returned [`Work`] covers them all.
+    /// A group that could not open returns why.
+    pub fn end(mut self) -> Result<Work> {
+        if let Some(e) = self.not_open_error() {
+            return Err(e);
+        }
+        self.finish()?;
+        Ok(self.comm.work())
+    }
+
+    /// `ncclGroupEnd` once, then the tracking records (after the grouped
+    /// calls are enqueued).
+    fn finish(&mut self) -> Result<()> {
+        if self.not_open.is_some() {
+            return Ok(());
+        }
+        let mut state = self.comm.lock_group();
+        if !state.open {
+            return Ok(());
+        }
+        state.open = false;
+        drop(state);
+        let end = cudarc::nccl::group_end();
+        self.syncs.clear();
+        end.map(|_| ())
+            .map_err(|e| nccl_error(self.comm.rank, "ncclGroupEnd", &e))
+    }
+
+    /// The NCCL communicator for a grouped call, once the group is known
+    /// to be open and the health word clean.
+    fn nccl(&self) -> Result<&'g Comm> {
+        if let Some(e) = self.not_open_error() {
+            return Err(e);
+        }
+        self.comm.check_health()?;
+        self.comm.nccl_or_err()
+    }
+
+    /// Why the group could not open, as an error of the same kind.
+    fn not_open_error(&self) -> Option<Error> {
+        self.not_open.as_ref().map(|e| match e {
+            Error::NcclUnavailable(why) => Error::NcclUnavailable(why.clone()),
+            Error::Nccl { op, detail } => Error::Nccl {
+                op,
+                detail: detail.clone(),
+            },
+            other => Error::InvalidArgument(format!("the group could not open: {other}")),
+        })
+    }
+
+    fn done<S>(&self, op: &'static str, r: std::result::Result<S, NcclError>) -> Result<()> {
+        r.map(|_| ())
+            .map_err(|e| nccl_error(self.comm.rank, op, &e))
+    }
+
+    fn stream(&self) -> &'g CudaStream {
+        &self.comm.stream
+    }
+
+    /// Grouped [`Communicator::send`].
+    pub fn send<'s: 'g, T: NcclType>(
+        &mut self,
+        data: CudaView<'s, T>,
+        peer: impl RankIndex,
+    ) -> Result<()> {
+        let c = self.comm;
+        let peer = args::rank_in_world("send", c.rank, c.world, "peer", peer)?;
+        let r = self.nccl()?.send(&data, nccl_rank(peer));
+        self.done("ncclSend", r)?;
+        self.syncs.push(data.view_ptr(self.stream()).1);
+        Ok(())
+    }
+
+    /// Grouped [`Communicator::recv`].
+    pub fn recv<'r: 'g, T: NcclType>(
+        &mut self,
+        mut buff: CudaViewMut<'r, T>,
+        peer: impl RankIndex,
+    ) -> Result<()> {
+        let c = self.comm;
+        let peer = args::rank_in_world("recv", c.rank, c.world, "peer", peer)?;
+        let r = self.nccl()?.recv(&mut buff, nccl_rank(peer));
+        self.done("ncclRecv", r)?;
+        self.syncs.push(buff.view_ptr_mut(self.stream()).1);
+        Ok(())
+    }
+
+    /// Grouped [`Communicator::broadcast`].
+    pub fn broadcast<'s: 'g, 'r: 'g, T: NcclType>(
+        &mut self,
+        sendbuff: Option<CudaView<'s, T>>,
+        mut recvbuff: CudaViewMut<'r, T>,
+        root: impl RankIndex,
+    ) -> Result<()> {
+        let c = self.comm;
+        let root = args::rank_in_world("broadcast", c.rank, c.world, "root", root)?;
+        let send_len = sendbuff.as_ref().map(|s| s.len());
+        args::root_buffer(
+            "broadcast",
+            c.rank,
+            root,
+            "send",
+            send_len,
+            "recv",
+            recvbuff.len(),
+        )?;
+        let r = self
+            .nccl()?
+            .broadcast(sendbuff.as_ref(), &mut recvbuff, nccl_rank(root));
+        self.done("ncclBroadcast", r)?;
+        if let Some(s) = sendbuff {
+            self.syncs.push(s.view_ptr(self.stream()).1);
+        }
+        self.syncs.push(recvbuff.view_ptr_mut(self.stream()).1);
+        Ok(())
+    }
+
+    /// Grouped [`Communicator::broadcast_in_place`] (NCCL).
+    pub fn broadcast_in_place<'r: 'g, T: NcclType>(
+        &mut self,
+        mut recvbuff: CudaViewMut<'r, T>,
+        root: impl RankIndex,
+    ) -> Result<()> {
+        let c = self.comm;
+        let root = args::rank_in_world("broadcast", c.rank, c.world, "root", root)?;
+        let r = self
+            .nccl()?
+            .broadcast_in_place(&mut recvbuff, nccl_rank(root));
+        self.done("ncclBroadcast", r)?;
+        self.syncs.push(recvbuff.view_ptr_mut(self.stream()).1);
+        Ok(())
+    }
+
+    /// Grouped [`Communicator::all_gather`].
+    pub fn all_gather<'s: 'g, 'r: 'g, T: NcclType>(
+        &mut self,
+        sendbuff: CudaView<'s, T>,
+        mut recvbuff: CudaViewMut<'r, T>,
+    ) -> Result<()> {
+        let c = self.comm;
+        args::all_gather(c.rank, c.world, sendbuff.len(), recvbuff.len())?;
+        let r = self.nccl()?.all_gather(&sendbuff, &mut recvbuff);
+        self.done("ncclAllGather", r)?;
+        self.syncs.push(sendbuff.view_ptr(self.stream()).1);
+        self.syncs.push(recvbuff.view_ptr_mut(self.stream()).1);
+        Ok(())
+    }
+
+    /// Grouped [`Communicator::all_reduce`] (NCCL).
+    pub fn all_reduce<'s: 'g, 'r: 'g, T: NcclType>(
+        &mut self,
+        sendbuff: CudaView<'s, T>,
+        mut recvbuff: CudaViewMut<'r, T>,
+        reduce_op: &NcclOp,
+    ) -> Result<()> {
+        let c = self.comm;
+        args::same_len("all_reduce", c.rank, sendbuff.len(), recvbuff.len())?;
+        let r = self.nccl()?.all_reduce(&sendbuff, &mut recvbuff, reduce_op);
+        self.done("ncclAllReduce", r)?;
+        self.syncs.push(sendbuff.view_ptr(self.stream()).1);
+        self.syncs.push(recvbuff.view_ptr_mut(self.stream()).1);
+        Ok(())
+    }
+
+    /// Grouped [`Communicator::all_reduce_in_place`] (NCCL).
+    pub fn all_reduce_in_place<'r: 'g, T: NcclType>(
+        &mut self,
+        mut buff: CudaViewMut<'r, T>,
+        reduce_op: &NcclOp,
+    ) -> Result<()> {
+        let r = self.nccl()?.all_reduce_in_place(&mut buff, reduce_op);
+        self.done("ncclAllReduce", r)?;
+        self.syncs.push(buff.view_ptr_mut(self.stream()).1);
+        Ok(())
+    }
+
+    /// Grouped [`Communicator::reduce`].
+    pub fn reduce<'s: 'g, 'r: 'g, T: NcclType>(
+        &mut self,
+        sendbuff: CudaView<'s, T>,
+        mut recvbuff: Option<CudaViewMut<'r, T>>,
+        reduce_op: &NcclOp,
+        root: impl RankIndex,
+    ) -> Result<()> {
+        let c = self.comm;
+        let root = args::rank_in_world("reduce", c.rank, c.world, "root", root)?;
+        let recv_len = recvbuff.as_ref().map(|r| r.len());
+        args::root_buffer(
+            "reduce",
+            c.rank,
+            root,
+            "recv",
+            recv_len,
+            "send",
+            sendbuff.len(),
+        )?;
+        let r = self
+            .nccl()?
+            .reduce(&sendbuff, recvbuff.as_mut(), reduce_op, nccl_rank(root));
+        self.done("ncclReduce", r)?;
+        self.syncs.push(sendbuff.view_ptr(self.stream()).1);
+        if let Some(r) = recvbuff {
+            self.syncs.push(r.view_ptr_mut(self.stream()).1);
+        }
+        Ok(())
+    }
+
+    /// Grouped [`Communicator::reduce_in_place`].
+    pub fn reduce_in_place<'r: 'g, T: NcclType>(
+        &mut self,
+        mut recvbuff: CudaViewMut<'r, T>,
+        reduce_op: &NcclOp,
+        root: impl RankIndex,
+    ) -> Result<()> {
+        let c = self.comm;
+        let root = args::rank_in_world("reduce", c.rank, c.world, "root", root)?;
+        let r = self
+            .nccl()?
+            .reduce_in_place(&mut recvbuff, reduce_op, nccl_rank(root));
+        self.done("ncclReduce", r)?;
+        self.syncs.push(recvbuff.view_ptr_mut(self.stream()).1);
+        Ok(())
+    }
+
+    /// Grouped [`Communicator::reduce_scatter`].
+    pub fn reduce_scatter<'s: 'g, 'r: 'g, T: NcclType>(
+        &mut self,
+        sendbuff: CudaView<'s, T>,
+        mut recvbuff: CudaViewMut<'r, T>,
+        reduce_op: &NcclOp,
+    ) -> Result<()> {
+        let c = self.comm;
+        args::reduce_scatter(c.rank, c.world, sendbuff.len(), recvbuff.len())?;
+        let r = self
+            .nccl()?
+            .reduce_scatter(&sendbuff, &mut recvbuff, reduce_op);
+        self.done("ncclReduceScatter", r)?;
+        self.syncs.push(sendbuff.view_ptr(self.stream()).1);
+        self.syncs.push(recvbuff.view_ptr_mut(self.stream()).1);
+        Ok(())
+    }
+}
+
+impl Drop for Group<'_> {
+    /// Ends the group; a failure waits for the communicator's next call
+    /// (`Drop` never panics).
+    fn drop(&mut self) {
+        if let Err(e) = self.finish() {
+            let detail = match e {
+                Error::Nccl { detail, .. } => detail,
+                other => other.to_string(),
+            };
+            self.comm.lock_group().end_error = Some(detail);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{RankIndex, args};
+
+    fn message(r: crate::Result<impl std::fmt::Debug>) -> String {
+        r.expect_err("should be refused").to_string()
+    }
+
+    #[test]
+    fn roots_and_peers_are_checked_against_the_world() {
+        assert_eq!(
+            args::rank_in_world("reduce", 1, 4, "root", 3i32).unwrap(),
+            3
+        );
+        assert_eq!(
+            args::rank_in_world("send", 1, 4, "peer", 0usize).unwrap(),
+            0
+        );
+        assert_eq!(
+            message(args::rank_in_world("reduce", 1, 4, "root", 4i32)),
+            "invalid argument: reduce on rank 1: root 4 is outside the world of 4"
+        );
+        assert_eq!(
+            message(args::rank_in_world("send", 2, 4, "peer", -1i32)),
+            "invalid argument: send on rank 2: peer -1 is outside the world of 4"
+        );
+        assert!(args::rank_in_world("recv", 0, 2, "peer", usize::MAX).is_err());
+        assert_eq!((-1i32).index(), None);
+        assert_eq!(i32::MAX.index(), Some(i32::MAX as usize));
+    }
+
+    #[test]
+    fn all_gather_recv_is_world_times_send() {
+        args::all_gather(0, 4, 3, 12).unwrap();
+        args::all_gather(0, 4, 0, 0).unwrap();
+        assert_eq!(
+            message(args::all_gather(1, 4, 3, 10)),
+            "invalid argument: all_gather on rank 1: recv has 10 elements, but must hold world size 4 x send 3 = 12"
+        );
+        // The recv of the send's length (an all-reduce's shape) is refused.
+        assert!(args::all_gather(0, 2, 8, 8).is_err());
+        let huge = message(args::all_gather(0, 8, usize::MAX / 2, 0));
+        assert!(huge.contains("more than usize::MAX"), "{huge}");
+    }
+
+    #[test]
+    fn reduce_scatter_send_is_world_times_recv() {
+        args::reduce_scatter(3, 4, 12, 3).unwrap();
+        assert_eq!(
+            message(args::reduce_scatter(3, 4, 12, 4)),
+            "invalid argument: reduce_scatter on rank 3: send has 12 elements, but must hold world size 4 x recv 4 = 16"
+        );
+        assert!(args::reduce_scatter(0, 2, 7, 3).is_err());
+    }
+
+    #[test]
+    fn only_the_root_needs_its_buffer() {
+        // Not the root: whatever it passes is ignored, as NCCL ignores it.
+        args::root_buffer("reduce", 1, 0, "recv", None, "send", 5).unwrap();
+        args::root_buffer("reduce", 1, 0, "recv", Some(3), "send", 5).unwrap();
+        args::root_buffer("broadcast", 0, 0, "send", Some(5), "recv", 5).unwrap();
+        assert_eq!(
+            message(args::root_buffer(
+                "broadcast",
+                2,
+                2,
+                "send",
+                None,
+                "recv",
+                5
+            )),
+            "invalid argument: broadcast on rank 2: the root must pass a send buffer (got None)"
+        );
+        assert_eq!(
+            message(args::root_buffer(
+                "reduce",
+                0,
+                0,
+                "recv",
+                Some(4),
+                "send",
+                5
+            )),
+            "invalid argument: reduce on rank 0 (the root): recv has 4 elements, send 5"
+        );
+    }
+
+    #[test]
+    fn all_reduce_lengths_match() {
+        args::same_len("all_reduce", 0, 7, 7).unwrap();
+        assert_eq!(
+            message(args::same_len("all_reduce", 1, 10000, 9999)),
+            "invalid argument: all_reduce on rank 1: send has 10000 elements, recv 9999"
+        );
     }
 }

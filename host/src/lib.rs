@@ -81,6 +81,6 @@ pub mod work;
 pub use algo::AllReduceAlgo;
 pub use comm::IntraNodeComm;
 pub use comm::all_reduce::ReduceOp;
-pub use communicator::Communicator;
+pub use communicator::{Communicator, Group, RankIndex};
 pub use error::{Error, Result};
 pub use work::Work;
