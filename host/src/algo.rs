@@ -133,6 +133,25 @@ pub const fn lamport_max_message_bytes(world: usize) -> usize {
     kernels_gpu::layout::lamport_slot_bytes(world)
 }
 
+/// The largest shard (one rank's part) our reduce-scatter and all-gather
+/// take on `world` ranks: one slot of the Lamport buffers
+/// (`comm::scatter_gather`).
+pub const fn scatter_gather_max_shard_bytes(world: usize) -> usize {
+    kernels_gpu::layout::lamport_slot_bytes(world)
+}
+
+/// Whether a reduce-scatter or all-gather whose whole buffer (every
+/// shard) is `total_bytes` runs on our kernels (else NCCL). Ours are the
+/// two hops of the Lamport two-shot, so they take what it takes: up to its
+/// crossover with NCCL for all-reduces of the same size (not measured for
+/// these collectives apart: issue 21 asks for that on 2 and 4 GPUs), and
+/// never past a slot per shard.
+pub fn scatter_gather_uses_ours(total_bytes: usize, world: usize, crossovers: &Crossovers) -> bool {
+    (2..=MAX_DEVICES).contains(&world)
+        && total_bytes / world <= scatter_gather_max_shard_bytes(world)
+        && total_bytes <= crossovers.lamport_two_shot_max_bytes[world]
+}
+
 /// The largest message the Lamport two-shot takes on `world` ranks;
 /// larger ones run as two-shot.
 pub const fn lamport_two_shot_max_message_bytes(world: usize) -> usize {
@@ -250,6 +269,25 @@ pub fn select_all_reduce_algo(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn scatter_gather_takes_what_fits_and_pays() {
+        let x = Crossovers::default();
+        assert!(scatter_gather_uses_ours(4096, 2, &x));
+        assert!(scatter_gather_uses_ours(16 << 20, 2, &x));
+        assert!(!scatter_gather_uses_ours((16 << 20) + 2, 2, &x));
+        // Never past a slot per shard, whatever a tuning file says.
+        let mut big = Crossovers::default();
+        big.lamport_two_shot_max_bytes[2] = 1 << 40;
+        assert!(!scatter_gather_uses_ours(
+            2 * scatter_gather_max_shard_bytes(2) + 2,
+            2,
+            &big
+        ));
+        assert!(!scatter_gather_uses_ours(4096, 1, &x));
+        assert!(!scatter_gather_uses_ours(4096, MAX_DEVICES + 1, &x));
+    }
+
     use super::*;
 
     const MIB: usize = 1 << 20;

@@ -36,13 +36,17 @@ use cudarc::nccl::result::NcclError;
 use cudarc::nccl::{Comm, NcclType, ReduceOp as NcclOp};
 use intranode_store::{Store, StoreExchange};
 
-use crate::algo::{AllReduceAlgo, Crossovers, forced_algo, select_all_reduce_algo};
+use crate::algo::{
+    AllReduceAlgo, Crossovers, forced_algo, scatter_gather_max_shard_bytes,
+    scatter_gather_uses_ours, select_all_reduce_algo,
+};
 use crate::comm::all_reduce::ReduceOp;
 use crate::comm::broadcast::{BroadcastAlgo, forced_broadcast_algo, select_broadcast_algo};
 use crate::comm::debug::{self, CallChecker, DebugLevel};
+use crate::comm::scatter_gather::ScatterGather;
 use crate::comm::{IntraNodeComm, RendezvousError};
 use crate::error::{Error, Result};
-use crate::kernels::DType;
+use crate::kernels::{DType, ElemType};
 use crate::rendezvous::CommConfig;
 use crate::topology::Topology;
 use crate::work::Work;
@@ -397,6 +401,11 @@ impl Communicator {
         recvbuff: &mut R,
     ) -> Result<Work> {
         args::all_gather(self.rank, self.world, sendbuff.len(), recvbuff.len())?;
+        if let Some(work) =
+            self.scatter_gather_ours(ScatterGather::AllGather, sendbuff, recvbuff, None)?
+        {
+            return Ok(work);
+        }
         let comm = self.nccl_for("all_gather")?;
         let r = comm.all_gather(sendbuff, recvbuff);
         self.nccl_done("ncclAllGather", r)
@@ -451,6 +460,14 @@ impl Communicator {
         reduce_op: &NcclOp,
     ) -> Result<Work> {
         args::reduce_scatter(self.rank, self.world, sendbuff.len(), recvbuff.len())?;
+        if let Some(work) = self.scatter_gather_ours(
+            ScatterGather::ReduceScatter,
+            sendbuff,
+            recvbuff,
+            Some(reduce_op),
+        )? {
+            return Ok(work);
+        }
         let comm = self.nccl_for("reduce_scatter")?;
         let r = comm.reduce_scatter(sendbuff, recvbuff, reduce_op);
         self.nccl_done("ncclReduceScatter", r)
@@ -487,6 +504,41 @@ impl Communicator {
             not_open: start.err(),
             syncs: Vec::new(),
         }
+    }
+
+    /// A reduce-scatter or all-gather on our kernels where
+    /// [`scatter_gather_uses_ours`] says so (or where NCCL cannot run and
+    /// the shard fits them); `None` sends the call to NCCL.
+    fn scatter_gather_ours<T: NcclType>(
+        &self,
+        what: ScatterGather,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        op: Option<&NcclOp>,
+    ) -> Result<Option<Work>> {
+        self.check_group(what.name())?;
+        let (Some(intra), Some(elem)) = (&self.intra, elem_of::<T>()) else {
+            return Ok(None);
+        };
+        let op = match (what, op.map(to_intra_op)) {
+            (ScatterGather::AllGather, _) => ReduceOp::Sum,
+            (ScatterGather::ReduceScatter, Some(Some(op))) => op,
+            // Prod: NCCL's alone.
+            (ScatterGather::ReduceScatter, _) => return Ok(None),
+        };
+        if self.forced == Some(AllReduceAlgo::Nccl) {
+            return Ok(None);
+        }
+        let total_bytes = send.len().max(recv.len()).saturating_mul(elem.bytes());
+        let ours = scatter_gather_uses_ours(total_bytes, self.world, &self.crossovers)
+            || (self.nccl.is_err()
+                && total_bytes / self.world <= scatter_gather_max_shard_bytes(self.world));
+        if !ours {
+            return Ok(None);
+        }
+        intra
+            .scatter_gather(what, elem, send, recv, op, &self.stream)
+            .map(Some)
     }
 
     /// The NCCL communicator for a call of `what`, after the checks every
@@ -619,6 +671,17 @@ fn nccl_op_name(op: &NcclOp) -> &'static str {
     match to_intra_op(op) {
         Some(op) => debug::op_name(op),
         None => "prod",
+    }
+}
+
+/// Our element type for an NCCL one; `None` for those only NCCL moves.
+fn elem_of<T: NcclType>() -> Option<ElemType> {
+    use cudarc::nccl::sys::ncclDataType_t as D;
+    match T::as_nccl_type() {
+        D::ncclBfloat16 => Some(ElemType::Bf16),
+        D::ncclFloat16 => Some(ElemType::F16),
+        D::ncclFloat32 => Some(ElemType::F32),
+        _ => None,
     }
 }
 

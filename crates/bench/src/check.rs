@@ -28,6 +28,9 @@ pub struct CheckArgs {
     /// Run only the free-running stresses.
     #[arg(long)]
     pub only_free: bool,
+    /// Run only the reduce-scatter and all-gather checks.
+    #[arg(long)]
+    pub only_scatter_gather: bool,
     /// Seed of every input (all ranks must agree).
     #[arg(long, default_value_t = 0x1234_5678)]
     pub seed: u64,
@@ -331,6 +334,17 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     let Some(mut r) = Rank::setup("intranode-bench check")? else {
         return Ok(());
     };
+    if args.only_scatter_gather {
+        let t0 = std::time::Instant::now();
+        let cases = crate::check_sg::run(&mut r, args.seed)?;
+        println!(
+            "check rank {}/{} ok (reduce-scatter and all-gather only): {cases} calls, every element checked ({:.1} s)",
+            r.rank(),
+            r.world(),
+            t0.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     if args.only_free {
         let algos = algos(&r);
         let t0 = std::time::Instant::now();
@@ -392,6 +406,11 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         None
     };
     let t_free = t0.elapsed() - t_sweep - t_stress - t_graph;
+    let sg_cases = crate::check_sg::run(&mut r, args.seed)?;
+    println!(
+        "check rank {}: reduce-scatter and all-gather: {sg_cases} calls (every type, op and shard length, ours forced and as decided), every element checked",
+        r.rank()
+    );
     let barrier_report = barriers(&mut r)?;
     let intra = match r.comm.intra() {
         Some(c) => format!("intra-node {:?}", c.topology()),

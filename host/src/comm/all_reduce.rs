@@ -239,7 +239,12 @@ impl LamportLaunch {
     }
 
     /// Blocks and threads of a Lamport launch over `vecs` 16-byte vectors.
-    fn shape_for(&self, algo: AllReduceAlgo, vecs: usize, world: usize) -> (usize, usize) {
+    pub(crate) fn shape_for(
+        &self,
+        algo: AllReduceAlgo,
+        vecs: usize,
+        world: usize,
+    ) -> (usize, usize) {
         let (work, fixed) = match algo {
             AllReduceAlgo::LamportTwoShot => (vecs.div_ceil(world.max(1)), self.two_shot),
             _ => (vecs, self.one_shot),

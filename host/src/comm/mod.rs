@@ -23,6 +23,7 @@ pub mod broadcast;
 pub mod debug;
 pub mod hcm;
 mod health;
+pub mod scatter_gather;
 pub(crate) mod tracked;
 
 pub use health::{BARRIER_TIMEOUT_ENV, DEFAULT_BARRIER_TIMEOUT_MS, HostErrorWord, barrier_timeout};

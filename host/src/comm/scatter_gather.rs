@@ -1,0 +1,233 @@
+//! Reduce-scatter and all-gather over the Lamport buffers (NOTE [lamport
+//! reduce-scatter and all-gather] in `kernels-gpu/src/lamport.rs`): one
+//! launch each, no barrier, for shards up to
+//! [`crate::algo::scatter_gather_max_shard_bytes`]. `Communicator` decides
+//! when they run and sends the rest to NCCL.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use kernels_gpu::layout::MAX_RANKS;
+
+use super::IntraNodeComm;
+use super::all_reduce::ReduceOp;
+use crate::algo::{AllReduceAlgo, scatter_gather_max_shard_bytes};
+use crate::error::{Error, Result};
+use crate::kernels::ElemType;
+use crate::work::Work;
+
+/// Which of the two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScatterGather {
+    /// `recv` (n elements) = shard `rank` of op(`send` of every rank)
+    /// (W x n elements).
+    ReduceScatter,
+    /// `recv` (W x n elements) = every rank's `send` (n elements), in rank
+    /// order.
+    AllGather,
+}
+
+impl ScatterGather {
+    pub const fn name(self) -> &'static str {
+        match self {
+            ScatterGather::ReduceScatter => "reduce_scatter",
+            ScatterGather::AllGather => "all_gather",
+        }
+    }
+}
+
+macro_rules! names {
+    ($p:literal) => {
+        [
+            concat!($p, "_w2"),
+            concat!($p, "_w3"),
+            concat!($p, "_w4"),
+            concat!($p, "_w5"),
+            concat!($p, "_w6"),
+            concat!($p, "_w7"),
+            concat!($p, "_w8"),
+        ]
+    };
+}
+
+/// Kernel names by collective, element type and world size (2..=8).
+const KERNELS: [[[&str; MAX_RANKS - 1]; 3]; 2] = [
+    [
+        names!("lamport_rs_bf16"),
+        names!("lamport_rs_f16"),
+        names!("lamport_rs_f32"),
+    ],
+    [
+        names!("lamport_ag_bf16"),
+        names!("lamport_ag_f16"),
+        names!("lamport_ag_f32"),
+    ],
+];
+
+fn kernel_name(what: ScatterGather, elem: ElemType, world: usize) -> Option<&'static str> {
+    let c = match what {
+        ScatterGather::ReduceScatter => 0,
+        ScatterGather::AllGather => 1,
+    };
+    let e = match elem {
+        ElemType::Bf16 => 0,
+        ElemType::F16 => 1,
+        ElemType::F32 => 2,
+    };
+    KERNELS[c][e].get(world.checked_sub(2)?).copied()
+}
+
+impl IntraNodeComm {
+    /// Reduce-scatter (`what` = `ReduceScatter`, `send` W x n elements,
+    /// `recv` n) or all-gather (`AllGather`, `send` n, `recv` W x n) on
+    /// `stream`, with our kernels; `elem` is the buffers' element type.
+    /// The shard of n elements must fit
+    /// [`scatter_gather_max_shard_bytes`].
+    pub fn scatter_gather<T>(
+        &self,
+        what: ScatterGather,
+        elem: ElemType,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Work> {
+        if std::mem::size_of::<T>() != elem.bytes() {
+            return Err(Error::InvalidArgument(format!(
+                "{} on rank {}: elements of {} bytes are not {elem:?}",
+                what.name(),
+                self.rank(),
+                std::mem::size_of::<T>()
+            )));
+        }
+        let world = self.world();
+        let (whole, shard) = match what {
+            ScatterGather::ReduceScatter => (send.len(), recv.len()),
+            ScatterGather::AllGather => (recv.len(), send.len()),
+        };
+        if shard.checked_mul(world) != Some(whole) {
+            return Err(Error::InvalidArgument(format!(
+                "{} on rank {}: {} elements are not world size {world} x {shard}",
+                what.name(),
+                self.rank(),
+                whole
+            )));
+        }
+        let mut bufs = self.call_buffers(stream)?;
+        let input = bufs.input(send, "input")?;
+        let output = bufs.output(recv, "output")?;
+        bufs.ready()?;
+        // SAFETY: both pointers come from live device buffers of the
+        // lengths checked above, ordered with `stream` by `bufs`.
+        let work =
+            unsafe { self.scatter_gather_raw(what, input, output, shard, elem, op, stream) }?;
+        bufs.finish()?;
+        Ok(work)
+    }
+
+    /// [`scatter_gather`](Self::scatter_gather) over raw addresses, with
+    /// `shard` elements per rank.
+    ///
+    /// # Safety
+    /// `input` and `output` must be device memory of this comm's device,
+    /// holding `W x shard` elements on the side that holds every shard and
+    /// `shard` on the other, not overlapping, valid until the stream passes
+    /// the call.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn scatter_gather_raw(
+        &self,
+        what: ScatterGather,
+        input: u64,
+        output: u64,
+        shard: usize,
+        elem: ElemType,
+        op: ReduceOp,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Work> {
+        self.health().check()?;
+        if stream.context().ordinal() != self.device() {
+            return Err(Error::InvalidArgument(format!(
+                "{} on rank {}: stream is on device {}, the communicator on device {}",
+                what.name(),
+                self.rank(),
+                stream.context().ordinal(),
+                self.device()
+            )));
+        }
+        let shard_bytes = shard.saturating_mul(elem.bytes());
+        let max_bytes = scatter_gather_max_shard_bytes(self.world());
+        if shard_bytes > max_bytes {
+            // The kernels trust the host on this: a larger shard would
+            // store past the Lamport buffer into the peers' pads.
+            return Err(Error::InvalidArgument(format!(
+                "{} on rank {}: a shard of {shard_bytes} bytes exceeds the {max_bytes} bytes our kernels take on {} ranks (the communicator sends those to NCCL)",
+                what.name(),
+                self.rank(),
+                self.world()
+            )));
+        }
+        let name = kernel_name(what, elem, self.world()).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{} on rank {}: no kernel for a world of {}",
+                what.name(),
+                self.rank(),
+                self.world()
+            ))
+        })?;
+        let f = self.kernels().function(name)?;
+        self.increment_usage_counter();
+        if shard == 0 {
+            return Ok(Work::new(stream.clone(), Some(self.health_arc())));
+        }
+        let mut params = self.params_template();
+        params.op = match what {
+            ScatterGather::ReduceScatter => op.code(),
+            // The all-gather reduces nothing; its kernels are instantiated
+            // per op like the others, and any will do.
+            ScatterGather::AllGather => ReduceOp::Sum.code(),
+        };
+        params.input = input;
+        params.output = output;
+        params.elems = shard as u64;
+        let vecs = shard.div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
+        // One vector per thread over every SM, as the Lamport one-shot: each
+        // thread moves its vector of all W slots.
+        let (blocks, threads) =
+            self.lamport_launch()
+                .shape_for(AllReduceAlgo::Lamport, vecs, self.world());
+        // SAFETY: the Lamport kernels take one AllReduceParams by value; the
+        // caller vouches for input and output; the shard fits the Lamport
+        // buffer (checked above); these kernels keep no per-block flags.
+        unsafe {
+            self.launch_collective(
+                "cuLaunchKernel(reduce_scatter / all_gather)",
+                f,
+                blocks,
+                threads,
+                &mut params,
+                stream,
+            )
+        }?;
+        Ok(Work::new(stream.clone(), Some(self.health_arc())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_names_match_the_ptx() {
+        let names = crate::kernels::entry_names(crate::kernels::PTX);
+        for what in [ScatterGather::ReduceScatter, ScatterGather::AllGather] {
+            for elem in ElemType::ALL {
+                for world in 2..=MAX_RANKS {
+                    let name = kernel_name(what, elem, world).expect("a name");
+                    assert!(names.contains(&name), "{name} missing from the PTX");
+                }
+                assert!(kernel_name(what, elem, 1).is_none());
+                assert!(kernel_name(what, elem, MAX_RANKS + 1).is_none());
+            }
+        }
+    }
+}
