@@ -11,7 +11,8 @@
 //! - [`elem`]: element types (bf16, f16, f32) as packed 16-byte vectors,
 //!   widened to f32 for arithmetic.
 //! - [`all_reduce`]: one-shot, two-shot and HCM all-reduce; [`lamport`]:
-//!   the barrier-free one-shot for small messages.
+//!   the barrier-free one-shot and two-shot, and the reduce-scatter and
+//!   all-gather made of the two-shot's hops.
 //! - [`elementwise`]: the first kernels (`add_*`), used by the GPU smoke test,
 //!   and `axpy_f32` (the example's optimizer step).
 //! - [`broadcast`]: broadcast over symmetric memory, sharing the call count
