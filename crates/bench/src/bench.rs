@@ -57,6 +57,9 @@ pub struct BenchArgs {
     /// Free-running: skip the skew mode.
     #[arg(long)]
     pub no_skew: bool,
+    /// Which collective to time (free-running only).
+    #[arg(long, value_enum, default_value_t = Collective::AllReduce)]
+    pub collective: Collective,
     /// Keep cudarc's event tracking on (its default once a context has two
     /// streams, and candle's), as applications run; the free-running modes
     /// then capture and replay under it.
@@ -88,6 +91,7 @@ impl BenchArgs {
             calls: 2_000,
             large_calls: 500,
             ks: vec![16],
+            collective: Collective::AllReduce,
             cudarc_defaults: true,
             no_decode: true,
             no_skew: true,
@@ -241,6 +245,26 @@ fn measure(
     })
 }
 
+/// The collective `bench` times.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Collective {
+    AllReduce,
+    ReduceScatter,
+    AllGather,
+}
+
+impl Collective {
+    /// The reduce-scatter or all-gather, if it is one of them.
+    pub fn scatter_gather(self) -> Option<intranode::comm::scatter_gather::ScatterGather> {
+        use intranode::comm::scatter_gather::ScatterGather;
+        match self {
+            Collective::AllReduce => None,
+            Collective::ReduceScatter => Some(ScatterGather::ReduceScatter),
+            Collective::AllGather => Some(ScatterGather::AllGather),
+        }
+    }
+}
+
 /// The algorithms to time (`None`: auto), in table order.
 pub(crate) fn algos(r: &Rank, args: &BenchArgs) -> Vec<Option<AllReduceAlgo>> {
     let mut algos: Vec<Option<AllReduceAlgo>> = r.intra_algos().into_iter().map(Some).collect();
@@ -258,6 +282,9 @@ pub(crate) fn algos(r: &Rank, args: &BenchArgs) -> Vec<Option<AllReduceAlgo>> {
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
+    if args.aligned && args.collective != Collective::AllReduce {
+        anyhow::bail!("--aligned times the all-reduce only");
+    }
     if args.aligned {
         run_aligned(args)
     } else {

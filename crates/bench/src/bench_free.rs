@@ -5,10 +5,12 @@
 //! check (p99 at most 1.5 x and max at most 3 x the median) and the
 //! decode table, and writes the results file.
 
-use anyhow::Result;
-use cudarc::driver::CudaSlice;
+use anyhow::{Context, Result, bail};
 use half::bf16;
-use intranode::algo::AllReduceAlgo;
+use intranode::ReduceOp;
+use intranode::algo::{AllReduceAlgo, Crossovers, scatter_gather_uses_ours};
+use intranode::comm::scatter_gather::ScatterGather;
+use intranode::kernels::ElemType;
 
 use crate::bench::{BenchArgs, enqueue, finish, sizes};
 use crate::data::{self, Op};
@@ -44,26 +46,23 @@ fn measure(
     r: &Rank,
     args: &BenchArgs,
     timer: &mut Timer,
-    d_in: &CudaSlice<bf16>,
-    d_out: &mut CudaSlice<bf16>,
-    algo: Option<AllReduceAlgo>,
+    bytes: usize,
+    call: &mut free::Enqueue<'_>,
     seed: u64,
 ) -> Result<RankDists> {
-    let bytes = d_in.len() * 2;
     let calls = calls_for(args, bytes);
     let (me, world) = (r.rank(), r.world());
     let mut out: RankDists = Vec::new();
-    let mut call = |r: &Rank, _j: usize| enqueue(r, d_in, d_out, algo);
     for &k in &args.ks {
         let k = k.max(1);
         let replays = (calls / k).max(1);
-        let (us, mean) = free::graph_mode(r, k, replays, &mut call, &|_| 0, &|_| 0.0, timer)?;
+        let (us, mean) = free::graph_mode(r, k, replays, call, &|_| 0, &|_| 0.0, timer)?;
         if let Some(d) = Dist::of(us) {
             out.push((format!("graph-{k}"), d, Some(mean)));
         }
     }
     if !args.graph_only {
-        let (us, mean) = free::eager_mode(r, calls, &mut call)?;
+        let (us, mean) = free::eager_mode(r, calls, call)?;
         if let Some(d) = Dist::of(us) {
             out.push(("eager".into(), d, Some(mean)));
         }
@@ -75,7 +74,7 @@ fn measure(
         };
         let net = |j: usize| free::skew_of(seed, world, j).1 as f64 / 1000.0;
         let replays = (calls / SKEW_K).max(1);
-        let (us, mean) = free::graph_mode(r, SKEW_K, replays, &mut call, &spin, &net, timer)?;
+        let (us, mean) = free::graph_mode(r, SKEW_K, replays, call, &spin, &net, timer)?;
         if let Some(d) = Dist::of(us) {
             out.push(("skew".into(), d, Some(mean)));
         }
@@ -87,6 +86,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let Some(mut r) = Rank::setup_with("intranode-bench bench", args.cudarc_defaults)? else {
         return Ok(());
     };
+    if let Some(what) = args.collective.scatter_gather() {
+        return run_scatter_gather(&mut r, args, what);
+    }
     let world = r.world();
     let seed = 0xBE7C_u64;
     let algos = crate::bench::algos(&r, args);
@@ -114,7 +116,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         for &algo in &algos {
             let mut d_out = r.stream.clone_htod(&vec![data::poison::<bf16>(); elems])?;
             let config_seed = data::mix(seed ^ bytes as u64 ^ ((rows.len() as u64) << 40));
-            let mine = measure(&r, args, &mut timer, &d_in, &mut d_out, algo, config_seed)?;
+            let mine = {
+                let mut call = |r: &Rank, _j: usize| enqueue(r, &d_in, &mut d_out, algo);
+                measure(&r, args, &mut timer, bytes, &mut call, config_seed)?
+            };
             let out = r.stream.clone_dtoh(&d_out)?;
             r.stream.synchronize()?;
             data::verify(&out, seed, call, world, Op::Sum).map_err(|e| {
@@ -167,11 +172,7 @@ fn row(
     algo: Option<AllReduceAlgo>,
     free: Vec<ModeStats>,
 ) -> Row {
-    let largest = free
-        .iter()
-        .filter(|m| m.mode.starts_with("graph-"))
-        .max_by_key(|m| m.mode["graph-".len()..].parse::<usize>().unwrap_or(0));
-    let graph_us = largest.and_then(|m| m.mean_us).unwrap_or(f64::NAN);
+    let graph_us = largest_graph_mean(&free);
     let eager_us = free
         .iter()
         .find(|m| m.mode == "eager")
@@ -384,4 +385,164 @@ fn print_decode_table(rows: &[DecodeRow]) {
             d.overhead_vs_nccl.map_or("-".into(), |v| format!("{v:.2}"))
         );
     }
+}
+
+/// The free-running sweep of reduce-scatter or all-gather: `ours` (our
+/// kernels, forced), `nccl` (cudarc's NCCL communicator) and `auto` (the
+/// `Communicator`'s choice), sizes being the whole buffer (every shard).
+fn run_scatter_gather(r: &mut Rank, args: &BenchArgs, what: ScatterGather) -> Result<()> {
+    let world = r.world();
+    let seed = 0x5CA7_u64;
+    let crossovers = Crossovers::from_env();
+    let max_calls = args.calls.max(args.large_calls).max(1);
+    let mut timer = Timer::new(r, 2 * max_calls + 2 * SKEW_K + 256)?;
+    let mut algos: Vec<&str> = Vec::new();
+    if r.comm.intra().is_some() {
+        algos.push("ours");
+    }
+    if r.comm.nccl().is_ok() {
+        algos.push("nccl");
+    }
+    algos.push("auto");
+    if !args.algos.is_empty() {
+        algos.retain(|a| args.algos.iter().any(|x| x == a));
+    }
+    let sizes: Vec<usize> = sizes(args)
+        .into_iter()
+        .map(|b| b - b % (world * 16))
+        .filter(|&b| b > 0)
+        .collect();
+    let mut progress = Progress::new(
+        "intranode-bench bench (free-running)",
+        sizes.len() * algos.len(),
+        r.rank() == 0,
+    );
+    let mut rows: Vec<Row> = Vec::new();
+    for (si, &bytes) in sizes.iter().enumerate() {
+        let n = bytes / 2 / world;
+        let call_no = si as u64;
+        let (send_len, recv_len) = match what {
+            ScatterGather::ReduceScatter => (world * n, n),
+            ScatterGather::AllGather => (n, world * n),
+        };
+        let send = r
+            .stream
+            .clone_htod(&data::inputs::<bf16>(seed, call_no, r.rank(), send_len))?;
+        for &algo in &algos {
+            if algo == "ours" && n * 2 > intranode::algo::scatter_gather_max_shard_bytes(world) {
+                continue;
+            }
+            let mut recv = r
+                .stream
+                .clone_htod(&vec![data::poison::<bf16>(); recv_len])?;
+            let config_seed = data::mix(seed ^ bytes as u64 ^ ((rows.len() as u64) << 40));
+            let mine = {
+                let mut call = |r: &Rank, _j: usize| -> Result<()> {
+                    let sum = cudarc::nccl::ReduceOp::Sum;
+                    match (algo, what) {
+                        ("ours", _) => {
+                            let intra = r.comm.intra().context("no intra-node path")?;
+                            intra.scatter_gather(
+                                what,
+                                ElemType::Bf16,
+                                &send,
+                                &mut recv,
+                                ReduceOp::Sum,
+                                &r.stream,
+                            )?;
+                        }
+                        ("nccl", ScatterGather::ReduceScatter) => {
+                            let comm = r.comm.nccl().map_err(|e| anyhow::anyhow!("{e}"))?;
+                            comm.reduce_scatter(&send, &mut recv, &sum)
+                                .map_err(|e| anyhow::anyhow!("ncclReduceScatter: {e:?}"))?;
+                        }
+                        ("nccl", ScatterGather::AllGather) => {
+                            let comm = r.comm.nccl().map_err(|e| anyhow::anyhow!("{e}"))?;
+                            comm.all_gather(&send, &mut recv)
+                                .map_err(|e| anyhow::anyhow!("ncclAllGather: {e:?}"))?;
+                        }
+                        (_, ScatterGather::ReduceScatter) => {
+                            r.comm.reduce_scatter(&send, &mut recv, &sum)?;
+                        }
+                        (_, ScatterGather::AllGather) => {
+                            r.comm.all_gather(&send, &mut recv)?;
+                        }
+                    }
+                    Ok(())
+                };
+                measure(r, args, &mut timer, bytes, &mut call, config_seed)?
+            };
+            let out = r.stream.clone_dtoh(&recv)?;
+            r.stream.synchronize()?;
+            crate::check_sg::verify(r, what, &out, seed, call_no, n, Op::Sum, algo)?;
+            let all = r.all_gather(&mine)?;
+            let modes = free::merge(&all);
+            let chosen = match algo {
+                "auto"
+                    if scatter_gather_uses_ours(bytes, world, &crossovers)
+                        || r.comm.nccl().is_err() =>
+                {
+                    "ours"
+                }
+                "auto" => "nccl",
+                other => other,
+            };
+            let graph_us = largest_graph_mean(&modes);
+            rows.push(Row {
+                world,
+                bytes,
+                algo: algo.to_owned(),
+                chosen: chosen.to_owned(),
+                graph_us,
+                eager_us: modes
+                    .iter()
+                    .find(|m| m.mode == "eager")
+                    .and_then(|m| m.mean_us),
+                eager_host_us: None,
+                // Each byte of the whole buffer but this rank's shard
+                // crosses NVLink once: (W - 1) / W, nccl-tests' convention.
+                busbw_gbps: (world as f64 - 1.0) / world as f64 * bytes as f64 / (graph_us * 1e3),
+                graph_vs_nccl: None,
+                eager_vs_nccl: None,
+                free: modes,
+            });
+            progress.step(&format!("{} {} {algo}", fmt_bytes(bytes), what.name()));
+        }
+        let nccl = rows
+            .iter()
+            .find(|x| x.bytes == bytes && x.algo == "nccl")
+            .map(|x| (x.graph_us, x.eager_us));
+        if let Some((ng, ne)) = nccl {
+            for row in rows.iter_mut().filter(|x| x.bytes == bytes) {
+                row.graph_vs_nccl = Some(row.graph_us / ng);
+                row.eager_vs_nccl = row.eager_us.zip(ne).map(|(a, b)| a / b);
+            }
+        }
+    }
+    progress.finish();
+    if r.rank() == 0 {
+        println!(
+            "{} (bf16 sum; bytes = the whole buffer, every shard):",
+            what.name()
+        );
+        print_free_table(&rows);
+        print_tail_check(&rows, &[]);
+        let mut file = BenchFile::new(world, r.ctx.name().ok(), "bf16", rows);
+        file.timing = "free".into();
+        file.collective = what.name().replace('_', "-");
+        if args.tune.is_some() {
+            bail!("--tune applies to the all-reduce only");
+        }
+        finish(args, file)?;
+    }
+    Ok(())
+}
+
+/// The mean per call of the largest graph mode (no stamps).
+fn largest_graph_mean(free: &[ModeStats]) -> f64 {
+    free.iter()
+        .filter(|m| m.mode.starts_with("graph-"))
+        .max_by_key(|m| m.mode["graph-".len()..].parse::<usize>().unwrap_or(0))
+        .and_then(|m| m.mean_us)
+        .unwrap_or(f64::NAN)
 }

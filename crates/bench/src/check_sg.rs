@@ -26,7 +26,7 @@ fn ops(what: ScatterGather) -> &'static [Op] {
 
 /// Checks one call's output; `what` and `how` name it in errors.
 #[allow(clippy::too_many_arguments)]
-fn verify<T: DType>(
+pub(crate) fn verify<T: DType>(
     r: &Rank,
     what: ScatterGather,
     out: &[T],

@@ -120,9 +120,17 @@ pub struct BenchFile {
     /// eager calls) or `aligned` (ranks lined up before each sample).
     #[serde(default)]
     pub timing: String,
+    /// `all-reduce` (also for older files), `reduce-scatter` or
+    /// `all-gather`.
+    #[serde(default = "all_reduce_name")]
+    pub collective: String,
     /// The decode-like mode's rows (free-running runs only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub decode: Vec<DecodeRow>,
+}
+
+fn all_reduce_name() -> String {
+    "all-reduce".into()
 }
 
 /// One configuration of the decode-like mode: a graph alternating a
@@ -154,6 +162,7 @@ impl BenchFile {
             auto_tolerance: AUTO_TOLERANCE,
             auto_check,
             timing: "aligned".into(),
+            collective: all_reduce_name(),
             decode: Vec::new(),
         }
     }
