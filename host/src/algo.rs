@@ -215,13 +215,6 @@ impl Crossovers {
     }
 }
 
-/// The algorithm forced by [`FORCE_ALGO_ENV`], if any.
-pub fn forced_algo() -> Option<AllReduceAlgo> {
-    std::env::var(FORCE_ALGO_ENV)
-        .ok()
-        .and_then(|v| AllReduceAlgo::from_name(&v))
-}
-
 /// Largest message HCM takes on a hybrid cube mesh; NCCL above. PyTorch's
 /// `kHcmThreshBytes` (256 KiB): no DGX-1 was at hand to measure ours, and
 /// on NVSwitch machines HCM is never chosen (one-shot and two-shot read

@@ -37,11 +37,11 @@ use cudarc::nccl::{Comm, NcclType, ReduceOp as NcclOp};
 use intranode_store::{Store, StoreExchange};
 
 use crate::algo::{
-    AllReduceAlgo, Crossovers, forced_algo, scatter_gather_max_shard_bytes,
-    scatter_gather_uses_ours, select_all_reduce_algo,
+    AllReduceAlgo, Crossovers, scatter_gather_max_shard_bytes, scatter_gather_uses_ours,
+    select_all_reduce_algo,
 };
 use crate::comm::all_reduce::ReduceOp;
-use crate::comm::broadcast::{BroadcastAlgo, forced_broadcast_algo, select_broadcast_algo};
+use crate::comm::broadcast::{BroadcastAlgo, select_broadcast_algo};
 use crate::comm::debug::{self, CallChecker, DebugLevel};
 use crate::comm::scatter_gather::ScatterGather;
 use crate::comm::{IntraNodeComm, RendezvousError};
@@ -142,8 +142,8 @@ impl Communicator {
             intra_reason,
             nccl,
             crossovers: Crossovers::from_env(),
-            forced: forced_algo(),
-            forced_broadcast: forced_broadcast_algo(),
+            forced: config.forced_algo,
+            forced_broadcast: config.forced_broadcast,
             call_checker,
             group_state: Mutex::new(GroupState::default()),
         })

@@ -22,6 +22,9 @@ use cudarc::driver::CudaContext;
 use intranode_store::{Store, StoreExchange};
 use serde::{Deserialize, Serialize};
 
+use crate::algo::{AllReduceAlgo, FORCE_ALGO_ENV};
+use crate::comm::BARRIER_TIMEOUT_ENV;
+use crate::comm::broadcast::{BroadcastAlgo, FORCE_BROADCAST_ENV};
 use crate::comm::debug::{DEBUG_ENV, DebugLevel};
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
@@ -79,6 +82,15 @@ pub struct CommConfig {
     pub backend: Backend,
     /// Extra checks of every call ([`DEBUG_ENV`]).
     pub debug: DebugLevel,
+    /// Bound of every GPU wait on a peer, in milliseconds
+    /// (`comm::BARRIER_TIMEOUT_ENV`).
+    pub barrier_timeout_ms: u64,
+    /// The all-reduce algorithm every call must use
+    /// (`algo::FORCE_ALGO_ENV`).
+    pub forced_algo: Option<AllReduceAlgo>,
+    /// The path every broadcast must take
+    /// (`comm::broadcast::FORCE_BROADCAST_ENV`).
+    pub forced_broadcast: Option<BroadcastAlgo>,
 }
 
 impl Default for CommConfig {
@@ -90,6 +102,9 @@ impl Default for CommConfig {
             buffer_bytes: DEFAULT_BUFFER_BYTES,
             backend: Backend::Vmm,
             debug: DebugLevel::Off,
+            barrier_timeout_ms: crate::comm::DEFAULT_BARRIER_TIMEOUT_MS,
+            forced_algo: None,
+            forced_broadcast: None,
         }
     }
 }
@@ -163,6 +178,39 @@ impl CommConfig {
                 expected: "`detail` or `off`",
             })?,
         };
+        let barrier_timeout_ms = match var(BARRIER_TIMEOUT_ENV) {
+            Some(v) if !v.trim().is_empty() => match v.trim().parse::<u64>() {
+                Ok(ms) if ms > 0 => ms,
+                _ => {
+                    return Err(ConfigError {
+                        var: BARRIER_TIMEOUT_ENV,
+                        value: v,
+                        expected: "a positive number of milliseconds",
+                    });
+                }
+            },
+            _ => default.barrier_timeout_ms,
+        };
+        let forced_algo = match var(FORCE_ALGO_ENV) {
+            Some(v) if !v.trim().is_empty() => {
+                Some(AllReduceAlgo::from_name(&v).ok_or(ConfigError {
+                    var: FORCE_ALGO_ENV,
+                    value: v,
+                    expected: "lamport, lamport-two-shot, one-shot, two-shot, hcm or nccl",
+                })?)
+            }
+            _ => None,
+        };
+        let forced_broadcast = match var(FORCE_BROADCAST_ENV) {
+            Some(v) if !v.trim().is_empty() => {
+                Some(BroadcastAlgo::from_name(&v).ok_or(ConfigError {
+                    var: FORCE_BROADCAST_ENV,
+                    value: v,
+                    expected: "symm-mem or nccl",
+                })?)
+            }
+            _ => None,
+        };
         Ok(Self {
             enabled: parse_bool(ENABLE_ENV, var(ENABLE_ENV), default.enabled)?,
             allow_overlapping_devices: parse_bool(
@@ -178,7 +226,15 @@ impl CommConfig {
             buffer_bytes,
             backend,
             debug,
+            barrier_timeout_ms,
+            forced_algo,
+            forced_broadcast,
         })
+    }
+
+    /// [`barrier_timeout_ms`](Self::barrier_timeout_ms) as a duration.
+    pub fn barrier_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.barrier_timeout_ms)
     }
 }
 
@@ -1106,6 +1162,9 @@ mod tests {
                     BUFFER_BYTES_ENV => "4096",
                     BACKEND_ENV => "cuda-ipc",
                     DEBUG_ENV => "Detail",
+                    BARRIER_TIMEOUT_ENV => " 2500 ",
+                    FORCE_ALGO_ENV => "lamport-two-shot",
+                    FORCE_BROADCAST_ENV => "nccl",
                     _ => return None,
                 }
                 .to_owned(),
@@ -1121,6 +1180,9 @@ mod tests {
                 buffer_bytes: 4096,
                 backend: Backend::CudaIpc,
                 debug: DebugLevel::Detail,
+                barrier_timeout_ms: 2500,
+                forced_algo: Some(AllReduceAlgo::LamportTwoShot),
+                forced_broadcast: Some(BroadcastAlgo::Nccl),
             }
         );
         // Empty values mean unset.
@@ -1139,6 +1201,10 @@ mod tests {
             (ALLOW_OVERLAPPING_ENV, "yes please"),
             (BUFFER_BYTES_ENV, "0"),
             (BUFFER_BYTES_ENV, "10MiB"),
+            (BARRIER_TIMEOUT_ENV, "abc"),
+            (BARRIER_TIMEOUT_ENV, "0"),
+            (FORCE_ALGO_ENV, "lamprot"),
+            (FORCE_BROADCAST_ENV, "symm"),
             (BUFFER_BYTES_ENV, "4097"),
             (BUFFER_BYTES_ENV, "-4096"),
             (BACKEND_ENV, "nvshmem"),

@@ -48,17 +48,6 @@ impl BroadcastAlgo {
     }
 }
 
-/// The forced path from [`FORCE_BROADCAST_ENV`], if set to a known name
-/// (an unknown one is logged and ignored).
-pub fn forced_broadcast_algo() -> Option<BroadcastAlgo> {
-    let value = std::env::var(FORCE_BROADCAST_ENV).ok()?;
-    let algo = BroadcastAlgo::from_name(&value);
-    if algo.is_none() {
-        tracing::warn!("{FORCE_BROADCAST_ENV}={value:?} is not symm-mem or nccl; ignored");
-    }
-    algo
-}
-
 /// The path of one broadcast, from the intra-node path's topology (`None`
 /// without one), whether NCCL loaded, and a forced path. Symmetric memory
 /// where every reader has a direct NVLink (or NVSwitch) path to the root,

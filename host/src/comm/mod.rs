@@ -26,7 +26,7 @@ mod health;
 pub mod scatter_gather;
 pub(crate) mod tracked;
 
-pub use health::{BARRIER_TIMEOUT_ENV, DEFAULT_BARRIER_TIMEOUT_MS, HostErrorWord, barrier_timeout};
+pub use health::{BARRIER_TIMEOUT_ENV, DEFAULT_BARRIER_TIMEOUT_MS, HostErrorWord};
 
 use std::ffi::CString;
 use std::fmt;
@@ -267,7 +267,7 @@ impl IntraNodeComm {
                 })
                 .and_then(|l| KernelModule::load(ctx).map(|k| (k, l)))
                 .and_then(|(k, l)| {
-                    HostErrorWord::new(ctx, barrier_timeout()).map(|h| (group, k, h, l))
+                    HostErrorWord::new(ctx, config.barrier_timeout()).map(|h| (group, k, h, l))
                 })
                 .map_err(RendezvousError::from),
         };
@@ -349,7 +349,7 @@ impl IntraNodeComm {
             symm,
             usage_counter: AtomicU64::new(0),
             health: Arc::new(health),
-            barrier_timeout: barrier_timeout(),
+            barrier_timeout: config.barrier_timeout(),
             call_checker,
             lamport_launch,
             capture_side: std::sync::OnceLock::new(),
