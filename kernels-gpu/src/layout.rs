@@ -259,6 +259,27 @@ pub struct BroadcastParams {
     pub root: u32,
 }
 
+/// Parameters of the residual + RMSNorm kernels (`norm.rs`): `rows` rows
+/// of `hidden` elements, `residual += input` (rounded to the element
+/// type), then `output = residual * rsqrt(mean(residual^2) + eps) *
+/// weight`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NormParams {
+    /// `rows x hidden` elements (an all-reduce's output).
+    pub input: u64,
+    /// `rows x hidden` elements, updated in place.
+    pub residual: u64,
+    /// `hidden` elements.
+    pub weight: u64,
+    /// `rows x hidden` elements.
+    pub output: u64,
+    pub rows: u64,
+    pub hidden: u64,
+    pub eps: f32,
+    pub _pad: u32,
+}
+
 /// Parameters of `timing::probe_poll_storm`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

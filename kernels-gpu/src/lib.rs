@@ -20,6 +20,7 @@
 //! - [`cast`]: f32 to and from bf16/f16, for gradient compression.
 //! - [`pattern`]: the soak's input pattern and expected outputs (shared
 //!   with the host); [`soak`]: its fill and check kernels.
+//! - [`norm`]: residual add + RMSNorm after an all-reduce.
 //! - [`timing`]: the benchmark's per-call stamps and spins, and the probe
 //!   of what polling costs (NOTE [abandoned waits] in [`sync`]).
 //!
@@ -49,6 +50,8 @@ pub mod elem;
 pub mod elementwise;
 #[cfg(target_arch = "nvptx64")]
 pub mod lamport;
+#[cfg(target_arch = "nvptx64")]
+pub mod norm;
 #[cfg(target_arch = "nvptx64")]
 pub mod probes;
 #[cfg(target_arch = "nvptx64")]

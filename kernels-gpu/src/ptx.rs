@@ -209,6 +209,40 @@ pub fn globaltimer_ns() -> u64 {
     t
 }
 
+/// `shfl.sync.bfly.b32` over the whole warp: this lane gets the value of
+/// lane `lane ^ mask`. A butterfly of masks 16, 8, 4, 2, 1 sums a warp.
+///
+/// # Safety
+/// Every lane of the warp must execute it together (the member mask is
+/// the full warp).
+#[inline(always)]
+pub unsafe fn shfl_bfly_f32(v: f32, mask: u32) -> f32 {
+    let out: u32;
+    // SAFETY: no memory is touched; convergence is the caller's promise.
+    unsafe {
+        asm!(
+            "shfl.sync.bfly.b32 {o}, {v}, {m}, 0x1f, 0xffffffff;",
+            o = out(reg32) out,
+            v = in(reg32) v.to_bits(),
+            m = in(reg32) mask,
+            options(nostack, nomem),
+        )
+    };
+    f32::from_bits(out)
+}
+
+/// `sqrt.rn.f32`: the square root, rounded to nearest (`core` has no
+/// `sqrt` without `std`).
+#[inline(always)]
+pub fn sqrt_rn_f32(v: f32) -> f32 {
+    let out: f32;
+    // SAFETY: arithmetic on registers only.
+    unsafe {
+        asm!("sqrt.rn.f32 {o}, {v};", o = out(reg32) out, v = in(reg32) v, options(nostack, nomem, pure))
+    };
+    out
+}
+
 /// `cvt.rn.bf16x2.f32`: rounds two f32 to bf16 (to nearest, ties to even)
 /// and packs them, `lo` in the low half.
 #[inline(always)]

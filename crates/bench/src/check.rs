@@ -31,6 +31,9 @@ pub struct CheckArgs {
     /// Run only the reduce-scatter and all-gather checks.
     #[arg(long)]
     pub only_scatter_gather: bool,
+    /// Run only the all-reduce + residual + RMSNorm checks.
+    #[arg(long)]
+    pub only_norm: bool,
     /// Seed of every input (all ranks must agree).
     #[arg(long, default_value_t = 0x1234_5678)]
     pub seed: u64,
@@ -334,6 +337,17 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     let Some(mut r) = Rank::setup("intranode-bench check")? else {
         return Ok(());
     };
+    if args.only_norm {
+        let t0 = std::time::Instant::now();
+        let cases = crate::check_norm::run(&r, args.seed)?;
+        println!(
+            "check rank {}/{} ok (all-reduce + residual + RMSNorm only): {cases} calls, every element against the f64 reference ({:.1} s)",
+            r.rank(),
+            r.world(),
+            t0.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     if args.only_scatter_gather {
         let t0 = std::time::Instant::now();
         let cases = crate::check_sg::run(&mut r, args.seed)?;
@@ -406,6 +420,11 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         None
     };
     let t_free = t0.elapsed() - t_sweep - t_stress - t_graph;
+    let norm_cases = crate::check_norm::run(&r, args.seed)?;
+    println!(
+        "check rank {}: all-reduce + residual + RMSNorm: {norm_cases} calls (every type, hidden 777 to 16384, 1 to 33 rows), every element against the f64 reference",
+        r.rank()
+    );
     let sg_cases = crate::check_sg::run(&mut r, args.seed)?;
     println!(
         "check rank {}: reduce-scatter and all-gather: {sg_cases} calls (every type, op and shard length, ours forced and as decided), every element checked",

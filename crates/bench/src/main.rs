@@ -24,6 +24,7 @@ mod bench;
 mod bench_free;
 mod check;
 mod check_free;
+mod check_norm;
 mod check_sg;
 mod data;
 mod ddp_check;
