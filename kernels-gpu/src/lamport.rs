@@ -496,6 +496,45 @@ unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
     unsafe { finish_call(own_pad, epoch) };
 }
 
+/// What the reduce-scatter and the all-gather derive alike from their
+/// parameters: this call's pad, epoch and Lamport area, the shard of `n`
+/// elements in `vecs` vectors, its slot stride and this thread's place.
+struct ShardCall {
+    own_pad: *mut u32,
+    epoch: u32,
+    area: u64,
+    n: usize,
+    vecs: usize,
+    slot_bytes: u64,
+    shard_bytes: u64,
+    tid: usize,
+    stride: usize,
+}
+
+impl ShardCall {
+    /// # Safety
+    /// `p.pads` must hold this rank's mapped pad at `p.rank`.
+    #[inline(always)]
+    unsafe fn new<T: Element>(p: &AllReduceParams) -> Self {
+        let own_pad = pick(&p.pads, p.rank) as *mut u32;
+        // SAFETY: the host passes this rank's mapped pad.
+        let epoch = unsafe { call_epoch(own_pad) };
+        let n = p.elems as usize;
+        let vecs = crate::math::div_ceil(n, T::LANES);
+        ShardCall {
+            own_pad,
+            epoch,
+            area: LAMPORT_OFFSET_BYTES as u64 + (epoch & 1) as u64 * LAMPORT_BUFFER_BYTES as u64,
+            n,
+            vecs,
+            slot_bytes: lamport_stride_bytes(vecs) as u64,
+            shard_bytes: (n * T::BYTES) as u64,
+            tid: (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize,
+            stride: (ptx::grid_dim_x() * ptx::block_dim_x()) as usize,
+        }
+    }
+}
+
 /// Reduce-scatter, Lamport style (NOTE [lamport reduce-scatter and
 /// all-gather]): the scatter hop of [`lamport2`] with the user's shards.
 ///
@@ -506,22 +545,24 @@ unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
 /// passes the same `p.elems`.
 #[inline(always)]
 unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
-    let own_pad = pick(&p.pads, p.rank) as *mut u32;
-    // SAFETY: the host passes this rank's mapped pad.
-    let epoch = unsafe { call_epoch(own_pad) };
-    let area = LAMPORT_OFFSET_BYTES as u64 + (epoch & 1) as u64 * LAMPORT_BUFFER_BYTES as u64;
-    let n = p.elems as usize;
-    let vecs = crate::math::div_ceil(n, T::LANES);
-    let slot_bytes = lamport_stride_bytes(vecs) as u64;
-    let shard_bytes = (n * T::BYTES) as u64;
+    // SAFETY: forwarded from the caller.
+    let ShardCall {
+        own_pad,
+        epoch,
+        area,
+        n,
+        vecs,
+        slot_bytes,
+        shard_bytes,
+        tid,
+        stride,
+    } = unsafe { ShardCall::new::<T>(p) };
     // Every shard start must be aligned for the vector path.
     let aligned = crate::math::all_vec_aligned(&[
         p.input as usize,
         (p.input + shard_bytes) as usize,
         p.output as usize,
     ]);
-    let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
-    let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
     let me = p.rank as usize;
     let dst = slot_on_every_rank::<W>(p, area, slot_bytes);
     let mut j = tid;
@@ -569,21 +610,23 @@ unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &AllReducePar
 /// `p.output` `W * p.elems`.
 #[inline(always)]
 unsafe fn lamport_ag<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
-    let own_pad = pick(&p.pads, p.rank) as *mut u32;
-    // SAFETY: the host passes this rank's mapped pad.
-    let epoch = unsafe { call_epoch(own_pad) };
-    let area = LAMPORT_OFFSET_BYTES as u64 + (epoch & 1) as u64 * LAMPORT_BUFFER_BYTES as u64;
-    let n = p.elems as usize;
-    let vecs = crate::math::div_ceil(n, T::LANES);
-    let slot_bytes = lamport_stride_bytes(vecs) as u64;
-    let shard_bytes = (n * T::BYTES) as u64;
+    // SAFETY: forwarded from the caller.
+    let ShardCall {
+        own_pad,
+        epoch,
+        area,
+        n,
+        vecs,
+        slot_bytes,
+        shard_bytes,
+        tid,
+        stride,
+    } = unsafe { ShardCall::new::<T>(p) };
     let aligned = crate::math::all_vec_aligned(&[
         p.input as usize,
         p.output as usize,
         (p.output + shard_bytes) as usize,
     ]);
-    let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
-    let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
     let dst = slot_on_every_rank::<W>(p, area, slot_bytes);
     let mut j = tid;
     while j < vecs {

@@ -316,7 +316,6 @@ fn run_aligned(args: &BenchArgs) -> Result<()> {
         let d_in = r
             .stream
             .clone_htod(&data::inputs::<bf16>(seed, call, r.rank(), elems))?;
-        let mut nccl_row: Option<(f64, Option<f64>)> = None;
         for &algo in &algos {
             let mut d_out = r.stream.clone_htod(&vec![data::poison::<bf16>(); elems])?;
             let m = measure(&mut r, args, &d_in, &mut d_out, algo, &mut tiny)?;
@@ -338,9 +337,6 @@ fn run_aligned(args: &BenchArgs) -> Result<()> {
             let eager_host_us = m
                 .eager_host_us
                 .map(|_| all.iter().filter_map(|a| a.2).fold(0.0, f64::max));
-            if algo == Some(AllReduceAlgo::Nccl) {
-                nccl_row = Some((graph_us, eager_us));
-            }
             let chosen = r
                 .comm
                 .algo_for::<bf16>(elems, &cudarc::nccl::ReduceOp::Sum)
@@ -365,12 +361,7 @@ fn run_aligned(args: &BenchArgs) -> Result<()> {
             });
             progress.step(&format!("{} {name}", fmt_bytes(bytes)));
         }
-        if let Some((ng, ne)) = nccl_row {
-            for row in rows.iter_mut().filter(|row| row.bytes == bytes) {
-                row.graph_vs_nccl = Some(row.graph_us / ng);
-                row.eager_vs_nccl = row.eager_us.zip(ne).map(|(a, b)| a / b);
-            }
-        }
+        crate::results::fill_nccl_ratios(&mut rows, bytes);
     }
     progress.finish();
     if r.rank() == 0 {

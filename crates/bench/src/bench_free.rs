@@ -134,16 +134,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             rows.push(row(&r, world, bytes, algo, modes));
             progress.step(&format!("{} {}", fmt_bytes(bytes), name(algo)));
         }
-        let nccl = rows
-            .iter()
-            .find(|x| x.bytes == bytes && x.algo == "nccl")
-            .map(|x| (x.graph_us, x.eager_us));
-        if let Some((ng, ne)) = nccl {
-            for row in rows.iter_mut().filter(|x| x.bytes == bytes) {
-                row.graph_vs_nccl = Some(row.graph_us / ng);
-                row.eager_vs_nccl = row.eager_us.zip(ne).map(|(a, b)| a / b);
-            }
-        }
+        crate::results::fill_nccl_ratios(&mut rows, bytes);
     }
     let decode = if args.no_decode {
         Vec::new()
@@ -508,16 +499,7 @@ fn run_scatter_gather(r: &mut Rank, args: &BenchArgs, what: ScatterGather) -> Re
             });
             progress.step(&format!("{} {} {algo}", fmt_bytes(bytes), what.name()));
         }
-        let nccl = rows
-            .iter()
-            .find(|x| x.bytes == bytes && x.algo == "nccl")
-            .map(|x| (x.graph_us, x.eager_us));
-        if let Some((ng, ne)) = nccl {
-            for row in rows.iter_mut().filter(|x| x.bytes == bytes) {
-                row.graph_vs_nccl = Some(row.graph_us / ng);
-                row.eager_vs_nccl = row.eager_us.zip(ne).map(|(a, b)| a / b);
-            }
-        }
+        crate::results::fill_nccl_ratios(&mut rows, bytes);
     }
     progress.finish();
     if r.rank() == 0 {

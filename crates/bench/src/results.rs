@@ -38,6 +38,21 @@ pub struct Row {
     pub free: Vec<crate::free::ModeStats>,
 }
 
+/// Fills every row of size `bytes` with its ratios to the `nccl` row of
+/// that size, if one was measured.
+pub fn fill_nccl_ratios(rows: &mut [Row], bytes: usize) {
+    let nccl = rows
+        .iter()
+        .find(|x| x.bytes == bytes && x.algo == "nccl")
+        .map(|x| (x.graph_us, x.eager_us));
+    if let Some((ng, ne)) = nccl {
+        for row in rows.iter_mut().filter(|x| x.bytes == bytes) {
+            row.graph_vs_nccl = Some(row.graph_us / ng);
+            row.eager_vs_nccl = row.eager_us.zip(ne).map(|(a, b)| a / b);
+        }
+    }
+}
+
 /// Bus bandwidth of an all-reduce: each byte crosses the links
 /// 2 (n-1)/n times in a ring or two-shot, the convention of nccl-tests.
 pub fn busbw_gbps(world: usize, bytes: usize, us: f64) -> f64 {

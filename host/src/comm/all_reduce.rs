@@ -442,15 +442,7 @@ impl IntraNodeComm {
         algo: AllReduceAlgo,
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
-        self.health().check()?;
-        if stream.context().ordinal() != self.device() {
-            return Err(Error::InvalidArgument(format!(
-                "all_reduce on rank {}: stream is on device {}, the communicator on device {}",
-                self.rank(),
-                stream.context().ordinal(),
-                self.device()
-            )));
-        }
+        self.check_call("all_reduce", stream)?;
         // A message too large for the Lamport buffers runs as the variant
         // with barriers (the variants' documented contract): the kernels
         // trust the host on this, since a larger one would store past the

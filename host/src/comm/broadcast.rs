@@ -136,20 +136,12 @@ impl IntraNodeComm {
         root: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
-        self.health().check()?;
+        self.check_call("broadcast", stream)?;
         if root >= self.world() {
             return Err(Error::InvalidArgument(format!(
                 "broadcast on rank {}: root {root} is outside the world of {}",
                 self.rank(),
                 self.world()
-            )));
-        }
-        if stream.context().ordinal() != self.device() {
-            return Err(Error::InvalidArgument(format!(
-                "broadcast on rank {}: stream is on device {}, the communicator on device {}",
-                self.rank(),
-                stream.context().ordinal(),
-                self.device()
             )));
         }
         let half_bytes = self.half_buffer_bytes();

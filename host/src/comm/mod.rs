@@ -482,6 +482,22 @@ impl IntraNodeComm {
         })
     }
 
+    /// What every collective checks before it enqueues anything: no
+    /// earlier wait of this communicator ran out, and `stream` belongs to
+    /// its device. `what` names the call in the error.
+    pub(crate) fn check_call(&self, what: &str, stream: &CudaStream) -> Result<()> {
+        self.health().check()?;
+        if stream.context().ordinal() != self.device {
+            return Err(Error::InvalidArgument(format!(
+                "{what} on rank {}: stream is on device {}, the communicator on device {}",
+                self.rank,
+                stream.context().ordinal(),
+                self.device
+            )));
+        }
+        Ok(())
+    }
+
     /// The same, shared (work handles keep it).
     pub fn health_arc(&self) -> Arc<HostErrorWord> {
         self.health.clone()

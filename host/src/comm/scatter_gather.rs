@@ -144,16 +144,7 @@ impl IntraNodeComm {
         op: ReduceOp,
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
-        self.health().check()?;
-        if stream.context().ordinal() != self.device() {
-            return Err(Error::InvalidArgument(format!(
-                "{} on rank {}: stream is on device {}, the communicator on device {}",
-                what.name(),
-                self.rank(),
-                stream.context().ordinal(),
-                self.device()
-            )));
-        }
+        self.check_call(what.name(), stream)?;
         let shard_bytes = shard.saturating_mul(elem.bytes());
         let max_bytes = scatter_gather_max_shard_bytes(self.world());
         if shard_bytes > max_bytes {

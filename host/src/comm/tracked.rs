@@ -82,9 +82,15 @@ pub(crate) struct CallBuffers<'a> {
     rank: usize,
     /// Set while `stream` captures with cudarc tracking events.
     side: Option<&'a CaptureSide>,
-    guards: Vec<SyncOnDrop<'a>>,
+    /// cudarc's guards of the buffers taken on `stream`: a fixed array,
+    /// since the call path must not allocate (a call takes at most
+    /// [`MAX_BUFFERS`]).
+    guards: [Option<SyncOnDrop<'a>>; MAX_BUFFERS],
     external_wait: bool,
 }
+
+/// Buffers of one call at most (the residual + RMSNorm takes four).
+const MAX_BUFFERS: usize = 4;
 
 /// An error cudarc kept in the context, taken out and named.
 fn take_stored(ctx: &CudaContext, op: &'static str, device: usize) -> Result<()> {
@@ -123,7 +129,7 @@ impl<'a> CallBuffers<'a> {
             device,
             rank,
             side: if capturing { Some(side()?) } else { None },
-            guards: Vec::new(),
+            guards: [None, None, None, None],
             external_wait: false,
         })
     }
@@ -182,7 +188,15 @@ impl<'a> CallBuffers<'a> {
     }
 
     fn on_stream(&mut self, ptr: u64, guard: SyncOnDrop<'a>, what: &str) -> Result<u64> {
-        self.guards.push(guard);
+        match self.guards.iter_mut().find(|g| g.is_none()) {
+            Some(slot) => *slot = Some(guard),
+            None => {
+                return Err(Error::InvalidArgument(format!(
+                    "rank {}: a call takes at most {MAX_BUFFERS} buffers ({what} is one more)",
+                    self.rank
+                )));
+            }
+        }
         match self.ctx.check_err() {
             Ok(()) => Ok(ptr),
             Err(e) if is(&e, cudaError_enum::CUDA_ERROR_STREAM_CAPTURE_ISOLATION) => {
