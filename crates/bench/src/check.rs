@@ -201,6 +201,13 @@ fn stress<T: DType + NcclType>(
     Ok(())
 }
 
+/// A store barrier of all ranks, between stages.
+fn line_up(r: &mut Rank) -> Result<()> {
+    let (rank, world) = (r.rank(), r.world());
+    r.exchange.barrier(r.store.as_ref(), rank, world)?;
+    Ok(())
+}
+
 /// Captures 10 all-reduces in a CUDA graph and replays it with new inputs.
 fn graph<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) -> Result<()> {
     let sizes = [
@@ -390,6 +397,12 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     cases += sweep::<f32>(&mut r, args, &mut call, &mut progress)?;
     progress.finish();
     let t_sweep = t0.elapsed();
+    // Each stage starts with the ranks lined up on the host: the sweep's
+    // host-side checks take each rank its own time (seconds on a loaded
+    // machine), which the first call of the next stage would otherwise
+    // spend inside a GPU wait, against the wait bound (seen with a 2 s
+    // bound and two ranks sharing one GPU).
+    line_up(&mut r)?;
     let mut rng = args.seed;
     let per_type = args.stress_calls / 3;
     stress::<bf16>(&mut r, args, per_type, 70_000, &mut call, &mut rng)?;
@@ -406,8 +419,10 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         * 4;
     stress::<bf16>(&mut r, args, 60, big, &mut call, &mut rng)?;
     let t_stress = t0.elapsed() - t_sweep;
+    line_up(&mut r)?;
     graph::<bf16>(&mut r, args, &mut call)?;
     let t_graph = t0.elapsed() - t_sweep - t_stress;
+    line_up(&mut r)?;
     let free_report = if args.free_replays > 0 {
         let algos = algos(&r);
         Some(crate::check_free::run(
@@ -420,11 +435,13 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         None
     };
     let t_free = t0.elapsed() - t_sweep - t_stress - t_graph;
+    line_up(&mut r)?;
     let norm_cases = crate::check_norm::run(&r, args.seed)?;
     println!(
         "check rank {}: all-reduce + residual + RMSNorm: {norm_cases} calls (every type, hidden 777 to 16384, 1 to 33 rows), every element against the f64 reference",
         r.rank()
     );
+    line_up(&mut r)?;
     let sg_cases = crate::check_sg::run(&mut r, args.seed)?;
     println!(
         "check rank {}: reduce-scatter and all-gather: {sg_cases} calls (every type, op and shard length, ours forced and as decided), every element checked",
