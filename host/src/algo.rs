@@ -11,8 +11,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::kernels::ElemType;
 use crate::topology::{MAX_DEVICES, Topology};
+use crate::types::ElemType;
 
 /// Forces an algorithm: `lamport`, `lamport-two-shot`, `one-shot`,
 /// `two-shot`, `hcm` or `nccl`.

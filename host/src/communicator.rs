@@ -40,16 +40,17 @@ use crate::algo::{
     AllReduceAlgo, Crossovers, scatter_gather_max_shard_bytes, scatter_gather_uses_ours,
     select_all_reduce_algo,
 };
-use crate::comm::all_reduce::ReduceOp;
 use crate::comm::broadcast::{BroadcastAlgo, select_broadcast_algo};
 use crate::comm::debug::{self, CallChecker, DebugLevel};
 use crate::comm::scatter_gather::ScatterGather;
 use crate::comm::tracked::{CallBuffers, CaptureSide};
 use crate::comm::{IntraNodeComm, RendezvousError};
 use crate::error::{Error, Result};
-use crate::kernels::{DType, ElemType, KernelModule};
+use crate::kernels::KernelModule;
 use crate::rendezvous::CommConfig;
 use crate::topology::Topology;
+use crate::types::ReduceOp;
+use crate::types::{DType, ElemType};
 use crate::work::Work;
 use kernels_gpu::layout::NormParams;
 
@@ -206,7 +207,7 @@ impl Communicator {
         let Some(intra) = &self.intra else {
             return AllReduceAlgo::Nccl;
         };
-        if to_intra_op(op).is_none() {
+        if ReduceOp::from_nccl(op).is_none() {
             return AllReduceAlgo::Nccl;
         }
         if let Some(a) = self.forced {
@@ -256,7 +257,7 @@ impl Communicator {
     ) -> Result<Work> {
         self.check_group("all_reduce_in_place")?;
         let algo = self.algo_for::<T>(buf.len(), op);
-        match (algo, &self.intra, to_intra_op(op)) {
+        match (algo, &self.intra, ReduceOp::from_nccl(op)) {
             (AllReduceAlgo::Nccl, _, _) | (_, None, _) | (_, _, None) => {
                 let comm = self.nccl_or_err()?;
                 self.check_health()?;
@@ -280,7 +281,7 @@ impl Communicator {
     ) -> Result<Work> {
         args::same_len("all_reduce", self.rank, send.len(), recv.len())?;
         self.check_group("all_reduce")?;
-        match (algo, &self.intra, to_intra_op(op)) {
+        match (algo, &self.intra, ReduceOp::from_nccl(op)) {
             (AllReduceAlgo::Nccl, _, _) => {
                 let comm = self.nccl_or_err()?;
                 self.check_health()?;
@@ -530,7 +531,7 @@ impl Communicator {
         let (Some(intra), Some(elem)) = (&self.intra, elem_of::<T>()) else {
             return Ok(None);
         };
-        let op = match (what, op.map(to_intra_op)) {
+        let op = match (what, op.map(ReduceOp::from_nccl)) {
             (ScatterGather::AllGather, _) => ReduceOp::Sum,
             (ScatterGather::ReduceScatter, Some(Some(op))) => op,
             // Prod: NCCL's alone.
@@ -604,7 +605,7 @@ impl Communicator {
                     call,
                     elems,
                     T::ELEM,
-                    nccl_op_name(op),
+                    ReduceOp::from_nccl(op).map_or("prod", ReduceOp::name),
                     AllReduceAlgo::Nccl,
                 )
             }),
@@ -788,14 +789,6 @@ impl Communicator {
     }
 }
 
-/// The name of an NCCL op in call fingerprints.
-fn nccl_op_name(op: &NcclOp) -> &'static str {
-    match to_intra_op(op) {
-        Some(op) => debug::op_name(op),
-        None => "prod",
-    }
-}
-
 /// Our element type for an NCCL one; `None` for those only NCCL moves.
 fn elem_of<T: NcclType>() -> Option<ElemType> {
     use cudarc::nccl::sys::ncclDataType_t as D;
@@ -804,17 +797,6 @@ fn elem_of<T: NcclType>() -> Option<ElemType> {
         D::ncclFloat16 => Some(ElemType::F16),
         D::ncclFloat32 => Some(ElemType::F32),
         _ => None,
-    }
-}
-
-/// The kernels' op for an NCCL op; `None` for the ops only NCCL has.
-fn to_intra_op(op: &NcclOp) -> Option<ReduceOp> {
-    match op {
-        NcclOp::Sum => Some(ReduceOp::Sum),
-        NcclOp::Avg => Some(ReduceOp::Avg),
-        NcclOp::Min => Some(ReduceOp::Min),
-        NcclOp::Max => Some(ReduceOp::Max),
-        NcclOp::Prod => None,
     }
 }
 

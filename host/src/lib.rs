@@ -76,11 +76,12 @@ pub mod nccl;
 pub mod rendezvous;
 pub mod symm_mem;
 pub mod topology;
+pub mod types;
 pub mod work;
 
 pub use algo::AllReduceAlgo;
 pub use comm::IntraNodeComm;
-pub use comm::all_reduce::ReduceOp;
 pub use communicator::{Communicator, Group, RankIndex};
 pub use error::{Error, Result};
+pub use types::{DType, ElemType, ReduceOp};
 pub use work::Work;

@@ -11,38 +11,15 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
-use kernels_gpu::layout::{self, AllReduceParams, BarrierParams, MAX_BLOCKS, MAX_RANKS};
+use kernels_gpu::layout::{AllReduceParams, BarrierParams, MAX_BLOCKS, MAX_RANKS};
 
 use super::IntraNodeComm;
 use crate::algo::AllReduceAlgo;
 use crate::error::{Error, Result};
-use crate::kernels::{DType, ElemType};
+use crate::types::{DType, ElemType};
 use crate::work::Work;
 
-/// Reduction operators.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
-    Sum,
-    /// Sum divided by the world size.
-    Avg,
-    Min,
-    Max,
-}
-
-impl ReduceOp {
-    /// Every op, in a fixed order.
-    pub const ALL: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max];
-
-    /// The kernels' `layout::OP_*` code.
-    pub(crate) const fn code(self) -> u32 {
-        match self {
-            ReduceOp::Sum => layout::OP_SUM,
-            ReduceOp::Avg => layout::OP_AVG,
-            ReduceOp::Min => layout::OP_MIN,
-            ReduceOp::Max => layout::OP_MAX,
-        }
-    }
-}
+pub use crate::types::ReduceOp;
 
 /// Threads per block of the collective kernels: 16 warps keep enough
 /// 16-byte loads in flight per SM.

@@ -29,10 +29,10 @@ use intranode_store::{Store, StoreExchange};
 use serde::{Deserialize, Serialize};
 
 use super::IntraNodeComm;
-use super::all_reduce::ReduceOp;
 use crate::algo::AllReduceAlgo;
 use crate::error::{Error, Result};
-use crate::kernels::ElemType;
+use crate::types::ElemType;
+use crate::types::ReduceOp;
 
 /// `detail` turns the call fingerprints on; `off` (or unset) leaves them
 /// off.
@@ -88,16 +88,6 @@ impl fmt::Display for CallFingerprint {
     }
 }
 
-/// The name of an op in fingerprints.
-pub const fn op_name(op: ReduceOp) -> &'static str {
-    match op {
-        ReduceOp::Sum => "sum",
-        ReduceOp::Avg => "avg",
-        ReduceOp::Min => "min",
-        ReduceOp::Max => "max",
-    }
-}
-
 /// The fingerprint of an all-reduce call.
 pub fn all_reduce_fingerprint(
     call: u64,
@@ -128,7 +118,7 @@ impl IntraNodeComm {
         algo: AllReduceAlgo,
     ) -> Result<()> {
         match self.call_checker() {
-            Some(c) => c.check(|call| all_reduce_fingerprint(call, elems, elem, op_name(op), algo)),
+            Some(c) => c.check(|call| all_reduce_fingerprint(call, elems, elem, op.name(), algo)),
             None => Ok(()),
         }
     }
