@@ -1,7 +1,7 @@
 //! [`Communicator`]: what applications use. It owns an [`IntraNodeComm`]
 //! when the rendezvous allowed one and an NCCL communicator when NCCL
 //! loads, and routes each all-reduce to whichever
-//! [`select_all_reduce_algo`] picks, so every size, element type, op and
+//! [`decide_all_reduce`] picks, so every size, element type, op and
 //! topology works; broadcasts go where [`select_broadcast_algo`] says.
 //!
 //! Its API is that of `cudarc::nccl::Comm` (NOTE [nccl parity]): every
@@ -37,17 +37,17 @@ use cudarc::nccl::{Comm, NcclType, ReduceOp as NcclOp};
 use intranode_store::{Store, StoreExchange};
 
 use crate::algo::{
-    AllReduceAlgo, Crossovers, scatter_gather_max_shard_bytes, scatter_gather_uses_ours,
-    select_all_reduce_algo,
+    AllReduceAlgo, AllReduceCall, Crossovers, decide_all_reduce, scatter_gather_max_shard_bytes,
+    scatter_gather_uses_ours,
 };
 use crate::comm::broadcast::{BroadcastAlgo, select_broadcast_algo};
 use crate::comm::debug::{self, CallChecker, DebugLevel};
 use crate::comm::scatter_gather::ScatterGather;
 use crate::comm::tracked::{CallBuffers, CaptureSide};
 use crate::comm::{IntraNodeComm, RendezvousError};
+use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::kernels::KernelModule;
-use crate::rendezvous::CommConfig;
 use crate::topology::Topology;
 use crate::types::ReduceOp;
 use crate::types::{DType, ElemType};
@@ -116,8 +116,7 @@ impl Communicator {
         rank: usize,
         world: usize,
     ) -> Result<Self> {
-        let config = CommConfig::from_env()
-            .map_err(|e| Error::InvalidArgument(format!("rank {rank}: {e}")))?;
+        let config = CommConfig::from_env()?;
         let ctx = stream.context().clone();
         let (intra, intra_reason) =
             match IntraNodeComm::rendezvous(&ctx, store.clone(), rank, world, &config) {
@@ -150,7 +149,7 @@ impl Communicator {
             intra,
             intra_reason,
             nccl,
-            crossovers: Crossovers::from_env(),
+            crossovers: config.crossovers.clone(),
             forced: config.forced_algo,
             forced_broadcast: config.forced_broadcast,
             call_checker,
@@ -204,38 +203,16 @@ impl Communicator {
 
     /// The algorithm a call of `elems` elements of `T` with `op` would use.
     pub fn algo_for<T: DType>(&self, elems: usize, op: &NcclOp) -> AllReduceAlgo {
-        let Some(intra) = &self.intra else {
-            return AllReduceAlgo::Nccl;
+        let call = AllReduceCall {
+            elem: T::ELEM,
+            bytes: elems.saturating_mul(T::ELEM.bytes()),
+            world: self.world,
+            intra: self.intra.as_ref().map(IntraNodeComm::intra_path),
+            op_is_ours: ReduceOp::from_nccl(op).is_some(),
+            nccl_available: self.nccl.is_ok(),
+            forced: self.forced,
         };
-        if ReduceOp::from_nccl(op).is_none() {
-            return AllReduceAlgo::Nccl;
-        }
-        if let Some(a) = self.forced {
-            return a;
-        }
-        let topology = intra.topology();
-        let algo = select_all_reduce_algo(
-            T::ELEM,
-            elems * T::ELEM.bytes(),
-            self.world,
-            topology,
-            intra.symm().buffer_bytes(),
-            &self.crossovers,
-        );
-        // A cube mesh whose table this rank cannot run HCM on (see
-        // `comm::hcm::hcm_plan`) leaves the call to NCCL.
-        let algo = if algo == AllReduceAlgo::Hcm && intra.hcm_plan().is_err() {
-            AllReduceAlgo::Nccl
-        } else {
-            algo
-        };
-        // Where NCCL would win but cannot run (not loadable, or several
-        // ranks share a GPU, which NCCL refuses), our kernels serve every
-        // size: two-shot walks large messages chunk by chunk.
-        if algo == AllReduceAlgo::Nccl && self.nccl.is_err() {
-            return AllReduceAlgo::TwoShot;
-        }
-        algo
+        decide_all_reduce(&call, &self.crossovers)
     }
 
     /// `recv = op(send of every rank)`, like `cudarc::nccl::Comm::all_reduce`.

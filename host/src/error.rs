@@ -22,6 +22,10 @@ pub enum Error {
     /// A kernel the library needs is not in the embedded PTX.
     #[error("kernel {name} is missing from the embedded PTX")]
     MissingKernel { name: String },
+    /// A setting (an environment switch, a tuning file) the library
+    /// cannot use.
+    #[error("configuration: {0}")]
+    Config(#[from] crate::config::ConfigError),
     /// The caller passed arguments the operation cannot accept.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -65,6 +65,7 @@
 pub mod algo;
 pub mod comm;
 pub mod communicator;
+pub mod config;
 pub mod ddp;
 pub mod dist_env;
 pub mod driver_ext;

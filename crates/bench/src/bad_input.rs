@@ -26,7 +26,8 @@ use intranode::ReduceOp;
 use intranode::algo::AllReduceAlgo;
 use intranode::comm::RendezvousError;
 use intranode::comm::debug::{DEBUG_ENV, DebugLevel};
-use intranode::rendezvous::{ALLOW_OVERLAPPING_ENV, CommConfig, Unsupported};
+use intranode::config::{ALLOW_OVERLAPPING_ENV, CommConfig};
+use intranode::rendezvous::Unsupported;
 
 use crate::data::{self, Op};
 use crate::faults::Proc;

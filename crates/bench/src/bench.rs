@@ -397,7 +397,7 @@ pub(crate) fn finish(args: &BenchArgs, file: BenchFile) -> Result<()> {
 /// loses to the algorithms after it: Lamport, Lamport two-shot, one-shot,
 /// two-shot, then NCCL.
 pub(crate) fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result<Crossovers> {
-    let mut x = Crossovers::from_file(path).unwrap_or_default();
+    let mut x = intranode::config::read_crossovers(path).unwrap_or_default();
     let time = |bytes: usize, algo: &str| {
         rows.iter()
             .find(|r| r.bytes == bytes && r.algo == algo)

@@ -8,7 +8,7 @@
 use anyhow::{Context, Result, bail};
 use half::bf16;
 use intranode::ReduceOp;
-use intranode::algo::{AllReduceAlgo, Crossovers, scatter_gather_uses_ours};
+use intranode::algo::{AllReduceAlgo, scatter_gather_uses_ours};
 use intranode::comm::scatter_gather::ScatterGather;
 use intranode::kernels::ElemType;
 
@@ -384,7 +384,7 @@ fn print_decode_table(rows: &[DecodeRow]) {
 fn run_scatter_gather(r: &mut Rank, args: &BenchArgs, what: ScatterGather) -> Result<()> {
     let world = r.world();
     let seed = 0x5CA7_u64;
-    let crossovers = Crossovers::from_env();
+    let crossovers = intranode::config::CommConfig::from_env()?.crossovers;
     let max_calls = args.calls.max(args.large_calls).max(1);
     let mut timer = Timer::new(r, 2 * max_calls + 2 * SKEW_K + 256)?;
     let mut algos: Vec<&str> = Vec::new();

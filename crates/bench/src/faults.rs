@@ -33,9 +33,9 @@ use intranode::IntraNodeComm;
 use intranode::ReduceOp;
 use intranode::algo::AllReduceAlgo;
 use intranode::comm::RendezvousError;
+use intranode::config::CommConfig;
 use intranode::dist_env::DistEnv;
 use intranode::kernels::KernelModule;
-use intranode::rendezvous::CommConfig;
 use intranode_store::{ClientConfig, Store, StoreError, StoreExchange, TcpStore};
 
 use crate::data::{self, Op};

@@ -34,32 +34,7 @@ use crate::error::{Error, Result};
 use crate::types::ElemType;
 use crate::types::ReduceOp;
 
-/// `detail` turns the call fingerprints on; `off` (or unset) leaves them
-/// off.
-pub const DEBUG_ENV: &str = "INTRANODE_DEBUG";
-
-/// How much the communicators check (from [`DEBUG_ENV`]). Part of the
-/// rendezvous request: the call checks exchange data through the store
-/// on every call, so all ranks must run them or none.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub enum DebugLevel {
-    /// No extra checks.
-    #[default]
-    Off,
-    /// Every all-reduce all-gathers a [`CallFingerprint`] first.
-    Detail,
-}
-
-impl DebugLevel {
-    /// Parses a value of [`DEBUG_ENV`] (case-insensitive; empty is off).
-    pub fn parse(value: &str) -> Option<Self> {
-        match value.trim().to_ascii_lowercase().as_str() {
-            "" | "off" | "0" => Some(Self::Off),
-            "detail" => Some(Self::Detail),
-            _ => None,
-        }
-    }
-}
+pub use crate::config::{DEBUG_ENV, DebugLevel};
 
 /// What one rank says about one collective call.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

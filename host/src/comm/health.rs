@@ -14,13 +14,6 @@ use kernels_gpu::layout::{
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
 
-/// Bound of every GPU wait on a peer, in milliseconds (env override, read
-/// by `rendezvous::CommConfig`).
-pub const BARRIER_TIMEOUT_ENV: &str = "INTRANODE_BARRIER_TIMEOUT_MS";
-/// Default bound: long enough for a slow peer's launch under load, short
-/// enough that a dead peer is reported well inside a store timeout.
-pub const DEFAULT_BARRIER_TIMEOUT_MS: u64 = 10_000;
-
 /// One [`ErrorWord`] in page-locked host memory mapped into the device.
 #[derive(Debug)]
 pub struct HostErrorWord {
