@@ -44,7 +44,7 @@ pub struct IntraNodeComm {
     pub(crate) mesh: NvlMesh,
     pub(crate) hcm_neighbors: Option<[[usize; 4]; MAX_DEVICES]>,
     /// This rank's part in HCM, or why the group cannot run it.
-    pub(crate) hcm_plan: std::result::Result<hcm::HcmPlan, String>,
+    pub(crate) hcm_plan: std::result::Result<hcm::HcmPlan, hcm::HcmUnavailable>,
     pub(crate) symm: SymmetricMemory,
     pub(crate) usage_counter: AtomicU64,
     /// Where kernels report a peer that never arrived.
@@ -126,8 +126,8 @@ impl IntraNodeComm {
 
     /// This rank's part in the hybrid-cube-mesh all-reduce, or why the
     /// group cannot run it (see [`hcm::hcm_plan`]).
-    pub fn hcm_plan(&self) -> std::result::Result<&hcm::HcmPlan, &str> {
-        self.hcm_plan.as_ref().map_err(String::as_str)
+    pub fn hcm_plan(&self) -> std::result::Result<&hcm::HcmPlan, &hcm::HcmUnavailable> {
+        self.hcm_plan.as_ref()
     }
 
     /// The symmetric memory of the group.
