@@ -40,7 +40,7 @@
 //! # Multicast
 //!
 //! [`device_has_multicast_support`] only reads the device attribute. This
-//! library never creates multicast objects (DESIGN.md section 3).
+//! library never creates multicast objects (docs/DESIGN.md section 3).
 
 mod cuda_ipc;
 mod vmm;
