@@ -3,8 +3,8 @@
 use std::io;
 use std::path::PathBuf;
 
-/// Errors of [`IpcChannel`]. Each one names our rank and, where there is one,
-/// the peer and the socket path involved.
+/// Errors of [`IpcChannel`](crate::IpcChannel). Each one names our rank
+/// and, where there is one, the peer and the socket path involved.
 #[derive(Debug, thiserror::Error)]
 pub enum IpcError {
     /// A caller-supplied value is out of range.
