@@ -315,7 +315,7 @@ impl CommConfig {
         let backend = parse_named(
             BACKEND_ENV,
             var(BACKEND_ENV),
-            |v| Backend::from_var(Some(v)).ok(),
+            Backend::parse,
             "`vmm` or `cuda-ipc`",
         )?
         .unwrap_or(default.backend);

@@ -108,14 +108,17 @@ fn phase_name(slot: u32) -> &'static str {
 
 impl Drop for HostErrorWord {
     fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
+        // NOTE [drop errors] in `error.rs`.
+        if crate::error::bind_for_drop(&self.ctx, "cuCtxSetCurrent before cuMemFreeHost") {
             // SAFETY: allocated in `new`, freed once; kernels that could
             // still write it are waited for first.
             let result = self
                 .ctx
                 .synchronize()
                 .and_then(|()| unsafe { driver_ext::mem_free_host(self.host) });
-            self.ctx.record_err(result);
+            if let Err(e) = result {
+                crate::error::record_drop_error(&self.ctx, "cuMemFreeHost", e);
+            }
         }
     }
 }

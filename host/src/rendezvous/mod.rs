@@ -16,7 +16,7 @@
 //! 3. every rank runs [`validate()`] and loads the kernels, and publishes its
 //!    verdict; any failure or refusal ends the rendezvous on every rank, and
 //!    so do verdicts that disagree;
-//! 4. [`SymmetricMemory::rendezvous_with`] allocates, exchanges and maps the
+//! 4. [`SymmetricMemory::rendezvous`] allocates, exchanges and maps the
 //!    blocks (its last phase all-gathers every rank's success).
 
 mod request;
@@ -268,7 +268,7 @@ pub fn run(
     }
 
     // Step 4: symmetric memory (its last phase is the final all-gather).
-    let symm = SymmetricMemory::rendezvous_with(
+    let symm = SymmetricMemory::rendezvous(
         ctx,
         s,
         &mut exchange,
