@@ -4,60 +4,24 @@
 //! element against the f64 reference (reduce-scatter, within rounding) or
 //! the inputs themselves (all-gather, exactly).
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
+use intranode::ReduceOp;
 use intranode::comm::scatter_gather::ScatterGather;
 use intranode::kernels::DType;
-
-use crate::data::{self, Op};
-use crate::rank::Rank;
+use intranode_harness::data;
+use intranode_harness::rank::Rank;
 
 /// Elements per shard: tiny, odd, a vector, around 4096, past a cache
 /// line's worth of slots, and 1 Mi elements plus an odd tail.
 const SHARDS: [usize; 7] = [1, 7, 8, 4095, 4099, 65536, (1 << 20) + 3];
 
-fn ops(what: ScatterGather) -> &'static [Op] {
+fn ops(what: ScatterGather) -> &'static [ReduceOp] {
     match what {
-        ScatterGather::ReduceScatter => &Op::ALL,
-        ScatterGather::AllGather => &[Op::Sum],
+        ScatterGather::ReduceScatter => &ReduceOp::ALL,
+        ScatterGather::AllGather => &[ReduceOp::Sum],
     }
-}
-
-/// Checks one call's output; `what` and `how` name it in errors.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn verify<T: DType>(
-    r: &Rank,
-    what: ScatterGather,
-    out: &[T],
-    seed: u64,
-    call: u64,
-    n: usize,
-    op: Op,
-    how: &str,
-) -> Result<()> {
-    let (me, world) = (r.rank(), r.world());
-    for (i, v) in out.iter().enumerate() {
-        let got = v.to_f64();
-        let (want, ok) = match what {
-            ScatterGather::ReduceScatter => {
-                let want = data::reference(seed, call, world, me * n + i, op);
-                (want, (got - want).abs() <= data::tolerance(T::ELEM, want))
-            }
-            ScatterGather::AllGather => {
-                let want = data::input_value(seed, call, i / n, i % n);
-                (want, got == want)
-            }
-        };
-        if !ok {
-            bail!(
-                "rank {me}: {} {how} {:?} {op:?}, shard of {n}: element {i}: got {got}, want {want}",
-                what.name(),
-                T::ELEM
-            );
-        }
-    }
-    Ok(())
 }
 
 fn one_type<T: DType + NcclType>(r: &mut Rank, seed: u64, call: &mut u64) -> Result<usize> {
@@ -83,23 +47,11 @@ fn one_type<T: DType + NcclType>(r: &mut Rank, seed: u64, call: &mut u64) -> Res
                             let intra = r.comm.intra().ok_or_else(|| {
                                 anyhow::anyhow!("forced path without the intra-node path")
                             })?;
-                            let iop = match op {
-                                Op::Sum => intranode::ReduceOp::Sum,
-                                Op::Avg => intranode::ReduceOp::Avg,
-                                Op::Min => intranode::ReduceOp::Min,
-                                Op::Max => intranode::ReduceOp::Max,
-                            };
-                            intra.scatter_gather(
-                                what,
-                                T::ELEM,
-                                &send,
-                                &mut recv,
-                                iop,
-                                &r.stream,
-                            )?;
+                            intra.scatter_gather(what, T::ELEM, &send, &mut recv, op, &r.stream)?;
                         }
                         (ScatterGather::ReduceScatter, false) => {
-                            r.comm.reduce_scatter(&send, &mut recv, &op.nccl())?;
+                            r.comm
+                                .reduce_scatter(&send, &mut recv, &data::nccl_op(op))?;
                         }
                         (ScatterGather::AllGather, false) => {
                             r.comm.all_gather(&send, &mut recv)?;
@@ -112,7 +64,7 @@ fn one_type<T: DType + NcclType>(r: &mut Rank, seed: u64, call: &mut u64) -> Res
                     } else {
                         "as the communicator decides"
                     };
-                    verify(r, what, &out, seed, *call, n, op, how)?;
+                    data::verify_scatter_gather(r, what, &out, seed, *call, n, op, how)?;
                     cases += 1;
                 }
             }

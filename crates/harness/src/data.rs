@@ -1,20 +1,31 @@
 //! Reproducible random inputs every rank can regenerate for every other
-//! rank, an f64 reference, tolerances and output fingerprints.
+//! rank, an f64 reference, tolerances, the checks of outputs and their
+//! fingerprints.
+//!
+//! The inputs are the soak kernels' own pattern (`kernels_gpu::pattern`,
+//! host-tested there): one generator, whether the host or the GPU writes
+//! them.
 
+use anyhow::{Result, bail};
 use half::{bf16, f16};
+use intranode::ReduceOp;
+use intranode::comm::scatter_gather::ScatterGather;
 use intranode::kernels::{DType, ElemType};
 
-/// SplitMix64 of a counter: input element `i` of `rank` in call `call`
-/// (the soak's finalizer, one copy).
-pub(crate) use kernels_gpu::pattern::mix;
+use crate::rank::Rank;
+
+/// SplitMix64's finalizer: the one copy, shared with the kernels.
+pub use kernels_gpu::pattern::mix;
 
 /// Input value: a multiple of 1/8 in [-8, 8], exact in every element type,
 /// fresh for every (seed, call, rank, element).
 pub fn input_value(seed: u64, call: u64, rank: usize, i: usize) -> f64 {
-    let h = mix(seed
-        ^ mix(call ^ ((rank as u64) << 48))
-        ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93));
-    ((h >> 40) % 129) as f64 / 8.0 - 8.0
+    f64::from(kernels_gpu::pattern::input(
+        seed,
+        call,
+        rank as u32,
+        i as u64,
+    ))
 }
 
 pub fn inputs<T: DType>(seed: u64, call: u64, rank: usize, n: usize) -> Vec<T> {
@@ -23,36 +34,24 @@ pub fn inputs<T: DType>(seed: u64, call: u64, rank: usize, n: usize) -> Vec<T> {
         .collect()
 }
 
-/// Reduction ops of the suite.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Sum,
-    Avg,
-    Min,
-    Max,
-}
-
-impl Op {
-    pub const ALL: [Op; 4] = [Op::Sum, Op::Avg, Op::Min, Op::Max];
-
-    pub fn nccl(self) -> cudarc::nccl::ReduceOp {
-        match self {
-            Op::Sum => cudarc::nccl::ReduceOp::Sum,
-            Op::Avg => cudarc::nccl::ReduceOp::Avg,
-            Op::Min => cudarc::nccl::ReduceOp::Min,
-            Op::Max => cudarc::nccl::ReduceOp::Max,
-        }
+/// `op` as `Communicator` (and NCCL) take it.
+pub fn nccl_op(op: ReduceOp) -> cudarc::nccl::ReduceOp {
+    match op {
+        ReduceOp::Sum => cudarc::nccl::ReduceOp::Sum,
+        ReduceOp::Avg => cudarc::nccl::ReduceOp::Avg,
+        ReduceOp::Min => cudarc::nccl::ReduceOp::Min,
+        ReduceOp::Max => cudarc::nccl::ReduceOp::Max,
     }
 }
 
 /// The exact reduction of element `i` over `world` ranks.
-pub fn reference(seed: u64, call: u64, world: usize, i: usize, op: Op) -> f64 {
+pub fn reference(seed: u64, call: u64, world: usize, i: usize, op: ReduceOp) -> f64 {
     let vals = (0..world).map(|r| input_value(seed, call, r, i));
     match op {
-        Op::Sum => vals.sum(),
-        Op::Avg => vals.sum::<f64>() / world as f64,
-        Op::Min => vals.fold(f64::INFINITY, f64::min),
-        Op::Max => vals.fold(f64::NEG_INFINITY, f64::max),
+        ReduceOp::Sum => vals.sum(),
+        ReduceOp::Avg => vals.sum::<f64>() / world as f64,
+        ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
+        ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
     }
 }
 
@@ -73,7 +72,7 @@ pub fn verify<T: DType>(
     seed: u64,
     call: u64,
     world: usize,
-    op: Op,
+    op: ReduceOp,
 ) -> Result<(), String> {
     for (i, v) in out.iter().enumerate() {
         let want = reference(seed, call, world, i, op);
@@ -84,6 +83,45 @@ pub fn verify<T: DType>(
                 out.len(),
                 T::ELEM
             ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks one reduce-scatter or all-gather output of `r` (shards of `n`
+/// elements): every element against the f64 reference (reduce-scatter,
+/// within rounding) or the inputs themselves (all-gather, exactly); `how`
+/// names the call in errors.
+#[allow(clippy::too_many_arguments)]
+pub fn verify_scatter_gather<T: DType>(
+    r: &Rank,
+    what: ScatterGather,
+    out: &[T],
+    seed: u64,
+    call: u64,
+    n: usize,
+    op: ReduceOp,
+    how: &str,
+) -> Result<()> {
+    let (me, world) = (r.rank(), r.world());
+    for (i, v) in out.iter().enumerate() {
+        let got = v.to_f64();
+        let (want, ok) = match what {
+            ScatterGather::ReduceScatter => {
+                let want = reference(seed, call, world, me * n + i, op);
+                (want, (got - want).abs() <= tolerance(T::ELEM, want))
+            }
+            ScatterGather::AllGather => {
+                let want = input_value(seed, call, i / n, i % n);
+                (want, got == want)
+            }
+        };
+        if !ok {
+            bail!(
+                "rank {me}: {} {how} {:?} {op:?}, shard of {n}: element {i}: got {got}, want {want}",
+                what.name(),
+                T::ELEM
+            );
         }
     }
     Ok(())

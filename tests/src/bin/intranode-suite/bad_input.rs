@@ -28,10 +28,8 @@ use intranode::comm::RendezvousError;
 use intranode::comm::debug::{DEBUG_ENV, DebugLevel};
 use intranode::config::{ALLOW_OVERLAPPING_ENV, CommConfig};
 use intranode::rendezvous::Unsupported;
-
-use crate::data::{self, Op};
-use crate::faults::Proc;
-use crate::rank::Rank;
+use intranode_harness::data;
+use intranode_harness::rank::{Proc, Rank};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Group {
@@ -83,7 +81,7 @@ fn zeros<T: intranode::kernels::DType + cudarc::driver::ValidAsZeroBits>(
 }
 
 fn normal() -> Result<()> {
-    let Some(mut r) = Rank::setup("intranode-bench bad-input")? else {
+    let Some(mut r) = Rank::setup("intranode-suite bad-input")? else {
         return Ok(());
     };
     let (rank, world) = (r.rank(), r.world());
@@ -249,15 +247,10 @@ fn normal() -> Result<()> {
         let input = data::inputs::<bf16>(9, call, rank, n + 3);
         let d_in = r.stream.clone_htod(&input)?;
         let mut d_out = zeros::<bf16>(&r, n + 3)?;
-        match algo {
-            Some(algo) => r
-                .comm
-                .all_reduce_with(&d_in, &mut d_out, &Op::Sum.nccl(), algo)?,
-            None => r.comm.all_reduce(&d_in, &mut d_out, &Op::Sum.nccl())?,
-        };
+        r.all_reduce(&d_in, &mut d_out, ReduceOp::Sum, algo)?;
         let got = r.stream.clone_dtoh(&d_out)?;
         r.stream.synchronize()?;
-        data::verify(&got, 9, call, world, Op::Sum).map_err(|e| {
+        data::verify(&got, 9, call, world, ReduceOp::Sum).map_err(|e| {
             anyhow::anyhow!(
                 "bad-input rank {rank}: FAIL: the group no longer reduces correctly: {e}"
             )
@@ -265,8 +258,7 @@ fn normal() -> Result<()> {
         checked += 1;
     }
     intra.health().check()?;
-    let (store, world_size) = (r.store.clone(), r.world());
-    r.exchange.barrier(store.as_ref(), rank, world_size)?;
+    r.store_barrier()?;
     for line in &report {
         println!("bad-input rank {rank}: refused as expected: {line}");
     }
@@ -288,12 +280,12 @@ fn reduces_correctly(p: &Proc, config: &CommConfig, algo: AllReduceAlgo, seed: u
     comm.all_reduce(&d_in, &mut d_out, ReduceOp::Sum, algo, &p.stream)?;
     let got = p.stream.clone_dtoh(&d_out)?;
     p.stream.synchronize()?;
-    data::verify(&got, seed, 0, p.world(), Op::Sum).map_err(anyhow::Error::msg)?;
+    data::verify(&got, seed, 0, p.world(), ReduceOp::Sum).map_err(anyhow::Error::msg)?;
     Ok(())
 }
 
 fn overlap() -> Result<()> {
-    let Some(p) = Proc::setup("intranode-bench bad-input --group overlap")? else {
+    let Some(p) = Proc::setup("intranode-suite bad-input --group overlap")? else {
         return Ok(());
     };
     let rank = p.rank();
@@ -322,7 +314,7 @@ fn overlap() -> Result<()> {
 }
 
 fn debug_mismatch() -> Result<()> {
-    let Some(p) = Proc::setup("intranode-bench bad-input --group debug-mismatch")? else {
+    let Some(p) = Proc::setup("intranode-suite bad-input --group debug-mismatch")? else {
         return Ok(());
     };
     let rank = p.rank();
@@ -356,7 +348,7 @@ fn debug_mismatch() -> Result<()> {
 }
 
 fn world_size() -> Result<()> {
-    let Some(p) = Proc::setup("intranode-bench bad-input --group world-size")? else {
+    let Some(p) = Proc::setup("intranode-suite bad-input --group world-size")? else {
         return Ok(());
     };
     let (rank, world) = (p.rank(), p.world());

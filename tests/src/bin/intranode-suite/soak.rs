@@ -31,11 +31,10 @@ use half::{bf16, f16};
 use intranode::ReduceOp;
 use intranode::algo::AllReduceAlgo;
 use intranode::kernels::{DType, ElemType, KernelModule, SoakCall};
+use intranode_harness::data;
+use intranode_harness::rank::Rank;
 use kernels_gpu::layout;
 use kernels_gpu::pattern;
-
-use crate::data::Op;
-use crate::rank::Rank;
 
 #[derive(clap::Args, Debug)]
 pub struct SoakArgs {
@@ -66,7 +65,8 @@ pub struct SoakArgs {
 const GRAPH_NODES: usize = 8;
 const GRAPHS: usize = 4;
 
-/// The generator every rank runs identically (SplitMix64).
+/// The generator every rank runs identically: SplitMix64's finalizer
+/// (`pattern::mix`) of a counter stepped by its increment.
 struct Rng(u64);
 
 impl Rng {
@@ -85,7 +85,7 @@ impl Rng {
 struct Spec {
     elem: ElemType,
     elems: usize,
-    op: Op,
+    op: ReduceOp,
     /// `None`: the communicator picks.
     algo: Option<AllReduceAlgo>,
     in_place: bool,
@@ -107,7 +107,7 @@ impl Spec {
         Spec {
             elem,
             elems,
-            op: Op::ALL[rng.below(4)],
+            op: ReduceOp::ALL[rng.below(4)],
             algo: algos[rng.below(algos.len())],
             in_place: rng.below(4) == 0,
         }
@@ -115,15 +115,6 @@ impl Spec {
 
     fn bytes(&self) -> usize {
         self.elems * self.elem.bytes()
-    }
-}
-
-fn reduce_op(op: Op) -> ReduceOp {
-    match op {
-        Op::Sum => ReduceOp::Sum,
-        Op::Avg => ReduceOp::Avg,
-        Op::Min => ReduceOp::Min,
-        Op::Max => ReduceOp::Max,
     }
 }
 
@@ -175,13 +166,13 @@ struct Soak<'a> {
 }
 
 impl Soak<'_> {
-    fn call(&self, call: u64, op: Op) -> SoakCall {
+    fn call(&self, call: u64, op: ReduceOp) -> SoakCall {
         SoakCall {
             seed: self.seed,
             call,
             rank: self.r.rank(),
             world: self.r.world(),
-            op: reduce_op(op),
+            op,
         }
     }
 
@@ -205,19 +196,22 @@ impl Soak<'_> {
     /// The all-reduce itself, on the pair's first `spec.elems` elements.
     fn reduce<T: DType + NcclType>(&self, pair: &mut Pair<T>, spec: &Spec) -> Result<()> {
         let n = spec.elems;
-        let comm = &self.r.comm;
-        let nccl_op = spec.op.nccl();
         match (spec.in_place, spec.algo) {
             (true, None) => {
-                comm.all_reduce_in_place(&mut pair.input.slice_mut(0..n), &nccl_op)?;
+                self.r.comm.all_reduce_in_place(
+                    &mut pair.input.slice_mut(0..n),
+                    &data::nccl_op(spec.op),
+                )?;
             }
             (true, Some(algo)) => {
-                let intra = comm
+                let intra = self
+                    .r
+                    .comm
                     .intra()
                     .context("a forced algorithm needs the intra-node path")?;
                 intra.all_reduce_in_place(
                     &mut pair.input.slice_mut(0..n),
-                    reduce_op(spec.op),
+                    spec.op,
                     algo,
                     &self.r.stream,
                 )?;
@@ -225,10 +219,7 @@ impl Soak<'_> {
             (false, algo) => {
                 let input = pair.input.slice(0..n);
                 let mut output = pair.output.slice_mut(0..n);
-                match algo {
-                    None => comm.all_reduce(&input, &mut output, &nccl_op)?,
-                    Some(algo) => comm.all_reduce_with(&input, &mut output, &nccl_op, algo)?,
-                };
+                self.r.all_reduce(&input, &mut output, spec.op, algo)?;
             }
         }
         Ok(())
@@ -271,10 +262,7 @@ impl Soak<'_> {
 /// Free device memory (bytes) and open file descriptors of this process.
 fn sample(r: &Rank) -> Result<(usize, usize)> {
     let (free, _total) = r.ctx.mem_get_info().context("cuMemGetInfo")?;
-    let fds = std::fs::read_dir("/proc/self/fd")
-        .context("listing /proc/self/fd")?
-        .count()
-        .saturating_sub(1);
+    let fds = intranode_tests::open_fd_count().context("listing /proc/self/fd")?;
     Ok((free, fds))
 }
 
@@ -287,7 +275,7 @@ fn self_test<T: DType + cudarc::driver::ValidAsZeroBits>(s: &mut Soak<'_>) -> Re
     let spec = Spec {
         elem: T::ELEM,
         elems: n,
-        op: Op::Avg,
+        op: ReduceOp::Avg,
         algo: None,
         in_place: false,
     };
@@ -349,7 +337,10 @@ impl Counts {
             .iter()
             .position(|e| *e == spec.elem)
             .unwrap_or(0)] += 1;
-        self.op[Op::ALL.iter().position(|o| *o == spec.op).unwrap_or(0)] += 1;
+        self.op[ReduceOp::ALL
+            .iter()
+            .position(|o| *o == spec.op)
+            .unwrap_or(0)] += 1;
         self.algo[match spec.algo {
             None => 0,
             Some(AllReduceAlgo::Lamport) => 1,
@@ -363,7 +354,7 @@ impl Counts {
 }
 
 pub fn run(args: &SoakArgs) -> Result<()> {
-    let Some(r) = Rank::setup("intranode-bench soak")? else {
+    let Some(r) = Rank::setup("intranode-suite soak")? else {
         return Ok(());
     };
     if !(0.0..=1.0).contains(&args.graph_share) || args.batch < GRAPH_NODES || args.max_bytes < 4 {
@@ -656,7 +647,7 @@ mod tests {
         for e in ElemType::ALL {
             assert!(specs.iter().any(|s| s.elem == e));
         }
-        for o in Op::ALL {
+        for o in ReduceOp::ALL {
             assert!(specs.iter().any(|s| s.op == o));
         }
         for a in algos {

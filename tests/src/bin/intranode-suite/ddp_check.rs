@@ -40,10 +40,9 @@ use intranode::ddp::{
 };
 use intranode::kernels::{DType, ElemType};
 use intranode::{Communicator, ReduceOp};
+use intranode_harness::data::{self, mix};
+use intranode_harness::rank::Rank;
 use intranode_store::{Store, StoreExchange};
-
-use crate::data::{self, Op};
-use crate::rank::Rank;
 
 #[derive(clap::Args, Debug)]
 pub struct DdpCheckArgs {
@@ -56,14 +55,6 @@ pub struct DdpCheckArgs {
     /// Replays of the captured graph of part 3.
     #[arg(long, default_value_t = 200)]
     pub graph_replays: usize,
-}
-
-/// SplitMix64 finalizer.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
 }
 
 /// A hash of (seed, call, rank, buffer, element): what every rank can
@@ -496,7 +487,7 @@ fn interleaved(c: &mut Ctx<'_>, calls: usize) -> Result<String> {
         for (p, (reduced, bytes)) in pending.iter().zip(&got) {
             match p {
                 Pending::Reduce { call, .. } => {
-                    data::verify(reduced, c.seed, *call, c.world, Op::Sum)
+                    data::verify(reduced, c.seed, *call, c.world, ReduceOp::Sum)
                         .map_err(|e| anyhow!("interleaved all-reduce (call {call}): {e}"))?;
                 }
                 Pending::Bcast { call, root, .. } => {
@@ -577,8 +568,14 @@ fn graph_replays(c: &mut Ctx<'_>, replays: usize) -> Result<String> {
         c.stream.synchronize()?;
         intra.health().check()?;
         for k in 0..2 {
-            data::verify(&reduced[k], c.seed, call * 4 + k as u64, c.world, Op::Sum)
-                .map_err(|e| anyhow!("graph replay, all-reduce {k}: {e}"))?;
+            data::verify(
+                &reduced[k],
+                c.seed,
+                call * 4 + k as u64,
+                c.world,
+                ReduceOp::Sum,
+            )
+            .map_err(|e| anyhow!("graph replay, all-reduce {k}: {e}"))?;
             let tag = call * 4 + 2 + k as u64;
             if let Some(i) =
                 (0..bcast_bytes[k]).find(|&i| received[k][i] != byte(c.seed, tag, roots[k], i))
@@ -910,7 +907,7 @@ fn hooks(c: &mut Ctx<'_>) -> Result<String> {
 }
 
 pub fn run(args: &DdpCheckArgs) -> Result<()> {
-    let Some(r) = Rank::setup("intranode-bench ddp-check")? else {
+    let Some(r) = Rank::setup("intranode-suite ddp-check")? else {
         return Ok(());
     };
     let Rank {

@@ -19,9 +19,9 @@ use intranode::ReduceOp;
 use intranode::algo::AllReduceAlgo;
 use intranode::kernels::{KernelModule, SoakCall};
 
-use crate::bench::enqueue;
-use crate::free::{self, Dist, Timer};
-use crate::rank::Rank;
+use intranode_harness::data;
+use intranode_harness::free::{self, Dist, Timer};
+use intranode_harness::rank::Rank;
 
 /// Calls per graph.
 const K: usize = 16;
@@ -64,7 +64,7 @@ pub fn run(
         let elems = bytes / 2;
         for (ai, &algo) in algos.iter().enumerate() {
             let name = algo.map_or("auto", AllReduceAlgo::name);
-            let config_seed = crate::data::mix(seed ^ ((si as u64) << 32) ^ ai as u64);
+            let config_seed = data::mix(seed ^ ((si as u64) << 32) ^ ai as u64);
             let calls: Vec<SoakCall> = (0..K)
                 .map(|j| SoakCall {
                     seed,
@@ -101,7 +101,7 @@ pub fn run(
                     if ns > 0 {
                         timer.spin(r, ns)?;
                     }
-                    enqueue(r, &inputs[j], &mut outputs[j], algo)?;
+                    r.all_reduce(&inputs[j], &mut outputs[j], ReduceOp::Sum, algo)?;
                 }
                 for (j, call) in calls.iter().enumerate() {
                     module.soak_check(&r.stream, &outputs[j], call, &mut mismatches, j)?;
@@ -129,7 +129,8 @@ pub fn run(
             report.checked_calls += K * replays;
 
             // The slow mode: the same calls on fixed inputs, timed.
-            let mut call = |r: &Rank, j: usize| enqueue(r, &inputs[j], &mut outputs[j], algo);
+            let mut call =
+                |r: &Rank, j: usize| r.all_reduce(&inputs[j], &mut outputs[j], ReduceOp::Sum, algo);
             let (us, _) = free::graph_mode(r, K, replays, &mut call, &spin, &net, &mut timer)?;
             let mine = Dist::of(us);
             let all: Vec<Option<Dist>> = r.all_gather(&mine)?;

@@ -7,10 +7,10 @@
 use anyhow::{Result, bail};
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
+use intranode::ReduceOp;
 use intranode::kernels::{DType, ElemType};
-
-use crate::data;
-use crate::rank::Rank;
+use intranode_harness::data;
+use intranode_harness::rank::Rank;
 
 const HIDDEN: [usize; 4] = [4096, 8192, 16384, 777];
 const ROWS: [usize; 3] = [1, 8, 33];
@@ -56,7 +56,7 @@ fn one_type<T: DType + NcclType>(r: &Rank, seed: u64, call: &mut u64) -> Result<
                             *call,
                             world,
                             base + i,
-                            data::Op::Sum,
+                            ReduceOp::Sum,
                         ));
                         T::from_f64(ar.to_f64() + res[base + i].to_f64()).to_f64()
                     })

@@ -1,27 +1,24 @@
-//! Free-running measurement: calls follow each other on the stream with
-//! no host barrier and no extra all-reduce between them, as in a
-//! tensor-parallel decode loop, and every call's time comes from the
+//! Free-running timing on the device: calls follow each other on the
+//! stream with no host barrier and no extra all-reduce between them, as in
+//! a tensor-parallel decode loop, and every call's time comes from the
 //! device (a `%globaltimer` stamp after each call in a graph, a CUDA event
-//! after each eager call). Modes:
+//! after each eager call). The benchmark's modes are built of these:
 //!
-//! - `graph-K`: a CUDA graph of K back-to-back calls, replayed;
-//! - `eager`: calls launched one by one;
-//! - `skew`: a graph in which, before each call, a rank chosen at random
-//!   spins for 0 to 20 us (the time is the call's, net of that spin);
-//! - `decode`: a graph alternating a 20 us kernel (a GEMM's stand-in) with
-//!   the call (the time is the step's, spin included; the overhead is the
-//!   step over the same graph without the call).
+//! - [`graph_mode`]: a CUDA graph of K back-to-back calls, replayed, each
+//!   call optionally preceded by a spin (the benchmark's `graph-K`, `skew`
+//!   and `decode` modes; the suite's slow-call detector);
+//! - [`eager_mode`]: calls launched one by one;
+//! - [`skew_of`]: which rank spins before call `j`, and how long.
 //!
 //! Every delta between stamps includes one stamp kernel (about half a
-//! microsecond of graph node); the `mean` figures come from the same graph
-//! without stamps, timed by events around all replays.
+//! microsecond of graph node); [`graph_mode`]'s mean comes from the same
+//! graph without stamps, timed by events around all replays.
 
 use anyhow::{Context, Result, bail};
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaEvent, CudaGraph, CudaSlice, DevicePtr};
-use serde::{Deserialize, Serialize};
-
 use intranode::kernels::KernelModule;
+use serde::{Deserialize, Serialize};
 
 use crate::rank::Rank;
 
@@ -67,16 +64,6 @@ impl Dist {
     pub fn tail_ok(&self) -> bool {
         self.p99_us <= 1.5 * self.median_us && self.max_us <= 3.0 * self.median_us
     }
-}
-
-/// One mode's figures for one configuration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ModeStats {
-    /// `graph-K`, `eager`, `skew` or `decode`.
-    pub mode: String,
-    pub dist: Dist,
-    /// Mean per call of the same graph without stamps (graph modes).
-    pub mean_us: Option<f64>,
 }
 
 /// What one call of the timed loop enqueues: `j` is its index in the
@@ -149,6 +136,14 @@ impl Timer {
             );
         }
         Ok(all[1..=n].to_vec())
+    }
+}
+
+impl std::fmt::Debug for Timer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timer")
+            .field("capacity", &self.capacity())
+            .finish_non_exhaustive()
     }
 }
 
@@ -273,32 +268,6 @@ pub fn skew_of(seed: u64, world: usize, j: usize) -> (usize, u64) {
     ((h % world as u64) as usize, (h >> 32) % 20_001)
 }
 
-/// How each rank's `Dist` travels to rank 0.
-pub type RankDists = Vec<(String, Dist, Option<f64>)>;
-
-/// The worst rank's figures per mode, from every rank's.
-pub fn merge(all: &[RankDists]) -> Vec<ModeStats> {
-    let Some(first) = all.first() else {
-        return Vec::new();
-    };
-    first
-        .iter()
-        .enumerate()
-        .filter_map(|(i, (mode, _, _))| {
-            let dists: Vec<Dist> = all.iter().filter_map(|d| d.get(i).map(|x| x.1)).collect();
-            let means: Vec<f64> = all
-                .iter()
-                .filter_map(|d| d.get(i).and_then(|x| x.2))
-                .collect();
-            Some(ModeStats {
-                mode: mode.clone(),
-                dist: Dist::worst(&dists)?,
-                mean_us: (!means.is_empty()).then(|| means.iter().copied().fold(0.0, f64::max)),
-            })
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,18 +297,5 @@ mod tests {
             ranks[rank] += 1;
         }
         assert!(ranks.iter().all(|&n| n > 2000), "{ranks:?}");
-    }
-
-    #[test]
-    fn merge_takes_the_worst_rank() {
-        let a = Dist::of(vec![1.0, 2.0, 3.0]).expect("a");
-        let b = Dist::of(vec![2.0, 2.0, 9.0]).expect("b");
-        let m = merge(&[
-            vec![("eager".into(), a, Some(2.0))],
-            vec![("eager".into(), b, Some(4.0))],
-        ]);
-        assert_eq!(m.len(), 1);
-        assert_eq!((m[0].dist.median_us, m[0].dist.max_us), (2.0, 9.0));
-        assert_eq!(m[0].mean_us, Some(4.0));
     }
 }

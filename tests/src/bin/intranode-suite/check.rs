@@ -6,12 +6,12 @@ use anyhow::{Context, Result, bail};
 use cudarc::driver::{CudaSlice, CudaStream};
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
+use intranode::ReduceOp;
 use intranode::algo::AllReduceAlgo;
 use intranode::kernels::DType;
-
-use crate::data::{self, Op};
-use crate::progress::Progress;
-use crate::rank::Rank;
+use intranode_harness::data;
+use intranode_harness::progress::Progress;
+use intranode_harness::rank::Rank;
 
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
@@ -43,18 +43,9 @@ pub struct CheckArgs {
 /// compare with the f64 reference and across ranks.
 struct Case {
     algo: AllReduceAlgo,
-    op: Op,
+    op: ReduceOp,
     elems: usize,
     call: u64,
-}
-
-fn algos(r: &Rank) -> Vec<Option<AllReduceAlgo>> {
-    let mut v: Vec<_> = r.intra_algos().into_iter().map(Some).collect();
-    if r.comm.nccl().is_ok() {
-        v.push(Some(AllReduceAlgo::Nccl));
-    }
-    v.push(None); // auto
-    v
 }
 
 fn upload<T: DType>(stream: &Arc<CudaStream>, host: &[T]) -> Result<CudaSlice<T>> {
@@ -65,12 +56,7 @@ fn run_case<T: DType + NcclType>(r: &mut Rank, seed: u64, case: &Case, auto: boo
     let input = data::inputs::<T>(seed, case.call, r.rank(), case.elems);
     let d_in = upload(&r.stream, &input)?;
     let mut d_out = upload(&r.stream, &vec![data::poison::<T>(); case.elems])?;
-    let op = case.op.nccl();
-    if auto {
-        r.comm.all_reduce(&d_in, &mut d_out, &op)?;
-    } else {
-        r.comm.all_reduce_with(&d_in, &mut d_out, &op, case.algo)?;
-    }
+    r.all_reduce(&d_in, &mut d_out, case.op, (!auto).then_some(case.algo))?;
     let out = r.stream.clone_dtoh(&d_out)?;
     r.stream.synchronize()?;
     data::verify(&out, seed, case.call, r.world(), case.op).map_err(|e| {
@@ -102,7 +88,7 @@ fn sweep_lengths(buffer_elems: usize, lamport_elems: usize) -> [usize; 9] {
 
 /// Cases of one element type's sweep.
 fn sweep_cases(r: &Rank) -> usize {
-    algos(r).len() * Op::ALL.len() * sweep_lengths(0, 0).len()
+    r.algos().len() * ReduceOp::ALL.len() * sweep_lengths(0, 0).len()
 }
 
 fn sweep<T: DType + NcclType>(
@@ -121,8 +107,8 @@ fn sweep<T: DType + NcclType>(
         intranode::algo::lamport_two_shot_max_message_bytes(r.world()) / T::ELEM.bytes();
     let lengths = sweep_lengths(buffer_elems, lamport_elems);
     let mut cases = 0;
-    for algo in algos(r) {
-        for op in Op::ALL {
+    for algo in r.algos() {
+        for op in ReduceOp::ALL {
             for &elems in &lengths {
                 *call += 1;
                 let case = Case {
@@ -163,7 +149,7 @@ fn stress<T: DType + NcclType>(
     rng: &mut u64,
 ) -> Result<()> {
     const BATCH: usize = 50;
-    let choices = algos(r);
+    let choices = r.algos();
     let mut remaining = calls;
     while remaining > 0 {
         let n_batch = remaining.min(BATCH);
@@ -174,16 +160,13 @@ fn stress<T: DType + NcclType>(
                 .wrapping_add(1442695040888963407);
             let x = *rng >> 16;
             let elems = 1 + (x as usize % max_elems);
-            let op = Op::ALL[(x >> 20) as usize % 4];
+            let op = ReduceOp::ALL[(x >> 20) as usize % 4];
             let algo = choices[(x >> 24) as usize % choices.len()];
             *call += 1;
             let input = data::inputs::<T>(args.seed, *call, r.rank(), elems);
             let d_in = upload(&r.stream, &input)?;
             let mut d_out = upload(&r.stream, &vec![data::poison::<T>(); elems])?;
-            match algo {
-                None => r.comm.all_reduce(&d_in, &mut d_out, &op.nccl())?,
-                Some(a) => r.comm.all_reduce_with(&d_in, &mut d_out, &op.nccl(), a)?,
-            };
+            r.all_reduce(&d_in, &mut d_out, op, algo)?;
             pending.push((d_in, d_out, op, *call, algo));
         }
         r.stream.synchronize()?;
@@ -201,13 +184,6 @@ fn stress<T: DType + NcclType>(
     Ok(())
 }
 
-/// A store barrier of all ranks, between stages.
-fn line_up(r: &mut Rank) -> Result<()> {
-    let (rank, world) = (r.rank(), r.world());
-    r.exchange.barrier(r.store.as_ref(), rank, world)?;
-    Ok(())
-}
-
 /// Captures 10 all-reduces in a CUDA graph and replays it with new inputs.
 fn graph<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) -> Result<()> {
     let sizes = [
@@ -222,22 +198,9 @@ fn graph<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) ->
         200_003,
         1 << 20,
     ];
-    let mut algos_cycle = Vec::new();
-    if let Some(intra) = r.comm.intra() {
-        algos_cycle.extend([
-            AllReduceAlgo::Lamport,
-            AllReduceAlgo::LamportTwoShot,
-            AllReduceAlgo::OneShot,
-            AllReduceAlgo::TwoShot,
-        ]);
-        if intra.hcm_plan().is_ok() {
-            algos_cycle.push(AllReduceAlgo::Hcm);
-        }
-    }
-    if r.comm.nccl().is_ok() {
-        algos_cycle.push(AllReduceAlgo::Nccl);
-    }
-    let ops = [Op::Sum, Op::Max, Op::Avg, Op::Min];
+    // Every algorithm of ours, then NCCL where it loaded (not auto).
+    let algos_cycle: Vec<AllReduceAlgo> = r.algos().into_iter().flatten().collect();
+    let ops = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg, ReduceOp::Min];
     let mut ins = Vec::new();
     let mut outs = Vec::new();
     for &n in &sizes {
@@ -252,8 +215,7 @@ fn graph<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) ->
         .context("begin capture")?;
     for (k, (d_in, d_out)) in ins.iter().zip(outs.iter_mut()).enumerate() {
         let algo = algos_cycle[k % algos_cycle.len()];
-        r.comm
-            .all_reduce_with(d_in, d_out, &ops[k % ops.len()].nccl(), algo)?;
+        r.all_reduce(d_in, d_out, ops[k % ops.len()], Some(algo))?;
     }
     let graph = r
         .stream
@@ -334,14 +296,13 @@ fn barriers(r: &mut Rank) -> Result<String> {
         Ok(()) => "100 barriers + 50 pair barriers ok; skipped the last barrier on purpose".into(),
         Err(e) => e.clone(),
     };
-    let (world, store) = (r.world(), r.store.clone());
-    r.exchange.barrier(store.as_ref(), rank, world)?;
+    r.store_barrier()?;
     outcome.map_err(|e| anyhow::anyhow!(e))?;
     Ok(report)
 }
 
 pub fn run(args: &CheckArgs) -> Result<()> {
-    let Some(mut r) = Rank::setup("intranode-bench check")? else {
+    let Some(mut r) = Rank::setup("intranode-suite check")? else {
         return Ok(());
     };
     if args.only_norm {
@@ -367,7 +328,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         return Ok(());
     }
     if args.only_free {
-        let algos = algos(&r);
+        let algos = r.algos();
         let t0 = std::time::Instant::now();
         let f = crate::check_free::run(&mut r, &algos, args.seed, args.free_replays.max(1))?;
         println!(
@@ -388,7 +349,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     let mut cases = 0;
     // Three element types below.
     let mut progress = Progress::new(
-        "intranode-bench check sweep",
+        "intranode-suite check sweep",
         3 * sweep_cases(&r),
         r.rank() == 0,
     );
@@ -402,7 +363,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     // machine), which the first call of the next stage would otherwise
     // spend inside a GPU wait, against the wait bound (seen with a 2 s
     // bound and two ranks sharing one GPU).
-    line_up(&mut r)?;
+    r.store_barrier()?;
     let mut rng = args.seed;
     let per_type = args.stress_calls / 3;
     stress::<bf16>(&mut r, args, per_type, 70_000, &mut call, &mut rng)?;
@@ -419,12 +380,12 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         * 4;
     stress::<bf16>(&mut r, args, 60, big, &mut call, &mut rng)?;
     let t_stress = t0.elapsed() - t_sweep;
-    line_up(&mut r)?;
+    r.store_barrier()?;
     graph::<bf16>(&mut r, args, &mut call)?;
     let t_graph = t0.elapsed() - t_sweep - t_stress;
-    line_up(&mut r)?;
+    r.store_barrier()?;
     let free_report = if args.free_replays > 0 {
-        let algos = algos(&r);
+        let algos = r.algos();
         Some(crate::check_free::run(
             &mut r,
             &algos,
@@ -435,13 +396,13 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         None
     };
     let t_free = t0.elapsed() - t_sweep - t_stress - t_graph;
-    line_up(&mut r)?;
+    r.store_barrier()?;
     let norm_cases = crate::check_norm::run(&r, args.seed)?;
     println!(
         "check rank {}: all-reduce + residual + RMSNorm: {norm_cases} calls (every type, hidden 777 to 16384, 1 to 33 rows), every element against the f64 reference",
         r.rank()
     );
-    line_up(&mut r)?;
+    r.store_barrier()?;
     let sg_cases = crate::check_sg::run(&mut r, args.seed)?;
     println!(
         "check rank {}: reduce-scatter and all-gather: {sg_cases} calls (every type, op and shard length, ours forced and as decided), every element checked",

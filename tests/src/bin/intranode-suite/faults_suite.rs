@@ -51,7 +51,7 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
         bail!("run faults-suite directly: it starts intranode-run itself");
     }
     let gpus = intranode::gpu::device_count().unwrap_or_default();
-    if !intranode::gpu::gpus_or_skip(2, "intranode-bench faults-suite")? {
+    if !intranode::gpu::gpus_or_skip(2, "intranode-suite faults-suite")? {
         return Ok(());
     }
     let n = args.nproc.unwrap_or(gpus).clamp(2, gpus);

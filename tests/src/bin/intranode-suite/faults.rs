@@ -27,18 +27,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use cudarc::driver::{CudaContext, CudaStream};
+use cudarc::driver::CudaContext;
 use half::bf16;
 use intranode::IntraNodeComm;
 use intranode::ReduceOp;
 use intranode::algo::AllReduceAlgo;
 use intranode::comm::RendezvousError;
 use intranode::config::CommConfig;
-use intranode::dist_env::DistEnv;
 use intranode::kernels::KernelModule;
-use intranode_store::{ClientConfig, Store, StoreError, StoreExchange, TcpStore};
-
-use crate::data::{self, Op};
+use intranode_harness::Proc;
+use intranode_harness::data;
+use intranode_store::StoreError;
 
 /// Beyond the configured bound, how late a survivor's error may come:
 /// launches, a context synchronize and a loaded machine, not a second
@@ -98,76 +97,6 @@ pub struct FaultArgs {
     pub elems: usize,
 }
 
-/// One rank's process state, before any communicator.
-pub struct Proc {
-    pub env: DistEnv,
-    pub ctx: Arc<CudaContext>,
-    pub stream: Arc<CudaStream>,
-    pub store: Arc<dyn Store>,
-    pub store_timeout: Duration,
-    pub exchange: StoreExchange,
-}
-
-impl Proc {
-    /// `None` (after a visible message) where GPUs are missing and
-    /// `INTRANODE_REQUIRE_GPUS` does not demand them.
-    pub fn setup(what: &str) -> Result<Option<Proc>> {
-        let env = DistEnv::from_env()
-            .context("reading the rank environment (run under intranode-run)")?;
-        let device = env.device.unwrap_or(env.local_rank);
-        match intranode::gpu::gpus_or_skip(device + 1, what) {
-            Ok(true) => {}
-            Ok(false) => return Ok(None),
-            Err(e) => bail!("rank {}: {e}", env.rank),
-        }
-        let config = ClientConfig::try_from_env()?;
-        let store_timeout = config.timeout;
-        let addr = env.store_addr()?;
-        let store: Arc<dyn Store> = Arc::new(
-            TcpStore::connect(addr.as_str(), config)
-                .with_context(|| format!("connecting to the store at {addr}"))?,
-        );
-        let ctx = intranode::gpu::context(device)?;
-        // SAFETY: no buffer of this program is shared between streams.
-        unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.new_stream().context("creating a stream")?;
-        Ok(Some(Proc {
-            env,
-            ctx,
-            stream,
-            store,
-            store_timeout,
-            exchange: StoreExchange::new("intranode/bench/faults"),
-        }))
-    }
-
-    pub fn rank(&self) -> usize {
-        self.env.rank
-    }
-
-    pub fn world(&self) -> usize {
-        self.env.world_size
-    }
-
-    /// A host-side barrier of all ranks through the store.
-    pub fn store_barrier(&mut self) -> Result<()> {
-        let (rank, world) = (self.rank(), self.world());
-        Ok(self.exchange.barrier(self.store.as_ref(), rank, world)?)
-    }
-
-    /// The intra-node communicator of this group (which must allow one).
-    pub fn comm(&self, config: &CommConfig) -> Result<IntraNodeComm> {
-        IntraNodeComm::rendezvous(
-            &self.ctx,
-            self.store.clone(),
-            self.rank(),
-            self.world(),
-            config,
-        )
-        .with_context(|| format!("rank {}: intra-node rendezvous", self.rank()))
-    }
-}
-
 /// Ends this process with SIGKILL, as a crash or the OOM killer would.
 fn die(rank: usize, phase: Phase) -> Result<()> {
     println!(
@@ -219,7 +148,7 @@ fn named_ranks(e: &intranode::Error) -> Option<Vec<usize>> {
 }
 
 pub fn run(args: &FaultArgs) -> Result<()> {
-    let Some(mut p) = Proc::setup("intranode-bench faults")? else {
+    let Some(mut p) = Proc::setup("intranode-suite faults")? else {
         return Ok(());
     };
     let (rank, world) = (p.rank(), p.world());
@@ -468,7 +397,7 @@ fn warm_up(p: &Proc, comm: &IntraNodeComm, algo: AllReduceAlgo) -> Result<()> {
         comm.all_reduce(&d_in, &mut d_out, ReduceOp::Sum, algo, &p.stream)?;
         let out = p.stream.clone_dtoh(&d_out)?;
         p.stream.synchronize()?;
-        data::verify(&out, 1, call, p.world(), Op::Sum)
+        data::verify(&out, 1, call, p.world(), ReduceOp::Sum)
             .map_err(|e| anyhow::anyhow!("warm-up all-reduce {call}: {e}"))?;
     }
     Ok(())
