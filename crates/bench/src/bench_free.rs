@@ -476,12 +476,12 @@ fn run_scatter_gather(r: &mut Rank, args: &BenchArgs, what: ScatterGather) -> Re
                         ("nccl", ScatterGather::ReduceScatter) => {
                             let comm = r.comm.nccl().map_err(|e| anyhow::anyhow!("{e}"))?;
                             comm.reduce_scatter(&send, &mut recv, &sum)
-                                .map_err(|e| anyhow::anyhow!("ncclReduceScatter: {e:?}"))?;
+                                .map_err(|e| anyhow::anyhow!("ncclReduceScatter: {:?}", e.0))?;
                         }
                         ("nccl", ScatterGather::AllGather) => {
                             let comm = r.comm.nccl().map_err(|e| anyhow::anyhow!("{e}"))?;
                             comm.all_gather(&send, &mut recv)
-                                .map_err(|e| anyhow::anyhow!("ncclAllGather: {e:?}"))?;
+                                .map_err(|e| anyhow::anyhow!("ncclAllGather: {:?}", e.0))?;
                         }
                         (_, ScatterGather::ReduceScatter) => {
                             r.comm.reduce_scatter(&send, &mut recv, &sum)?;

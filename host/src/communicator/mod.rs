@@ -55,6 +55,7 @@ use crate::comm::{IntraNodeComm, RendezvousError};
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::kernels::KernelModule;
+use crate::nccl::nccl_error;
 use crate::topology::Topology;
 use crate::types::ReduceOp;
 use crate::types::{DType, ElemType};
@@ -504,11 +505,3 @@ fn nccl_rank(rank: usize) -> i32 {
     i32::try_from(rank).unwrap_or(i32::MAX)
 }
 
-/// The crate's error for a failed NCCL call (`NcclError`'s own `Debug`
-/// says only "NcclError": the code is in its field).
-fn nccl_error(rank: usize, op: &'static str, e: &NcclError) -> Error {
-    Error::Nccl {
-        op,
-        detail: format!("rank {rank}: {:?}", e.0),
-    }
-}
