@@ -154,3 +154,56 @@ fn bits_of<T: DType>(v: T) -> u32 {
 pub fn poison<T: DType>() -> T {
     T::from_f64(f64::NAN)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every rank's inputs for one call, rounded to `T`.
+    fn reduced<T: DType>(seed: u64, call: u64, world: usize, n: usize, op: ReduceOp) -> Vec<T> {
+        (0..n)
+            .map(|i| T::from_f64(reference(seed, call, world, i, op)))
+            .collect()
+    }
+
+    #[test]
+    fn the_reference_rounded_passes_and_wrong_data_fails() {
+        for op in ReduceOp::ALL {
+            let good: Vec<bf16> = reduced(7, 3, 4, 1000, op);
+            assert_eq!(verify(&good, 7, 3, 4, op), Ok(()), "{op:?}");
+            // Another call's result, an unwritten (poisoned) element, one
+            // input step off: each fails.
+            let other: Vec<bf16> = reduced(7, 4, 4, 1000, op);
+            assert!(verify(&other, 7, 3, 4, op).is_err(), "{op:?}");
+            let mut poisoned = good.clone();
+            poisoned[999] = poison();
+            let err = verify(&poisoned, 7, 3, 4, op).expect_err("poison passed");
+            assert!(err.starts_with("element 999 of 1000"), "{err}");
+            let mut off: Vec<f32> = reduced(7, 3, 4, 1000, op);
+            off[5] += 0.125;
+            assert!(verify(&off, 7, 3, 4, op).is_err(), "{op:?}");
+        }
+    }
+
+    #[test]
+    fn inputs_are_the_kernels_pattern() {
+        for i in 0..1000 {
+            let v = input_value(11, 2, 3, i);
+            assert_eq!(
+                v,
+                f64::from(kernels_gpu::pattern::input(11, 2, 3, i as u64))
+            );
+            assert_eq!((v * 8.0).fract(), 0.0, "{v}");
+        }
+        assert_eq!(inputs::<f16>(11, 2, 3, 5).len(), 5);
+    }
+
+    #[test]
+    fn fingerprints_tell_bit_patterns_apart() {
+        let a: Vec<bf16> = inputs(1, 1, 0, 64);
+        let mut b = a.clone();
+        assert_eq!(fingerprint(&a), fingerprint(&b));
+        b[63] = bf16::from_f32(b[63].to_f32() + 0.125);
+        assert_ne!(fingerprint(&a), fingerprint(&b));
+    }
+}

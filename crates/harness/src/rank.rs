@@ -30,6 +30,9 @@ impl Proc {
     /// `None` (after a visible message) where GPUs are missing and
     /// `INTRANODE_REQUIRE_GPUS` does not demand them.
     pub fn setup(what: &str) -> Result<Option<Proc>> {
+        // Store key prefixes (here and in `Rank::setup_with`) as they were
+        // when these programs were one: any prefix apart from the
+        // communicator's own keys would do.
         Self::setup_with(what, false, "intranode/bench/faults")
     }
 
