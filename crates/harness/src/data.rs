@@ -34,16 +34,6 @@ pub fn inputs<T: DType>(seed: u64, call: u64, rank: usize, n: usize) -> Vec<T> {
         .collect()
 }
 
-/// `op` as `Communicator` (and NCCL) take it.
-pub fn nccl_op(op: ReduceOp) -> cudarc::nccl::ReduceOp {
-    match op {
-        ReduceOp::Sum => cudarc::nccl::ReduceOp::Sum,
-        ReduceOp::Avg => cudarc::nccl::ReduceOp::Avg,
-        ReduceOp::Min => cudarc::nccl::ReduceOp::Min,
-        ReduceOp::Max => cudarc::nccl::ReduceOp::Max,
-    }
-}
-
 /// The exact reduction of element `i` over `world` ranks.
 pub fn reference(seed: u64, call: u64, world: usize, i: usize, op: ReduceOp) -> f64 {
     let vals = (0..world).map(|r| input_value(seed, call, r, i));

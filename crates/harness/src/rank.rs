@@ -8,9 +8,9 @@ use anyhow::{Context, Result, bail};
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nccl::NcclType;
 use intranode::algo::AllReduceAlgo;
+use intranode::config::CommConfig;
 use intranode::dist_env::DistEnv;
 use intranode::kernels::DType;
-use intranode::config::CommConfig;
 use intranode::{Communicator, IntraNodeComm, ReduceOp};
 use intranode_store::{ClientConfig, Store, StoreExchange, TcpStore};
 
@@ -193,7 +193,7 @@ impl Rank {
         op: ReduceOp,
         algo: Option<AllReduceAlgo>,
     ) -> Result<()> {
-        let op = crate::data::nccl_op(op);
+        let op = op.to_nccl();
         match algo {
             None => self.comm.all_reduce(send, recv, &op)?,
             Some(a) => self.comm.all_reduce_with(send, recv, &op, a)?,

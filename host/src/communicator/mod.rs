@@ -504,4 +504,3 @@ fn nccl_rank(rank: usize) -> i32 {
     // Checked below the world size, which NCCL took as an i32.
     i32::try_from(rank).unwrap_or(i32::MAX)
 }
-

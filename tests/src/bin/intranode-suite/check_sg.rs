@@ -50,8 +50,7 @@ fn one_type<T: DType + NcclType>(r: &mut Rank, seed: u64, call: &mut u64) -> Res
                             intra.scatter_gather(what, T::ELEM, &send, &mut recv, op, &r.stream)?;
                         }
                         (ScatterGather::ReduceScatter, false) => {
-                            r.comm
-                                .reduce_scatter(&send, &mut recv, &data::nccl_op(op))?;
+                            r.comm.reduce_scatter(&send, &mut recv, &op.to_nccl())?;
                         }
                         (ScatterGather::AllGather, false) => {
                             r.comm.all_gather(&send, &mut recv)?;

@@ -31,7 +31,6 @@ use half::{bf16, f16};
 use intranode::ReduceOp;
 use intranode::algo::AllReduceAlgo;
 use intranode::kernels::{DType, ElemType, KernelModule, SoakCall};
-use intranode_harness::data;
 use intranode_harness::rank::Rank;
 use kernels_gpu::layout;
 use kernels_gpu::pattern;
@@ -198,10 +197,9 @@ impl Soak<'_> {
         let n = spec.elems;
         match (spec.in_place, spec.algo) {
             (true, None) => {
-                self.r.comm.all_reduce_in_place(
-                    &mut pair.input.slice_mut(0..n),
-                    &data::nccl_op(spec.op),
-                )?;
+                self.r
+                    .comm
+                    .all_reduce_in_place(&mut pair.input.slice_mut(0..n), &spec.op.to_nccl())?;
             }
             (true, Some(algo)) => {
                 let intra = self
