@@ -4,7 +4,7 @@
 //! stderr is a pipe that the launcher forwards line by line with a `[rank]`
 //! prefix, so a redrawn bar would show nothing until its end; there it is
 //! a plain line each time another tenth of the work is done, or after
-//! [`LINE_EVERY`] without one, so device logs show progress without
+//! `LINE_EVERY` without one, so device logs show progress without
 //! flooding.
 //!
 //! Callers step it between configurations, never inside a timed region;
