@@ -1,6 +1,6 @@
 //! The rendezvous: how the ranks of one job meet through the store and
 //! build their [`IntraNodeComm`]s, in one module: the request
-//! ([`request`]), the sequence ([`run`], here) and the verdict
+//! (`request.rs`), the sequence ([`run`], here) and the verdict
 //! ([`validate`]).
 //!
 //! [`run`] (called by [`IntraNodeComm::rendezvous`]) either returns a complete communicator or
