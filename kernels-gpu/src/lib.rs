@@ -20,7 +20,9 @@
 //! - [`cast`]: f32 to and from bf16/f16, for gradient compression.
 //! - [`pattern`]: the soak's input pattern and expected outputs (shared
 //!   with the host); [`soak`]: its fill and check kernels.
-//! - [`norm`]: residual add + RMSNorm after an all-reduce.
+//! - [`norm`]: residual add + RMSNorm after an all-reduce;
+//!   [`fused_norm`]: the Lamport one-shot all-reduce, residual add and
+//!   RMSNorm in one kernel (NOTE [fused norm]).
 //! - [`timing`]: the benchmark's per-call stamps and spins, and the probe
 //!   of what polling costs (NOTE [abandoned waits] in [`sync`]).
 //!
@@ -48,6 +50,8 @@ pub mod cast;
 pub mod elem;
 #[cfg(target_arch = "nvptx64")]
 pub mod elementwise;
+#[cfg(target_arch = "nvptx64")]
+pub mod fused_norm;
 #[cfg(target_arch = "nvptx64")]
 pub mod lamport;
 #[cfg(target_arch = "nvptx64")]
