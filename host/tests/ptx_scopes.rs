@@ -109,3 +109,16 @@ fn block_counter_atomic_has_gpu_scope() {
         "atom.add.acq_rel.gpu.global.u32",
     );
 }
+
+#[test]
+fn block_gather_goes_through_shared_memory_between_barriers() {
+    assert_probe("block_gather_warp_f32", "st.shared.f32");
+    assert_probe("block_gather_warp_f32", "ld.shared.v4.f32");
+    let body = entry_body(PTX, "probe_block_gather_warp_f32");
+    // A barrier before the store (the last round's loads are done) and
+    // one between the store and the loads.
+    let store = body.find("st.shared.f32").expect("store");
+    let load = body.find("ld.shared.v4.f32").expect("load");
+    assert!(body[..store].contains("bar.sync 0;"), "{body}");
+    assert!(body[store..load].contains("bar.sync 0;"), "{body}");
+}

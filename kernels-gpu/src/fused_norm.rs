@@ -9,25 +9,24 @@
 //! interleave freely with every other collective. What differs is who
 //! takes the data out of this rank's buffer: a block per row (blocks
 //! `b, b + grid, ...`), thread `t` taking the row's vectors `t, t +
-//! threads, ...` (at most [`FUSED_NORM_VECS_PER_THREAD`], kept in
-//! registers). For each vector it waits for every rank's slot, reduces in
+//! threads, ...`. For each vector it waits for every rank's slot, reduces in
 //! rank order and rounds to the element type (so the all-reduced sum has
 //! the bits the unfused all-reduce gives, and is written to `ar.output`),
 //! adds the residual in f32 and rounds (the new residual, written back),
 //! and adds the squares of the rounded values to its sum. The row's sum is
 //! a warp butterfly, then the warps' sums in warp order
-//! (`ptx::block_gather_warp_f32`); the output reads the rounded residual
-//! from registers. The order of every sum depends on the block's shape
+//! (`ptx::block_gather_warp_f32`); the output pass reads the rounded
+//! residual back. The order of every sum depends on the block's shape
 //! only (`layout::fused_norm_threads`, a function of the row), never on
 //! the grid, which follows each GPU's SM count: so every rank computes
 //! bitwise the same outputs. Rows must be whole vectors (`hidden` a
-//! multiple of the lanes); the host sends other shapes down the unfused
-//! path (`algo::decide_norm`).
+//! multiple of the lanes) and every buffer 16-byte aligned; the host
+//! sends other calls down the unfused path (`algo::decide_norm`).
 
-use crate::elem::{Bf16, Element, F16, Lanes, load_vec, store_vec};
+use crate::elem::{Bf16, Element, F16, Lanes};
 use crate::lamport::{load_slots, push_slots, reduce_slots, wait_slots, zero_slots};
 use crate::layout::{
-    FORM_FUSED_NORM, FUSED_NORM_VECS_PER_THREAD, FusedNormParams, LAMPORT_BUFFER_BYTES,
+    FORM_FUSED_NORM, FusedNormParams, LAMPORT_BUFFER_BYTES,
     LAMPORT_OFFSET_BYTES, OP_SUM, lamport_stride_bytes,
 };
 use crate::ptx;
@@ -96,11 +95,11 @@ fn sum_sq<T: Element>(h: Lanes) -> f32 {
 /// `p.ar.pads` must hold the mapped pads of W ranks (`rank < W`);
 /// `p.ar.input` and `p.ar.output` (equal or not overlapping), `residual`
 /// and `normed` hold `rows * hidden` elements, `weight` `hidden`, all five
-/// 16-byte aligned; `hidden`
-/// is a multiple of `T::LANES`, `p.ar.elems` is `rows * hidden` and its
-/// bytes fit `lamport_slot_bytes(W)`; the block has
-/// `layout::fused_norm_threads(hidden / LANES)` threads; every rank passes
-/// the same `rows` and `hidden`.
+/// 16-byte aligned and `residual` and `normed` overlapping nothing else;
+/// `hidden` is a multiple of `T::LANES`, `p.ar.elems` is `rows * hidden`
+/// and its bytes fit `lamport_slot_bytes(W)`; every rank passes the same
+/// `rows` and `hidden` and launches blocks of the same shape
+/// (`layout::fused_norm_threads`).
 #[inline(always)]
 unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormParams) {
     let a = &p.ar;
@@ -108,11 +107,10 @@ unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormParams) {
     let hidden = p.hidden as usize;
     let row_vecs = hidden / T::LANES;
     // The host's promises the kernel cannot do without: whole vectors per
-    // row and a row within one block's registers and gather scratch.
+    // row, whole warps, and no more warps than the gather scratch holds.
     if hidden % T::LANES != 0
         || threads % WARP as usize != 0
         || threads > WARP as usize * ptx::BLOCK_GATHER_WARPS
-        || row_vecs > threads * FUSED_NORM_VECS_PER_THREAD
     {
         ptx::trap();
     }
@@ -123,89 +121,76 @@ unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormParams) {
     let elems = a.elems as usize;
     let vecs = elems / T::LANES;
     let slot_bytes = lamport_stride_bytes(vecs) as u64;
-    // Every buffer is 16-byte aligned (the host's promise): whole vectors
-    // only, no element-by-element path to carry in registers.
-    let aligned = true;
     let t = ptx::thread_idx_x() as usize;
     let tid = ptx::block_idx_x() as usize * threads + t;
     let stride = ptx::grid_dim_x() as usize * threads;
 
     // SAFETY: the slots hold the whole message (caller's promise).
-    unsafe { push_slots::<T, W>(a, buffer_off, slot_bytes, vecs, aligned, tid, stride) };
+    unsafe { push_slots::<T, W>(a, buffer_off, slot_bytes, vecs, true, tid, stride) };
 
     let own = pick(&a.pads, a.rank) + buffer_off;
-    let (residual, weight, normed) = (
-        p.residual as *mut T,
-        p.weight as *const T,
-        p.normed as *mut T,
+    let (output, residual, weight, normed) = (
+        a.output as *mut [u32; 4],
+        p.residual as *mut [u32; 4],
+        p.weight as *const [u32; 4],
+        p.normed as *mut [u32; 4],
     );
     // Every thread of a block walks the same rows: `block_sum` sees the
-    // whole block.
+    // whole block. The loops over a row's vectors stay loops: unrolled to
+    // keep the row in registers, the kernels took 96 to 128 registers
+    // (against 48 to 86 so); the output pass reads the residual back
+    // beside the weight, whose load it waits for anyway.
     let mut row = ptx::block_idx_x() as usize;
     while row < p.rows as usize {
         let first = row * row_vecs;
         let mut sq = 0.0f32;
-        // The row's new residual, rounded, vector `t + k * threads` in
-        // `h[k]`. One statement per vector with a constant index (see
-        // `lamport2`'s scatter): a rolled loop would put `h` in local
-        // memory.
-        let mut h = [[0u32; 4]; FUSED_NORM_VECS_PER_THREAD];
-        macro_rules! take {
-            ($($k:literal)+) => {$(
-                let j = t + $k * threads;
-                if j < row_vecs {
-                    let i = first + j;
-                    // SAFETY: i < vecs lies inside our buffer's slots and
-                    // the caller's buffers.
-                    unsafe {
-                        let raw = wait_slots::<W, FORM_FUSED_NORM>(
-                            load_slots::<W>(own, slot_bytes, i),
-                            own,
-                            slot_bytes,
-                            i,
-                            a,
-                        );
-                        zero_slots::<W>(own, slot_bytes, i);
-                        let sum = T::narrow(reduce_slots::<T, W, OP_SUM>(raw));
-                        store_vec(a.output as *mut T, i, elems, aligned, sum);
-                        let old = load_vec(residual as *const T, i, elems, aligned);
-                        let new = T::narrow(add_lanes::<T>(T::widen(sum), T::widen(old)));
-                        store_vec(residual, i, elems, aligned, new);
-                        // The value as stored (rounded), as an unfused norm
-                        // reads it.
-                        sq += sum_sq::<T>(T::widen(new));
-                        h[$k] = new;
-                    }
-                }
-            )+};
+        let mut j = t;
+        while j < row_vecs {
+            let i = first + j;
+            // SAFETY: i < vecs lies inside our buffer's slots and the
+            // caller's buffers, which are 16-byte aligned.
+            unsafe {
+                let raw = wait_slots::<W, FORM_FUSED_NORM>(
+                    load_slots::<W>(own, slot_bytes, i),
+                    own,
+                    slot_bytes,
+                    i,
+                    a,
+                );
+                zero_slots::<W>(own, slot_bytes, i);
+                let sum = T::narrow(reduce_slots::<T, W, OP_SUM>(raw));
+                ptx::st_global_v4_u32(output.add(i), sum);
+                let old = ptx::ld_global_v4_u32(residual.add(i));
+                let new = T::narrow(add_lanes::<T>(T::widen(sum), T::widen(old)));
+                ptx::st_global_v4_u32(residual.add(i), new);
+                // The value as stored (rounded), as an unfused norm reads
+                // it.
+                sq += sum_sq::<T>(T::widen(new));
+            }
+            j += threads;
         }
-        const { assert!(FUSED_NORM_VECS_PER_THREAD == 4) };
-        take!(0 1 2 3);
         // SAFETY: every thread of the block gets here (block-uniform
         // rows); the block's shape is the caller's promise.
         let total = unsafe { block_sum(sq) };
         let inv_rms = 1.0 / ptx::sqrt_rn_f32(total / hidden as f32 + p.eps);
-        macro_rules! out {
-            ($($k:literal)+) => {$(
-                let j = t + $k * threads;
-                if j < row_vecs {
-                    let x = T::widen(h[$k]);
-                    // SAFETY: j < row_vecs lies inside `weight`, and
-                    // `first + j` inside `normed`.
-                    unsafe {
-                        let w = T::widen(load_vec(weight, j, hidden, aligned));
-                        let mut o = [0.0f32; 8];
-                        let mut l = 0;
-                        while l < T::LANES {
-                            o[l] = x[l] * inv_rms * w[l];
-                            l += 1;
-                        }
-                        store_vec(normed, first + j, elems, aligned, T::narrow(o));
-                    }
+        let mut j = t;
+        while j < row_vecs {
+            // SAFETY: j < row_vecs lies inside `weight`, and `first + j`
+            // inside `residual` and `normed`; this thread stored that
+            // residual vector above.
+            unsafe {
+                let x = T::widen(ptx::ld_global_v4_u32(residual.add(first + j)));
+                let w = T::widen(ptx::ld_global_v4_u32(weight.add(j)));
+                let mut o = [0.0f32; 8];
+                let mut l = 0;
+                while l < T::LANES {
+                    o[l] = x[l] * inv_rms * w[l];
+                    l += 1;
                 }
-            )+};
+                ptx::st_global_v4_u32(normed.add(first + j), T::narrow(o));
+            }
+            j += threads;
         }
-        out!(0 1 2 3);
         row += ptx::grid_dim_x() as usize;
     }
     // SAFETY: `own_pad` is this rank's pad; every thread gets here.

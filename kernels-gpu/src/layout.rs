@@ -308,28 +308,21 @@ pub struct FusedNormParams {
 /// Most threads of a fused-norm block (its cross-warp sum holds one word
 /// per warp: `ptx::block_gather_warp_f32`).
 pub const FUSED_NORM_MAX_THREADS: usize = 512;
-/// Most 16-byte vectors of a row one thread of a fused-norm block keeps in
-/// registers between the sum of squares and the output.
-pub const FUSED_NORM_VECS_PER_THREAD: usize = 4;
 
 /// Threads of a fused-norm block for rows of `row_vecs` 16-byte vectors
-/// (NOTE [fused norm]): one vector per thread up to
-/// [`FUSED_NORM_MAX_THREADS`], whole warps, a power of two; `None` when a
-/// row does not fit one block ([`FUSED_NORM_VECS_PER_THREAD`] vectors per
-/// thread). A function of the row alone: the order of the sum of squares
+/// (NOTE [fused norm] in `fused_norm.rs`): one vector per thread up to
+/// [`FUSED_NORM_MAX_THREADS`] (longer rows loop), whole warps, a power of
+/// two. A function of the row alone: the order of the sum of squares
 /// follows the block's shape, and every rank must get the same bits.
-pub const fn fused_norm_threads(row_vecs: usize) -> Option<usize> {
-    if row_vecs == 0 || row_vecs > FUSED_NORM_MAX_THREADS * FUSED_NORM_VECS_PER_THREAD {
-        return None;
-    }
+pub const fn fused_norm_threads(row_vecs: usize) -> usize {
     let threads = row_vecs.next_power_of_two();
-    Some(if threads < 32 {
+    if threads < 32 {
         32
     } else if threads > FUSED_NORM_MAX_THREADS {
         FUSED_NORM_MAX_THREADS
     } else {
         threads
-    })
+    }
 }
 
 /// Parameters of `timing::probe_poll_storm`.
@@ -416,19 +409,18 @@ mod tests {
     }
 
     #[test]
-    fn fused_norm_blocks_hold_a_row() {
-        assert_eq!(fused_norm_threads(0), None);
-        assert_eq!(fused_norm_threads(1), Some(32));
-        assert_eq!(fused_norm_threads(33), Some(64));
+    fn fused_norm_blocks_are_whole_warps_of_the_row() {
+        assert_eq!(fused_norm_threads(0), 32);
+        assert_eq!(fused_norm_threads(1), 32);
+        assert_eq!(fused_norm_threads(33), 64);
         // Hidden 4096, 8192, 16384 of bf16: 512, 1024, 2048 vectors.
-        assert_eq!(fused_norm_threads(512), Some(512));
-        assert_eq!(fused_norm_threads(1024), Some(512));
-        assert_eq!(fused_norm_threads(2048), Some(512));
-        assert_eq!(fused_norm_threads(2049), None);
-        for row_vecs in 1..=FUSED_NORM_MAX_THREADS * FUSED_NORM_VECS_PER_THREAD {
-            let t = fused_norm_threads(row_vecs).unwrap();
+        assert_eq!(fused_norm_threads(512), 512);
+        assert_eq!(fused_norm_threads(1024), 512);
+        assert_eq!(fused_norm_threads(2048), 512);
+        for row_vecs in 0..5000 {
+            let t = fused_norm_threads(row_vecs);
             assert!(t.is_power_of_two() && (32..=FUSED_NORM_MAX_THREADS).contains(&t));
-            assert!(row_vecs <= t * FUSED_NORM_VECS_PER_THREAD, "{row_vecs}");
+            assert!(row_vecs <= t || t == FUSED_NORM_MAX_THREADS, "{row_vecs}");
         }
     }
 
