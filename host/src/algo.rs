@@ -532,16 +532,28 @@ mod tests {
             c
         };
         let big = norm(64, 16384, 2);
-        assert_eq!(decide_norm(&forced(big, NormPath::Fused), &x), NormPath::Fused);
+        assert_eq!(
+            decide_norm(&forced(big, NormPath::Fused), &x),
+            NormPath::Fused
+        );
         let slot = lamport_max_message_bytes(4);
         let huge = norm(slot / (2 * 4096) + 1, 4096, 4);
         assert!(huge.all_reduce.bytes > slot);
-        assert_eq!(decide_norm(&forced(huge, NormPath::Fused), &x), NormPath::Unfused);
+        assert_eq!(
+            decide_norm(&forced(huge, NormPath::Fused), &x),
+            NormPath::Unfused
+        );
         let at_slot = norm(slot / (2 * 4096), 4096, 4);
-        assert_eq!(decide_norm(&forced(at_slot, NormPath::Fused), &x), NormPath::Fused);
+        assert_eq!(
+            decide_norm(&forced(at_slot, NormPath::Fused), &x),
+            NormPath::Fused
+        );
         // Forced unfused wins everywhere.
         let small = norm(1, 4096, 2);
-        assert_eq!(decide_norm(&forced(small, NormPath::Unfused), &x), NormPath::Unfused);
+        assert_eq!(
+            decide_norm(&forced(small, NormPath::Unfused), &x),
+            NormPath::Unfused
+        );
         // A forced all-reduce algorithm other than the Lamport one-shot
         // turns fusion off; forcing that one turns it on past the
         // crossover.
@@ -569,7 +581,10 @@ mod tests {
         let mut f32_odd = NormCall { hidden: 4094, ..ok };
         f32_odd.all_reduce.elem = ElemType::F32;
         cases.push(f32_odd);
-        cases.push(NormCall { aligned: false, ..ok });
+        cases.push(NormCall {
+            aligned: false,
+            ..ok
+        });
         cases.push(NormCall { hidden: 0, ..ok });
         let mut no_intra = ok;
         no_intra.all_reduce.intra = None;

@@ -29,11 +29,17 @@ fn entry_body(ptx: &str, name: &str) -> String {
 }
 
 /// Memory-access and ordering instructions of a body (parameter loads
-/// aside), first word only.
+/// aside), first word only (after a predicate guard such as `@p`).
 fn ordering_ops(body: &str) -> Vec<String> {
     body.lines()
         .map(str::trim)
-        .filter_map(|l| l.split_whitespace().next())
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            match words.next() {
+                Some(guard) if guard.starts_with('@') => words.next(),
+                first => first,
+            }
+        })
         .filter(|op| {
             (op.starts_with("ld.") && !op.starts_with("ld.param"))
                 || op.starts_with("st.")

@@ -26,8 +26,8 @@
 use crate::elem::{Bf16, Element, F16, Lanes};
 use crate::lamport::{load_slots, push_slots, reduce_slots, wait_slots, zero_slots};
 use crate::layout::{
-    FORM_FUSED_NORM, FusedNormParams, LAMPORT_BUFFER_BYTES,
-    LAMPORT_OFFSET_BYTES, OP_SUM, lamport_stride_bytes,
+    FORM_FUSED_NORM, FusedNormParams, LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, OP_SUM,
+    lamport_stride_bytes,
 };
 use crate::ptx;
 use crate::sync::{call_epoch, finish_call, pick};

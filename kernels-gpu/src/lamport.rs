@@ -104,7 +104,11 @@ fn arrived(v: &[u32; 4]) -> bool {
 /// `own` must be a Lamport buffer of W slots of `slot_bytes` that holds
 /// vector `i`.
 #[inline(always)]
-pub(crate) unsafe fn load_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) -> [[u32; 4]; W] {
+pub(crate) unsafe fn load_slots<const W: usize>(
+    own: u64,
+    slot_bytes: u64,
+    i: usize,
+) -> [[u32; 4]; W] {
     let mut raw = [[0u32; 4]; W];
     let mut r = 0;
     while r < W {
@@ -196,7 +200,9 @@ unsafe fn take_each<const W: usize, const FORM: u32>(
 
 /// Decodes every slot's vector and reduces them in rank order.
 #[inline(always)]
-pub(crate) fn reduce_slots<T: Element, const W: usize, const OP: u32>(mut raw: [[u32; 4]; W]) -> Lanes {
+pub(crate) fn reduce_slots<T: Element, const W: usize, const OP: u32>(
+    mut raw: [[u32; 4]; W],
+) -> Lanes {
     let mut r = 0;
     while r < W {
         raw[r] = decode::<T>(raw[r]);
