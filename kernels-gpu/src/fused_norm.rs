@@ -108,8 +108,8 @@ unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormParams) {
     let row_vecs = hidden / T::LANES;
     // The host's promises the kernel cannot do without: whole vectors per
     // row, whole warps, and no more warps than the gather scratch holds.
-    if hidden % T::LANES != 0
-        || threads % WARP as usize != 0
+    if !hidden.is_multiple_of(T::LANES)
+        || !threads.is_multiple_of(WARP as usize)
         || threads > WARP as usize * ptx::BLOCK_GATHER_WARPS
     {
         ptx::trap();

@@ -251,7 +251,6 @@ pub const BLOCK_GATHER_WARPS: usize = 16;
 /// `32 * BLOCK_GATHER_WARPS` threads.
 #[inline(always)]
 pub unsafe fn block_gather_warp_f32(v: f32) -> [f32; BLOCK_GATHER_WARPS] {
-    let o: [f32; BLOCK_GATHER_WARPS];
     let (o0, o1, o2, o3, o4, o5, o6, o7): (f32, f32, f32, f32, f32, f32, f32, f32);
     let (o8, o9, o10, o11, o12, o13, o14, o15): (f32, f32, f32, f32, f32, f32, f32, f32);
     // SAFETY: touches only the scratch it declares; the barriers'
@@ -285,10 +284,9 @@ pub unsafe fn block_gather_warp_f32(v: f32) -> [f32; BLOCK_GATHER_WARPS] {
             options(nostack),
         );
     }
-    o = [
+    [
         o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15,
-    ];
-    o
+    ]
 }
 
 /// `sqrt.rn.f32`: the square root, rounded to nearest (`core` has no

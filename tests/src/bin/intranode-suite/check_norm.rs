@@ -113,7 +113,11 @@ fn verify<T: DType>(
         for (i, hv) in h.iter().enumerate() {
             let want = hv * inv * inp.w[i].to_f64();
             let got_out = got.out[base + i].to_f64();
-            if !((got_out - want).abs() <= tolerance(T::ELEM) * want.abs().max(1e-3)) {
+            // `le` so that a NaN (the poison left unwritten) fails.
+            if !(got_out - want)
+                .abs()
+                .le(&(tolerance(T::ELEM) * want.abs().max(1e-3)))
+            {
                 return Err(fail("out", row, i, got_out, want));
             }
         }
