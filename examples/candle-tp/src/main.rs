@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use candle_core::{CudaDevice, DType, Device, InplaceOp1, Tensor};
+use candle_core::{CudaDevice, DType, Device, Tensor};
 use clap::{Parser, ValueEnum};
 use cudarc::driver::CudaStream;
 use cudarc::nccl::{Comm, Id, ReduceOp};
@@ -117,10 +117,15 @@ fn main() -> Result<()> {
     let mut backends = Vec::new();
     if matches!(args.backend, BackendArg::Intranode | BackendArg::Both) {
         let comm = Communicator::new(stream.clone(), store.clone(), rank, world)?;
-        backends.push(AllReduce::Intranode(comm));
+        backends.push(AllReduce::Intranode(Box::new(comm)));
     }
     if matches!(args.backend, BackendArg::Nccl | BackendArg::Both) {
-        backends.push(AllReduce::Nccl(nccl_comm(store.as_ref(), &stream, rank, world)?));
+        backends.push(AllReduce::Nccl(nccl_comm(
+            store.as_ref(),
+            &stream,
+            rank,
+            world,
+        )?));
     }
 
     let shard = Shard::new(&cfg, rank, world, &device)?;
@@ -165,7 +170,12 @@ fn main() -> Result<()> {
         let mut failed = Vec::new();
         for (name, y) in &outputs {
             if let Some(r) = &reference {
-                failed.extend(compare(&format!("{name} vs reference"), y, r, args.tolerance));
+                failed.extend(compare(
+                    &format!("{name} vs reference"),
+                    y,
+                    r,
+                    args.tolerance,
+                ));
             }
         }
         if let [(a, ya), (b, yb)] = &outputs[..] {
@@ -289,7 +299,10 @@ fn nccl_comm(
         let bytes = store.get(KEY)?;
         let mut internal = [0 as c_char; 128];
         if bytes.len() != internal.len() {
-            bail!("the NCCL id in the store has {} bytes, not 128", bytes.len());
+            bail!(
+                "the NCCL id in the store has {} bytes, not 128",
+                bytes.len()
+            );
         }
         for (d, s) in internal.iter_mut().zip(&bytes) {
             *d = *s as c_char;
@@ -312,7 +325,10 @@ fn same_on_every_rank(
     let hash = bits.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     });
-    store.set(&format!("candle-tp/check/{name}/{rank}"), &hash.to_le_bytes())?;
+    store.set(
+        &format!("candle-tp/check/{name}/{rank}"),
+        &hash.to_le_bytes(),
+    )?;
     if rank != 0 {
         return Ok(());
     }
@@ -324,7 +340,9 @@ fn same_on_every_rank(
         }
     }
     if !differ.is_empty() {
-        bail!("{name}: the output of ranks {differ:?} differs from rank 0's (it must be replicated)");
+        bail!(
+            "{name}: the output of ranks {differ:?} differs from rank 0's (it must be replicated)"
+        );
     }
     println!("check {name}: output bitwise equal on all {world} ranks");
     Ok(())
@@ -346,7 +364,11 @@ fn compare(what: &str, a: &[f32], b: &[f32], tolerance: f64) -> Option<String> {
         max_diff = max_diff.max(f64::from((x - y).abs()));
         equal += usize::from(x.to_bits() == y.to_bits());
     }
-    let rel = if scale > 0.0 { max_diff / scale } else { max_diff };
+    let rel = if scale > 0.0 {
+        max_diff / scale
+    } else {
+        max_diff
+    };
     let ok = finite && rel <= tolerance && scale > 0.0;
     println!(
         "check {what}: max |diff| {max_diff:.3e} (relative {rel:.3e}, tolerance {tolerance:.1e}), \
@@ -364,7 +386,10 @@ fn print_header(
     shard: &Shard,
     backends: &[AllReduce],
 ) -> Result<()> {
-    let gpu = stream.context().name().unwrap_or_else(|e| format!("? ({e:?})"));
+    let gpu = stream
+        .context()
+        .name()
+        .unwrap_or_else(|e| format!("? ({e:?})"));
     println!(
         "candle-tp: world {world}, {gpu}; hidden {}, intermediate {}, {} layers, {} heads / {} kv \
          heads, batch {}, context {}, bf16; {:.2} GiB of weights and cache per rank",

@@ -35,16 +35,24 @@ impl Config {
 
     /// Checks that the shapes split evenly over `world` ranks.
     pub fn validate(&self, world: usize) -> Result<()> {
-        if self.heads == 0 || self.kv_heads == 0 || self.hidden % self.heads != 0 {
-            bail!("hidden {} is not a multiple of heads {}", self.hidden, self.heads);
+        if self.heads == 0 || self.kv_heads == 0 || !self.hidden.is_multiple_of(self.heads) {
+            bail!(
+                "hidden {} is not a multiple of heads {}",
+                self.hidden,
+                self.heads
+            );
         }
-        if self.heads % self.kv_heads != 0 {
-            bail!("heads {} is not a multiple of kv-heads {}", self.heads, self.kv_heads);
+        if !self.heads.is_multiple_of(self.kv_heads) {
+            bail!(
+                "heads {} is not a multiple of kv-heads {}",
+                self.heads,
+                self.kv_heads
+            );
         }
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             bail!("the head dimension {} must be even (RoPE)", self.head_dim());
         }
-        if self.kv_heads % world != 0 || self.intermediate % world != 0 {
+        if !self.kv_heads.is_multiple_of(world) || !self.intermediate.is_multiple_of(world) {
             bail!(
                 "kv-heads {} and intermediate {} must be multiples of the world size {world}",
                 self.kv_heads,
@@ -100,10 +108,7 @@ pub struct Replicated {
 /// numbers. `rank` is `None` for tensors every rank holds alike.
 fn seed(base: u64, layer: usize, tensor: u64, rank: Option<usize>) -> u64 {
     let rank = rank.map_or(0xffff, |r| r as u64);
-    base.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        ^ ((layer as u64) << 32)
-        ^ (tensor << 24)
-        ^ rank
+    base.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ((layer as u64) << 32) ^ (tensor << 24) ^ rank
 }
 
 /// Normal numbers from `seed` (curand on the GPU), in bf16.
@@ -218,7 +223,12 @@ impl Replicated {
         let cos = Tensor::from_vec(twice(f64::cos), hd, device)?.to_dtype(DType::BF16)?;
         let sin = Tensor::from_vec(twice(f64::sin), hd, device)?.to_dtype(DType::BF16)?;
         Ok(Replicated {
-            input: randn(device, seed(cfg.seed, 0, 9, None), 1.0, &[cfg.batch, cfg.hidden])?,
+            input: randn(
+                device,
+                seed(cfg.seed, 0, 9, None),
+                1.0,
+                &[cfg.batch, cfg.hidden],
+            )?,
             final_norm: norm_weight(device, seed(cfg.seed, 0, 10, None), cfg.hidden)?,
             cos,
             sin,
@@ -259,7 +269,9 @@ fn attention_partial(
     let kv_heads = cfg.kv_heads / world;
     let group = heads / kv_heads;
     let qkv = h.matmul(&layer.wqkv)?;
-    let q = qkv.narrow(1, 0, heads * hd)?.reshape((b, kv_heads, group, hd))?;
+    let q = qkv
+        .narrow(1, 0, heads * hd)?
+        .reshape((b, kv_heads, group, hd))?;
     let k = qkv
         .narrow(1, heads * hd, kv_heads * hd)?
         .reshape((b, kv_heads, 1, hd))?;
@@ -272,14 +284,20 @@ fn attention_partial(
     // each query head of a group against its key head) and against the
     // new token's own key, softmax over both in f32.
     let s_cache = q.matmul(&layer.k_cache.t()?)?;
-    let s_new = q.to_dtype(DType::F32)?
+    let s_new = q
+        .to_dtype(DType::F32)?
         .broadcast_mul(&k.to_dtype(DType::F32)?)?
         .sum_keepdim(D::Minus1)?;
     let s = Tensor::cat(&[&s_cache.to_dtype(DType::F32)?, &s_new], D::Minus1)?;
     let e = s.broadcast_sub(&s.max_keepdim(D::Minus1)?)?.exp()?;
-    let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?.to_dtype(DType::BF16)?;
+    let p = e
+        .broadcast_div(&e.sum_keepdim(D::Minus1)?)?
+        .to_dtype(DType::BF16)?;
     let ctx = cfg.context;
-    let o_cache = p.narrow(D::Minus1, 0, ctx)?.contiguous()?.matmul(&layer.v_cache)?;
+    let o_cache = p
+        .narrow(D::Minus1, 0, ctx)?
+        .contiguous()?
+        .matmul(&layer.v_cache)?;
     let o_new = p.narrow(D::Minus1, ctx, 1)?.broadcast_mul(&v)?;
     let o = (o_cache + o_new)?.reshape((b, heads * hd))?;
     o.matmul(&layer.wo)

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use candle_core::backend::BackendStorage;
-use cudarc::driver::{CudaStream, CudaViewMut};
 use candle_core::{CpuStorage, CudaStorage, DType, InplaceOp1, Layout, Result, bail};
+use cudarc::driver::{CudaStream, CudaViewMut};
 use cudarc::nccl::{Comm, NcclType, ReduceOp};
 use half::{bf16, f16};
 use intranode::Communicator;
@@ -16,7 +16,7 @@ use intranode::Communicator;
 pub enum AllReduce {
     /// intranode: our kernels where they win, NCCL underneath elsewhere
     /// (and in a world of one, where the intra-node path does not exist).
-    Intranode(Communicator),
+    Intranode(Box<Communicator>),
     /// cudarc's NCCL communicator, as candle's multiprocess Llama example
     /// uses it.
     Nccl(Comm),
@@ -38,7 +38,10 @@ impl AllReduce {
         }
     }
 
-    fn sum<T: intranode::kernels::DType + NcclType>(&self, buf: &mut CudaViewMut<'_, T>) -> Result<()> {
+    fn sum<T: intranode::kernels::DType + NcclType>(
+        &self,
+        buf: &mut CudaViewMut<'_, T>,
+    ) -> Result<()> {
         match self {
             // The returned `Work` needs no waiting: the sum runs in the
             // stream's order, before candle's next op on that stream.
@@ -63,7 +66,10 @@ impl InplaceOp1 for AllReduce {
     }
 
     fn cpu_fwd(&self, _storage: &mut CpuStorage, _layout: &Layout) -> Result<()> {
-        bail!("{}: the all-reduce needs a CUDA tensor", InplaceOp1::name(self))
+        bail!(
+            "{}: the all-reduce needs a CUDA tensor",
+            InplaceOp1::name(self)
+        )
     }
 
     fn cuda_fwd(&self, storage: &mut CudaStorage, layout: &Layout) -> Result<()> {
@@ -87,7 +93,9 @@ impl InplaceOp1 for AllReduce {
             );
         }
         match storage.dtype() {
-            DType::BF16 => self.sum(&mut storage.as_cuda_slice_mut::<bf16>()?.slice_mut(start..end)),
+            DType::BF16 => {
+                self.sum(&mut storage.as_cuda_slice_mut::<bf16>()?.slice_mut(start..end))
+            }
             DType::F16 => self.sum(&mut storage.as_cuda_slice_mut::<f16>()?.slice_mut(start..end)),
             DType::F32 => self.sum(&mut storage.as_cuda_slice_mut::<f32>()?.slice_mut(start..end)),
             other => bail!("{}: no all-reduce for {other:?}", InplaceOp1::name(self)),
