@@ -22,7 +22,17 @@ for d in $(python3 -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/n
         [ -d "$d/$sub" ] && libs=$libs:$d/$sub
     done
 done
-export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# cudarc asks for libnccl.so (or .so.N for N other than 2): a link to
+# libnccl.so.2 where only that one exists.
+links=$(mktemp -d)
+if ! ldconfig -p | grep -q 'libnccl\.so '; then
+    for d in ${libs//:/ } /usr/lib/x86_64-linux-gnu /usr/local/cuda/lib64; do
+        [ -e "$d/libnccl.so.2" ] && { ln -sf "$d/libnccl.so.2" "$links/libnccl.so"; break; }
+    done
+fi
+export LD_LIBRARY_PATH=$libs:$links${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+ldconfig -p | grep -E 'libcublas|libcurand|libnccl|libcudart' | head
 nvidia-smi -L
 fail=0
 run() {
@@ -34,6 +44,11 @@ run() {
     [ "$rc" -eq 0 ] || { echo "== $name failed ($rc)"; fail=1; }
 }
 tp=$bundle/candle-tp
+# A carried bundle holds it gzipped (58 MB raw, mostly candle's kernels).
+if [ ! -x "$tp" ] && [ -f "$tp.gz" ]; then
+    tp=$(mktemp -d)/candle-tp
+    gzip -dc "$bundle/candle-tp.gz" >"$tp" && chmod +x "$tp"
+fi
 launch=$bundle/intranode-run
 if [ "$gpus" -ge 2 ]; then
     for b in 1 8 32; do
@@ -41,10 +56,10 @@ if [ "$gpus" -ge 2 ]; then
     done
 else
     for b in 1 8 32; do
-        run "w1_b$b" "$launch" --nproc-per-node 1 --timeout 300 -- "$tp" --backend both --batch "$b"
+        run "w1_b$b" "$launch" --nproc-per-node 1 --timeout 70 -- "$tp" --backend both --batch "$b"
     done
     run w2_shared_gpu env INTRANODE_ALLOW_OVERLAPPING_DEVICES=1 INTRANODE_TEST_INTRA_NODE_COMM=1 \
-        "$launch" --nproc-per-node 2 --gpus 0,0 --timeout 300 -- \
+        "$launch" --nproc-per-node 2 --gpus 0,0 --timeout 70 -- \
         "$tp" --backend intranode --batch 8 --reps 2 --steps 10
 fi
 exit $fail
