@@ -15,12 +15,17 @@ gpus=${2:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')}
 out=${OUT:-.}
 export NCCL_NVLS_ENABLE=0
 # cuBLAS, cuRAND and NCCL are opened at run time (cudarc's dynamic
-# loading): the system's, else the pip wheels of the machine's Python.
+# loading): the system's, else those of the machine's Python wheels or
+# any other copy found below /usr and /opt.
 libs=$bundle/lib
 for d in $(python3 -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null); do
     for sub in cu13/lib cublas/lib curand/lib nccl/lib; do
         [ -d "$d/$sub" ] && libs=$libs:$d/$sub
     done
+done
+for f in $(timeout 30 find /usr /opt \( -name 'libcublas.so.13' -o -name 'libcurand.so.10' \
+    -o -name 'libnccl.so.2' \) 2>/dev/null); do
+    case ":$libs:" in *":$(dirname "$f"):"*) ;; *) libs=$libs:$(dirname "$f") ;; esac
 done
 # cudarc asks for libnccl.so (or .so.N for N other than 2): a link to
 # libnccl.so.2 where only that one exists.

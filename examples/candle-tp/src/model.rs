@@ -111,16 +111,41 @@ fn seed(base: u64, layer: usize, tensor: u64, rank: Option<usize>) -> u64 {
     base.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ((layer as u64) << 32) ^ (tensor << 24) ^ rank
 }
 
-/// Normal numbers from `seed` (curand on the GPU), in bf16.
+/// Normal numbers from `seed` with standard deviation `std`, in bf16:
+/// curand on a GPU; on the CPU (the tests), which candle cannot seed, a
+/// splitmix64 stream through Box-Muller.
 fn randn(device: &Device, seed: u64, std: f64, shape: &[usize]) -> Result<Tensor> {
-    device.set_seed(seed)?;
-    Tensor::randn(0f32, std as f32, shape, device)?.to_dtype(DType::BF16)
+    normal(device, seed, 0.0, std, shape)?.to_dtype(DType::BF16)
 }
 
 /// Norm weights near one, alike on every rank.
 fn norm_weight(device: &Device, seed: u64, hidden: usize) -> Result<Tensor> {
-    device.set_seed(seed)?;
-    (Tensor::randn(0f32, 0.1, hidden, device)? + 1.0)?.to_dtype(DType::BF16)
+    normal(device, seed, 1.0, 0.1, &[hidden])?.to_dtype(DType::BF16)
+}
+
+fn normal(device: &Device, seed: u64, mean: f64, std: f64, shape: &[usize]) -> Result<Tensor> {
+    if device.is_cuda() {
+        device.set_seed(seed)?;
+        return Tensor::randn(mean as f32, std as f32, shape, device);
+    }
+    let n: usize = shape.iter().product();
+    let mut state = seed;
+    let mut next = move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        // 53 random bits in (0, 1].
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64 + f64::EPSILON
+    };
+    let values: Vec<f32> = (0..n)
+        .map(|_| {
+            let (u, v) = (next(), next());
+            let g = (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos();
+            (mean + std * g) as f32
+        })
+        .collect();
+    Tensor::from_vec(values, shape, device)
 }
 
 impl Shard {
@@ -357,4 +382,125 @@ pub fn local_sum(parts: Vec<Tensor>) -> Result<Tensor> {
         acc = (acc + p.to_dtype(DType::F32)?)?;
     }
     acc.to_dtype(DType::BF16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> Config {
+        Config {
+            hidden: 64,
+            intermediate: 96,
+            layers: 2,
+            heads: 8,
+            kv_heads: 4,
+            batch: 3,
+            context: 5,
+            rope_theta: 10_000.0,
+            eps: 1e-5,
+            seed: 7,
+        }
+    }
+
+    /// The world-1 shard that holds what `shards` hold, laid out as the
+    /// unsharded model: column-parallel pieces side by side per kind
+    /// (queries, keys, values; gate, up), row-parallel ones stacked, the
+    /// caches' KV heads concatenated.
+    fn merge(cfg: &Config, shards: &[Shard]) -> Result<Shard> {
+        let world = shards.len();
+        let hd = cfg.head_dim();
+        let (heads, kv_heads, inter) = (
+            cfg.heads / world,
+            cfg.kv_heads / world,
+            cfg.intermediate / world,
+        );
+        let cat = |l: usize, dim: usize, f: &dyn Fn(&Layer) -> Result<Tensor>| {
+            let parts = shards
+                .iter()
+                .map(|s| f(&s.layers[l]))
+                .collect::<Result<Vec<_>>>()?;
+            Tensor::cat(&parts, dim)
+        };
+        let mut layers = Vec::new();
+        for l in 0..cfg.layers {
+            let q = cat(l, 1, &|x| x.wqkv.narrow(1, 0, heads * hd))?;
+            let k = cat(l, 1, &|x| x.wqkv.narrow(1, heads * hd, kv_heads * hd))?;
+            let v = cat(l, 1, &|x| {
+                x.wqkv.narrow(1, (heads + kv_heads) * hd, kv_heads * hd)
+            })?;
+            let gate = cat(l, 1, &|x| x.wgu.narrow(1, 0, inter))?;
+            let up = cat(l, 1, &|x| x.wgu.narrow(1, inter, inter))?;
+            let first = &shards[0].layers[l];
+            layers.push(Layer {
+                attn_norm: first.attn_norm.clone(),
+                wqkv: Tensor::cat(&[q, k, v], 1)?,
+                wo: cat(l, 0, &|x| Ok(x.wo.clone()))?,
+                mlp_norm: first.mlp_norm.clone(),
+                wgu: Tensor::cat(&[gate, up], 1)?,
+                wdown: cat(l, 0, &|x| Ok(x.wdown.clone()))?,
+                k_cache: cat(l, 1, &|x| Ok(x.k_cache.clone()))?,
+                v_cache: cat(l, 1, &|x| Ok(x.v_cache.clone()))?,
+            });
+        }
+        Ok(Shard {
+            rank: 0,
+            world: 1,
+            layers,
+        })
+    }
+
+    fn max_rel_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
+        let a = a.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let b = b.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let diff = a
+            .iter()
+            .zip(&b)
+            .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        Ok(diff / scale)
+    }
+
+    /// The split is Megatron's: two ranks' shards, their row-parallel
+    /// partials summed, compute what one model holding both shards'
+    /// weights computes (heads, KV-head groups and caches in the same
+    /// order). A wrong head, group or column order fails it.
+    #[test]
+    fn tensor_parallel_split_matches_the_whole_model() -> Result<()> {
+        let cfg = tiny();
+        cfg.validate(2)?;
+        let dev = Device::Cpu;
+        let shards = [Shard::new(&cfg, 0, 2, &dev)?, Shard::new(&cfg, 1, 2, &dev)?];
+        let rep = Replicated::new(&cfg, &dev)?;
+        let split = forward(
+            &cfg,
+            &[&shards[0], &shards[1]],
+            &rep,
+            &rep.input,
+            &mut local_sum,
+        )?;
+        let whole = merge(&cfg, &shards)?;
+        let y = forward(&cfg, &[&whole], &rep, &rep.input, &mut local_sum)?;
+        assert_eq!(y.dims(), [cfg.batch, cfg.hidden]);
+        let rel = max_rel_diff(&split, &y)?;
+        assert!(rel < 2e-2, "relative difference {rel}");
+        // And the check can tell: rank 1's shard alone is another model.
+        let one = forward(&cfg, &[&shards[1]], &rep, &rep.input, &mut local_sum)?;
+        assert!(max_rel_diff(&one, &y)? > 0.1);
+        Ok(())
+    }
+
+    #[test]
+    fn shards_must_split_evenly() {
+        let cfg = tiny();
+        assert!(cfg.validate(4).is_ok());
+        assert!(cfg.validate(3).is_err());
+        assert!(cfg.validate(8).is_err(), "4 KV heads over 8 ranks");
+        let odd = Config {
+            heads: 6,
+            kv_heads: 2,
+            ..tiny()
+        };
+        assert!(odd.validate(1).is_err(), "hidden 64 over 6 heads");
+    }
 }
