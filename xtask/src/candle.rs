@@ -144,19 +144,25 @@ pub fn patched_candle_core(root: &Path) -> Result<PathBuf> {
     copy_dir(&source, &dest)?;
     let text = std::fs::read_to_string(&manifest)
         .with_context(|| format!("reading {}", manifest.display()))?;
-    let from = "\"dynamic-linking\",";
-    if text.matches(from).count() != 1 {
-        bail!(
-            "{}: expected one {from} in candle-core's cudarc features; the patch no longer fits",
-            manifest.display()
-        );
-    }
-    let text = format!(
-        "{PATCH_NOTE}\n{}",
-        text.replace(from, "\"dynamic-loading\",")
-    );
+    let text = patch_manifest(&text).with_context(|| format!("{}", manifest.display()))?;
     std::fs::write(&manifest, text).with_context(|| format!("writing {}", manifest.display()))?;
     Ok(dest)
+}
+
+/// candle-core's manifest with cudarc's one `"dynamic-linking",` turned
+/// into `"dynamic-loading",`, and a first line that says so.
+fn patch_manifest(text: &str) -> Result<String> {
+    let from = "\"dynamic-linking\",";
+    let found = text.matches(from).count();
+    if found != 1 {
+        bail!(
+            "expected one {from} in candle-core's cudarc features, found {found}: the patch no longer fits"
+        );
+    }
+    Ok(format!(
+        "{PATCH_NOTE}\n{}",
+        text.replace(from, "\"dynamic-loading\",")
+    ))
 }
 
 const PATCH_NOTE: &str = "# Patched by `cargo xtask candle-example`: cudarc's \"dynamic-linking\" \
@@ -297,4 +303,23 @@ pub fn example(root: &Path, out: Option<&Path>) -> Result<()> {
     .context("copying libcudart.so.13")?;
     println!("{}", out.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patch_turns_the_one_linking_feature_into_loading() {
+        let text =
+            "[dependencies.cudarc]\nfeatures = [\n    \"driver\",\n    \"dynamic-linking\",\n]\n";
+        let patched = patch_manifest(text).unwrap();
+        assert!(patched.starts_with(PATCH_NOTE));
+        assert!(patched.contains("\"dynamic-loading\","));
+        assert!(!patched.contains("dynamic-linking\","));
+        // A manifest that changed shape is refused, not half patched.
+        assert!(patch_manifest("features = [\"driver\"]").is_err());
+        let twice = format!("{text}{text}");
+        assert!(patch_manifest(&twice).is_err());
+    }
 }

@@ -87,7 +87,10 @@ fn try_main() -> Result<()> {
             let cuda_root = candle::toolkit(&root()?)?;
             println!("export PATH={}:$PATH", cuda_root.join("bin").display());
             println!("export CUDA_ROOT={}", cuda_root.display());
-            println!("export LIBRARY_PATH={}", cuda_root.join("lib").display());
+            println!(
+                "export LIBRARY_PATH={}${{LIBRARY_PATH:+:$LIBRARY_PATH}}",
+                cuda_root.join("lib").display()
+            );
             println!("export CUDA_COMPUTE_CAP=90");
         }
         "candle-example" => candle::example(&root()?, opts.out.as_deref())?,

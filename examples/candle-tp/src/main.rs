@@ -13,7 +13,6 @@
 mod model;
 mod reduce;
 
-use std::collections::BTreeMap;
 use std::ffi::c_char;
 use std::sync::Arc;
 use std::time::Instant;
@@ -190,23 +189,20 @@ fn main() -> Result<()> {
     // all-reduce, for the cost of the communication) take turns.
     let mut modes: Vec<Option<&AllReduce>> = backends.iter().map(Some).collect();
     modes.push(None);
-    let mut times: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
-    for (i, mode) in modes.iter().enumerate() {
+    // Seconds of each timed run, per mode.
+    let mut run_secs: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+    for mode in &modes {
         line_up(&backends, &device)?;
         run_steps(&cfg, &shard, &rep, *mode, args.warmup)?;
         device.synchronize()?;
-        times.insert(i, Vec::new());
     }
     for _ in 0..args.reps {
-        for (i, mode) in modes.iter().enumerate() {
+        for (mode, secs) in modes.iter().zip(run_secs.iter_mut()) {
             line_up(&backends, &device)?;
             let start = Instant::now();
             run_steps(&cfg, &shard, &rep, *mode, args.steps)?;
             device.synchronize()?;
-            times
-                .entry(i)
-                .or_default()
-                .push(start.elapsed().as_secs_f64());
+            secs.push(start.elapsed().as_secs_f64());
         }
     }
     if rank == 0 {
@@ -214,10 +210,9 @@ fn main() -> Result<()> {
             "{:<34} {:>10} {:>12}   (median of {} runs of {} steps, rank 0's wall clock)",
             "back-end", "ms/step", "tokens/s", args.reps, args.steps
         );
-        for (i, mode) in modes.iter().enumerate() {
-            let mut t = times.get(&i).cloned().unwrap_or_default();
-            t.sort_by(f64::total_cmp);
-            let Some(&median) = t.get(t.len() / 2) else {
+        for (mode, secs) in modes.iter().zip(&mut run_secs) {
+            secs.sort_by(f64::total_cmp);
+            let Some(&median_secs) = secs.get(secs.len() / 2) else {
                 continue;
             };
             let label = match mode {
@@ -225,11 +220,11 @@ fn main() -> Result<()> {
                 None if world == 1 => "none (no all-reduce)".to_owned(),
                 None => "none (no all-reduce, sums wrong)".to_owned(),
             };
-            let step_s = median / args.steps as f64;
+            let step_secs = median_secs / args.steps as f64;
             println!(
                 "{label:<34} {:>10.3} {:>12.1}",
-                step_s * 1e3,
-                cfg.batch as f64 / step_s
+                step_secs * 1e3,
+                cfg.batch as f64 / step_secs
             );
         }
     }
