@@ -53,6 +53,8 @@ use crate::topology::Topology;
 use crate::work::Work;
 use kernels_gpu::layout::NormParams;
 
+mod layer;
+
 /// The application-facing communicator of one rank.
 pub struct Communicator {
     stream: Arc<CudaStream>,

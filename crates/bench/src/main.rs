@@ -18,6 +18,9 @@
 //!   `intranode-run`, with the launcher's verdicts checked (run directly).
 //! - `soak`: a long run of random checked all-reduces (eager and graphs),
 //!   checked on the GPU, with device memory and fd counts watched.
+//! - `decode`: a Llama-shaped tensor-parallel decode layer stack (cuBLAS
+//!   GEMMs, our norms, two all-reduces per layer) in one CUDA graph, no
+//!   communication against NCCL against ours, checked.
 
 mod bad_input;
 mod bench;
@@ -28,6 +31,7 @@ mod check_norm;
 mod check_sg;
 mod data;
 mod ddp_check;
+mod decode;
 mod faults;
 mod free;
 mod plot;
@@ -70,6 +74,9 @@ enum Cmd {
     FaultsSuite(suite::SuiteArgs),
     /// Many random all-reduces, every result checked on the GPU.
     Soak(soak::SoakArgs),
+    /// A tensor-parallel decode layer stack in a CUDA graph: no
+    /// communication, NCCL and ours.
+    Decode(decode::DecodeArgs),
     /// One GPU: what polling a host-mapped word from every thread costs
     /// (the free-running slow mode of issue 16) against a device word.
     PollStorm(poll_storm::PollStormArgs),
@@ -120,6 +127,7 @@ fn main() {
         Cmd::BadInput(args) => bad_input::run(&args),
         Cmd::FaultsSuite(args) => suite::run(&args),
         Cmd::Soak(args) => soak::run(&args),
+        Cmd::Decode(args) => decode::run(&args),
         Cmd::PollStorm(args) => poll_storm::run(&args),
     };
     if let Err(e) = result {

@@ -15,6 +15,7 @@ use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
 pub use ptx_builder::entry_names;
 
+mod decode;
 mod norm;
 mod ops;
 mod soak;
