@@ -29,8 +29,49 @@ const WARP: u32 = 32;
 
 /// Vectors each lane loads before it uses the first: enough loads in
 /// flight to cover a row of 4096 bf16 in two rounds, few enough registers
-/// (`UNROLL x 4` words per loaded buffer) to stay far from spilling.
+/// (`UNROLL x 4` words per loaded buffer) to stay far from spilling; the
+/// macro below writes out that many copies.
 const UNROLL: usize = 8;
+
+/// `$body` once for each `$k` in `0..UNROLL`, written out: with constant
+/// indices the per-lane arrays live in registers (LLVM left the loop over
+/// eight 16-byte vectors of eight lanes rolled, the arrays on the stack).
+macro_rules! unrolled {
+    ($k:ident => $body:block) => {{
+        {
+            let $k: usize = 0;
+            $body
+        }
+        {
+            let $k: usize = 1;
+            $body
+        }
+        {
+            let $k: usize = 2;
+            $body
+        }
+        {
+            let $k: usize = 3;
+            $body
+        }
+        {
+            let $k: usize = 4;
+            $body
+        }
+        {
+            let $k: usize = 5;
+            $body
+        }
+        {
+            let $k: usize = 6;
+            $body
+        }
+        {
+            let $k: usize = 7;
+            $body
+        }
+    }};
+}
 
 /// The row this thread's warp starts at, the stride between its rows,
 /// and its lane.
@@ -134,35 +175,27 @@ unsafe fn rows_vec<T: Element, const RESIDUAL: bool>(p: &NormParams) {
         let mut c = 0;
         while c + chunk <= vecs {
             let mut x = [[0u32; 4]; UNROLL];
-            let mut k = 0;
-            while k < UNROLL {
+            unrolled!(k => {
                 // SAFETY: c + chunk <= vecs: every vector of the chunk lies
                 // in row `row` (caller's promise on the buffers).
                 x[k] = unsafe { ptx::ld_global_v4_u32(input.add(base + c + lane + k * 32)) };
-                k += 1;
-            }
+            });
             if RESIDUAL {
                 let mut r = [[0u32; 4]; UNROLL];
-                let mut k = 0;
-                while k < UNROLL {
+                unrolled!(k => {
                     // SAFETY: as above.
                     r[k] = unsafe { ptx::ld_global_v4_u32(residual.add(base + c + lane + k * 32)) };
-                    k += 1;
-                }
-                let mut k = 0;
-                while k < UNROLL {
+                });
+                unrolled!(k => {
                     // The sum as stored (rounded), as an unfused norm reads it.
                     x[k] = add_vec::<T>(x[k], r[k]);
                     // SAFETY: as above; `residual` overlaps no other buffer.
                     unsafe { ptx::st_global_v4_u32(residual.add(base + c + lane + k * 32), x[k]) };
-                    k += 1;
-                }
+                });
             }
-            let mut k = 0;
-            while k < UNROLL {
+            unrolled!(k => {
                 sum_sq += sum_sq_vec::<T>(x[k]);
-                k += 1;
-            }
+            });
             c += chunk;
         }
         let mut v = c + lane;
@@ -184,8 +217,7 @@ unsafe fn rows_vec<T: Element, const RESIDUAL: bool>(p: &NormParams) {
         while c + chunk <= vecs {
             let mut h = [[0u32; 4]; UNROLL];
             let mut w = [[0u32; 4]; UNROLL];
-            let mut k = 0;
-            while k < UNROLL {
+            unrolled!(k => {
                 let v = c + lane + k * 32;
                 // SAFETY: v < vecs; `weight` holds one row's vectors. This
                 // lane stored the residual vectors it reads back here.
@@ -193,15 +225,12 @@ unsafe fn rows_vec<T: Element, const RESIDUAL: bool>(p: &NormParams) {
                     h[k] = ptx::ld_global_v4_u32(normed.add(base + v));
                     w[k] = ptx::ld_global_v4_u32(weight.add(v));
                 }
-                k += 1;
-            }
-            let mut k = 0;
-            while k < UNROLL {
+            });
+            unrolled!(k => {
                 let out = scale_vec::<T>(h[k], inv, w[k]);
                 // SAFETY: as above; `output` overlaps no other buffer.
                 unsafe { ptx::st_global_v4_u32(output.add(base + c + lane + k * 32), out) };
-                k += 1;
-            }
+            });
             c += chunk;
         }
         let mut v = c + lane;

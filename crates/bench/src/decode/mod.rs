@@ -138,11 +138,9 @@ pub fn run(args: &DecodeArgs) -> Result<()> {
     let blas = Blas::new(&r.stream).with_context(|| format!("rank {me}: cuBLAS"))?;
     let mut notes = Vec::new();
     let mut variants = args.variants.clone();
-    if let Err(why) = r.comm.nccl() {
-        if variants.contains(&Variant::Nccl) {
-            notes.push(format!("nccl: skipped: NCCL cannot run here ({why})"));
-            variants.retain(|&v| v != Variant::Nccl);
-        }
+    if let (Err(why), true) = (r.comm.nccl(), variants.contains(&Variant::Nccl)) {
+        notes.push(format!("nccl: skipped: NCCL cannot run here ({why})"));
+        variants.retain(|&v| v != Variant::Nccl);
     }
     if variants.contains(&Variant::Ours) && r.comm.intra().is_none() {
         notes.push(format!(
