@@ -47,6 +47,9 @@ pub struct DecodeFile {
     pub rows: Vec<Row>,
 }
 
+/// The least NCCL overhead (us per layer) a ratio is taken against.
+pub const MIN_NCCL_OVERHEAD_US: f64 = 1.0;
+
 /// Fills every row's overheads from the `none` and `nccl` rows of its
 /// (model, batch, pdl).
 pub fn fill_overheads(rows: &mut [Row]) {
@@ -62,8 +65,11 @@ pub fn fill_overheads(rows: &mut [Row]) {
         let floor = median_of(&snapshot, r, "none");
         r.overhead_us = floor.map(|f| r.per_layer.median_us - f);
         let nccl_overhead = floor.and_then(|f| median_of(&snapshot, r, "nccl").map(|n| n - f));
+        // Below a microsecond NCCL's overhead is the replays' noise (a
+        // world of one: NCCL copies nothing), and a ratio to it means
+        // nothing.
         r.overhead_vs_nccl = match (r.overhead_us, nccl_overhead) {
-            (Some(o), Some(n)) if r.variant != "none" && n > 0.0 => Some(o / n),
+            (Some(o), Some(n)) if r.variant != "none" && n >= MIN_NCCL_OVERHEAD_US => Some(o / n),
             _ => None,
         };
     }
@@ -141,6 +147,9 @@ mod tests {
             row("a", 1, "ours", 105.0),
             row("a", 8, "none", 110.0),
             row("a", 8, "ours", 111.0),
+            row("a", 32, "none", 110.0),
+            row("a", 32, "nccl", 110.4),
+            row("a", 32, "ours", 110.1),
             row("b", 1, "ours", 300.0),
         ];
         fill_overheads(&mut rows);
@@ -150,10 +159,13 @@ mod tests {
         assert_eq!(rows[1].overhead_vs_nccl, Some(1.0));
         assert_eq!(rows[2].overhead_us, Some(5.0));
         assert_eq!(rows[2].overhead_vs_nccl, Some(0.25));
-        // No NCCL row at batch 8: no ratio; no floor for model b: nothing.
+        // No NCCL row at batch 8: no ratio; no floor for model b (the
+        // last row): nothing.
         assert_eq!(rows[4].overhead_us, Some(1.0));
         assert_eq!(rows[4].overhead_vs_nccl, None);
-        assert_eq!(rows[5].overhead_us, None);
+        // NCCL's overhead under a microsecond: noise, no ratio.
+        assert_eq!(rows[7].overhead_vs_nccl, None);
+        assert_eq!(rows[8].overhead_us, None);
     }
 
     #[test]
