@@ -43,19 +43,14 @@ pub fn context(ordinal: usize) -> Result<Arc<CudaContext>> {
     CudaContext::new(ordinal).ctx("cuCtxRetain", Some(ordinal))
 }
 
-/// Env switch that turns a GPU test's skip into a failure: the number of
-/// GPUs a device run promises (`INTRANODE_REQUIRE_GPUS=4`).
-pub const REQUIRE_GPUS_ENV: &str = "INTRANODE_REQUIRE_GPUS";
+pub use crate::config::REQUIRE_GPUS_ENV;
 
 /// Gate for GPU tests: `Ok(true)` when `needed` GPUs are present;
 /// `Ok(false)` after printing a visible skip message when they are not;
 /// an error instead of the skip when [`REQUIRE_GPUS_ENV`] asks for at least
 /// `needed` GPUs (a device run, where a skip would hide a broken machine).
 pub fn gpus_or_skip(needed: usize, test: &str) -> Result<bool> {
-    let required: usize = std::env::var(REQUIRE_GPUS_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
+    let required = crate::config::required_gpus()?;
     match require_devices(needed) {
         Ok(_) => Ok(true),
         Err(e) if required >= needed => Err(e),

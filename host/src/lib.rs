@@ -65,22 +65,26 @@
 pub mod algo;
 pub mod comm;
 pub mod communicator;
+pub mod config;
 pub mod ddp;
-pub mod dist_env;
 pub mod driver_ext;
 pub mod error;
 pub mod gpu;
-pub mod ipc_channel;
 pub mod kernels;
 pub mod nccl;
 pub mod rendezvous;
 pub mod symm_mem;
 pub mod topology;
+pub mod types;
 pub mod work;
+
+// CUDA-free crates of their own, under their old paths.
+pub use intranode_dist_env as dist_env;
+pub use intranode_ipc as ipc_channel;
 
 pub use algo::AllReduceAlgo;
 pub use comm::IntraNodeComm;
-pub use comm::all_reduce::ReduceOp;
 pub use communicator::{Communicator, Group, RankIndex};
 pub use error::{Error, Result};
+pub use types::{DType, ElemType, ReduceOp};
 pub use work::Work;

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
+use cudarc::nccl::result::NcclError;
 use cudarc::nccl::{Comm, Id};
 use intranode_store::{Store, StoreExchange};
 
@@ -37,10 +38,7 @@ pub fn nccl_comm(
         )));
     }
     let id_bytes: Option<Vec<u8>> = if rank == 0 {
-        let id = Id::new().map_err(|e| Error::Nccl {
-            op: "ncclGetUniqueId",
-            detail: format!("{e:?}"),
-        })?;
+        let id = Id::new().map_err(|e| nccl_error(rank, "ncclGetUniqueId", &e))?;
         Some(id.internal().iter().map(|&c| c as u8).collect())
     } else {
         None
@@ -58,8 +56,16 @@ pub fn nccl_comm(
     for (dst, src) in internal.iter_mut().zip(&id_bytes) {
         *dst = *src as std::ffi::c_char;
     }
-    Comm::from_rank(stream.clone(), rank, world, Id::uninit(internal)).map_err(|e| Error::Nccl {
-        op: "ncclCommInitRank",
-        detail: format!("rank {rank} of {world}: {e:?}"),
-    })
+    Comm::from_rank(stream.clone(), rank, world, Id::uninit(internal))
+        .map_err(|e| nccl_error(rank, "ncclCommInitRank", &e))
+}
+
+/// The crate's error for a failed NCCL call, every call's the same way
+/// (`NcclError`'s own `Debug` says only "NcclError": the code is in its
+/// field).
+pub(crate) fn nccl_error(rank: usize, op: &'static str, e: &NcclError) -> Error {
+    Error::Nccl {
+        op,
+        detail: format!("rank {rank}: {:?}", e.0),
+    }
 }

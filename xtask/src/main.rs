@@ -163,11 +163,22 @@ pub(crate) fn run(root: &Path, program: &str, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// `cargo doc -p intranode --no-deps`, every rustdoc warning an error.
+/// `cargo doc -p intranode --no-deps` (and the CUDA-free crates it
+/// re-exports), every rustdoc warning an error.
 fn doc(root: &Path) -> Result<()> {
     let cargo = ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
-    let args = ["doc", "-p", "intranode", "--no-deps", "--locked"];
+    let args = [
+        "doc",
+        "-p",
+        "intranode",
+        "-p",
+        "intranode-dist-env",
+        "-p",
+        "intranode-ipc",
+        "--no-deps",
+        "--locked",
+    ];
     eprintln!(
         "xtask: $ RUSTDOCFLAGS=\"-D warnings\" {cargo} {}",
         args.join(" ")

@@ -19,8 +19,7 @@ use crate::error::{Error, Result};
 use crate::topology::Topology;
 use crate::work::Work;
 
-/// Forces the broadcast path: `symm-mem` or `nccl`.
-pub const FORCE_BROADCAST_ENV: &str = "INTRANODE_BROADCAST_ALGO";
+pub use crate::config::FORCE_BROADCAST_ENV;
 
 /// Broadcast paths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

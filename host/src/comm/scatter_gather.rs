@@ -10,10 +10,10 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use kernels_gpu::layout::MAX_RANKS;
 
 use super::IntraNodeComm;
-use super::all_reduce::ReduceOp;
 use crate::algo::{AllReduceAlgo, scatter_gather_max_shard_bytes};
 use crate::error::{Error, Result};
-use crate::kernels::ElemType;
+use crate::types::ElemType;
+use crate::types::ReduceOp;
 use crate::work::Work;
 
 /// Which of the two.

@@ -42,10 +42,10 @@ use intranode::algo::AllReduceAlgo;
 use intranode::kernels::KernelModule;
 use intranode_store::StoreExchange;
 
-use crate::free::Dist;
-use crate::rank::Rank;
 use blas::Blas;
 use check::FinalCheck;
+use intranode_harness::Rank;
+use intranode_harness::free::Dist;
 use model::{Activations, Shape, Step, Weights};
 use report::{DecodeFile, Row};
 

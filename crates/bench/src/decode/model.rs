@@ -22,7 +22,7 @@ use intranode::kernels::KernelModule;
 
 use super::Variant;
 use super::blas::Blas;
-use crate::rank::Rank;
+use intranode_harness::Rank;
 
 /// RMSNorm's epsilon, as the anchor's.
 pub const EPS: f32 = 1e-5;
@@ -142,13 +142,15 @@ impl Matrix {
 /// matrix and rank (each rank's shard is its own part of the weight).
 pub fn weight_seed(seed: u64, layer: usize, m: Matrix, rank: usize) -> u64 {
     let m = m as u64 + 1;
-    crate::data::mix(seed ^ crate::data::mix(((layer as u64) << 40) ^ (m << 32) ^ rank as u64))
+    intranode_harness::data::mix(
+        seed ^ intranode_harness::data::mix(((layer as u64) << 40) ^ (m << 32) ^ rank as u64),
+    )
 }
 
 /// The seed of the step's input, the same on every rank (the hidden state
 /// is replicated in tensor parallelism).
 pub fn input_seed(seed: u64, batch: usize) -> u64 {
-    crate::data::mix(seed ^ 0x1_4E9A ^ ((batch as u64) << 20))
+    intranode_harness::data::mix(seed ^ 0x1_4E9A ^ ((batch as u64) << 20))
 }
 
 /// One layer's shards, with their addresses taken once (see `blas.rs`).

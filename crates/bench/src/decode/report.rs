@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::free::Dist;
+use intranode_harness::free::Dist;
 
 /// One configuration's figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
