@@ -25,9 +25,17 @@
 //! - `decode [--out DIR] [-- DECODE ARGS]`: the tensor-parallel decode
 //!   benchmark on every local GPU under `intranode-run`, results in `DIR`
 //!   (default `target/decode-out`).
+//! - `cuda-toolkit`: the CUDA 13.0 compiler from PyPI wheels, unpacked
+//!   into `.cache/cuda-13.0` when absent; prints the variables that make a
+//!   build use it.
+//! - `candle-example [--out DIR]`: the release build of
+//!   `examples/candle-tp` (candle 0.11 with CUDA, stable Rust) with that
+//!   toolkit; with `--out`, the stripped binary, `libcudart.so.13` and
+//!   `intranode-run` in `DIR`, for a GPU machine.
 
 mod bench;
 mod bundle;
+mod candle;
 mod committed;
 mod decode;
 mod ptxas;
@@ -80,12 +88,23 @@ fn try_main() -> Result<()> {
         "demo" => demo()?,
         "bench" => bench::run(&root()?, opts.out.as_deref(), &opts.passthrough)?,
         "decode" => decode::run(&root()?, opts.out.as_deref(), &opts.passthrough)?,
+        "cuda-toolkit" => {
+            let cuda_root = candle::toolkit(&root()?)?;
+            println!("export PATH={}:$PATH", cuda_root.join("bin").display());
+            println!("export CUDA_ROOT={}", cuda_root.display());
+            println!(
+                "export LIBRARY_PATH={}${{LIBRARY_PATH:+:$LIBRARY_PATH}}",
+                cuda_root.join("lib").display()
+            );
+            println!("export CUDA_COMPUTE_CAP=90");
+        }
+        "candle-example" => candle::example(&root()?, opts.out.as_deref())?,
         other => bail!("unknown task {other:?}\n{USAGE}"),
     }
     Ok(())
 }
 
-const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|doc|ci|device-bundle|demo|bench|decode> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench or decode]";
+const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|doc|ci|device-bundle|demo|bench|decode|cuda-toolkit|candle-example> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench or decode]";
 
 #[derive(Debug)]
 struct Opts {
