@@ -45,7 +45,8 @@ use cudarc::driver::sys::{
     self, CUevent_wait_flags, CUresult, CUstreamCaptureMode, CUstreamCaptureStatus, cudaError_enum,
 };
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaStream, DevicePtr, DevicePtrMut, DriverError, SyncOnDrop, result,
+    CudaContext, CudaEvent, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, DriverError,
+    SyncOnDrop, result,
 };
 
 use crate::error::{DriverContext, Error, Result};
@@ -282,5 +283,65 @@ impl<'a> CallBuffers<'a> {
             "cuEventRecord (cudarc's record of the buffer's use, at guard drop)",
             device,
         )
+    }
+}
+
+// NOTE [nccl under capture]: cudarc's NCCL calls take their buffers'
+// addresses with `device_ptr(stream)`, so under event tracking a call
+// captured into a CUDA graph waits on events recorded before the capture,
+// which CUDA refuses (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`, seen on an
+// H100 with the decode benchmark). The communicator takes the addresses
+// through `CallBuffers` instead, as for its own kernels, and hands NCCL
+// [`Ordered`] views of them: their guards do nothing, since `CallBuffers`
+// already ordered the buffers with the stream and records their use.
+
+/// A device buffer's address and length, already ordered with `stream` by
+/// a [`CallBuffers`]: what cudarc's NCCL calls take in its place (NOTE
+/// [nccl under capture]).
+#[derive(Debug)]
+pub(crate) struct Ordered<T> {
+    ptr: u64,
+    len: usize,
+    stream: Arc<CudaStream>,
+    _elem: std::marker::PhantomData<T>,
+}
+
+impl<T> Ordered<T> {
+    /// # Safety
+    /// `ptr` must be device memory of `len` elements of `T`, live and
+    /// ordered with `stream` (by a [`CallBuffers`]) until the work
+    /// enqueued with the view is done.
+    pub(crate) unsafe fn new(ptr: u64, len: usize, stream: &Arc<CudaStream>) -> Self {
+        Ordered {
+            ptr,
+            len,
+            stream: stream.clone(),
+            _elem: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T> DeviceSlice<T> for Ordered<T> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+}
+
+impl<T> DevicePtr<T> for Ordered<T> {
+    fn device_ptr<'a>(&'a self, _stream: &'a CudaStream) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
+        (self.ptr, SyncOnDrop::Sync(None))
+    }
+}
+
+impl<T> DevicePtrMut<T> for Ordered<T> {
+    fn device_ptr_mut<'a>(
+        &'a mut self,
+        _stream: &'a CudaStream,
+    ) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
+        (self.ptr, SyncOnDrop::Sync(None))
     }
 }
