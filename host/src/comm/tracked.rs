@@ -163,6 +163,34 @@ impl<'a> CallBuffers<'a> {
         self.on_stream(ptr, guard, what)
     }
 
+    /// [`input`](Self::input) as a view for cudarc's NCCL calls (NOTE
+    /// [nccl under capture]).
+    pub(crate) fn input_view<T>(
+        &mut self,
+        buf: &'a impl DevicePtr<T>,
+        what: &str,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Ordered<T>> {
+        let ptr = self.input(buf, what)?;
+        // SAFETY: `ptr` is `buf`'s address, `buf.len()` elements, borrowed
+        // for `'a` and ordered with the stream by `self`.
+        Ok(unsafe { Ordered::new(ptr, buf.len(), stream) })
+    }
+
+    /// [`output`](Self::output) as a view for cudarc's NCCL calls.
+    pub(crate) fn output_view<T>(
+        &mut self,
+        buf: &'a mut impl DevicePtrMut<T>,
+        what: &str,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Ordered<T>> {
+        let len = buf.len();
+        let ptr = self.output(buf, what)?;
+        // SAFETY: as in `input_view`; `buf` is borrowed mutably for `'a`,
+        // so the view is its only user.
+        Ok(unsafe { Ordered::new(ptr, len, stream) })
+    }
+
     /// Step 1 of NOTE [capture and event tracking] for the guard of a
     /// pointer taken on the side stream: `true` when the side stream's
     /// waits held (step 2 then covers them), `false` when the buffer's

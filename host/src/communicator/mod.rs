@@ -51,7 +51,7 @@ use crate::algo::{
 use crate::comm::broadcast::{BroadcastAlgo, select_broadcast_algo};
 use crate::comm::debug::{self, CallChecker, DebugLevel};
 use crate::comm::scatter_gather::ScatterGather;
-use crate::comm::tracked::{CallBuffers, CaptureSide, Ordered};
+use crate::comm::tracked::{CallBuffers, CaptureSide};
 use crate::comm::{IntraNodeComm, RendezvousError};
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
@@ -260,14 +260,9 @@ impl Communicator {
                 let comm = self.nccl_or_err()?;
                 self.check_health()?;
                 self.check_nccl_call::<T>(buf.len(), op)?;
-                let len = buf.len();
                 let mut bufs = self.call_buffers()?;
-                let ptr = bufs.output(buf, "all-reduce buffer")?;
+                let mut view = bufs.output_view(buf, "all-reduce buffer", &self.stream)?;
                 bufs.ready()?;
-                // SAFETY: `ptr` is `buf`'s address, `len` elements, kept
-                // live and ordered with the stream by `bufs` (NOTE [nccl
-                // under capture] in `comm/tracked.rs`).
-                let mut view = unsafe { Ordered::<T>::new(ptr, len, &self.stream) };
                 let r = comm.all_reduce_in_place(&mut view, op);
                 bufs.finish()?;
                 self.nccl_done("ncclAllReduce", r)
@@ -293,21 +288,10 @@ impl Communicator {
                 let comm = self.nccl_or_err()?;
                 self.check_health()?;
                 self.check_nccl_call::<T>(send.len(), op)?;
-                let len = send.len();
                 let mut bufs = self.call_buffers()?;
-                let src = bufs.input(send, "all-reduce input")?;
-                let dst = bufs.output(recv, "all-reduce output")?;
+                let src = bufs.input_view(send, "all-reduce input", &self.stream)?;
+                let mut dst = bufs.output_view(recv, "all-reduce output", &self.stream)?;
                 bufs.ready()?;
-                // SAFETY: `src` and `dst` are the buffers' addresses, `len`
-                // elements each (checked equal above), kept live and
-                // ordered with the stream by `bufs` (NOTE [nccl under
-                // capture] in `comm/tracked.rs`).
-                let (src, mut dst) = unsafe {
-                    (
-                        Ordered::<T>::new(src, len, &self.stream),
-                        Ordered::<T>::new(dst, len, &self.stream),
-                    )
-                };
                 let r = comm.all_reduce(&src, &mut dst, op);
                 bufs.finish()?;
                 self.nccl_done("ncclAllReduce", r)
@@ -363,7 +347,11 @@ impl Communicator {
             (BroadcastAlgo::Nccl, _) => {
                 let comm = self.nccl_or_err()?;
                 self.check_health()?;
-                let r = comm.broadcast_in_place(buf, nccl_rank(root));
+                let mut bufs = self.call_buffers()?;
+                let mut view = bufs.output_view(buf, "broadcast buffer", &self.stream)?;
+                bufs.ready()?;
+                let r = comm.broadcast_in_place(&mut view, nccl_rank(root));
+                bufs.finish()?;
                 self.nccl_done("ncclBroadcast", r)
             }
             (BroadcastAlgo::SymmMem, None) => Err(Error::InvalidArgument(format!(
