@@ -64,10 +64,7 @@ use crate::layout::{
 };
 use crate::math::{lamport_decode_word, lamport_encode_word};
 use crate::ptx;
-use crate::sync::{
-    ERROR_POLL_AFTER_NS, ERROR_POLL_INTERVAL_NS, ReportTo, aborted, call_epoch, finish_call, pick,
-    report,
-};
+use crate::sync::{ReportTo, Wait, call_epoch, finish_call, pick, poll_until, report};
 
 /// NOTE [lamport]: -0.0 becomes +0.0, then the sign bits flip, so no
 /// encoded word is zero (`math::lamport_encode_word`). The price: a result
@@ -235,12 +232,12 @@ fn slot_on_every_rank<const W: usize>(
 
 /// Vector `i` of every slot, from `raw` (loaded by [`load_slots`]) once
 /// all arrived or `timeout_ns` passed (then reported and used as it is:
-/// the host fails the next call, see
-/// `comm/health.rs`). Re-polls only the slots still missing, so polls
-/// take less of the L2 that the peers' stores also go through (v8 in
-/// docs/PERF_NOTES.md: no speed-up beyond run-to-run noise, kept because
-/// it does strictly less work). The loop over W is unrolled, so the
-/// slots stay in registers.
+/// the host fails the next call, see `comm/health.rs`), in the one poll
+/// loop of the kernels (`sync::poll_until`). Re-polls only the slots
+/// still missing, so polls take less of the L2 that the peers' stores
+/// also go through (v8 in docs/PERF_NOTES.md: no speed-up beyond
+/// run-to-run noise, kept because it does strictly less work). The loop
+/// over W is unrolled, so the slots stay in registers.
 ///
 /// # Safety
 /// As for [`load_slots`]; `p.error` is a mapped error word or 0.
@@ -252,53 +249,50 @@ unsafe fn wait_slots<const W: usize, const FORM: u32>(
     i: usize,
     p: &AllReduceParams,
 ) -> [[u32; 4]; W] {
-    // SAFETY: forwarded from the caller throughout.
-    unsafe {
-        if missing(&raw).is_none() {
-            return raw;
-        }
-        let start = ptx::globaltimer_ns();
-        let mut next_poll_ns = ERROR_POLL_AFTER_NS;
-        loop {
+    if missing(&raw).is_none() {
+        return raw;
+    }
+    // SAFETY: `p.abort` is this rank's abort word or 0 (the host's
+    // promise).
+    let waited = unsafe {
+        poll_until(p.timeout_ns, p.abort, || {
             let mut r = 0;
             while r < W {
                 if !arrived(&raw[r]) {
-                    raw[r] = ptx::ld_relaxed_sys_v4_u32(
-                        ((own + r as u64 * slot_bytes) as *const [u32; 4]).add(i),
-                    );
+                    // SAFETY: the slot holds vector `i` (caller's promise).
+                    raw[r] = unsafe {
+                        ptx::ld_relaxed_sys_v4_u32(
+                            ((own + r as u64 * slot_bytes) as *const [u32; 4]).add(i),
+                        )
+                    };
                 }
                 r += 1;
             }
-            let Some(peer) = missing(&raw) else {
-                return raw;
-            };
-            let waited_ns = ptx::globaltimer_ns().wrapping_sub(start);
-            if waited_ns > p.timeout_ns {
-                report(
-                    ReportTo {
-                        word: p.error,
-                        abort: p.abort,
-                        form: FORM,
-                    },
-                    peer,
-                    ptx::block_idx_x(),
-                    SLOT_LAMPORT as u32,
-                    p.rank,
-                );
-                return raw;
-            }
-            // NOTE [abandoned waits] in `sync.rs`: an earlier wait already
-            // failed, so this call's result is void; stop waiting. Never
-            // the host-mapped error word here: one reader per thread made
-            // the free-running slow mode.
-            if waited_ns > next_poll_ns {
-                if aborted(p.abort) {
-                    return raw;
-                }
-                next_poll_ns = waited_ns + ERROR_POLL_INTERVAL_NS;
-            }
-        }
+            missing(&raw).is_none()
+        })
+    };
+    // A timeout is reported, naming the peer the last poll still missed
+    // (`raw` is as that poll left it). An abandoned wait is not (NOTE
+    // [abandoned waits] in `sync.rs`): an earlier one failed, this call's
+    // result is void, and the first report stands.
+    if waited == Wait::TimedOut {
+        let peer = missing(&raw).unwrap_or(0);
+        // SAFETY: `p.error` is a mapped error word or 0 (caller's promise).
+        unsafe {
+            report(
+                ReportTo {
+                    word: p.error,
+                    abort: p.abort,
+                    form: FORM,
+                },
+                peer,
+                ptx::block_idx_x(),
+                SLOT_LAMPORT as u32,
+                p.rank,
+            )
+        };
     }
+    raw
 }
 
 /// # Safety

@@ -62,18 +62,6 @@ pub(crate) unsafe fn report(to: ReportTo, peer: u32, block: u32, slot: u32, rank
     }
 }
 
-/// How a bounded wait ended.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Wait {
-    /// The flag reached the epoch.
-    Reached,
-    /// The bound ran out: report it.
-    TimedOut,
-    /// An earlier wait of this rank already timed out (the error word is
-    /// set): give up without reporting, so the first report stands.
-    Abandoned,
-}
-
 /// After this long, a wait also looks at the rank's abort word (and again
 /// every [`ERROR_POLL_INTERVAL_NS`]).
 ///
@@ -104,24 +92,45 @@ pub(crate) const ERROR_POLL_INTERVAL_NS: u64 = 20_000;
 /// # Safety
 /// `abort` must be this rank's abort word, or 0.
 #[inline(always)]
-pub(crate) unsafe fn aborted(abort: u64) -> bool {
+unsafe fn aborted(abort: u64) -> bool {
     // SAFETY: this rank's abort word (caller's promise).
     abort != 0 && unsafe { ptx::ld_relaxed_sys_u32(abort as *const u32) } != 0
 }
 
-/// Spins until `*flag` reaches `epoch`, `timeout_ns` passes, or the abort
-/// word `abort` (0: none) reports an earlier failure.
+/// How a bounded wait ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// The wait is over: the flag reached the epoch, the data arrived.
+    Reached,
+    /// The bound ran out: report it.
+    TimedOut,
+    /// An earlier wait of this rank already timed out (the error word is
+    /// set): give up without reporting, so the first report stands.
+    Abandoned,
+}
+
+/// The one poll loop of the kernels, behind every wait on a peer (the
+/// barriers here, the Lamport waits of `lamport.rs`): calls `poll` until
+/// it returns true (the wait is over), `timeout_ns` of `%globaltimer`
+/// pass, or, once the wait lasts, the abort word `abort` (0: none) says
+/// that an earlier wait of this rank failed (NOTE [abandoned waits]:
+/// never the host-mapped error word, which one reader per thread turned
+/// into the free-running slow mode). `poll` runs first, before the clock
+/// is read: the clock and the abort word are only read after a poll that
+/// found the wait not over.
 ///
 /// # Safety
-/// `flag` must be a valid global address; `abort` this rank's abort word
-/// or 0.
+/// `abort` must be this rank's abort word, or 0.
 #[inline(always)]
-unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64, abort: u64) -> Wait {
+pub(crate) unsafe fn poll_until(
+    timeout_ns: u64,
+    abort: u64,
+    mut poll: impl FnMut() -> bool,
+) -> Wait {
     let start = ptx::globaltimer_ns();
     let mut next_poll_ns = ERROR_POLL_AFTER_NS;
     loop {
-        // SAFETY: forwarded from the caller.
-        if epoch_reached(unsafe { ptx::ld_acquire_sys_u32(flag) }, epoch) {
+        if poll() {
             return Wait::Reached;
         }
         let waited_ns = ptx::globaltimer_ns().wrapping_sub(start);
@@ -135,6 +144,23 @@ unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64, abort: u64) 
             }
             next_poll_ns = waited_ns + ERROR_POLL_INTERVAL_NS;
         }
+    }
+}
+
+/// Spins until `*flag` reaches `epoch`, `timeout_ns` passes, or the abort
+/// word `abort` (0: none) reports an earlier failure.
+///
+/// # Safety
+/// `flag` must be a valid global address; `abort` this rank's abort word
+/// or 0.
+#[inline(always)]
+unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64, abort: u64) -> Wait {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        poll_until(timeout_ns, abort, || {
+            // SAFETY: a valid global address (caller's promise).
+            epoch_reached(unsafe { ptx::ld_acquire_sys_u32(flag) }, epoch)
+        })
     }
 }
 
