@@ -54,8 +54,7 @@
 //! freely with the all-reduces. The encoding makes an all-gathered -0.0
 //! come out +0.0 (every other value, NaN payloads included, exactly).
 
-use crate::all_reduce::{all_reduce_kernels, combine_in_order, finish_op};
-use crate::elem::{Bf16, F16};
+use crate::all_reduce::{combine_in_order, finish_op};
 use crate::elem::{Element, Lanes, load_vec, store_vec};
 use crate::layout::{
     AllReduceParams, FORM_ALL_GATHER, FORM_LAMPORT, FORM_LAMPORT_TWO_SHOT, FORM_REDUCE_SCATTER,
@@ -300,7 +299,7 @@ unsafe fn wait_slots<const W: usize, const FORM: u32>(
 /// buffers `p.elems` elements with `p.elems * T::BYTES` at most
 /// `lamport_slot_bytes(W)`; every rank passes the same `p.elems`.
 #[inline(always)]
-unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     let own_pad = pick(&p.pads, p.rank) as *mut u32;
     // SAFETY: the host passes this rank's mapped pad.
     let epoch = unsafe { call_epoch(own_pad) };
@@ -359,7 +358,7 @@ unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams
 /// buffers `p.elems` elements with `ceil(vectors / W)` vectors at most
 /// `lamport2_slot_bytes(W) / 16`; every rank passes the same `p.elems`.
 #[inline(always)]
-unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     let own_pad = pick(&p.pads, p.rank) as *mut u32;
     // SAFETY: the host passes this rank's mapped pad.
     let epoch = unsafe { call_epoch(own_pad) };
@@ -538,7 +537,7 @@ impl ShardCall {
 /// `ceil(p.elems / LANES)` vectors fit `lamport_slot_bytes(W)`; every rank
 /// passes the same `p.elems`.
 #[inline(always)]
-unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+pub(crate) unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded from the caller.
     let ShardCall {
         own_pad,
@@ -603,7 +602,7 @@ unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &AllReducePar
 /// As for [`lamport_rs`], with `p.input` holding `p.elems` elements and
 /// `p.output` `W * p.elems`.
 #[inline(always)]
-unsafe fn lamport_ag<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+pub(crate) unsafe fn lamport_ag<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded from the caller.
     let ShardCall {
         own_pad,
@@ -656,136 +655,3 @@ unsafe fn lamport_ag<T: Element, const W: usize, const OP: u32>(p: &AllReducePar
     // SAFETY: `own_pad` is this rank's pad; every thread gets here.
     unsafe { finish_call(own_pad, epoch) };
 }
-
-all_reduce_kernels!(
-    lamport,
-    Bf16,
-    lamport_bf16_w2 = 2,
-    lamport_bf16_w3 = 3,
-    lamport_bf16_w4 = 4,
-    lamport_bf16_w5 = 5,
-    lamport_bf16_w6 = 6,
-    lamport_bf16_w7 = 7,
-    lamport_bf16_w8 = 8
-);
-all_reduce_kernels!(
-    lamport,
-    F16,
-    lamport_f16_w2 = 2,
-    lamport_f16_w3 = 3,
-    lamport_f16_w4 = 4,
-    lamport_f16_w5 = 5,
-    lamport_f16_w6 = 6,
-    lamport_f16_w7 = 7,
-    lamport_f16_w8 = 8
-);
-all_reduce_kernels!(
-    lamport,
-    f32,
-    lamport_f32_w2 = 2,
-    lamport_f32_w3 = 3,
-    lamport_f32_w4 = 4,
-    lamport_f32_w5 = 5,
-    lamport_f32_w6 = 6,
-    lamport_f32_w7 = 7,
-    lamport_f32_w8 = 8
-);
-all_reduce_kernels!(
-    lamport2,
-    Bf16,
-    lamport2_bf16_w2 = 2,
-    lamport2_bf16_w3 = 3,
-    lamport2_bf16_w4 = 4,
-    lamport2_bf16_w5 = 5,
-    lamport2_bf16_w6 = 6,
-    lamport2_bf16_w7 = 7,
-    lamport2_bf16_w8 = 8,
-);
-all_reduce_kernels!(
-    lamport2,
-    F16,
-    lamport2_f16_w2 = 2,
-    lamport2_f16_w3 = 3,
-    lamport2_f16_w4 = 4,
-    lamport2_f16_w5 = 5,
-    lamport2_f16_w6 = 6,
-    lamport2_f16_w7 = 7,
-    lamport2_f16_w8 = 8,
-);
-all_reduce_kernels!(
-    lamport2,
-    f32,
-    lamport2_f32_w2 = 2,
-    lamport2_f32_w3 = 3,
-    lamport2_f32_w4 = 4,
-    lamport2_f32_w5 = 5,
-    lamport2_f32_w6 = 6,
-    lamport2_f32_w7 = 7,
-    lamport2_f32_w8 = 8,
-);
-all_reduce_kernels!(
-    lamport_rs,
-    Bf16,
-    lamport_rs_bf16_w2 = 2,
-    lamport_rs_bf16_w3 = 3,
-    lamport_rs_bf16_w4 = 4,
-    lamport_rs_bf16_w5 = 5,
-    lamport_rs_bf16_w6 = 6,
-    lamport_rs_bf16_w7 = 7,
-    lamport_rs_bf16_w8 = 8,
-);
-all_reduce_kernels!(
-    lamport_rs,
-    F16,
-    lamport_rs_f16_w2 = 2,
-    lamport_rs_f16_w3 = 3,
-    lamport_rs_f16_w4 = 4,
-    lamport_rs_f16_w5 = 5,
-    lamport_rs_f16_w6 = 6,
-    lamport_rs_f16_w7 = 7,
-    lamport_rs_f16_w8 = 8,
-);
-all_reduce_kernels!(
-    lamport_rs,
-    f32,
-    lamport_rs_f32_w2 = 2,
-    lamport_rs_f32_w3 = 3,
-    lamport_rs_f32_w4 = 4,
-    lamport_rs_f32_w5 = 5,
-    lamport_rs_f32_w6 = 6,
-    lamport_rs_f32_w7 = 7,
-    lamport_rs_f32_w8 = 8,
-);
-all_reduce_kernels!(
-    lamport_ag,
-    Bf16,
-    lamport_ag_bf16_w2 = 2,
-    lamport_ag_bf16_w3 = 3,
-    lamport_ag_bf16_w4 = 4,
-    lamport_ag_bf16_w5 = 5,
-    lamport_ag_bf16_w6 = 6,
-    lamport_ag_bf16_w7 = 7,
-    lamport_ag_bf16_w8 = 8,
-);
-all_reduce_kernels!(
-    lamport_ag,
-    F16,
-    lamport_ag_f16_w2 = 2,
-    lamport_ag_f16_w3 = 3,
-    lamport_ag_f16_w4 = 4,
-    lamport_ag_f16_w5 = 5,
-    lamport_ag_f16_w6 = 6,
-    lamport_ag_f16_w7 = 7,
-    lamport_ag_f16_w8 = 8,
-);
-all_reduce_kernels!(
-    lamport_ag,
-    f32,
-    lamport_ag_f32_w2 = 2,
-    lamport_ag_f32_w3 = 3,
-    lamport_ag_f32_w4 = 4,
-    lamport_ag_f32_w5 = 5,
-    lamport_ag_f32_w6 = 6,
-    lamport_ag_f32_w7 = 7,
-    lamport_ag_f32_w8 = 8,
-);
