@@ -53,6 +53,8 @@ macro_rules! collective_kernels {
         }
     };
 }
+// The test PTX has no collectives.
+#[cfg_attr(feature = "test-kernels", allow(unused_imports))]
 pub(crate) use collective_kernels;
 
 /// The broadcast kernels, `<prefix>_w<w>`, each taking one
@@ -62,6 +64,7 @@ macro_rules! broadcast_kernels {
         $then!("broadcast", [2 3 4 5 6 7 8]);
     };
 }
+#[cfg_attr(feature = "test-kernels", allow(unused_imports))]
 pub(crate) use broadcast_kernels;
 
 // The host's side of the lists: the table's keys and names. Not built for
@@ -133,7 +136,7 @@ mod table {
             }
         };
     }
-    collective_kernels!(define_collective);
+    crate::entries::collective_kernels!(define_collective);
 
     /// The host's side of [`broadcast_kernels!`].
     macro_rules! define_broadcast {
@@ -144,7 +147,7 @@ mod table {
             pub const BROADCAST_WORLDS: &[usize] = &[$($world),+];
         };
     }
-    broadcast_kernels!(define_broadcast);
+    crate::entries::broadcast_kernels!(define_broadcast);
 
     /// A kernel of the production PTX: the key of the host's kernel table.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
