@@ -267,15 +267,14 @@ unsafe fn wait_slots<const W: usize, const FORM: u32>(
                 }
                 r += 1;
             }
-            missing(&raw).is_none()
+            missing(&raw)
         })
     };
-    // A timeout is reported, naming the peer the last poll still missed
-    // (`raw` is as that poll left it). An abandoned wait is not (NOTE
-    // [abandoned waits] in `sync.rs`): an earlier one failed, this call's
-    // result is void, and the first report stands.
-    if waited == Wait::TimedOut {
-        let peer = missing(&raw).unwrap_or(0);
+    // A timeout is reported, naming the peer the last poll still missed.
+    // An abandoned wait is not (NOTE [abandoned waits] in `sync.rs`): an
+    // earlier one failed, this call's result is void, and the first report
+    // stands.
+    if let Wait::TimedOut(peer) = waited {
         // SAFETY: `p.error` is a mapped error word or 0 (caller's promise).
         unsafe {
             report(

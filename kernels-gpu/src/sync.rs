@@ -98,12 +98,13 @@ unsafe fn aborted(abort: u64) -> bool {
 }
 
 /// How a bounded wait ended.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wait {
+#[derive(Clone, Copy)]
+pub(crate) enum Wait<P> {
     /// The wait is over: the flag reached the epoch, the data arrived.
     Reached,
-    /// The bound ran out: report it.
-    TimedOut,
+    /// The bound ran out while the last poll still missed `P` (the peer
+    /// waited for): report it.
+    TimedOut(P),
     /// An earlier wait of this rank already timed out (the error word is
     /// set): give up without reporting, so the first report stands.
     Abandoned,
@@ -111,31 +112,32 @@ pub(crate) enum Wait {
 
 /// The one poll loop of the kernels, behind every wait on a peer (the
 /// barriers here, the Lamport waits of `lamport.rs`): calls `poll` until
-/// it returns true (the wait is over), `timeout_ns` of `%globaltimer`
+/// it misses nothing (returns `None`), `timeout_ns` of `%globaltimer`
 /// pass, or, once the wait lasts, the abort word `abort` (0: none) says
 /// that an earlier wait of this rank failed (NOTE [abandoned waits]:
 /// never the host-mapped error word, which one reader per thread turned
-/// into the free-running slow mode). `poll` runs first, before the clock
-/// is read: the clock and the abort word are only read after a poll that
-/// found the wait not over.
+/// into the free-running slow mode). `poll` returns what it still waits
+/// for, which a timeout hands back for the report. It runs first, before
+/// the clock is read: the clock and the abort word are only read after a
+/// poll that missed something.
 ///
 /// # Safety
 /// `abort` must be this rank's abort word, or 0.
 #[inline(always)]
-pub(crate) unsafe fn poll_until(
+pub(crate) unsafe fn poll_until<P>(
     timeout_ns: u64,
     abort: u64,
-    mut poll: impl FnMut() -> bool,
-) -> Wait {
+    mut poll: impl FnMut() -> Option<P>,
+) -> Wait<P> {
     let start = ptx::globaltimer_ns();
     let mut next_poll_ns = ERROR_POLL_AFTER_NS;
     loop {
-        if poll() {
+        let Some(missed) = poll() else {
             return Wait::Reached;
-        }
+        };
         let waited_ns = ptx::globaltimer_ns().wrapping_sub(start);
         if waited_ns > timeout_ns {
-            return Wait::TimedOut;
+            return Wait::TimedOut(missed);
         }
         if waited_ns > next_poll_ns {
             // SAFETY: forwarded from the caller.
@@ -154,12 +156,16 @@ pub(crate) unsafe fn poll_until(
 /// `flag` must be a valid global address; `abort` this rank's abort word
 /// or 0.
 #[inline(always)]
-unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64, abort: u64) -> Wait {
+unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64, abort: u64) -> Wait<()> {
     // SAFETY: forwarded from the caller.
     unsafe {
         poll_until(timeout_ns, abort, || {
             // SAFETY: a valid global address (caller's promise).
-            epoch_reached(unsafe { ptx::ld_acquire_sys_u32(flag) }, epoch)
+            if epoch_reached(unsafe { ptx::ld_acquire_sys_u32(flag) }, epoch) {
+                None
+            } else {
+                Some(())
+            }
         })
     }
 }
@@ -268,7 +274,7 @@ unsafe fn barrier_with(
                 timeout_ns,
                 to.abort,
             );
-            if waited == Wait::TimedOut {
+            if let Wait::TimedOut(()) = waited {
                 report(to, peer, block, slot as u32, rank);
             }
         }
@@ -342,7 +348,7 @@ pub unsafe fn pair_barrier(
                 timeout_ns,
                 to.abort,
             );
-            if waited == Wait::TimedOut {
+            if let Wait::TimedOut(()) = waited {
                 report(to, t, 0, SLOT_EXPLICIT as u32, rank);
             }
             ptx::st_relaxed_sys_u32(own_pad.add(PAIR_COUNTER + t as usize), epoch);
