@@ -48,9 +48,12 @@
 //!
 //! The crate builds on stable Rust: it embeds committed PTX
 //! (`host/ptx/kernels-sm_90.ptx`, for H100/H200 and later), which CI
-//! checks against what the `kernels-gpu` source emits. It has no cargo
-//! features. Two build-time environment variables change what is
-//! embedded (both need the workspace's nightly tool chain, since they
+//! checks against what the `kernels-gpu` source emits. Its one cargo
+//! feature, `test-kernels`, is for the project's own test suites and
+//! benchmark: it also embeds the test and probe kernels
+//! (`host/ptx/test-kernels-sm_90.ptx`, loaded by
+//! `kernels::TestKernelModule`), which the production PTX does not carry.
+//! Two build-time environment variables change what is embedded (both need the workspace's nightly tool chain, since they
 //! build the kernels from source):
 //!
 //! - `INTRANODE_PTX_ARCH=sm_80` (or any `sm_XX`): PTX for another
@@ -67,7 +70,7 @@ pub mod comm;
 pub mod communicator;
 pub mod ddp;
 pub mod dist_env;
-pub mod driver_ext;
+pub(crate) mod driver_ext;
 pub mod error;
 pub mod gpu;
 pub mod ipc_channel;

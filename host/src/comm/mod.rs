@@ -409,44 +409,6 @@ impl IntraNodeComm {
         &self.ctx
     }
 
-    /// Launches collective kernel `f` (`what` names it in errors) with
-    /// `blocks` blocks of `threads` on `stream`, its one parameter `params`
-    /// passed by value. This rank's context is made current first: the
-    /// kernels live in its module, and the caller's thread may have another
-    /// GPU's context current.
-    ///
-    /// # Safety
-    /// `f` must take exactly one `P` by value; every address in `params`
-    /// must stay valid until `stream` passes the launch (the peers' buffers
-    /// and pads are, for the life of `self`); `blocks` at most
-    /// `layout::MAX_BLOCKS` (the signal-pad layout's bound) for kernels
-    /// that keep flags per block (all but the Lamport ones).
-    pub(crate) unsafe fn launch_collective<P>(
-        &self,
-        what: &'static str,
-        f: cudarc::driver::sys::CUfunction,
-        blocks: usize,
-        threads: usize,
-        params: &mut P,
-        stream: &cudarc::driver::CudaStream,
-    ) -> Result<()> {
-        crate::error::bind(&self.ctx, Some(self.device))?;
-        let mut arg = (params as *mut P).cast::<std::ffi::c_void>();
-        // SAFETY: the caller's contract; `arg` points to `params`, which
-        // outlives the call (the driver copies parameters at launch).
-        unsafe {
-            driver_ext::launch(
-                f,
-                blocks as u32,
-                threads as u32,
-                0,
-                stream.cu_stream(),
-                std::slice::from_mut(&mut arg),
-            )
-        }
-        .ctx(what, Some(self.device))
-    }
-
     /// The store the group met through.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
