@@ -23,6 +23,12 @@
 //! which live in a PTX of their own (the `test-kernels` feature, see
 //! `lib.rs`).
 
+// The test PTX instantiates none of the lists.
+#![cfg_attr(
+    all(target_arch = "nvptx64", feature = "test-kernels"),
+    allow(unused_macros, unused_imports)
+)]
+
 /// The collective kernels: one per (algorithm, element type, world size),
 /// each taking one `layout::AllReduceParams`, the op a run-time parameter.
 /// Calls `$then!` with one row per algorithm:
@@ -53,8 +59,6 @@ macro_rules! collective_kernels {
         }
     };
 }
-// The test PTX has no collectives.
-#[cfg_attr(feature = "test-kernels", allow(unused_imports))]
 pub(crate) use collective_kernels;
 
 /// The broadcast kernels, `<prefix>_w<w>`, each taking one
@@ -64,7 +68,6 @@ macro_rules! broadcast_kernels {
         $then!("broadcast", [2 3 4 5 6 7 8]);
     };
 }
-#[cfg_attr(feature = "test-kernels", allow(unused_imports))]
 pub(crate) use broadcast_kernels;
 
 // The host's side of the lists: the table's keys and names. Not built for

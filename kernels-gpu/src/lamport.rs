@@ -58,8 +58,7 @@ use crate::all_reduce::{combine_in_order, finish_op};
 use crate::elem::{Element, Lanes, load_vec, store_vec};
 use crate::layout::{
     AllReduceParams, FORM_ALL_GATHER, FORM_LAMPORT, FORM_LAMPORT_TWO_SHOT, FORM_REDUCE_SCATTER,
-    LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN, OP_SUM, SLOT_LAMPORT,
-    lamport_stride_bytes,
+    LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, SLOT_LAMPORT, lamport_stride_bytes,
 };
 use crate::math::{lamport_decode_word, lamport_encode_word};
 use crate::ptx;
@@ -251,25 +250,26 @@ unsafe fn wait_slots<const W: usize, const FORM: u32>(
     if missing(&raw).is_none() {
         return raw;
     }
+    // Re-polls the slots still missing; returns the first one still
+    // missing, if any.
+    let poll = || {
+        let mut r = 0;
+        while r < W {
+            if !arrived(&raw[r]) {
+                // SAFETY: the slot holds vector `i` (caller's promise).
+                raw[r] = unsafe {
+                    ptx::ld_relaxed_sys_v4_u32(
+                        ((own + r as u64 * slot_bytes) as *const [u32; 4]).add(i),
+                    )
+                };
+            }
+            r += 1;
+        }
+        missing(&raw)
+    };
     // SAFETY: `p.abort` is this rank's abort word or 0 (the host's
     // promise).
-    let waited = unsafe {
-        poll_until(p.timeout_ns, p.abort, || {
-            let mut r = 0;
-            while r < W {
-                if !arrived(&raw[r]) {
-                    // SAFETY: the slot holds vector `i` (caller's promise).
-                    raw[r] = unsafe {
-                        ptx::ld_relaxed_sys_v4_u32(
-                            ((own + r as u64 * slot_bytes) as *const [u32; 4]).add(i),
-                        )
-                    };
-                }
-                r += 1;
-            }
-            missing(&raw)
-        })
-    };
+    let waited = unsafe { poll_until(p.timeout_ns, p.abort, poll) };
     // A timeout is reported, naming the peer the last poll still missed.
     // An abandoned wait is not (NOTE [abandoned waits] in `sync.rs`): an
     // earlier one failed, this call's result is void, and the first report

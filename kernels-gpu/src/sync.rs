@@ -157,17 +157,16 @@ pub(crate) unsafe fn poll_until<P>(
 /// or 0.
 #[inline(always)]
 unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64, abort: u64) -> Wait<()> {
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        poll_until(timeout_ns, abort, || {
-            // SAFETY: a valid global address (caller's promise).
-            if epoch_reached(unsafe { ptx::ld_acquire_sys_u32(flag) }, epoch) {
-                None
-            } else {
-                Some(())
-            }
-        })
-    }
+    let poll = || {
+        // SAFETY: a valid global address (caller's promise).
+        if epoch_reached(unsafe { ptx::ld_acquire_sys_u32(flag) }, epoch) {
+            None
+        } else {
+            Some(())
+        }
+    };
+    // SAFETY: `abort` is this rank's abort word or 0 (caller's promise).
+    unsafe { poll_until(timeout_ns, abort, poll) }
 }
 
 /// A barrier between block `blockIdx.x` of every rank: thread `t < W`
