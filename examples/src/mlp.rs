@@ -4,6 +4,9 @@
 //! code and inputs on every rank give bit-identical results, so any
 //! difference between ranks' parameters would come from the communication.
 
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
 /// Input features.
 pub const IN: usize = 16;
 /// Hidden units.
@@ -20,34 +23,21 @@ pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
-/// SplitMix64: a deterministic generator, so that data and initial
-/// parameters depend only on their seed.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
+/// A generator seeded with `seed`: data and initial parameters depend
+/// only on their seed, so every rank can make the same ones.
+fn seeded(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed)
+}
 
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut x = self.0;
-        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        x ^ (x >> 31)
-    }
-
-    /// Uniform in `[lo, hi)`.
-    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
-    }
+/// Uniform in `[lo, hi)`.
+fn uniform(rng: &mut StdRng, lo: f64, hi: f64) -> f64 {
+    lo + (hi - lo) * rng.random::<f64>()
 }
 
 /// Parameters drawn uniformly in `±1/sqrt(fan_in)` (biases zero), from
 /// `seed`.
 pub fn init_params(seed: u64) -> Vec<Vec<f32>> {
-    let mut rng = Rng::new(seed);
+    let mut rng = seeded(seed);
     let fan_in = [IN, 1, HIDDEN, 1];
     SHAPES
         .iter()
@@ -60,7 +50,7 @@ pub fn init_params(seed: u64) -> Vec<Vec<f32>> {
                     if p % 2 == 1 {
                         0.0
                     } else {
-                        rng.uniform(-bound, bound) as f32
+                        uniform(&mut rng, -bound, bound) as f32
                     }
                 })
                 .collect()
@@ -79,16 +69,16 @@ pub struct Dataset {
 /// Rank `rank`'s shard: inputs of its own, targets from the teacher every
 /// rank shares (`teacher_seed`), plus a little noise.
 pub fn shard(teacher_seed: u64, rank: usize, samples: usize) -> Dataset {
-    let mut t = Rng::new(teacher_seed);
-    let a: Vec<f64> = (0..OUT * IN).map(|_| t.uniform(-0.6, 0.6)).collect();
-    let mut rng = Rng::new(teacher_seed ^ ((rank as u64 + 1) << 32));
+    let mut t = seeded(teacher_seed);
+    let a: Vec<f64> = (0..OUT * IN).map(|_| uniform(&mut t, -0.6, 0.6)).collect();
+    let mut rng = seeded(teacher_seed ^ ((rank as u64 + 1) << 32));
     let mut x = Vec::with_capacity(samples * IN);
     let mut y = Vec::with_capacity(samples * OUT);
     for _ in 0..samples {
-        let xs: Vec<f64> = (0..IN).map(|_| rng.uniform(-1.0, 1.0)).collect();
+        let xs: Vec<f64> = (0..IN).map(|_| uniform(&mut rng, -1.0, 1.0)).collect();
         for o in 0..OUT {
             let z: f64 = (0..IN).map(|k| a[o * IN + k] * xs[k]).sum();
-            y.push(z.sin() + rng.uniform(-0.01, 0.01));
+            y.push(z.sin() + uniform(&mut rng, -0.01, 0.01));
         }
         x.extend(xs);
     }

@@ -1,24 +1,22 @@
 //! The one place that decides which all-reduce runs: ours (the Lamport
 //! one-shot and two-shot, one-shot, two-shot, HCM) or NCCL's.
 //!
-//! [`select_all_reduce_algo`] is a pure function of the element type, the
-//! message size, the world size, the topology and the symmetric buffer
-//! size, plus the measured [`Crossovers`] (built-in defaults, or a file
-//! written by `intranode-bench --tune`). An env variable forces an
-//! algorithm for tests.
-
-use std::path::Path;
+//! [`decide_all_reduce`] makes the whole decision, from one
+//! [`AllReduceCall`] (element type, size, world, the intra-node path's
+//! topology and buffer, the op, whether NCCL loaded, a forced algorithm)
+//! and the measured [`Crossovers`] (built-in defaults, or a file written by
+//! `intranode-bench bench --tune`): the size rule, the NCCL fallback, and
+//! the Lamport forms' hand-over to their barrier twins above their
+//! buffers. It is pure, and every path calls it: `Communicator`'s
+//! automatic choice, a forced algorithm (`config::FORCE_ALGO_ENV`), and
+//! `IntraNodeComm::all_reduce` with an explicit one.
 
 use serde::{Deserialize, Serialize};
 
-use crate::kernels::ElemType;
 use crate::topology::{MAX_DEVICES, Topology};
+use crate::types::ElemType;
 
-/// Forces an algorithm: `lamport`, `lamport-two-shot`, `one-shot`,
-/// `two-shot`, `hcm` or `nccl`.
-pub const FORCE_ALGO_ENV: &str = "INTRANODE_ALL_REDUCE_ALGO";
-/// Path of a crossover file written by `intranode-bench --tune`.
-pub const TUNING_FILE_ENV: &str = "INTRANODE_TUNING_FILE";
+pub use crate::config::{FORCE_ALGO_ENV, TUNING_FILE_ENV};
 
 /// All-reduce algorithms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -194,47 +192,101 @@ fn default_lamport_two_shot_max_bytes() -> [usize; MAX_DEVICES + 1] {
     x
 }
 
-impl Crossovers {
-    /// Reads a crossover file (JSON).
-    pub fn from_file(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("reading {}: {e}", path.display()))?;
-        serde_json::from_str(&text).map_err(|e| format!("parsing {}: {e}", path.display()))
-    }
-
-    /// The file named by [`TUNING_FILE_ENV`], else the defaults. A file
-    /// that cannot be read is reported and ignored, never fatal.
-    pub fn from_env() -> Self {
-        match std::env::var_os(TUNING_FILE_ENV) {
-            Some(p) => Self::from_file(Path::new(&p)).unwrap_or_else(|e| {
-                tracing::warn!("{TUNING_FILE_ENV}: {e}; using built-in crossovers");
-                Self::default()
-            }),
-            None => Self::default(),
-        }
-    }
-}
-
 /// Largest message HCM takes on a hybrid cube mesh; NCCL above. PyTorch's
 /// `kHcmThreshBytes` (256 KiB): no DGX-1 was at hand to measure ours, and
 /// on NVSwitch machines HCM is never chosen (one-shot and two-shot read
 /// every peer directly).
 pub const HCM_MAX_BYTES: usize = 256 * 1024;
 
-/// What a call of `bytes` bytes of `elem` on `world` ranks should use.
+/// The intra-node path of a group, as the decision sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntraPath {
+    pub topology: Topology,
+    /// Bytes of each rank's symmetric buffer.
+    pub buffer_bytes: usize,
+    /// Whether this rank can run HCM (`comm::hcm::hcm_plan` found its
+    /// place in the cube mesh).
+    pub hcm_runnable: bool,
+}
+
+/// One all-reduce call, as the decision sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllReduceCall {
+    pub elem: ElemType,
+    pub bytes: usize,
+    pub world: usize,
+    /// `None` when the group has no intra-node path.
+    pub intra: Option<IntraPath>,
+    /// Whether our kernels have the op (NCCL's product: no).
+    pub op_is_ours: bool,
+    /// Whether NCCL loaded for this group.
+    pub nccl_available: bool,
+    /// An algorithm the caller or the configuration forces.
+    pub forced: Option<AllReduceAlgo>,
+}
+
+/// The algorithm that runs `call`. See the module docs.
+pub fn decide_all_reduce(call: &AllReduceCall, crossovers: &Crossovers) -> AllReduceAlgo {
+    let Some(intra) = call.intra else {
+        return AllReduceAlgo::Nccl;
+    };
+    if !call.op_is_ours {
+        return AllReduceAlgo::Nccl;
+    }
+    let algo = match call.forced {
+        Some(forced) => forced,
+        None => {
+            let algo = by_size(
+                call.bytes,
+                call.world,
+                intra.topology,
+                intra.buffer_bytes,
+                crossovers,
+            );
+            if algo == AllReduceAlgo::Hcm && !intra.hcm_runnable {
+                // A cube mesh whose table this rank cannot run HCM on.
+                AllReduceAlgo::Nccl
+            } else if algo == AllReduceAlgo::Nccl && !call.nccl_available {
+                // Where NCCL would win but cannot run (not loadable, or
+                // several ranks share a GPU, which NCCL refuses), our
+                // kernels serve every size: two-shot walks large messages
+                // chunk by chunk.
+                AllReduceAlgo::TwoShot
+            } else {
+                algo
+            }
+        }
+    };
+    // The Lamport forms take messages up to their buffers and hand larger
+    // ones to their barrier twins (the variants' documented contract). The
+    // kernels trust the host on this: a larger one would store past the
+    // buffers into the peers' pads.
+    match algo {
+        AllReduceAlgo::Lamport if call.bytes > lamport_max_message_bytes(call.world) => {
+            AllReduceAlgo::OneShot
+        }
+        AllReduceAlgo::LamportTwoShot
+            if call.bytes > lamport_two_shot_max_message_bytes(call.world) =>
+        {
+            AllReduceAlgo::TwoShot
+        }
+        other => other,
+    }
+}
+
+/// The size rule: what a call of `bytes` on `world` ranks should use.
 ///
 /// Ours needs a fully connected topology (HCM: the cube mesh) and a world
 /// of 2..=8; sizes beyond the symmetric buffer's half are run in chunks,
-/// so the buffer size only matters through the crossovers.
-pub fn select_all_reduce_algo(
-    elem: ElemType,
+/// so the buffer size only matters through the crossovers. Every element
+/// type is served by every kernel.
+fn by_size(
     bytes: usize,
     world: usize,
     topology: Topology,
     buffer_bytes: usize,
     crossovers: &Crossovers,
 ) -> AllReduceAlgo {
-    let _ = elem; // every element type is served by every kernel
     if !(2..=MAX_DEVICES).contains(&world) || buffer_bytes < 64 {
         return AllReduceAlgo::Nccl;
     }
@@ -262,6 +314,106 @@ pub fn select_all_reduce_algo(
 
 #[cfg(test)]
 mod tests {
+
+    fn call(bytes: usize, world: usize) -> AllReduceCall {
+        AllReduceCall {
+            elem: ElemType::Bf16,
+            bytes,
+            world,
+            intra: Some(IntraPath {
+                topology: Topology::FullyConnected,
+                buffer_bytes: 64 << 20,
+                hcm_runnable: true,
+            }),
+            op_is_ours: true,
+            nccl_available: true,
+            forced: None,
+        }
+    }
+
+    #[test]
+    fn the_decision_covers_every_path() {
+        let x = Crossovers::default();
+        let c = call(4096, 2);
+        assert_eq!(decide_all_reduce(&c, &x), AllReduceAlgo::Lamport);
+        // No intra-node path, or an op only NCCL has: NCCL, forced or not.
+        for forced in [None, Some(AllReduceAlgo::OneShot)] {
+            let none = AllReduceCall {
+                intra: None,
+                forced,
+                ..c
+            };
+            assert_eq!(decide_all_reduce(&none, &x), AllReduceAlgo::Nccl);
+            let prod = AllReduceCall {
+                op_is_ours: false,
+                forced,
+                ..c
+            };
+            assert_eq!(decide_all_reduce(&prod, &x), AllReduceAlgo::Nccl);
+        }
+        // Above every crossover: NCCL, or two-shot where NCCL is missing.
+        let big = call(1 << 30, 2);
+        assert_eq!(decide_all_reduce(&big, &x), AllReduceAlgo::Nccl);
+        let no_nccl = AllReduceCall {
+            nccl_available: false,
+            ..big
+        };
+        assert_eq!(decide_all_reduce(&no_nccl, &x), AllReduceAlgo::TwoShot);
+        // A cube mesh this rank cannot run HCM on goes to NCCL.
+        let mut cube = call(4096, 8);
+        cube.intra = Some(IntraPath {
+            topology: Topology::HybridCubeMesh,
+            buffer_bytes: 64 << 20,
+            hcm_runnable: false,
+        });
+        assert_eq!(decide_all_reduce(&cube, &x), AllReduceAlgo::Nccl);
+        cube.intra = cube.intra.map(|p| IntraPath {
+            hcm_runnable: true,
+            ..p
+        });
+        assert_eq!(decide_all_reduce(&cube, &x), AllReduceAlgo::Hcm);
+        // A forced algorithm wins over the size rule...
+        let forced = AllReduceCall {
+            forced: Some(AllReduceAlgo::TwoShot),
+            ..c
+        };
+        assert_eq!(decide_all_reduce(&forced, &x), AllReduceAlgo::TwoShot);
+    }
+
+    #[test]
+    fn lamport_forms_never_take_more_than_their_buffers() {
+        let x = Crossovers::default();
+        let decide = |algo: AllReduceAlgo, bytes: usize, world: usize| {
+            let c = AllReduceCall {
+                forced: Some(algo),
+                ..call(bytes, world)
+            };
+            decide_all_reduce(&c, &x)
+        };
+        for world in 2..=MAX_DEVICES {
+            let one = lamport_max_message_bytes(world);
+            let two = lamport_two_shot_max_message_bytes(world);
+            let l = AllReduceAlgo::Lamport;
+            let l2 = AllReduceAlgo::LamportTwoShot;
+            assert_eq!(decide(l, one, world), l);
+            assert_eq!(decide(l, one + 1, world), AllReduceAlgo::OneShot);
+            assert_eq!(decide(l2, two, world), l2);
+            assert_eq!(decide(l2, two + 1, world), AllReduceAlgo::TwoShot);
+            // The kernel's own condition: every shard fits a slot.
+            let slot = kernels_gpu::layout::lamport2_slot_bytes(world);
+            assert!(two.div_ceil(16).div_ceil(world) * 16 <= slot);
+            assert_eq!(
+                decide(AllReduceAlgo::TwoShot, 1 << 30, world),
+                AllReduceAlgo::TwoShot
+            );
+            // The size rule never picks a Lamport form past its buffers,
+            // whatever a tuning file says.
+            let mut lax = Crossovers::default();
+            lax.lamport_max_bytes[world] = usize::MAX;
+            let c = call(one + 16, world);
+            assert_ne!(decide_all_reduce(&c, &lax), l);
+        }
+    }
 
     #[test]
     fn scatter_gather_takes_what_fits_and_pays() {
@@ -293,11 +445,11 @@ mod tests {
         x.lamport_two_shot_max_bytes[4] = 0;
         let fc = Topology::FullyConnected;
         assert_eq!(
-            select_all_reduce_algo(ElemType::Bf16, 256 << 10, 4, fc, 10 * MIB, &x),
+            by_size(256 << 10, 4, fc, 10 * MIB, &x),
             AllReduceAlgo::OneShot
         );
         assert_eq!(
-            select_all_reduce_algo(ElemType::Bf16, 4 * MIB, 4, fc, 10 * MIB, &x),
+            by_size(4 * MIB, 4, fc, 10 * MIB, &x),
             AllReduceAlgo::TwoShot
         );
     }
@@ -306,12 +458,9 @@ mod tests {
     fn small_messages_go_one_shot_large_to_nccl() {
         let x = Crossovers::default();
         let fc = Topology::FullyConnected;
+        assert_eq!(by_size(4096, 4, fc, 10 * MIB, &x), AllReduceAlgo::Lamport);
         assert_eq!(
-            select_all_reduce_algo(ElemType::Bf16, 4096, 4, fc, 10 * MIB, &x),
-            AllReduceAlgo::Lamport
-        );
-        assert_eq!(
-            select_all_reduce_algo(ElemType::Bf16, 512 << 10, 4, fc, 10 * MIB, &x),
+            by_size(512 << 10, 4, fc, 10 * MIB, &x),
             AllReduceAlgo::LamportTwoShot
         );
         x_lowered_sends_mid_sizes_to_one_shot(&x);
@@ -322,13 +471,10 @@ mod tests {
             );
         }
         assert_eq!(
-            select_all_reduce_algo(ElemType::Bf16, 4 * MIB, 4, fc, 10 * MIB, &x),
+            by_size(4 * MIB, 4, fc, 10 * MIB, &x),
             AllReduceAlgo::LamportTwoShot
         );
-        assert_eq!(
-            select_all_reduce_algo(ElemType::Bf16, 1 << 30, 4, fc, 10 * MIB, &x),
-            AllReduceAlgo::Nccl
-        );
+        assert_eq!(by_size(1 << 30, 4, fc, 10 * MIB, &x), AllReduceAlgo::Nccl);
     }
 
     #[test]
@@ -336,24 +482,17 @@ mod tests {
         let x = Crossovers::default();
         let hcm = Topology::HybridCubeMesh;
         assert_eq!(
-            select_all_reduce_algo(ElemType::Bf16, HCM_MAX_BYTES, 8, hcm, 10 * MIB, &x),
+            by_size(HCM_MAX_BYTES, 8, hcm, 10 * MIB, &x),
             AllReduceAlgo::Hcm
         );
         assert_eq!(
-            select_all_reduce_algo(ElemType::Bf16, HCM_MAX_BYTES + 2, 8, hcm, 10 * MIB, &x),
+            by_size(HCM_MAX_BYTES + 2, 8, hcm, 10 * MIB, &x),
             AllReduceAlgo::Nccl
         );
         // Never on NVSwitch machines.
         for bytes in [16, 4096, MIB, 64 * MIB] {
             assert_ne!(
-                select_all_reduce_algo(
-                    ElemType::F32,
-                    bytes,
-                    8,
-                    Topology::FullyConnected,
-                    10 * MIB,
-                    &x
-                ),
+                by_size(bytes, 8, Topology::FullyConnected, 10 * MIB, &x),
                 AllReduceAlgo::Hcm
             );
         }
@@ -363,19 +502,19 @@ mod tests {
     fn unusable_groups_fall_back() {
         let x = Crossovers::default();
         assert_eq!(
-            select_all_reduce_algo(ElemType::F32, 8, 1, Topology::FullyConnected, MIB, &x),
+            by_size(8, 1, Topology::FullyConnected, MIB, &x),
             AllReduceAlgo::Nccl
         );
         assert_eq!(
-            select_all_reduce_algo(ElemType::F32, 8, 9, Topology::FullyConnected, MIB, &x),
+            by_size(8, 9, Topology::FullyConnected, MIB, &x),
             AllReduceAlgo::Nccl
         );
         assert_eq!(
-            select_all_reduce_algo(ElemType::F32, 8, 4, Topology::Unknown, MIB, &x),
+            by_size(8, 4, Topology::Unknown, MIB, &x),
             AllReduceAlgo::Nccl
         );
         assert_eq!(
-            select_all_reduce_algo(ElemType::F32, 8, 4, Topology::FullyConnected, 0, &x),
+            by_size(8, 4, Topology::FullyConnected, 0, &x),
             AllReduceAlgo::Nccl
         );
     }
@@ -406,18 +545,19 @@ mod tests {
             r#"{"one_shot_max_bytes":[0,0,1,1,1,1,1,1,1],"two_shot_max_bytes":[0,0,2,2,2,2,2,2,2]}"#,
         )
         .unwrap();
-        let old = Crossovers::from_file(&path).unwrap();
+        let old = crate::config::read_crossovers(&path).unwrap();
         assert_eq!(
             old.lamport_max_bytes,
             Crossovers::default().lamport_max_bytes
         );
         assert_eq!(old.two_shot_max_bytes[8], 2);
         std::fs::write(&path, serde_json::to_string(&x).unwrap()).unwrap();
-        assert_eq!(Crossovers::from_file(&path).unwrap(), x);
+        assert_eq!(crate::config::read_crossovers(&path).unwrap(), x);
         std::fs::write(&path, "{").unwrap();
         assert!(
-            Crossovers::from_file(&path)
+            crate::config::read_crossovers(&path)
                 .unwrap_err()
+                .to_string()
                 .contains("parsing")
         );
         std::fs::remove_dir_all(&dir).unwrap();

@@ -50,7 +50,7 @@ pub unsafe fn module_unload(module: sys::CUmodule) -> Result<(), DriverError> {
 
 /// Enqueues a kernel on `stream`: the lean path, without the per-argument
 /// event bookkeeping of cudarc's launch builder (about 3 us per launch
-/// measured on H200, DESIGN.md section 3).
+/// measured on H200, docs/DESIGN.md section 3).
 ///
 /// # Safety
 /// `f` must be a live kernel whose parameters match `params` exactly in

@@ -1,6 +1,6 @@
 //! The error type of the `intranode` crate.
 
-use cudarc::driver::DriverError;
+use cudarc::driver::{CudaContext, DriverError};
 
 /// Everything that can go wrong in the GPU entry points of the library.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +22,10 @@ pub enum Error {
     /// A kernel the library needs is not in the embedded PTX.
     #[error("kernel {name} is missing from the embedded PTX")]
     MissingKernel { name: String },
+    /// A setting (an environment switch, a tuning file) the library
+    /// cannot use.
+    #[error("configuration: {0}")]
+    Config(#[from] crate::config::ConfigError),
     /// The caller passed arguments the operation cannot accept.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -117,5 +121,41 @@ pub(crate) trait DriverContext<T> {
 impl<T> DriverContext<T> for std::result::Result<T, DriverError> {
     fn ctx(self, op: &'static str, device: Option<usize>) -> Result<T> {
         self.map_err(|source| Error::Driver { op, device, source })
+    }
+}
+
+// NOTE [drop errors]: a release that fails in a `Drop` is logged and
+// recorded on the context (`CudaContext::record_err`), as cudarc's own
+// types and the rest of this crate do, so that the context's next call
+// returns it; `Drop` never panics. Making the context current for a
+// release checks (and clears) an error recorded earlier, so
+// `bind_for_drop` puts that one back: otherwise one failed release would
+// make every later release of the same teardown skip its work (a leak)
+// and the error would be lost.
+
+/// Records an error met in a `Drop` on `ctx` (NOTE [drop errors]): logged,
+/// kept for the context's next call, never a panic.
+pub(crate) fn record_drop_error(ctx: &CudaContext, op: &'static str, error: DriverError) {
+    tracing::error!(
+        "releasing GPU resources in Drop: {op} failed (device {}): {error}",
+        ctx.ordinal()
+    );
+    ctx.record_err::<()>(Err(error));
+}
+
+/// Makes `ctx` current for a `Drop`, keeping an error recorded earlier
+/// recorded; false (after recording) if it could not be, in which case the
+/// caller leaks rather than acting on whatever context happens to be
+/// current.
+pub(crate) fn bind_for_drop(ctx: &CudaContext, op: &'static str) -> bool {
+    let earlier = ctx.check_err();
+    let bound = ctx.bind_to_thread();
+    ctx.record_err(earlier);
+    match bound {
+        Ok(()) => true,
+        Err(e) => {
+            record_drop_error(ctx, op, e);
+            false
+        }
     }
 }

@@ -12,11 +12,17 @@ use cudarc::driver::CudaContext;
 
 use crate::error::{DriverContext, Error, Result};
 
-/// Whether `libcuda` can be loaded on this machine.
+/// Whether `libcuda` can be loaded on this machine. Without the
+/// `dynamic-loading` feature the application linked it, so a running
+/// process has it.
 pub fn driver_available() -> bool {
+    #[cfg(feature = "dynamic-loading")]
     // SAFETY: `is_culib_present` only tries to dlopen the library by name
     // and closes it again; it has no preconditions.
-    unsafe { cudarc::driver::sys::is_culib_present() }
+    let present = unsafe { cudarc::driver::sys::is_culib_present() };
+    #[cfg(not(feature = "dynamic-loading"))]
+    let present = true;
+    present
 }
 
 /// Number of CUDA devices; [`Error::NoDriver`] where there is no driver.
@@ -43,19 +49,14 @@ pub fn context(ordinal: usize) -> Result<Arc<CudaContext>> {
     CudaContext::new(ordinal).ctx("cuCtxRetain", Some(ordinal))
 }
 
-/// Env switch that turns a GPU test's skip into a failure: the number of
-/// GPUs a device run promises (`INTRANODE_REQUIRE_GPUS=4`).
-pub const REQUIRE_GPUS_ENV: &str = "INTRANODE_REQUIRE_GPUS";
+pub use crate::config::REQUIRE_GPUS_ENV;
 
 /// Gate for GPU tests: `Ok(true)` when `needed` GPUs are present;
 /// `Ok(false)` after printing a visible skip message when they are not;
 /// an error instead of the skip when [`REQUIRE_GPUS_ENV`] asks for at least
 /// `needed` GPUs (a device run, where a skip would hide a broken machine).
 pub fn gpus_or_skip(needed: usize, test: &str) -> Result<bool> {
-    let required: usize = std::env::var(REQUIRE_GPUS_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
+    let required = crate::config::required_gpus()?;
     match require_devices(needed) {
         Ok(_) => Ok(true),
         Err(e) if required >= needed => Err(e),

@@ -48,13 +48,10 @@
 //!
 //! The crate builds on stable Rust: it embeds committed PTX
 //! (`host/ptx/kernels-sm_90.ptx`, for H100/H200 and later), which CI
-//! checks against what the `kernels-gpu` source emits. Its one cargo
-//! feature, `test-kernels`, is for the project's own test suites and
-//! benchmark: it also embeds the test and probe kernels
-//! (`host/ptx/test-kernels-sm_90.ptx`, loaded by
-//! `kernels::TestKernelModule`), which the production PTX does not carry.
-//! Two build-time environment variables change what is embedded (both need the workspace's nightly tool chain, since they
-//! build the kernels from source):
+//! checks against what the `kernels-gpu` source emits. Two build-time
+//! environment variables change what is embedded (both need the
+//! workspace's nightly tool chain, since they build the kernels from
+//! source):
 //!
 //! - `INTRANODE_PTX_ARCH=sm_80` (or any `sm_XX`): PTX for another
 //!   architecture (A100: `sm_80`); [`kernels::PTX_ARCH`] says which one a
@@ -62,28 +59,45 @@
 //! - `INTRANODE_PTX_REBUILD=1`: build the kernels from source even where
 //!   the committed PTX is current.
 //!
-//! CUDA (`libcuda`) and NCCL are loaded at run time: building needs neither,
-//! and a machine without them gets an error from the first GPU call.
+//! # Features
+//!
+//! - `dynamic-loading` (default): cudarc loads CUDA (`libcuda`) and NCCL at
+//!   run time, so building needs neither and a machine without them gets
+//!   an error from the first GPU call. An application that picks cudarc's
+//!   link mode itself turns it off: candle's `cuda` feature links
+//!   (`dynamic-linking`), and cudarc refuses two modes, so a candle
+//!   application depends on `intranode = { ..., default-features = false }`
+//!   and shares candle's cudarc, streams and `CudaSlice`s.
+//! - `test-kernels` (off): for the project's own test suites, benchmark
+//!   and examples. It also embeds the test and probe kernels
+//!   (`host/ptx/test-kernels-sm_90.ptx`, loaded by
+//!   `kernels::TestKernelModule`: the soak's fill and check, the
+//!   benchmark's stamps and spins), which the production PTX does not
+//!   carry.
 
 pub mod algo;
 pub mod comm;
 pub mod communicator;
+pub mod config;
 pub mod ddp;
-pub mod dist_env;
 pub(crate) mod driver_ext;
 pub mod error;
 pub mod gpu;
-pub mod ipc_channel;
 pub mod kernels;
 pub mod nccl;
 pub mod rendezvous;
 pub mod symm_mem;
 pub mod topology;
+pub mod types;
 pub mod work;
+
+// CUDA-free crates of their own, under their old paths.
+pub use intranode_dist_env as dist_env;
+pub use intranode_ipc as ipc_channel;
 
 pub use algo::AllReduceAlgo;
 pub use comm::IntraNodeComm;
-pub use comm::all_reduce::ReduceOp;
 pub use communicator::{Communicator, Group, RankIndex};
 pub use error::{Error, Result};
+pub use types::{DType, ElemType, ReduceOp};
 pub use work::Work;

@@ -4,15 +4,21 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
+use cudarc::nccl::result::NcclError;
 use cudarc::nccl::{Comm, Id};
 use intranode_store::{Store, StoreExchange};
 
 use crate::error::{Error, Result};
 
-/// Whether `libnccl` can be loaded on this machine.
+/// Whether `libnccl` can be loaded on this machine (linked by the
+/// application without the `dynamic-loading` feature).
 pub fn nccl_available() -> bool {
+    #[cfg(feature = "dynamic-loading")]
     // SAFETY: only tries to dlopen the library by name.
-    unsafe { cudarc::nccl::sys::is_culib_present() }
+    let present = unsafe { cudarc::nccl::sys::is_culib_present() };
+    #[cfg(not(feature = "dynamic-loading"))]
+    let present = true;
+    present
 }
 
 /// Creates the NCCL communicator of `rank` on `stream`. Every rank calls it
@@ -37,10 +43,7 @@ pub fn nccl_comm(
         )));
     }
     let id_bytes: Option<Vec<u8>> = if rank == 0 {
-        let id = Id::new().map_err(|e| Error::Nccl {
-            op: "ncclGetUniqueId",
-            detail: format!("{e:?}"),
-        })?;
+        let id = Id::new().map_err(|e| nccl_error(rank, "ncclGetUniqueId", &e))?;
         Some(id.internal().iter().map(|&c| c as u8).collect())
     } else {
         None
@@ -58,8 +61,16 @@ pub fn nccl_comm(
     for (dst, src) in internal.iter_mut().zip(&id_bytes) {
         *dst = *src as std::ffi::c_char;
     }
-    Comm::from_rank(stream.clone(), rank, world, Id::uninit(internal)).map_err(|e| Error::Nccl {
-        op: "ncclCommInitRank",
-        detail: format!("rank {rank} of {world}: {e:?}"),
-    })
+    Comm::from_rank(stream.clone(), rank, world, Id::uninit(internal))
+        .map_err(|e| nccl_error(rank, "ncclCommInitRank", &e))
+}
+
+/// The crate's error for a failed NCCL call, every call's the same way
+/// (`NcclError`'s own `Debug` says only "NcclError": the code is in its
+/// field).
+pub(crate) fn nccl_error(rank: usize, op: &'static str, e: &NcclError) -> Error {
+    Error::Nccl {
+        op,
+        detail: format!("rank {rank}: {:?}", e.0),
+    }
 }

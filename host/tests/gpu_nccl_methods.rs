@@ -4,7 +4,7 @@
 //! (buffers, lengths, roots, the group's end) is checked against the
 //! expected values, and the argument checks are seen to refuse bad calls
 //! before NCCL. Several ranks need several GPUs (NCCL refuses ranks that
-//! share one); `intranode-bench` checks those. Skips visibly without a GPU
+//! share one); `intranode-suite` checks those. Skips visibly without a GPU
 //! or without NCCL.
 
 use std::sync::Arc;

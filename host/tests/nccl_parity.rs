@@ -5,7 +5,7 @@
 //! `intranode::Communicator`. If `Communicator` lacks a method, takes other
 //! arguments, or returns something `?` cannot use, this file does not
 //! compile. The functions are never called: they would need NCCL, GPUs
-//! and peers (the GPU checks live in `intranode-bench`); the one test
+//! and peers (the GPU checks live in `intranode-suite`); the one test
 //! says so and only takes their addresses.
 //!
 //! What differs (NOTE [nccl parity] in `host/src/communicator.rs`): the

@@ -1,6 +1,9 @@
 //! Multi-process integration tests of `intranode`, run under
 //! `intranode-run` (see `src/bin/`), and helpers they share.
 //!
+//! - `intranode-suite`: the GPU test suites (`check`, `ddp-check`,
+//!   `faults`, `bad-input`, `faults-suite`, `soak`); what they share with
+//!   the benchmark is `intranode-harness`.
 //! - `symm_check`: symmetric memory across ranks (every rank reads and
 //!   writes every peer's block through its mapping), `get_buffer` bounds,
 //!   and create/drop cycles that must leak nothing.

@@ -1,30 +1,38 @@
-//! `symm_check` on a machine without GPUs: started as two ranks with
-//! torchrun-style variables and a store server in this process, each rank
+//! `symm_check` on a machine without GPUs: started as two ranks with the
+//! variables `intranode-run` sets (its own `rank_vars`, so the names are
+//! written once) and a store server in this process, each rank
 //! must connect to the store, print `SKIPPED` and exit 0; with
 //! `INTRANODE_REQUIRE_GPUS` set it must fail instead. On a machine with
 //! GPUs these tests step aside (the GPU run goes through `intranode-run`).
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
-use intranode_store::{ServerConfig, TOKEN_ENV, TcpStoreServer};
+use intranode_launcher::JobConfig;
+use intranode_launcher::rank_env::{foreign_rank_vars, rank_vars};
+use intranode_store::{ServerConfig, TcpStoreServer};
 
 const SYMM_CHECK: &str = env!("CARGO_BIN_EXE_symm_check");
 
-/// Rank variables of other launchers, which would contradict ours
-/// (`intranode::dist_env` refuses disagreeing sources).
-const FOREIGN_VARS: &[&str] = &[
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "SLURM_LOCALID",
-    "SLURM_NTASKS_PER_NODE",
-    "PMI_RANK",
-    "PMI_SIZE",
-    "INTRANODE_DEVICE",
-];
+/// The token the test's store asks for, as the launcher's would.
+const TOKEN: &str = "symm-check-cpu";
+
+/// The job `intranode-run --nproc-per-node world -- symm_check` would run,
+/// with its store on `port`.
+fn job(world: usize, port: u16) -> JobConfig {
+    JobConfig {
+        nproc: world,
+        devices: (0..world).collect(),
+        master_addr: "127.0.0.1".into(),
+        bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        master_port: port,
+        timeout: None,
+        grace: Duration::from_secs(5),
+        failure_wait: Duration::ZERO,
+        command: vec![SYMM_CHECK.into()],
+    }
+}
 
 fn has_gpus() -> bool {
     intranode::gpu::device_count().is_ok_and(|n| n > 0)
@@ -33,24 +41,22 @@ fn has_gpus() -> bool {
 /// Runs `world` ranks of `symm_check` with `extra` variables and `args`;
 /// returns each rank's output, rank order.
 fn run_ranks(world: usize, extra: &[(&str, &str)], args: &[&str]) -> Vec<Output> {
-    let server = TcpStoreServer::bind(ServerConfig::default()).expect("store server");
-    let port = server.local_addr().port().to_string();
+    let server = TcpStoreServer::bind(ServerConfig {
+        token: Some(TOKEN.into()),
+        ..ServerConfig::default()
+    })
+    .expect("store server");
+    let port = server.local_addr().port();
+    let job = job(world, port);
     let children: Vec<_> = (0..world)
         .map(|rank| {
             let mut cmd = Command::new(SYMM_CHECK);
-            for var in FOREIGN_VARS
-                .iter()
-                .chain(&[TOKEN_ENV, intranode::gpu::REQUIRE_GPUS_ENV])
-            {
+            for var in foreign_rank_vars().chain([intranode::gpu::REQUIRE_GPUS_ENV]) {
                 cmd.env_remove(var);
             }
+            // Exactly the variables intranode-run gives a rank.
             cmd.args(args)
-                .env("RANK", rank.to_string())
-                .env("LOCAL_RANK", rank.to_string())
-                .env("WORLD_SIZE", world.to_string())
-                .env("LOCAL_WORLD_SIZE", world.to_string())
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", &port)
+                .envs(rank_vars(&job, rank, port, TOKEN))
                 .envs(extra.iter().copied())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
@@ -132,10 +138,9 @@ fn bad_arguments_fail_with_usage() {
 #[test]
 fn missing_launcher_environment_is_an_error() {
     let mut cmd = Command::new(SYMM_CHECK);
-    for var in FOREIGN_VARS
-        .iter()
-        .chain(&["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"])
-    {
+    // Neither another launcher's variables nor any intranode-run sets.
+    let ours = rank_vars(&job(2, 1), 0, 1, TOKEN);
+    for var in foreign_rank_vars().chain(ours.iter().map(|(name, _)| *name)) {
         cmd.env_remove(var);
     }
     let out = cmd.output().expect("run symm_check");

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, Result, bail};
 
 /// Binaries of the workspace that belong in the bundle.
-const BINARIES: &[&str] = &["intranode-run", "intranode-bench"];
+const BINARIES: &[&str] = &["intranode-run", "intranode-bench", "intranode-suite"];
 
 /// Examples the bundle carries and `run-tests.sh` runs.
 const EXAMPLES: [&str; 2] = ["01_data_parallel", "02_cuda_graph"];
@@ -120,7 +120,7 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
-fn copy_stripped(src: &Path, dst: &Path) -> Result<()> {
+pub(crate) fn copy_stripped(src: &Path, dst: &Path) -> Result<()> {
     std::fs::copy(src, dst).with_context(|| format!("copying {}", src.display()))?;
     let status = Command::new("strip")
         .arg(dst)

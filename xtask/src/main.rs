@@ -25,9 +25,17 @@
 //! - `bench [--out DIR] [-- BENCH ARGS]`: the full benchmark under
 //!   `intranode-run` at every world size the local GPUs allow, results and
 //!   one plot of all of them in `DIR` (default `target/bench-out`).
+//! - `cuda-toolkit`: the CUDA 13.0 compiler from PyPI wheels, unpacked
+//!   into `.cache/cuda-13.0` when absent; prints the variables that make a
+//!   build use it.
+//! - `candle-example [--out DIR]`: the release build of
+//!   `examples/candle-tp` (candle 0.11 with CUDA, stable Rust) with that
+//!   toolkit; with `--out`, the stripped binary, `libcudart.so.13` and
+//!   `intranode-run` in `DIR`, for a GPU machine.
 
 mod bench;
 mod bundle;
+mod candle;
 mod committed;
 mod ptxas;
 mod stable;
@@ -83,12 +91,23 @@ fn try_main() -> Result<()> {
         "device-bundle" => bundle::build(&root()?, opts.out.as_deref())?,
         "demo" => demo()?,
         "bench" => bench::run(&root()?, opts.out.as_deref(), &opts.passthrough)?,
+        "cuda-toolkit" => {
+            let cuda_root = candle::toolkit(&root()?)?;
+            println!("export PATH={}:$PATH", cuda_root.join("bin").display());
+            println!("export CUDA_ROOT={}", cuda_root.display());
+            println!(
+                "export LIBRARY_PATH={}${{LIBRARY_PATH:+:$LIBRARY_PATH}}",
+                cuda_root.join("lib").display()
+            );
+            println!("export CUDA_COMPUTE_CAP=90");
+        }
+        "candle-example" => candle::example(&root()?, opts.out.as_deref())?,
         other => bail!("unknown task {other:?}\n{USAGE}"),
     }
     Ok(())
 }
 
-const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|doc|ci|device-bundle|demo|bench> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench]";
+const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|doc|ci|device-bundle|demo|bench|cuda-toolkit|candle-example> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench]";
 
 #[derive(Debug)]
 struct Opts {
@@ -174,11 +193,22 @@ pub(crate) fn run(root: &Path, program: &str, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// `cargo doc -p intranode --no-deps`, every rustdoc warning an error.
+/// `cargo doc -p intranode --no-deps` (and the CUDA-free crates it
+/// re-exports), every rustdoc warning an error.
 fn doc(root: &Path) -> Result<()> {
     let cargo = ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
-    let args = ["doc", "-p", "intranode", "--no-deps", "--locked"];
+    let args = [
+        "doc",
+        "-p",
+        "intranode",
+        "-p",
+        "intranode-dist-env",
+        "-p",
+        "intranode-ipc",
+        "--no-deps",
+        "--locked",
+    ];
     eprintln!(
         "xtask: $ RUSTDOCFLAGS=\"-D warnings\" {cargo} {}",
         args.join(" ")

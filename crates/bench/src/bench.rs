@@ -10,18 +10,19 @@
 //! sample, the median of sample means), which hides what drifting ranks
 //! cost: issue 16's slow mode never showed there.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use cudarc::driver::CudaSlice;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use half::bf16;
+use intranode::ReduceOp;
 use intranode::algo::{AllReduceAlgo, Crossovers};
+use intranode_harness::data;
+use intranode_harness::progress::Progress;
+use intranode_harness::rank::Rank;
 
-use crate::data::{self, Op};
-use crate::progress::Progress;
-use crate::rank::Rank;
 use crate::results::{BenchFile, Row, fmt_bytes};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -145,29 +146,22 @@ struct Measured {
     eager_host_us: Option<f64>,
 }
 
+/// The timed call: a bf16 sum by `algo` (`None`: auto).
 pub(crate) fn enqueue(
     r: &Rank,
     d_in: &CudaSlice<bf16>,
     d_out: &mut CudaSlice<bf16>,
     algo: Option<AllReduceAlgo>,
 ) -> Result<()> {
-    let op = cudarc::nccl::ReduceOp::Sum;
-    match algo {
-        None => r.comm.all_reduce(d_in, d_out, &op)?,
-        Some(a) => r.comm.all_reduce_with(d_in, d_out, &op, a)?,
-    };
-    Ok(())
+    r.all_reduce(d_in, d_out, ReduceOp::Sum, algo)
 }
 
 /// Lines the ranks' GPUs up before a sample: a store barrier on the host,
 /// then one tiny all-reduce that every GPU leaves within a microsecond of
 /// the others.
 fn align(r: &mut Rank, tiny_in: &CudaSlice<bf16>, tiny_out: &mut CudaSlice<bf16>) -> Result<()> {
-    let (rank, world) = (r.rank(), r.world());
-    r.exchange.barrier(r.store.as_ref(), rank, world)?;
-    r.comm
-        .all_reduce(tiny_in, tiny_out, &cudarc::nccl::ReduceOp::Sum)?;
-    Ok(())
+    r.store_barrier()?;
+    r.all_reduce(tiny_in, tiny_out, ReduceOp::Sum, None)
 }
 
 fn measure(
@@ -267,11 +261,7 @@ impl Collective {
 
 /// The algorithms to time (`None`: auto), in table order.
 pub(crate) fn algos(r: &Rank, args: &BenchArgs) -> Vec<Option<AllReduceAlgo>> {
-    let mut algos: Vec<Option<AllReduceAlgo>> = r.intra_algos().into_iter().map(Some).collect();
-    if r.comm.nccl().is_ok() {
-        algos.push(Some(AllReduceAlgo::Nccl));
-    }
-    algos.push(None);
+    let mut algos = r.algos();
     if !args.algos.is_empty() {
         algos.retain(|a| {
             let name = a.map_or("auto", AllReduceAlgo::name);
@@ -322,7 +312,7 @@ fn run_aligned(args: &BenchArgs) -> Result<()> {
             let out = r.stream.clone_dtoh(&d_out)?;
             r.stream.synchronize()?;
             let name = algo.map_or("auto", AllReduceAlgo::name);
-            data::verify(&out, seed, call, world, Op::Sum).map_err(|e| {
+            data::verify(&out, seed, call, world, ReduceOp::Sum).map_err(|e| {
                 anyhow::anyhow!(
                     "rank {}: {name} at {bytes} bytes gave a wrong result: {e}",
                     r.rank()
@@ -375,7 +365,7 @@ fn run_aligned(args: &BenchArgs) -> Result<()> {
 pub(crate) fn finish(args: &BenchArgs, file: BenchFile) -> Result<()> {
     let world = file.world;
     print!("{}", file.auto_check_table());
-    let json = file.write_all(&args.out)?;
+    let json = write_files(&file, &args.out)?;
     println!("results: {} (and .csv, .png)", json.display());
     if let Some(path) = &args.tune {
         let x = tune(&file.rows, world, path)?;
@@ -392,12 +382,28 @@ pub(crate) fn finish(args: &BenchArgs, file: BenchFile) -> Result<()> {
     Ok(())
 }
 
+/// Writes `bench_w{world}.json`, `.csv` and `.png` under `out`; returns
+/// the JSON file's path.
+pub(crate) fn write_files(file: &BenchFile, out: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let stem = out.join(format!("bench_w{}", file.world));
+    let json = stem.with_extension("json");
+    std::fs::write(&json, serde_json::to_string_pretty(file)?)
+        .with_context(|| format!("writing {}", json.display()))?;
+    let csv = stem.with_extension("csv");
+    std::fs::write(&csv, file.csv()).with_context(|| format!("writing {}", csv.display()))?;
+    let png_path = stem.with_extension("png");
+    let png = crate::plot::render_png(std::slice::from_ref(file), None)?;
+    std::fs::write(&png_path, png).with_context(|| format!("writing {}", png_path.display()))?;
+    Ok(json)
+}
+
 /// Crossovers from the graph-replay medians: each of ours up to the
 /// largest size below which it (or a cheaper-latency one of ours) never
 /// loses to the algorithms after it: Lamport, Lamport two-shot, one-shot,
 /// two-shot, then NCCL.
 pub(crate) fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result<Crossovers> {
-    let mut x = Crossovers::from_file(path).unwrap_or_default();
+    let mut x = intranode::config::read_crossovers(path).unwrap_or_default();
     let time = |bytes: usize, algo: &str| {
         rows.iter()
             .find(|r| r.bytes == bytes && r.algo == algo)
@@ -462,5 +468,32 @@ pub(crate) fn print_table(rows: &[Row]) {
             r.eager_host_us.map_or("-".into(), |v| format!("{v:.2}")),
             r.busbw_gbps
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::{load, tests::row};
+
+    /// What `bench` writes reads back, and the PNG is there.
+    #[test]
+    fn writes_json_csv_and_png() {
+        let dir = std::env::temp_dir().join(format!("intranode-bench-{}", std::process::id()));
+        let rows = vec![
+            row(4, 1024, "nccl", 6.0),
+            row(4, 1024, "auto", 4.2),
+            row(4, 4096, "nccl", 6.5),
+            row(4, 4096, "auto", 4.4),
+        ];
+        let file = BenchFile::new(4, Some("NVIDIA H200".into()), "bf16", rows);
+        let json = write_files(&file, &dir).unwrap();
+        assert_eq!(json, dir.join("bench_w4.json"));
+        assert_eq!(load(&json).unwrap(), file);
+        let csv = std::fs::read_to_string(dir.join("bench_w4.csv")).unwrap();
+        assert_eq!(csv.lines().count(), 5);
+        let png = std::fs::read(dir.join("bench_w4.png")).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

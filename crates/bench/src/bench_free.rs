@@ -1,23 +1,27 @@
-//! The free-running sweep of `intranode-bench bench` (the default; see
-//! `free.rs` for the modes): every size and algorithm in graphs of K
-//! calls, eager and with skew, then the decode-like mode at a Llama
-//! layer's sizes. Rank 0 prints per-mode median / p99 / max, the tail
+//! The free-running sweep of `intranode-bench bench` (the default; the
+//! timing itself is `intranode_harness::free`): every size and algorithm
+//! in graphs of K calls (`graph-K`), eager (`eager`) and with a rank
+//! chosen at random spinning 0 to 20 us before each call (`skew`, the time
+//! net of that spin), then the decode-like mode (`decode`: a graph
+//! alternating a 20 us kernel, a GEMM's stand-in, with the call; the time
+//! is the step's, spin included, the overhead the step over the same graph
+//! without the call) at a Llama layer's sizes. Rank 0 prints per-mode median / p99 / max, the tail
 //! check (p99 at most 1.5 x and max at most 3 x the median) and the
 //! decode table, and writes the results file.
 
 use anyhow::{Context, Result, bail};
 use half::bf16;
 use intranode::ReduceOp;
-use intranode::algo::{AllReduceAlgo, Crossovers, scatter_gather_uses_ours};
+use intranode::algo::{AllReduceAlgo, scatter_gather_uses_ours};
 use intranode::comm::scatter_gather::ScatterGather;
 use intranode::kernels::ElemType;
+use intranode_harness::data;
+use intranode_harness::free::{self, Dist, Timer};
+use intranode_harness::progress::Progress;
+use intranode_harness::rank::Rank;
 
 use crate::bench::{BenchArgs, enqueue, finish, sizes};
-use crate::data::{self, Op};
-use crate::free::{self, Dist, ModeStats, RankDists, Timer};
-use crate::progress::Progress;
-use crate::rank::Rank;
-use crate::results::{BenchFile, DecodeRow, Row, fmt_bytes};
+use crate::results::{BenchFile, DecodeRow, ModeStats, Row, fmt_bytes};
 
 /// Calls per graph in the skew and decode-like modes.
 const SKEW_K: usize = 16;
@@ -34,6 +38,33 @@ fn calls_for(args: &BenchArgs, bytes: usize) -> usize {
         args.large_calls
     }
     .max(1)
+}
+
+/// How each rank's figures per mode travel to rank 0: mode, distribution,
+/// mean per call of the graph without stamps.
+type RankDists = Vec<(String, Dist, Option<f64>)>;
+
+/// The worst rank's figures per mode, from every rank's.
+fn merge(all: &[RankDists]) -> Vec<ModeStats> {
+    let Some(first) = all.first() else {
+        return Vec::new();
+    };
+    first
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (mode, _, _))| {
+            let dists: Vec<Dist> = all.iter().filter_map(|d| d.get(i).map(|x| x.1)).collect();
+            let means: Vec<f64> = all
+                .iter()
+                .filter_map(|d| d.get(i).and_then(|x| x.2))
+                .collect();
+            Some(ModeStats {
+                mode: mode.clone(),
+                dist: Dist::worst(&dists)?,
+                mean_us: (!means.is_empty()).then(|| means.iter().copied().fold(0.0, f64::max)),
+            })
+        })
+        .collect()
 }
 
 fn name(algo: Option<AllReduceAlgo>) -> &'static str {
@@ -122,7 +153,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             };
             let out = r.stream.clone_dtoh(&d_out)?;
             r.stream.synchronize()?;
-            data::verify(&out, seed, call, world, Op::Sum).map_err(|e| {
+            data::verify(&out, seed, call, world, ReduceOp::Sum).map_err(|e| {
                 anyhow::anyhow!(
                     "rank {}: {} at {bytes} bytes gave a wrong result: {e}",
                     r.rank(),
@@ -130,7 +161,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 )
             })?;
             let all = r.all_gather(&mine)?;
-            let modes = free::merge(&all);
+            let modes = merge(&all);
             rows.push(row(&r, world, bytes, algo, modes));
             progress.step(&format!("{} {}", fmt_bytes(bytes), name(algo)));
         }
@@ -227,7 +258,7 @@ fn decode_mode(
                     free::graph_mode(r, SKEW_K, replays, &mut step, &spin, &|_| 0.0, timer)?;
                 let out = r.stream.clone_dtoh(&d_out)?;
                 r.stream.synchronize()?;
-                data::verify(&out, seed, call, world, Op::Sum).map_err(|e| {
+                data::verify(&out, seed, call, world, ReduceOp::Sum).map_err(|e| {
                     anyhow::anyhow!(
                         "rank {}: decode {} at {hidden} x {batch} gave a wrong result: {e}",
                         r.rank(),
@@ -384,7 +415,7 @@ fn print_decode_table(rows: &[DecodeRow]) {
 fn run_scatter_gather(r: &mut Rank, args: &BenchArgs, what: ScatterGather) -> Result<()> {
     let world = r.world();
     let seed = 0x5CA7_u64;
-    let crossovers = Crossovers::from_env();
+    let crossovers = intranode::config::CommConfig::from_env()?.crossovers;
     let max_calls = args.calls.max(args.large_calls).max(1);
     let mut timer = Timer::new(r, 2 * max_calls + 2 * SKEW_K + 256)?;
     let mut algos: Vec<&str> = Vec::new();
@@ -445,12 +476,12 @@ fn run_scatter_gather(r: &mut Rank, args: &BenchArgs, what: ScatterGather) -> Re
                         ("nccl", ScatterGather::ReduceScatter) => {
                             let comm = r.comm.nccl().map_err(|e| anyhow::anyhow!("{e}"))?;
                             comm.reduce_scatter(&send, &mut recv, &sum)
-                                .map_err(|e| anyhow::anyhow!("ncclReduceScatter: {e:?}"))?;
+                                .map_err(|e| anyhow::anyhow!("ncclReduceScatter: {:?}", e.0))?;
                         }
                         ("nccl", ScatterGather::AllGather) => {
                             let comm = r.comm.nccl().map_err(|e| anyhow::anyhow!("{e}"))?;
                             comm.all_gather(&send, &mut recv)
-                                .map_err(|e| anyhow::anyhow!("ncclAllGather: {e:?}"))?;
+                                .map_err(|e| anyhow::anyhow!("ncclAllGather: {:?}", e.0))?;
                         }
                         (_, ScatterGather::ReduceScatter) => {
                             r.comm.reduce_scatter(&send, &mut recv, &sum)?;
@@ -465,9 +496,9 @@ fn run_scatter_gather(r: &mut Rank, args: &BenchArgs, what: ScatterGather) -> Re
             };
             let out = r.stream.clone_dtoh(&recv)?;
             r.stream.synchronize()?;
-            crate::check_sg::verify(r, what, &out, seed, call_no, n, Op::Sum, algo)?;
+            data::verify_scatter_gather(r, what, &out, seed, call_no, n, ReduceOp::Sum, algo)?;
             let all = r.all_gather(&mine)?;
-            let modes = free::merge(&all);
+            let modes = merge(&all);
             let chosen = match algo {
                 "auto"
                     if scatter_gather_uses_ours(bytes, world, &crossovers)
@@ -527,4 +558,22 @@ fn largest_graph_mean(free: &[ModeStats]) -> f64 {
         .max_by_key(|m| m.mode["graph-".len()..].parse::<usize>().unwrap_or(0))
         .and_then(|m| m.mean_us)
         .unwrap_or(f64::NAN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_takes_the_worst_rank() {
+        let a = Dist::of(vec![1.0, 2.0, 3.0]).expect("a");
+        let b = Dist::of(vec![2.0, 2.0, 9.0]).expect("b");
+        let m = merge(&[
+            vec![("eager".into(), a, Some(2.0))],
+            vec![("eager".into(), b, Some(4.0))],
+        ]);
+        assert_eq!(m.len(), 1);
+        assert_eq!((m[0].dist.median_us, m[0].dist.max_us), (2.0, 9.0));
+        assert_eq!(m[0].mean_us, Some(4.0));
+    }
 }

@@ -1,42 +1,21 @@
-//! `intranode-bench`: the GPU side of the project, run under
-//! `intranode-run` with one process per GPU.
+//! `intranode-bench`: the benchmark, run under `intranode-run` with one
+//! process per GPU. (The GPU test suites are `intranode-suite`, in
+//! `tests/`; what both share is `intranode-harness`.)
 //!
-//! - `check`: the correctness suite (every algorithm x element type x op x
-//!   awkward length, back-to-back mixed calls, CUDA-graph replay).
 //! - `bench`: latency and bus bandwidth against NCCL in the same run,
 //!   eager and CUDA-graph replay; writes JSON, CSV and a PNG plot;
 //!   `--tune` writes measured crossovers.
 //! - `demo`: the README's main job: a short sweep with a correctness check.
 //! - `plot`: the PNG from saved JSON results, on any machine (no GPU, no
 //!   launcher); how `docs/allreduce_h200.png` is made.
-//! - `ddp-check`: broadcast, `broadcast_coalesced`, gradient buckets and
-//!   communication hooks against host references.
-//! - `faults`: a rank SIGKILLs itself at a chosen phase; the survivors
-//!   must name it within the bound and keep a working GPU context.
-//! - `bad-input`: bad arguments at the GPU entry points, refused clearly.
-//! - `faults-suite`: every `faults` and `bad-input` case under
-//!   `intranode-run`, with the launcher's verdicts checked (run directly).
-//! - `soak`: a long run of random checked all-reduces (eager and graphs),
-//!   checked on the GPU, with device memory and fd counts watched.
+//! - `poll-storm`: one GPU, a probe of what the free-running method
+//!   measured in issue 16 (polling a host-mapped word from every thread).
 
-mod bad_input;
 mod bench;
 mod bench_free;
-mod check;
-mod check_free;
-mod check_norm;
-mod check_sg;
-mod data;
-mod ddp_check;
-mod faults;
-mod free;
 mod plot;
 mod poll_storm;
-mod progress;
-mod rank;
 mod results;
-mod soak;
-mod suite;
 
 use std::path::PathBuf;
 
@@ -44,7 +23,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(about = "intranode GPU correctness suite and benchmark (run under intranode-run)")]
+#[command(about = "intranode benchmark against NCCL (run under intranode-run)")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -52,24 +31,12 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Correctness suite against an f64 host reference.
-    Check(check::CheckArgs),
     /// Benchmark against NCCL.
     Bench(bench::BenchArgs),
     /// Short sweep of ours against NCCL with a correctness check.
     Demo,
     /// Plot saved `bench` results (JSON) as a PNG; needs no GPU.
     Plot(PlotArgs),
-    /// Broadcast, broadcast_coalesced, gradient buckets and hooks.
-    DdpCheck(ddp_check::DdpCheckArgs),
-    /// A rank SIGKILLs itself at a phase; survivors must name it.
-    Faults(faults::FaultArgs),
-    /// Bad input at the GPU entry points must be refused clearly.
-    BadInput(bad_input::BadInputArgs),
-    /// Every faults and bad-input case under intranode-run (run directly).
-    FaultsSuite(suite::SuiteArgs),
-    /// Many random all-reduces, every result checked on the GPU.
-    Soak(soak::SoakArgs),
     /// One GPU: what polling a host-mapped word from every thread costs
     /// (the free-running slow mode of issue 16) against a device word.
     PollStorm(poll_storm::PollStormArgs),
@@ -111,15 +78,9 @@ fn plot(args: &PlotArgs) -> Result<()> {
 fn main() {
     let cli = Cli::parse();
     let result: Result<()> = match cli.cmd {
-        Cmd::Check(args) => check::run(&args),
         Cmd::Bench(args) => bench::run(&args),
         Cmd::Demo => bench::run(&bench::BenchArgs::demo()),
         Cmd::Plot(args) => plot(&args),
-        Cmd::DdpCheck(args) => ddp_check::run(&args),
-        Cmd::Faults(args) => faults::run(&args),
-        Cmd::BadInput(args) => bad_input::run(&args),
-        Cmd::FaultsSuite(args) => suite::run(&args),
-        Cmd::Soak(args) => soak::run(&args),
         Cmd::PollStorm(args) => poll_storm::run(&args),
     };
     if let Err(e) = result {

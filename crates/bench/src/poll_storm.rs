@@ -11,7 +11,7 @@ use cudarc::driver::sys::CUevent_flags;
 use intranode::comm::HostErrorWord;
 use intranode::kernels::TestKernelModule;
 
-use crate::free::Dist;
+use intranode_harness::free::Dist;
 
 #[derive(clap::Args, Debug)]
 pub struct PollStormArgs {

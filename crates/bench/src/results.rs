@@ -1,12 +1,14 @@
 //! The benchmark's results as they are written and read back: one [`Row`]
 //! per measured configuration, the check of auto against the best of its
 //! choices ([`AutoCheck`]), and the JSON file ([`BenchFile`]) that `bench`
-//! writes and `plot` reads.
+//! writes and `plot` reads. Plain data: `plot` draws it, `bench` writes
+//! it with the plot beside it (`bench::write_files`).
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
+use intranode_harness::free::Dist;
 use serde::{Deserialize, Serialize};
 
 /// Auto may be at most this much slower than the fastest algorithm it
@@ -32,10 +34,20 @@ pub struct Row {
     pub busbw_gbps: f64,
     pub graph_vs_nccl: Option<f64>,
     pub eager_vs_nccl: Option<f64>,
-    /// Free-running per-call distributions by mode (`free.rs`), the
+    /// Free-running per-call distributions by mode (`bench_free.rs`), the
     /// slowest rank's; empty for lined-up runs and older files.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub free: Vec<crate::free::ModeStats>,
+    pub free: Vec<ModeStats>,
+}
+
+/// One free-running mode's figures for one configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModeStats {
+    /// `graph-K`, `eager`, `skew` or `decode`.
+    pub mode: String,
+    pub dist: Dist,
+    /// Mean per call of the same graph without stamps (graph modes).
+    pub mean_us: Option<f64>,
 }
 
 /// Fills every row of size `bytes` with its ratios to the `nccl` row of
@@ -158,7 +170,7 @@ pub struct DecodeRow {
     /// `floor` (the spin alone), an algorithm, or `auto`.
     pub algo: String,
     /// Per step (spin and call), the slowest rank's.
-    pub step: crate::free::Dist,
+    pub step: Dist,
     /// The step's median over the floor's.
     pub overhead_us: f64,
     /// `overhead_us` over NCCL's, where NCCL ran.
@@ -216,25 +228,6 @@ impl BenchFile {
             ));
         }
         csv
-    }
-}
-
-impl BenchFile {
-    /// Writes `bench_w{world}.json`, `.csv` and `.png` under `out`;
-    /// returns the JSON file's path.
-    pub fn write_all(&self, out: &Path) -> Result<PathBuf> {
-        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-        let stem = out.join(format!("bench_w{}", self.world));
-        let json = stem.with_extension("json");
-        std::fs::write(&json, serde_json::to_string_pretty(self)?)
-            .with_context(|| format!("writing {}", json.display()))?;
-        let csv = stem.with_extension("csv");
-        std::fs::write(&csv, self.csv()).with_context(|| format!("writing {}", csv.display()))?;
-        let png_path = stem.with_extension("png");
-        let png = crate::plot::render_png(std::slice::from_ref(self), None)?;
-        std::fs::write(&png_path, png)
-            .with_context(|| format!("writing {}", png_path.display()))?;
-        Ok(json)
     }
 
     /// The auto check as the summary prints it: a line per size, then a
@@ -450,27 +443,6 @@ pub(crate) mod tests {
         let table = BenchFile::new(2, None, "bf16", rows[..2].to_vec()).auto_check_table();
         assert!(!table.contains("SLOW"), "{table}");
         assert!(table.ends_with("at every size (1 sizes)\n"), "{table}");
-    }
-
-    /// What `bench` writes reads back, and the PNG is there.
-    #[test]
-    fn writes_json_csv_and_png() {
-        let dir = std::env::temp_dir().join(format!("intranode-bench-{}", std::process::id()));
-        let rows = vec![
-            row(4, 1024, "nccl", 6.0),
-            row(4, 1024, "auto", 4.2),
-            row(4, 4096, "nccl", 6.5),
-            row(4, 4096, "auto", 4.4),
-        ];
-        let file = BenchFile::new(4, Some("NVIDIA H200".into()), "bf16", rows);
-        let json = file.write_all(&dir).unwrap();
-        assert_eq!(json, dir.join("bench_w4.json"));
-        assert_eq!(load(&json).unwrap(), file);
-        let csv = std::fs::read_to_string(dir.join("bench_w4.csv")).unwrap();
-        assert_eq!(csv.lines().count(), 5);
-        let png = std::fs::read(dir.join("bench_w4.png")).unwrap();
-        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1,27 +1,25 @@
 //! The environment each rank starts with.
 //!
-//! NOTE [foreign rank variables]: `intranode::dist_env` reads the rank from
+//! NOTE [foreign rank variables]: `intranode_dist_env` reads the rank from
 //! torchrun, Open MPI, Slurm and PMI variables and reports an error when
 //! two of them disagree. A launcher started inside `srun` or `mpirun`
 //! inherits that launcher's variables (`SLURM_PROCID=0`, ...), which would
-//! contradict the `RANK` we set, so [`FOREIGN_RANK_VARS`] are removed from
-//! every rank's environment. Keep the list in step with `dist_env`.
+//! contradict the `RANK` we set, so [`foreign_rank_vars`] are removed from
+//! every rank's environment. Both lists come from `intranode_dist_env`, so
+//! what we set and remove is what the ranks read.
+
+use intranode_dist_env::{EnvSource, vars};
 
 use crate::JobConfig;
 
-/// Rank variables of other launchers, removed from every rank's environment.
-pub const FOREIGN_RANK_VARS: &[&str] = &[
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "SLURM_LOCALID",
-    "SLURM_NTASKS_PER_NODE",
-    "PMI_RANK",
-    "PMI_SIZE",
-];
+/// Rank variables of other launchers (every source but torchrun's, whose
+/// names we set), removed from every rank's environment.
+pub fn foreign_rank_vars() -> impl Iterator<Item = &'static str> {
+    EnvSource::ALL
+        .into_iter()
+        .filter(|&source| source != EnvSource::Torchrun)
+        .flat_map(EnvSource::var_names)
+}
 
 /// Name of the variable carrying the store token, shared with the store crate.
 pub const TOKEN_ENV: &str = intranode_store::TOKEN_ENV;
@@ -36,14 +34,14 @@ pub fn rank_vars(
 ) -> Vec<(&'static str, String)> {
     let device = job.devices.get(rank).copied().unwrap_or(rank);
     vec![
-        ("RANK", rank.to_string()),
-        ("WORLD_SIZE", job.nproc.to_string()),
-        ("LOCAL_RANK", rank.to_string()),
-        ("LOCAL_WORLD_SIZE", job.nproc.to_string()),
-        ("MASTER_ADDR", job.master_addr.clone()),
-        ("MASTER_PORT", master_port.to_string()),
+        (vars::RANK, rank.to_string()),
+        (vars::WORLD_SIZE, job.nproc.to_string()),
+        (vars::LOCAL_RANK, rank.to_string()),
+        (vars::LOCAL_WORLD_SIZE, job.nproc.to_string()),
+        (vars::MASTER_ADDR, job.master_addr.clone()),
+        (vars::MASTER_PORT, master_port.to_string()),
         (TOKEN_ENV, token.to_owned()),
-        ("INTRANODE_DEVICE", device.to_string()),
+        (vars::DEVICE, device.to_string()),
         // NOTE [no NVLink multicast]: multicast stays off in NCCL, PyTorch
         // and NVSHMEM on every machine we run on: a program that uses it can
         // put a shared host's GPUs out of service for a day or more. Set
@@ -97,7 +95,30 @@ mod tests {
     #[test]
     fn set_and_removed_variables_do_not_overlap() {
         for (name, _) in rank_vars(&job(1, vec![0]), 0, 1, "t") {
-            assert!(!FOREIGN_RANK_VARS.contains(&name), "{name}");
+            assert!(
+                !foreign_rank_vars().any(|foreign| foreign == name),
+                "{name}"
+            );
         }
+    }
+
+    #[test]
+    fn foreign_variables_are_the_other_launchers_rank_variables() {
+        let mut removed: Vec<_> = foreign_rank_vars().collect();
+        removed.sort_unstable();
+        let mut expected = vec![
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "OMPI_COMM_WORLD_LOCAL_SIZE",
+            "SLURM_PROCID",
+            "SLURM_NTASKS",
+            "SLURM_LOCALID",
+            "SLURM_NTASKS_PER_NODE",
+            "PMI_RANK",
+            "PMI_SIZE",
+        ];
+        expected.sort_unstable();
+        assert_eq!(removed, expected);
     }
 }

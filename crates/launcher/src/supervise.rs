@@ -42,7 +42,7 @@ use signal_hook::iterator::Signals;
 
 use crate::leftovers::{self, Scan};
 use crate::output::{self, forward_lines};
-use crate::rank_env::{FOREIGN_RANK_VARS, rank_vars};
+use crate::rank_env::{foreign_rank_vars, rank_vars};
 use crate::{JobConfig, LaunchError};
 
 /// How long ranks may take to go away after SIGKILL before the launcher
@@ -559,7 +559,7 @@ impl Supervisor<'_> {
             .stderr(Stdio::piped())
             // Own process group: see the Architecture Invariant in lib.rs.
             .process_group(0);
-        for var in FOREIGN_RANK_VARS {
+        for var in foreign_rank_vars() {
             cmd.env_remove(var);
         }
         for (name, value) in rank_vars(job, rank, self.master_port, self.token) {

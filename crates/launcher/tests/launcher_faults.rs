@@ -8,7 +8,7 @@
 //! ([`fault_rank_child`]); they run the GPU-free steps of the library's
 //! rendezvous (`intranode::rendezvous::exchange_requests`, the store
 //! barrier of `StoreExchange`). The GPU phases (barrier and all-reduce
-//! kernels) are `intranode-bench faults`.
+//! kernels) are `intranode-suite faults`.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

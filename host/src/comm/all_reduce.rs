@@ -12,63 +12,26 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use kernels_gpu::entries::{Collective, Kernel};
-use kernels_gpu::layout::{self, AllReduceParams, BarrierParams, MAX_BLOCKS, MAX_RANKS};
+use kernels_gpu::layout::{AllReduceParams, BarrierParams, MAX_BLOCKS, MAX_RANKS};
 
 use super::IntraNodeComm;
-use crate::algo::AllReduceAlgo;
+use crate::algo::{AllReduceAlgo, AllReduceCall, IntraPath, decide_all_reduce};
+use crate::config::{LamportShapes, LaunchShape, MAX_LAMPORT_BLOCKS};
 use crate::error::{Error, Result};
-use crate::kernels::{DType, ElemType, Grid};
+use crate::kernels::Grid;
+use crate::types::{DType, ElemType};
 use crate::work::Work;
 
-/// Reduction operators.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
-    Sum,
-    /// Sum divided by the world size.
-    Avg,
-    Min,
-    Max,
-}
-
-impl ReduceOp {
-    /// Every op, in a fixed order.
-    pub const ALL: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max];
-
-    /// The kernels' `layout::OP_*` code.
-    pub(crate) const fn code(self) -> u32 {
-        match self {
-            ReduceOp::Sum => layout::OP_SUM,
-            ReduceOp::Avg => layout::OP_AVG,
-            ReduceOp::Min => layout::OP_MIN,
-            ReduceOp::Max => layout::OP_MAX,
-        }
-    }
-}
+pub use crate::types::ReduceOp;
 
 /// Threads per block of the collective kernels: 16 warps keep enough
 /// 16-byte loads in flight per SM.
-pub(super) const THREADS: usize = 512;
+pub(super) const THREADS: usize = crate::config::MAX_THREADS_PER_BLOCK;
 /// Most blocks per launch, per algorithm (at most `MAX_BLOCKS`, the
 /// signal-pad layout's bound).
 const ONE_SHOT_MAX_BLOCKS: usize = 24;
 const TWO_SHOT_MAX_BLOCKS: usize = 64;
 const _: () = assert!(ONE_SHOT_MAX_BLOCKS <= MAX_BLOCKS && TWO_SHOT_MAX_BLOCKS <= MAX_BLOCKS);
-
-/// The algorithm that really runs: the Lamport forms take messages up to
-/// their buffers, and hand larger ones to their barrier-based twins.
-fn lamport_fallback(algo: AllReduceAlgo, bytes: usize, world: usize) -> AllReduceAlgo {
-    match algo {
-        AllReduceAlgo::Lamport if bytes > crate::algo::lamport_max_message_bytes(world) => {
-            AllReduceAlgo::OneShot
-        }
-        AllReduceAlgo::LamportTwoShot
-            if bytes > crate::algo::lamport_two_shot_max_message_bytes(world) =>
-        {
-            AllReduceAlgo::TwoShot
-        }
-        other => other,
-    }
-}
 
 /// Blocks for a launch over `vecs` 16-byte vectors.
 fn blocks_for(algo: AllReduceAlgo, vecs: usize, world: usize) -> usize {
@@ -79,22 +42,6 @@ fn blocks_for(algo: AllReduceAlgo, vecs: usize, world: usize) -> usize {
         _ => (vecs, ONE_SHOT_MAX_BLOCKS),
     };
     work.div_ceil(THREADS).clamp(1, cap)
-}
-
-/// Fixes the launch shape of the Lamport forms, for tuning runs:
-/// `lamport=BLOCKSxTHREADS,lamport-two-shot=BLOCKSxTHREADS` (either part
-/// may be left out; BLOCKS is the most blocks per launch), in place of the
-/// rule of NOTE [lamport launch shape]. The Lamport kernels tie no rank's
-/// grid to another's (each rank polls its own buffer word by word), so
-/// ranks may even differ; the barrier-based algorithms keep their fixed
-/// shapes, which the pad layout counts on.
-pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
-
-/// Most blocks and threads per block of one launch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LaunchShape {
-    pub max_blocks: usize,
-    pub threads: usize,
 }
 
 /// How the Lamport one-shot and two-shot are launched.
@@ -114,60 +61,17 @@ pub struct LaunchShape {
 pub struct LamportLaunch {
     /// SMs of this rank's GPU.
     pub sms: usize,
-    /// Fixed shapes from [`LAMPORT_LAUNCH_ENV`].
-    pub one_shot: Option<LaunchShape>,
-    pub two_shot: Option<LaunchShape>,
+    /// Shapes fixed by `config::LAMPORT_LAUNCH_ENV`.
+    pub fixed: LamportShapes,
 }
 
 impl LamportLaunch {
-    /// The rule for a GPU of `sms` SMs, changed by [`LAMPORT_LAUNCH_ENV`]
-    /// where it is set; an error says what is wrong with the setting.
-    pub fn from_env(sms: usize) -> std::result::Result<Self, String> {
-        let text = std::env::var(LAMPORT_LAUNCH_ENV).unwrap_or_default();
-        Self::parse(sms, &text).map_err(|why| format!("{LAMPORT_LAUNCH_ENV}={text:?}: {why}"))
-    }
-
-    fn parse(sms: usize, text: &str) -> std::result::Result<Self, String> {
-        let mut launch = LamportLaunch {
+    /// The rule for a GPU of `sms` SMs, with the shapes `fixed` overrides.
+    pub fn new(sms: usize, fixed: LamportShapes) -> Self {
+        LamportLaunch {
             sms: sms.max(1),
-            one_shot: None,
-            two_shot: None,
-        };
-        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (name, shape) = part
-                .split_once('=')
-                .ok_or_else(|| format!("{part:?} is not NAME=BLOCKSxTHREADS"))?;
-            let (blocks, threads) = shape
-                .split_once('x')
-                .ok_or_else(|| format!("{shape:?} is not BLOCKSxTHREADS"))?;
-            let number = |s: &str| {
-                s.trim()
-                    .parse::<usize>()
-                    .map_err(|e| format!("{s:?} in {part:?}: {e}"))
-            };
-            let shape = LaunchShape {
-                max_blocks: number(blocks)?,
-                threads: number(threads)?,
-            };
-            // The kernels are built for blocks of THREADS at most (`cargo
-            // xtask check-ptx` keeps them within its 128 registers a
-            // thread); a warp multiple keeps every warp whole; the block
-            // bound only guards against typos.
-            if !(1..=MAX_LAMPORT_BLOCKS).contains(&shape.max_blocks)
-                || !(32..=THREADS).contains(&shape.threads)
-                || !shape.threads.is_multiple_of(32)
-            {
-                return Err(format!(
-                    "{part:?}: blocks must be 1 to {MAX_LAMPORT_BLOCKS}, threads a multiple of 32 up to {THREADS}"
-                ));
-            }
-            match AllReduceAlgo::from_name(name) {
-                Some(AllReduceAlgo::Lamport) => launch.one_shot = Some(shape),
-                Some(AllReduceAlgo::LamportTwoShot) => launch.two_shot = Some(shape),
-                _ => return Err(format!("{name:?} is not lamport or lamport-two-shot")),
-            }
+            fixed,
         }
-        Ok(launch)
     }
 
     /// Blocks and threads of a Lamport launch over `vecs` 16-byte vectors.
@@ -178,8 +82,8 @@ impl LamportLaunch {
         world: usize,
     ) -> (usize, usize) {
         let (work, fixed) = match algo {
-            AllReduceAlgo::LamportTwoShot => (vecs.div_ceil(world.max(1)), self.two_shot),
-            _ => (vecs, self.one_shot),
+            AllReduceAlgo::LamportTwoShot => (vecs.div_ceil(world.max(1)), self.fixed.two_shot),
+            _ => (vecs, self.fixed.one_shot),
         };
         let shape = fixed.unwrap_or_else(|| LaunchShape {
             max_blocks: self.sms.min(MAX_LAMPORT_BLOCKS),
@@ -194,9 +98,6 @@ impl LamportLaunch {
         )
     }
 }
-
-/// Most blocks of a Lamport launch.
-const MAX_LAMPORT_BLOCKS: usize = 1024;
 
 /// Blocks and threads of a launch over `vecs` 16-byte vectors.
 fn launch_shape(
@@ -234,6 +135,33 @@ fn collective_kernel(algo: AllReduceAlgo, elem: ElemType, world: usize) -> Optio
 }
 
 impl IntraNodeComm {
+    /// The algorithm a call of `elems` elements of `elem` asking for
+    /// `algo` runs: [`decide_all_reduce`] with `algo` forced (a Lamport
+    /// form hands messages larger than its buffers to its barrier twin).
+    pub fn resolve(&self, algo: AllReduceAlgo, elem: ElemType, elems: usize) -> AllReduceAlgo {
+        let call = AllReduceCall {
+            elem,
+            bytes: elems.saturating_mul(elem.bytes()),
+            world: self.world(),
+            intra: Some(self.intra_path()),
+            op_is_ours: true,
+            // Not consulted for a forced algorithm: this communicator has
+            // no NCCL of its own (`Communicator` holds it).
+            nccl_available: false,
+            forced: Some(algo),
+        };
+        decide_all_reduce(&call, &self.crossovers)
+    }
+
+    /// This group's intra-node path, as [`decide_all_reduce`] sees it.
+    pub(crate) fn intra_path(&self) -> IntraPath {
+        IntraPath {
+            topology: self.topology,
+            buffer_bytes: self.symm.buffer_bytes(),
+            hcm_runnable: self.hcm_plan.is_ok(),
+        }
+    }
+
     /// Bytes of each half of the symmetric buffer (calls alternate halves),
     /// a multiple of 16: the most one kernel launch reduces.
     pub fn half_buffer_bytes(&self) -> usize {
@@ -311,12 +239,7 @@ impl IntraNodeComm {
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
         self.check_call("all_reduce", stream)?;
-        // A message too large for the Lamport buffers runs as the variant
-        // with barriers (the variants' documented contract): the kernels
-        // trust the host on this, since a larger one would store past the
-        // buffers into the peers' pads.
-        let bytes = elems.saturating_mul(elem.bytes());
-        let algo = lamport_fallback(algo, bytes, self.world());
+        let algo = self.resolve(algo, elem, elems);
         let mut params = self.params_template();
         // Elements one launch's grid is sized for: one chunk (the kernel
         // walks larger messages chunk by chunk, `run_chunks`).
@@ -473,30 +396,8 @@ mod tests {
     }
 
     #[test]
-    fn lamport_forms_never_take_more_than_their_buffers() {
-        use crate::algo::{lamport_max_message_bytes, lamport_two_shot_max_message_bytes};
-        for world in 2..=MAX_RANKS {
-            let one = lamport_max_message_bytes(world);
-            let two = lamport_two_shot_max_message_bytes(world);
-            let l = AllReduceAlgo::Lamport;
-            let l2 = AllReduceAlgo::LamportTwoShot;
-            assert_eq!(lamport_fallback(l, one, world), l);
-            assert_eq!(lamport_fallback(l, one + 1, world), AllReduceAlgo::OneShot);
-            assert_eq!(lamport_fallback(l2, two, world), l2);
-            assert_eq!(lamport_fallback(l2, two + 1, world), AllReduceAlgo::TwoShot);
-            // The kernel's own condition: every shard fits a slot.
-            let slot = kernels_gpu::layout::lamport2_slot_bytes(world);
-            assert!(two.div_ceil(16).div_ceil(world) * 16 <= slot);
-            assert_eq!(
-                lamport_fallback(AllReduceAlgo::TwoShot, 1 << 30, world),
-                AllReduceAlgo::TwoShot
-            );
-        }
-    }
-
-    #[test]
     fn lamport_launch_follows_the_measured_rule() {
-        let l = LamportLaunch::parse(132, "").unwrap();
+        let l = LamportLaunch::new(132, LamportShapes::parse("").unwrap());
         let one = AllReduceAlgo::Lamport;
         let two = AllReduceAlgo::LamportTwoShot;
         // The shapes that won the v7 sweep on 132-SM H200s.
@@ -510,7 +411,7 @@ mod tests {
         assert_eq!(l.shape_for(one, 0, 2), (1, 64));
         assert_eq!(l.shape_for(two, 1, 8), (1, 64));
         for sms in [1, 8, 132, 5000] {
-            let l = LamportLaunch::parse(sms, "").unwrap();
+            let l = LamportLaunch::new(sms, LamportShapes::parse("").unwrap());
             for vecs in [1usize, 63, 64, 1000, 1 << 16, 1 << 22] {
                 for world in 2..=8 {
                     for algo in [one, two] {
@@ -525,13 +426,16 @@ mod tests {
 
     #[test]
     fn lamport_launch_env_fixes_shapes_or_says_why_not() {
-        let l = LamportLaunch::parse(132, " lamport-two-shot=128x256 ").unwrap();
-        assert_eq!(l.one_shot, None);
+        let l = LamportLaunch::new(
+            132,
+            LamportShapes::parse(" lamport-two-shot=128x256 ").unwrap(),
+        );
+        assert_eq!(l.fixed.one_shot, None);
         let fixed = LaunchShape {
             max_blocks: 128,
             threads: 256,
         };
-        assert_eq!(l.two_shot, Some(fixed));
+        assert_eq!(l.fixed.two_shot, Some(fixed));
         assert_eq!(
             l.shape_for(AllReduceAlgo::LamportTwoShot, 4 << 20, 4),
             (128, 256)
@@ -540,7 +444,10 @@ mod tests {
             l.shape_for(AllReduceAlgo::LamportTwoShot, 1024, 4),
             (1, 256)
         );
-        let l = LamportLaunch::parse(132, "lamport=24x512,lamport-two-shot=64x512").unwrap();
+        let l = LamportLaunch::new(
+            132,
+            LamportShapes::parse("lamport=24x512,lamport-two-shot=64x512").unwrap(),
+        );
         assert_eq!(l.shape_for(AllReduceAlgo::Lamport, 1 << 16, 4), (24, 512));
         for bad in [
             "lamport",
@@ -553,7 +460,7 @@ mod tests {
             "lamport=ax64",
             "one-shot=12x64",
         ] {
-            let err = LamportLaunch::parse(132, bad).unwrap_err();
+            let err = LamportShapes::parse(bad).unwrap_err();
             assert!(!err.is_empty(), "{bad}");
         }
     }

@@ -21,8 +21,7 @@ use crate::kernels::Grid;
 use crate::topology::Topology;
 use crate::work::Work;
 
-/// Forces the broadcast path: `symm-mem` or `nccl`.
-pub const FORCE_BROADCAST_ENV: &str = "INTRANODE_BROADCAST_ALGO";
+pub use crate::config::FORCE_BROADCAST_ENV;
 
 /// Broadcast paths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -29,37 +29,12 @@ use intranode_store::{Store, StoreExchange};
 use serde::{Deserialize, Serialize};
 
 use super::IntraNodeComm;
-use super::all_reduce::ReduceOp;
 use crate::algo::AllReduceAlgo;
 use crate::error::{Error, Result};
-use crate::kernels::ElemType;
+use crate::types::ElemType;
+use crate::types::ReduceOp;
 
-/// `detail` turns the call fingerprints on; `off` (or unset) leaves them
-/// off.
-pub const DEBUG_ENV: &str = "INTRANODE_DEBUG";
-
-/// How much the communicators check (from [`DEBUG_ENV`]). Part of the
-/// rendezvous request: the call checks exchange data through the store
-/// on every call, so all ranks must run them or none.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub enum DebugLevel {
-    /// No extra checks.
-    #[default]
-    Off,
-    /// Every all-reduce all-gathers a [`CallFingerprint`] first.
-    Detail,
-}
-
-impl DebugLevel {
-    /// Parses a value of [`DEBUG_ENV`] (case-insensitive; empty is off).
-    pub fn parse(value: &str) -> Option<Self> {
-        match value.trim().to_ascii_lowercase().as_str() {
-            "" | "off" | "0" => Some(Self::Off),
-            "detail" => Some(Self::Detail),
-            _ => None,
-        }
-    }
-}
+pub use crate::config::{DEBUG_ENV, DebugLevel};
 
 /// What one rank says about one collective call.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -85,16 +60,6 @@ impl fmt::Display for CallFingerprint {
             "{} #{} of {} x {}, op {}, algorithm {}",
             self.collective, self.call, self.elems, self.elem, self.op, self.algo
         )
-    }
-}
-
-/// The name of an op in fingerprints.
-pub const fn op_name(op: ReduceOp) -> &'static str {
-    match op {
-        ReduceOp::Sum => "sum",
-        ReduceOp::Avg => "avg",
-        ReduceOp::Min => "min",
-        ReduceOp::Max => "max",
     }
 }
 
@@ -128,7 +93,7 @@ impl IntraNodeComm {
         algo: AllReduceAlgo,
     ) -> Result<()> {
         match self.call_checker() {
-            Some(c) => c.check(|call| all_reduce_fingerprint(call, elems, elem, op_name(op), algo)),
+            Some(c) => c.check(|call| all_reduce_fingerprint(call, elems, elem, op.name(), algo)),
             None => Ok(()),
         }
     }

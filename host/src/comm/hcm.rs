@@ -18,6 +18,30 @@ pub struct HcmPlan {
     pub relay_first: bool,
 }
 
+/// Why a rank cannot run HCM.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HcmUnavailable {
+    #[error("rank {rank} is outside the world of {world}")]
+    RankOutsideWorld { rank: usize, world: usize },
+    #[error("hcm needs a hybrid cube mesh or a fully connected group, not {topology}")]
+    Topology { topology: Topology },
+    #[error("hcm runs on 4, 6 or 8 ranks (two equal groups of 2 to 4), not {world}")]
+    HalvesWorld { world: usize },
+    #[error("a hybrid cube mesh has {MAX_DEVICES} ranks, not {world}")]
+    CubeWorld { world: usize },
+    #[error("hcm neighbour table names a rank outside the group")]
+    TableOutOfRange,
+    #[error("rank {rank}'s one-shot neighbours {neighbours:?} are not three distinct other ranks")]
+    NotThreeNeighbours {
+        rank: usize,
+        neighbours: [usize; HCM_RELAY_SLOT],
+    },
+    #[error("the one-shot neighbours of ranks {rank} and {other} do not form one group of four")]
+    GroupsDisagree { rank: usize, other: usize },
+    #[error("rank {rank}'s relay {relay} is not a partner in the other group")]
+    BadRelay { rank: usize, relay: usize },
+}
+
 impl HcmPlan {
     /// Ranks in this rank's group.
     pub fn group_size(&self) -> usize {
@@ -41,24 +65,20 @@ pub fn hcm_plan(
     world: usize,
     rank: usize,
     table: Option<&[[usize; 4]; MAX_DEVICES]>,
-) -> Result<HcmPlan, String> {
+) -> Result<HcmPlan, HcmUnavailable> {
     if rank >= world {
-        return Err(format!("rank {rank} is outside the world of {world}"));
+        return Err(HcmUnavailable::RankOutsideWorld { rank, world });
     }
     match (topology, table) {
         (Topology::HybridCubeMesh, Some(table)) => plan_from_table(table, world, rank),
         (Topology::FullyConnected, _) => plan_from_halves(world, rank),
-        _ => Err(format!(
-            "hcm needs a hybrid cube mesh or a fully connected group, not {topology}"
-        )),
+        _ => Err(HcmUnavailable::Topology { topology }),
     }
 }
 
-fn plan_from_halves(world: usize, rank: usize) -> Result<HcmPlan, String> {
+fn plan_from_halves(world: usize, rank: usize) -> Result<HcmPlan, HcmUnavailable> {
     if !matches!(world, 4 | 6 | 8) {
-        return Err(format!(
-            "hcm runs on 4, 6 or 8 ranks (two equal groups of 2 to 4), not {world}"
-        ));
+        return Err(HcmUnavailable::HalvesWorld { world });
     }
     let half = world / 2;
     let first = rank - rank % half;
@@ -82,37 +102,30 @@ fn plan_from_table(
     table: &[[usize; 4]; MAX_DEVICES],
     world: usize,
     rank: usize,
-) -> Result<HcmPlan, String> {
+) -> Result<HcmPlan, HcmUnavailable> {
     if world != MAX_DEVICES {
-        return Err(format!(
-            "a hybrid cube mesh has {MAX_DEVICES} ranks, not {world}"
-        ));
+        return Err(HcmUnavailable::CubeWorld { world });
     }
     if table.iter().flatten().any(|&n| n >= MAX_DEVICES) {
-        return Err("hcm neighbour table names a rank outside the group".into());
+        return Err(HcmUnavailable::TableOutOfRange);
     }
     let group = group_of(table, rank);
     if group.count_ones() != 4 {
-        return Err(format!(
-            "rank {rank}'s one-shot neighbours {:?} are not three distinct other ranks",
-            &table[rank][..HCM_RELAY_SLOT]
-        ));
+        let mut neighbours = [0; HCM_RELAY_SLOT];
+        neighbours.copy_from_slice(&table[rank][..HCM_RELAY_SLOT]);
+        return Err(HcmUnavailable::NotThreeNeighbours { rank, neighbours });
     }
     // Every member must see the same group, else members would compute
     // different partial sums and results would differ across ranks.
     for m in (0..MAX_DEVICES).filter(|m| group & (1 << m) != 0) {
         if group_of(table, m) != group {
-            return Err(format!(
-                "the one-shot neighbours of ranks {rank} and {m} do not form one group of four"
-            ));
+            return Err(HcmUnavailable::GroupsDisagree { rank, other: m });
         }
     }
     let relay = table[rank][HCM_RELAY_SLOT];
     let relay_group = group_of(table, relay);
     if relay_group & group != 0 || table[relay][HCM_RELAY_SLOT] != rank {
-        return Err(format!(
-            "rank {rank}'s relay {relay} is not a partner in the other group"
-        ));
+        return Err(HcmUnavailable::BadRelay { rank, relay });
     }
     Ok(HcmPlan {
         group_mask: group,
@@ -170,7 +183,7 @@ mod tests {
     fn odd_small_and_unknown_groups_are_refused() {
         for world in [1, 2, 3, 5, 7] {
             let e = hcm_plan(Topology::FullyConnected, world, 0, None).unwrap_err();
-            assert!(e.contains("4, 6 or 8"), "{e}");
+            assert!(e.to_string().contains("4, 6 or 8"), "{e}");
         }
         assert!(hcm_plan(Topology::Unknown, 8, 0, None).is_err());
         assert!(hcm_plan(Topology::HybridCubeMesh, 8, 0, None).is_err());
@@ -231,6 +244,7 @@ mod tests {
         assert!(
             hcm_plan(Topology::HybridCubeMesh, 8, 0, Some(&t))
                 .unwrap_err()
+                .to_string()
                 .contains("one group of four")
         );
         let mut t = dgx1_table();
@@ -238,6 +252,7 @@ mod tests {
         assert!(
             hcm_plan(Topology::HybridCubeMesh, 8, 0, Some(&t))
                 .unwrap_err()
+                .to_string()
                 .contains("relay")
         );
         let mut t = dgx1_table();

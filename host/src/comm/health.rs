@@ -14,13 +14,6 @@ use kernels_gpu::layout::{
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
 
-/// Bound of every GPU wait on a peer, in milliseconds (env override, read
-/// by `rendezvous::CommConfig`).
-pub const BARRIER_TIMEOUT_ENV: &str = "INTRANODE_BARRIER_TIMEOUT_MS";
-/// Default bound: long enough for a slow peer's launch under load, short
-/// enough that a dead peer is reported well inside a store timeout.
-pub const DEFAULT_BARRIER_TIMEOUT_MS: u64 = 10_000;
-
 /// One [`ErrorWord`] in page-locked host memory mapped into the device.
 #[derive(Debug)]
 pub struct HostErrorWord {
@@ -115,14 +108,17 @@ fn phase_name(slot: u32) -> &'static str {
 
 impl Drop for HostErrorWord {
     fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
+        // NOTE [drop errors] in `error.rs`.
+        if crate::error::bind_for_drop(&self.ctx, "cuCtxSetCurrent before cuMemFreeHost") {
             // SAFETY: allocated in `new`, freed once; kernels that could
             // still write it are waited for first.
             let result = self
                 .ctx
                 .synchronize()
                 .and_then(|()| unsafe { driver_ext::mem_free_host(self.host) });
-            self.ctx.record_err(result);
+            if let Err(e) = result {
+                crate::error::record_drop_error(&self.ctx, "cuMemFreeHost", e);
+            }
         }
     }
 }

@@ -10,10 +10,10 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use kernels_gpu::entries::{Collective, Kernel};
 
 use super::IntraNodeComm;
-use super::all_reduce::ReduceOp;
 use crate::algo::{AllReduceAlgo, scatter_gather_max_shard_bytes};
 use crate::error::{Error, Result};
-use crate::kernels::{ElemType, Grid};
+use crate::kernels::Grid;
+use crate::types::{ElemType, ReduceOp};
 use crate::work::Work;
 
 /// Which of the two.

@@ -11,7 +11,7 @@ use half::{bf16, f16};
 use crate::comm::broadcast::BroadcastAlgo;
 use crate::communicator::Communicator;
 use crate::error::{DriverContext, Error, Result};
-use crate::kernels::{DType, ElemType};
+use crate::types::{DType, ElemType};
 
 /// A device buffer of one of the kernels' element types, with its type
 /// known at run time. Implemented for `CudaSlice<T>` and `CudaViewMut<T>`

@@ -31,7 +31,8 @@ use super::bucket::GradBucket;
 use super::buffer::{DeviceBuffer, FlatBuffer, with_slice};
 use crate::communicator::Communicator;
 use crate::error::{Error, Result};
-use crate::kernels::{DType, ElemType, KernelModule};
+use crate::kernels::KernelModule;
+use crate::types::{DType, ElemType};
 use crate::work::Work;
 
 /// The pending result of a hook: the work on the communicator's stream and

@@ -20,7 +20,7 @@
 //!   at the end close in the order bf16, f16, f32.
 
 use crate::error::{Error, Result};
-use crate::kernels::ElemType;
+use crate::types::ElemType;
 
 /// Alignment of every entry inside a bucket, in bytes: the kernels' vector
 /// width.

@@ -199,7 +199,8 @@ impl Module {
 
 impl Drop for Module {
     fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
+        // NOTE [drop errors] in `error.rs`.
+        if crate::error::bind_for_drop(&self.ctx, "cuCtxSetCurrent before cuModuleUnload") {
             // SAFETY: loaded in `load`, unloaded only here; kernels already
             // enqueued keep their code alive per the driver's rules for
             // module unload after synchronization, so wait first.
@@ -207,8 +208,9 @@ impl Drop for Module {
                 .ctx
                 .synchronize()
                 .and_then(|()| unsafe { driver_ext::module_unload(self.raw) });
-            // Drop must not panic: keep the error for the context's next call.
-            self.ctx.record_err(result);
+            if let Err(e) = result {
+                crate::error::record_drop_error(&self.ctx, "cuModuleUnload", e);
+            }
         }
     }
 }

@@ -15,13 +15,15 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
+use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
 use kernels_gpu::entries::{Collective, Elem, Kernel};
 
 use crate::error::{Error, Result};
 pub(crate) use launch::Grid;
 use launch::{Function, KernelArgs, Module};
 pub use ptx_builder::entry_names;
+
+pub use crate::types::{DType, ElemType};
 
 mod launch;
 mod norm;
@@ -46,98 +48,6 @@ pub const PTX: &str = include_str!(env!("INTRANODE_EMBEDDED_PTX"));
 /// GPU architecture of [`PTX`]: `INTRANODE_PTX_ARCH` at build time, default
 /// `sm_90`.
 pub const PTX_ARCH: &str = env!("INTRANODE_EMBEDDED_PTX_ARCH");
-
-/// Element types the kernels handle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ElemType {
-    Bf16,
-    F16,
-    F32,
-}
-
-impl ElemType {
-    /// Every element type, in a fixed order.
-    pub const ALL: [ElemType; 3] = [ElemType::Bf16, ElemType::F16, ElemType::F32];
-
-    /// Bytes per element.
-    pub const fn bytes(self) -> usize {
-        match self {
-            ElemType::Bf16 | ElemType::F16 => 2,
-            ElemType::F32 => 4,
-        }
-    }
-
-    /// Suffix of kernel names (`add_bf16`).
-    pub const fn suffix(self) -> &'static str {
-        match self {
-            ElemType::Bf16 => "bf16",
-            ElemType::F16 => "f16",
-            ElemType::F32 => "f32",
-        }
-    }
-}
-
-/// A host type with a device counterpart the kernels handle.
-pub trait DType: DeviceRepr + Copy + Send + Sync + 'static {
-    /// The kernels' name for it.
-    const ELEM: ElemType;
-    /// Widens to f64 (for host references).
-    fn to_f64(self) -> f64;
-    /// Rounds from f64 to nearest, ties to even.
-    fn from_f64(v: f64) -> Self;
-    /// Rounds from f32 to nearest, ties to even, as the kernels' `cvt.rn`.
-    fn from_f32(v: f32) -> Self;
-    /// Widens to f32 exactly.
-    fn to_f32(self) -> f32;
-}
-
-impl DType for half::bf16 {
-    const ELEM: ElemType = ElemType::Bf16;
-    fn to_f64(self) -> f64 {
-        self.to_f64()
-    }
-    fn from_f64(v: f64) -> Self {
-        half::bf16::from_f64(v)
-    }
-    fn from_f32(v: f32) -> Self {
-        half::bf16::from_f32(v)
-    }
-    fn to_f32(self) -> f32 {
-        self.to_f32()
-    }
-}
-
-impl DType for half::f16 {
-    const ELEM: ElemType = ElemType::F16;
-    fn to_f64(self) -> f64 {
-        self.to_f64()
-    }
-    fn from_f64(v: f64) -> Self {
-        half::f16::from_f64(v)
-    }
-    fn from_f32(v: f32) -> Self {
-        half::f16::from_f32(v)
-    }
-    fn to_f32(self) -> f32 {
-        self.to_f32()
-    }
-}
-
-impl DType for f32 {
-    const ELEM: ElemType = ElemType::F32;
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn from_f64(v: f64) -> Self {
-        v as f32
-    }
-    fn from_f32(v: f32) -> Self {
-        v
-    }
-    fn to_f32(self) -> f32 {
-        self
-    }
-}
 
 impl From<ElemType> for Elem {
     fn from(e: ElemType) -> Elem {

@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, result, sys};
 
-use super::{BlockLayout, DeviceAlloc, SIGNAL_PAD_ALIGN, bind_for_drop, record_drop_error};
+use super::allocator::{
+    BlockLayout, DeviceAlloc, SIGNAL_PAD_ALIGN, bind_for_drop, record_drop_error,
+};
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
 
@@ -75,7 +77,7 @@ impl Drop for Opened {
         // SAFETY: `ptr` came from cuIpcOpenMemHandle and is closed only
         // here; the owner synchronized the context before dropping.
         if let Err(e) = unsafe { driver_ext::ipc_close_mem_handle(self.ptr) } {
-            record_drop_error("cuIpcCloseMemHandle", self.ctx.ordinal(), e);
+            record_drop_error(&self.ctx, "cuIpcCloseMemHandle", e);
         }
     }
 }

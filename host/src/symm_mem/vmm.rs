@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, result, sys};
 
-use super::{BlockLayout, bind_for_drop, record_drop_error};
+use super::allocator::{BlockLayout, bind_for_drop, record_drop_error};
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
 use crate::ipc_channel::IpcChannel;
@@ -50,7 +50,7 @@ fn check_support(ctx: &CudaContext) -> Result<()> {
         if supported == 0 {
             return Err(Error::InvalidArgument(format!(
                 "device {device} does not support {what}; set {}=cuda-ipc to use legacy CUDA IPC",
-                super::BACKEND_ENV
+                crate::config::BACKEND_ENV
             )));
         }
     }
@@ -73,7 +73,7 @@ impl Drop for Allocation {
         // released only here; mappings of it were unmapped first (a
         // `Mapping` drops its `Allocation` after unmapping).
         if let Err(e) = unsafe { driver_ext::mem_release(self.handle) } {
-            record_drop_error("cuMemRelease", self.ctx.ordinal(), e);
+            record_drop_error(&self.ctx, "cuMemRelease", e);
         }
     }
 }
@@ -101,20 +101,19 @@ impl Drop for Mapping {
         if !bind_for_drop(&self.ctx, "cuCtxSetCurrent before cuMemUnmap") {
             return;
         }
-        let device = self.ctx.ordinal();
         if self.mapped {
             // SAFETY: exactly the range `map_block` mapped; the owner
             // synchronized the context, so no work of ours still uses it.
             if let Err(e) = unsafe { driver_ext::mem_unmap(self.ptr, self.size) } {
                 // Freeing a range that is still mapped is not allowed:
                 // leak the range rather than try.
-                record_drop_error("cuMemUnmap", device, e);
+                record_drop_error(&self.ctx, "cuMemUnmap", e);
                 return;
             }
         }
         // SAFETY: exactly the range reserved in `map_block`, now unmapped.
         if let Err(e) = unsafe { driver_ext::mem_address_free(self.ptr, self.size) } {
-            record_drop_error("cuMemAddressFree", device, e);
+            record_drop_error(&self.ctx, "cuMemAddressFree", e);
         }
         // `self.alloc` is released when the fields drop, after this.
     }

@@ -1,0 +1,230 @@
+//! One process's set-up under `intranode-run`: environment, store, device,
+//! stream ([`Proc`]), and a rank with its communicator ([`Rank`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::nccl::NcclType;
+use intranode::algo::AllReduceAlgo;
+use intranode::config::CommConfig;
+use intranode::dist_env::DistEnv;
+use intranode::kernels::DType;
+use intranode::{Communicator, IntraNodeComm, ReduceOp};
+use intranode_store::{ClientConfig, Store, StoreExchange, TcpStore};
+
+/// One rank's process state, before any communicator: what the fault and
+/// bad-input cases need, which build (or fail to build) their own.
+pub struct Proc {
+    pub env: DistEnv,
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub store: Arc<dyn Store>,
+    /// The store's wait bound, as the ranks' clients have it.
+    pub store_timeout: Duration,
+    pub exchange: StoreExchange,
+}
+
+impl Proc {
+    /// `None` (after a visible message) where GPUs are missing and
+    /// `INTRANODE_REQUIRE_GPUS` does not demand them.
+    pub fn setup(what: &str) -> Result<Option<Proc>> {
+        // Store key prefixes (here and in `Rank::setup_with`) as they were
+        // when these programs were one: any prefix apart from the
+        // communicator's own keys would do.
+        Self::setup_with(what, false, "intranode/bench/faults")
+    }
+
+    /// As [`setup`](Self::setup); `cudarc_defaults` leaves cudarc's event
+    /// tracking on, as applications have it; `exchange_prefix` names the
+    /// store keys of [`exchange`](Self::exchange).
+    fn setup_with(
+        what: &str,
+        cudarc_defaults: bool,
+        exchange_prefix: &str,
+    ) -> Result<Option<Proc>> {
+        let env = DistEnv::from_env()
+            .context("reading the rank environment (run under intranode-run)")?;
+        let device = env.device.unwrap_or(env.local_rank);
+        match intranode::gpu::gpus_or_skip(device + 1, what) {
+            Ok(true) => {}
+            Ok(false) => return Ok(None),
+            Err(e) => bail!("rank {}: {e}", env.rank),
+        }
+        let config = ClientConfig::try_from_env()?;
+        let store_timeout = config.timeout;
+        let addr = env.store_addr()?;
+        let store: Arc<dyn Store> = Arc::new(
+            TcpStore::connect(addr.as_str(), config)
+                .with_context(|| format!("connecting to the store at {addr}"))?,
+        );
+        let ctx = intranode::gpu::context(device)?;
+        // The suite hands raw buffers to graphs and two paths; cudarc's
+        // per-buffer event tracking would only add host time (and its
+        // soak kernels, tracked, could not be captured on buffers written
+        // before a capture). The benchmark can keep it, as users do.
+        if !cudarc_defaults {
+            // SAFETY: no buffer is shared between streams in these programs.
+            unsafe { ctx.disable_event_tracking() };
+        }
+        let stream = ctx.new_stream().context("creating a stream")?;
+        Ok(Some(Proc {
+            env,
+            ctx,
+            stream,
+            store,
+            store_timeout,
+            exchange: StoreExchange::new(exchange_prefix),
+        }))
+    }
+
+    pub fn rank(&self) -> usize {
+        self.env.rank
+    }
+
+    pub fn world(&self) -> usize {
+        self.env.world_size
+    }
+
+    /// A host-side barrier of all ranks through the store.
+    pub fn store_barrier(&mut self) -> Result<()> {
+        let (rank, world) = (self.rank(), self.world());
+        Ok(self.exchange.barrier(self.store.as_ref(), rank, world)?)
+    }
+
+    /// The intra-node communicator of this group (which must allow one).
+    pub fn comm(&self, config: &CommConfig) -> Result<IntraNodeComm> {
+        IntraNodeComm::rendezvous(
+            &self.ctx,
+            self.store.clone(),
+            self.rank(),
+            self.world(),
+            config,
+        )
+        .with_context(|| format!("rank {}: intra-node rendezvous", self.rank()))
+    }
+}
+
+impl std::fmt::Debug for Proc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proc")
+            .field("rank", &self.rank())
+            .field("world", &self.world())
+            .field("device", &self.ctx.ordinal())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything a rank of the suite or the benchmark uses.
+pub struct Rank {
+    pub env: DistEnv,
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub store: Arc<dyn Store>,
+    pub exchange: StoreExchange,
+    pub comm: Communicator,
+}
+
+impl Rank {
+    /// `None` (after a visible message) when this machine has too few GPUs
+    /// and `INTRANODE_REQUIRE_GPUS` does not demand them.
+    pub fn setup(what: &str) -> Result<Option<Rank>> {
+        Self::setup_with(what, false)
+    }
+
+    /// As [`setup`](Self::setup); `cudarc_defaults` leaves cudarc's event
+    /// tracking on, as applications have it.
+    pub fn setup_with(what: &str, cudarc_defaults: bool) -> Result<Option<Rank>> {
+        let Some(p) = Proc::setup_with(what, cudarc_defaults, "intranode/bench")? else {
+            return Ok(None);
+        };
+        let comm = Communicator::new(p.stream.clone(), p.store.clone(), p.rank(), p.world())
+            .with_context(|| format!("rank {}: building the communicator", p.rank()))?;
+        Ok(Some(Rank {
+            env: p.env,
+            ctx: p.ctx,
+            stream: p.stream,
+            store: p.store,
+            exchange: p.exchange,
+            comm,
+        }))
+    }
+
+    pub fn rank(&self) -> usize {
+        self.env.rank
+    }
+
+    pub fn world(&self) -> usize {
+        self.env.world_size
+    }
+
+    /// Our algorithms this group can run (none without the intra-node
+    /// path; HCM only where its plan holds), in the order the sweeps use.
+    pub fn intra_algos(&self) -> Vec<AllReduceAlgo> {
+        use AllReduceAlgo::*;
+        let Some(intra) = self.comm.intra() else {
+            return Vec::new();
+        };
+        let mut v = vec![Lamport, LamportTwoShot, OneShot, TwoShot];
+        if intra.hcm_plan().is_ok() {
+            v.push(Hcm);
+        }
+        v
+    }
+
+    /// Every algorithm this group can run, NCCL where it loaded, then
+    /// `None`: auto (the communicator's choice).
+    pub fn algos(&self) -> Vec<Option<AllReduceAlgo>> {
+        let mut v: Vec<_> = self.intra_algos().into_iter().map(Some).collect();
+        if self.comm.nccl().is_ok() {
+            v.push(Some(AllReduceAlgo::Nccl));
+        }
+        v.push(None);
+        v
+    }
+
+    /// One all-reduce through the communicator: `algo`, or its own choice
+    /// for `None`.
+    pub fn all_reduce<T: DType + NcclType>(
+        &self,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+        algo: Option<AllReduceAlgo>,
+    ) -> Result<()> {
+        let op = op.to_nccl();
+        match algo {
+            None => self.comm.all_reduce(send, recv, &op)?,
+            Some(a) => self.comm.all_reduce_with(send, recv, &op, a)?,
+        };
+        Ok(())
+    }
+
+    /// A host-side barrier of all ranks through the store.
+    pub fn store_barrier(&mut self) -> Result<()> {
+        let (rank, world) = (self.rank(), self.world());
+        Ok(self.exchange.barrier(self.store.as_ref(), rank, world)?)
+    }
+
+    /// Gathers one value per rank.
+    pub fn all_gather<T: serde::Serialize + serde::de::DeserializeOwned>(
+        &mut self,
+        v: &T,
+    ) -> Result<Vec<T>> {
+        let (rank, world) = (self.rank(), self.world());
+        Ok(self
+            .exchange
+            .all_gather(self.store.as_ref(), rank, world, v)?)
+    }
+}
+
+impl std::fmt::Debug for Rank {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rank")
+            .field("rank", &self.rank())
+            .field("world", &self.world())
+            .field("device", &self.ctx.ordinal())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,161 @@
+//! The argument checks of the collectives, made before anything is
+//! enqueued, so a bad call never reaches NCCL or a kernel. Pure: tested
+//! without a GPU. Every message names the call, the rank and the lengths.
+
+use super::RankIndex;
+use crate::error::{Error, Result};
+
+/// `value` (a root or peer, named `what`) as an index below `world`.
+pub(super) fn rank_in_world(
+    op: &str,
+    rank: usize,
+    world: usize,
+    what: &str,
+    value: impl RankIndex,
+) -> Result<usize> {
+    match value.index() {
+        Some(i) if i < world => Ok(i),
+        _ => Err(Error::InvalidArgument(format!(
+            "{op} on rank {rank}: {what} {value} is outside the world of {world}"
+        ))),
+    }
+}
+
+/// Send and receive buffers of one length (all-reduce).
+pub(super) fn same_len(op: &str, rank: usize, send: usize, recv: usize) -> Result<()> {
+    if send == recv {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(format!(
+        "{op} on rank {rank}: send has {send} elements, recv {recv}"
+    )))
+}
+
+/// The buffer only the root uses (`name`: broadcast's send, reduce's
+/// recv): on the root it must be there, with `other_len` elements
+/// (the length of the buffer every rank passes, `other`); elsewhere it
+/// is ignored, as NCCL ignores it.
+pub(super) fn root_buffer(
+    op: &str,
+    rank: usize,
+    root: usize,
+    name: &str,
+    len: Option<usize>,
+    other: &str,
+    other_len: usize,
+) -> Result<()> {
+    if rank != root {
+        return Ok(());
+    }
+    match len {
+        None => Err(Error::InvalidArgument(format!(
+            "{op} on rank {rank}: the root must pass a {name} buffer (got None)"
+        ))),
+        Some(n) if n != other_len => Err(Error::InvalidArgument(format!(
+            "{op} on rank {rank} (the root): {name} has {n} elements, {other} {other_len}"
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
+/// All-gather: `recv` holds `world` x `send` elements.
+pub(super) fn all_gather(rank: usize, world: usize, send: usize, recv: usize) -> Result<()> {
+    if world.checked_mul(send) == Some(recv) {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(format!(
+        "all_gather on rank {rank}: recv has {recv} elements, but must hold world size {world} x send {send} = {}",
+        times(world, send)
+    )))
+}
+
+/// Reduce-scatter: `send` holds `world` x `recv` elements.
+pub(super) fn reduce_scatter(rank: usize, world: usize, send: usize, recv: usize) -> Result<()> {
+    if world.checked_mul(recv) == Some(send) {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(format!(
+        "reduce_scatter on rank {rank}: send has {send} elements, but must hold world size {world} x recv {recv} = {}",
+        times(world, recv)
+    )))
+}
+
+fn times(a: usize, b: usize) -> String {
+    a.checked_mul(b)
+        .map_or_else(|| "more than usize::MAX".to_string(), |n| n.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(r: crate::Result<impl std::fmt::Debug>) -> String {
+        r.expect_err("should be refused").to_string()
+    }
+
+    #[test]
+    fn roots_and_peers_are_checked_against_the_world() {
+        assert_eq!(rank_in_world("reduce", 1, 4, "root", 3i32).unwrap(), 3);
+        assert_eq!(rank_in_world("send", 1, 4, "peer", 0usize).unwrap(), 0);
+        assert_eq!(
+            message(rank_in_world("reduce", 1, 4, "root", 4i32)),
+            "invalid argument: reduce on rank 1: root 4 is outside the world of 4"
+        );
+        assert_eq!(
+            message(rank_in_world("send", 2, 4, "peer", -1i32)),
+            "invalid argument: send on rank 2: peer -1 is outside the world of 4"
+        );
+        assert!(rank_in_world("recv", 0, 2, "peer", usize::MAX).is_err());
+        assert_eq!((-1i32).index(), None);
+        assert_eq!(i32::MAX.index(), Some(i32::MAX as usize));
+    }
+
+    #[test]
+    fn all_gather_recv_is_world_times_send() {
+        all_gather(0, 4, 3, 12).unwrap();
+        all_gather(0, 4, 0, 0).unwrap();
+        assert_eq!(
+            message(all_gather(1, 4, 3, 10)),
+            "invalid argument: all_gather on rank 1: recv has 10 elements, but must hold world size 4 x send 3 = 12"
+        );
+        // The recv of the send's length (an all-reduce's shape) is refused.
+        assert!(all_gather(0, 2, 8, 8).is_err());
+        let huge = message(all_gather(0, 8, usize::MAX / 2, 0));
+        assert!(huge.contains("more than usize::MAX"), "{huge}");
+    }
+
+    #[test]
+    fn reduce_scatter_send_is_world_times_recv() {
+        reduce_scatter(3, 4, 12, 3).unwrap();
+        assert_eq!(
+            message(reduce_scatter(3, 4, 12, 4)),
+            "invalid argument: reduce_scatter on rank 3: send has 12 elements, but must hold world size 4 x recv 4 = 16"
+        );
+        assert!(reduce_scatter(0, 2, 7, 3).is_err());
+    }
+
+    #[test]
+    fn only_the_root_needs_its_buffer() {
+        // Not the root: whatever it passes is ignored, as NCCL ignores it.
+        root_buffer("reduce", 1, 0, "recv", None, "send", 5).unwrap();
+        root_buffer("reduce", 1, 0, "recv", Some(3), "send", 5).unwrap();
+        root_buffer("broadcast", 0, 0, "send", Some(5), "recv", 5).unwrap();
+        assert_eq!(
+            message(root_buffer("broadcast", 2, 2, "send", None, "recv", 5)),
+            "invalid argument: broadcast on rank 2: the root must pass a send buffer (got None)"
+        );
+        assert_eq!(
+            message(root_buffer("reduce", 0, 0, "recv", Some(4), "send", 5)),
+            "invalid argument: reduce on rank 0 (the root): recv has 4 elements, send 5"
+        );
+    }
+
+    #[test]
+    fn all_reduce_lengths_match() {
+        same_len("all_reduce", 0, 7, 7).unwrap();
+        assert_eq!(
+            message(same_len("all_reduce", 1, 10000, 9999)),
+            "invalid argument: all_reduce on rank 1: send has 10000 elements, recv 9999"
+        );
+    }
+}

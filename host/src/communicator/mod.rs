@@ -1,0 +1,506 @@
+//! [`Communicator`]: what applications use. It owns an [`IntraNodeComm`]
+//! when the rendezvous allowed one and an NCCL communicator when NCCL
+//! loads, and routes each all-reduce to whichever
+//! [`decide_all_reduce`] picks, so every size, element type, op and
+//! topology works; broadcasts go where [`select_broadcast_algo`] says.
+//!
+//! Its API is that of `cudarc::nccl::Comm` (NOTE [nccl parity]): every
+//! method of `Comm` exists here with the same arguments, so code written
+//! for it switches by changing the type. Our kernels serve `all_reduce`,
+//! `all_reduce_in_place` and `broadcast_in_place`; the rest goes to NCCL
+//! through the `Comm` the communicator owns.
+//!
+//! NOTE [nccl parity]: the differences from `cudarc::nccl::Comm`, all of
+//! them such that a caller's `comm.method(args)?;` compiles either way
+//! (`host/tests/nccl_parity.rs` proves it at compile time):
+//! - collectives return `Result<Work>` (`Result<()>` inside a [`Group`])
+//!   instead of `Result<NcclStatus, NcclError>`;
+//! - roots and peers are any [`RankIndex`] (`i32` as in cudarc, or
+//!   `usize`), checked against the world before anything is enqueued;
+//! - lengths are checked before NCCL sees them (`all_gather`: recv is
+//!   world x send; `reduce_scatter`: send is world x recv; a root's send
+//!   and recv of equal length), and a root without its buffer is an
+//!   error, not a `debug_assert`;
+//! - [`Communicator::group`] returns our [`Group`], whose end reports a
+//!   failed `ncclGroupEnd` (from [`Group::end`], or from the next call
+//!   once the group was dropped) instead of panicking in `Drop`;
+//! - construction is collective through a store ([`Communicator::new`]),
+//!   not `Comm::from_rank` with an `Id`.
+
+mod args;
+mod group;
+mod nccl_only;
+mod norm;
+
+pub use group::Group;
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use cudarc::driver::{
+    CudaContext, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop,
+};
+use cudarc::nccl::result::NcclError;
+use cudarc::nccl::{Comm, NcclType, ReduceOp as NcclOp};
+use intranode_store::{Store, StoreExchange};
+
+use crate::algo::{
+    AllReduceAlgo, AllReduceCall, Crossovers, decide_all_reduce, scatter_gather_max_shard_bytes,
+    scatter_gather_uses_ours,
+};
+use crate::comm::broadcast::{BroadcastAlgo, select_broadcast_algo};
+use crate::comm::debug::{self, CallChecker, DebugLevel};
+use crate::comm::scatter_gather::ScatterGather;
+use crate::comm::tracked::{CallBuffers, CaptureSide};
+use crate::comm::{IntraNodeComm, RendezvousError};
+use crate::config::CommConfig;
+use crate::error::{Error, Result};
+use crate::kernels::KernelModule;
+use crate::nccl::nccl_error;
+use crate::topology::Topology;
+use crate::types::ReduceOp;
+use crate::types::{DType, ElemType};
+use crate::work::Work;
+use kernels_gpu::layout::NormParams;
+
+/// The application-facing communicator of one rank.
+pub struct Communicator {
+    stream: Arc<CudaStream>,
+    rank: usize,
+    world: usize,
+    intra: Option<IntraNodeComm>,
+    /// Why there is no [`IntraNodeComm`] (for logs and the benchmark).
+    intra_reason: Option<String>,
+    nccl: std::result::Result<Comm, String>,
+    crossovers: Crossovers,
+    forced: Option<AllReduceAlgo>,
+    forced_broadcast: Option<BroadcastAlgo>,
+    /// Call fingerprints of NCCL calls when there is no intra-node
+    /// communicator (whose checker serves otherwise): NOTE [call
+    /// fingerprints] in `comm/debug.rs`.
+    call_checker: Option<CallChecker>,
+    /// The kernels, for groups without the intra-node path (which has
+    /// its own), loaded at the first call that needs them.
+    kernels: std::sync::OnceLock<KernelModule>,
+    /// The side stream of norm calls captured into CUDA graphs (NOTE
+    /// [capture and event tracking] in `comm/tracked.rs`).
+    capture_side: std::sync::OnceLock<CaptureSide>,
+    /// Whether a [`Group`] is open, and the failure of a dropped group's
+    /// `ncclGroupEnd`, for the next call.
+    group_state: Mutex<GroupState>,
+}
+
+/// See [`Communicator::group`].
+#[derive(Debug, Default)]
+struct GroupState {
+    open: bool,
+    /// A dropped group's `ncclGroupEnd` failure, reported once.
+    end_error: Option<String>,
+}
+
+/// Count of communicators without an intra-node path that check calls:
+/// each gets its own fingerprint keys (ranks create communicators in the
+/// same order).
+static CHECKER_COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .field("intra", &self.intra.is_some())
+            .field("intra_reason", &self.intra_reason)
+            .field("nccl", &self.nccl.as_ref().map(|_| "ok"))
+            .finish()
+    }
+}
+
+impl Communicator {
+    /// Builds the communicator of `rank` on `stream` (collective: every
+    /// rank calls it with the same store). Fails only when neither path
+    /// can serve this group.
+    pub fn new(
+        stream: Arc<CudaStream>,
+        store: Arc<dyn Store>,
+        rank: usize,
+        world: usize,
+    ) -> Result<Self> {
+        let config = CommConfig::from_env()?;
+        let ctx = stream.context().clone();
+        let (intra, intra_reason) =
+            match IntraNodeComm::rendezvous(&ctx, store.clone(), rank, world, &config) {
+                Ok(c) => (Some(c), None),
+                Err(RendezvousError::Unsupported(why)) => (None, Some(why.to_string())),
+                Err(RendezvousError::Failed(e)) => return Err(e),
+            };
+        let mut exchange = StoreExchange::new("intranode/nccl");
+        let nccl = crate::nccl::nccl_comm(&stream, store.as_ref(), &mut exchange, rank, world)
+            .map_err(|e| e.to_string());
+        if let (None, Err(why)) = (&intra, &nccl) {
+            return Err(Error::NcclUnavailable(format!(
+                "rank {rank}: no path for this group: intra-node comm unsupported ({}), and {why}",
+                intra_reason.as_deref().unwrap_or("unknown")
+            )));
+        }
+        let call_checker = (config.debug == DebugLevel::Detail && intra.is_none()).then(|| {
+            let n = CHECKER_COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            CallChecker::new(
+                store,
+                format!("intranode/communicator/{n}/debug"),
+                rank,
+                world,
+            )
+        });
+        Ok(Communicator {
+            stream,
+            rank,
+            world,
+            intra,
+            intra_reason,
+            nccl,
+            crossovers: config.crossovers.clone(),
+            forced: config.forced_algo,
+            forced_broadcast: config.forced_broadcast,
+            call_checker,
+            kernels: std::sync::OnceLock::new(),
+            capture_side: std::sync::OnceLock::new(),
+            group_state: Mutex::new(GroupState::default()),
+        })
+    }
+
+    /// This process's rank in the group, like `cudarc::nccl::Comm::rank`.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks, like `cudarc::nccl::Comm::world_size`.
+    pub fn world_size(&self) -> usize {
+        self.world
+    }
+
+    /// The context of the communicator's stream, like
+    /// `cudarc::nccl::Comm::context`.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        self.stream.context()
+    }
+
+    /// The device ordinal of the communicator's stream, like
+    /// `cudarc::nccl::Comm::ordinal`.
+    pub fn ordinal(&self) -> usize {
+        self.stream.context().ordinal()
+    }
+
+    /// The stream every call is enqueued on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The intra-node communicator, when the rendezvous allowed one.
+    pub fn intra(&self) -> Option<&IntraNodeComm> {
+        self.intra.as_ref()
+    }
+
+    /// Why there is no intra-node communicator, if there is none.
+    pub fn intra_reason(&self) -> Option<&str> {
+        self.intra_reason.as_deref()
+    }
+
+    /// The NCCL communicator, or why there is none.
+    pub fn nccl(&self) -> std::result::Result<&Comm, &str> {
+        self.nccl.as_ref().map_err(String::as_str)
+    }
+
+    /// The algorithm a call of `elems` elements of `T` with `op` would use.
+    pub fn algo_for<T: DType>(&self, elems: usize, op: &NcclOp) -> AllReduceAlgo {
+        let call = AllReduceCall {
+            elem: T::ELEM,
+            bytes: elems.saturating_mul(T::ELEM.bytes()),
+            world: self.world,
+            intra: self.intra.as_ref().map(IntraNodeComm::intra_path),
+            op_is_ours: ReduceOp::from_nccl(op).is_some(),
+            nccl_available: self.nccl.is_ok(),
+            forced: self.forced,
+        };
+        decide_all_reduce(&call, &self.crossovers)
+    }
+
+    /// `recv = op(send of every rank)`, like `cudarc::nccl::Comm::all_reduce`.
+    pub fn all_reduce<T: DType + NcclType>(
+        &self,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        op: &NcclOp,
+    ) -> Result<Work> {
+        let algo = self.algo_for::<T>(send.len(), op);
+        self.all_reduce_with(send, recv, op, algo)
+    }
+
+    /// In-place all-reduce, like `cudarc::nccl::Comm::all_reduce_in_place`.
+    pub fn all_reduce_in_place<T: DType + NcclType>(
+        &self,
+        buf: &mut impl DevicePtrMut<T>,
+        op: &NcclOp,
+    ) -> Result<Work> {
+        self.check_group("all_reduce_in_place")?;
+        let algo = self.algo_for::<T>(buf.len(), op);
+        match (algo, &self.intra, ReduceOp::from_nccl(op)) {
+            (AllReduceAlgo::Nccl, _, _) | (_, None, _) | (_, _, None) => {
+                let comm = self.nccl_or_err()?;
+                self.check_health()?;
+                self.check_nccl_call::<T>(buf.len(), op)?;
+                let r = comm.all_reduce_in_place(buf, op);
+                self.nccl_done("ncclAllReduce", r)
+            }
+            (algo, Some(intra), Some(iop)) => {
+                intra.all_reduce_in_place(buf, iop, algo, &self.stream)
+            }
+        }
+    }
+
+    /// All-reduce with an explicit algorithm (tests and the benchmark).
+    pub fn all_reduce_with<T: DType + NcclType>(
+        &self,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        op: &NcclOp,
+        algo: AllReduceAlgo,
+    ) -> Result<Work> {
+        args::same_len("all_reduce", self.rank, send.len(), recv.len())?;
+        self.check_group("all_reduce")?;
+        match (algo, &self.intra, ReduceOp::from_nccl(op)) {
+            (AllReduceAlgo::Nccl, _, _) => {
+                let comm = self.nccl_or_err()?;
+                self.check_health()?;
+                self.check_nccl_call::<T>(send.len(), op)?;
+                let r = comm.all_reduce(send, recv, op);
+                self.nccl_done("ncclAllReduce", r)
+            }
+            (_, None, _) => Err(Error::InvalidArgument(format!(
+                "all_reduce on rank {}: {} needs the intra-node path, which is unavailable: {}",
+                self.rank,
+                algo.name(),
+                self.intra_reason.as_deref().unwrap_or("unknown")
+            ))),
+            (_, _, None) => Err(Error::InvalidArgument(format!(
+                "all_reduce on rank {}: product is only served by nccl",
+                self.rank
+            ))),
+            (algo, Some(intra), Some(iop)) => intra.all_reduce(send, recv, iop, algo, &self.stream),
+        }
+    }
+
+    /// The path a broadcast takes.
+    pub fn broadcast_algo(&self) -> BroadcastAlgo {
+        select_broadcast_algo(
+            self.intra.as_ref().map(IntraNodeComm::topology),
+            self.nccl.is_ok(),
+            self.forced_broadcast,
+        )
+    }
+
+    /// Broadcasts `buf` from `root` to every rank, in place, like
+    /// `cudarc::nccl::Comm::broadcast_in_place`: over symmetric memory when
+    /// the group has it, else NCCL. Every rank must call it with the same
+    /// length and root. `root` is an `i32` as in cudarc, or a `usize`
+    /// ([`RankIndex`]).
+    pub fn broadcast_in_place<T: DeviceRepr + NcclType>(
+        &self,
+        buf: &mut impl DevicePtrMut<T>,
+        root: impl RankIndex,
+    ) -> Result<Work> {
+        let root = args::rank_in_world("broadcast", self.rank, self.world, "root", root)?;
+        self.broadcast_in_place_with(buf, root, self.broadcast_algo())
+    }
+
+    /// Broadcast with an explicit path (tests); an error where that path
+    /// does not exist.
+    pub fn broadcast_in_place_with<T: DeviceRepr + NcclType>(
+        &self,
+        buf: &mut impl DevicePtrMut<T>,
+        root: usize,
+        algo: BroadcastAlgo,
+    ) -> Result<Work> {
+        let root = args::rank_in_world("broadcast", self.rank, self.world, "root", root)?;
+        self.check_group("broadcast_in_place")?;
+        match (algo, &self.intra) {
+            (BroadcastAlgo::Nccl, _) => {
+                let comm = self.nccl_or_err()?;
+                self.check_health()?;
+                let r = comm.broadcast_in_place(buf, nccl_rank(root));
+                self.nccl_done("ncclBroadcast", r)
+            }
+            (BroadcastAlgo::SymmMem, None) => Err(Error::InvalidArgument(format!(
+                "broadcast on rank {}: symm-mem needs the intra-node path, which is unavailable: {}",
+                self.rank,
+                self.intra_reason.as_deref().unwrap_or("unknown")
+            ))),
+            (BroadcastAlgo::SymmMem, Some(intra)) => intra.broadcast(buf, root, &self.stream),
+        }
+    }
+
+    /// The NCCL communicator for a call of `what`, after the checks every
+    /// NCCL call makes: no group open, no pending group failure, the
+    /// health word clean.
+    fn nccl_for(&self, what: &str) -> Result<&Comm> {
+        self.check_group(what)?;
+        let comm = self.nccl_or_err()?;
+        self.check_health()?;
+        Ok(comm)
+    }
+
+    /// A [`Work`] for an NCCL call that succeeded, or the error naming it.
+    fn nccl_done<S>(&self, op: &'static str, r: std::result::Result<S, NcclError>) -> Result<Work> {
+        r.map(|_| self.work())
+            .map_err(|e| nccl_error(self.rank, op, &e))
+    }
+
+    /// Refuses a communicator call while a [`Group`] is open, and reports
+    /// (once) a dropped group's failed `ncclGroupEnd`.
+    fn check_group(&self, what: &str) -> Result<()> {
+        let state = self.lock_group();
+        if state.open {
+            return Err(Error::InvalidArgument(format!(
+                "{what} on rank {}: a group is open; call the group's methods, or end it first",
+                self.rank
+            )));
+        }
+        drop(state);
+        self.take_group_end_error()
+    }
+
+    fn lock_group(&self) -> std::sync::MutexGuard<'_, GroupState> {
+        // The state is two plain fields, consistent at every point a
+        // panic could leave it.
+        self.group_state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Under `INTRANODE_DEBUG=detail`, the fingerprint check of a call
+    /// that goes to NCCL (calls to our kernels are checked inside
+    /// [`IntraNodeComm`], through the same checker).
+    fn check_nccl_call<T: DType>(&self, elems: usize, op: &NcclOp) -> Result<()> {
+        let checker = self
+            .intra
+            .as_ref()
+            .and_then(IntraNodeComm::call_checker)
+            .or(self.call_checker.as_ref());
+        match checker {
+            Some(c) => c.check(|call| {
+                debug::all_reduce_fingerprint(
+                    call,
+                    elems,
+                    T::ELEM,
+                    ReduceOp::from_nccl(op).map_or("prod", ReduceOp::name),
+                    AllReduceAlgo::Nccl,
+                )
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for everything enqueued on this communicator's stream, then
+    /// reports a GPU wait on a peer that ran out since the communicator was
+    /// built ([`Error::PeerTimeout`], naming the rank, the peer, the
+    /// collective, where it waited and the bound). Once that happened the
+    /// communicator stays unusable: every later call returns the same
+    /// error; build a new one.
+    ///
+    /// A dropped [`Group`]'s failed `ncclGroupEnd` is reported here too
+    /// (once), as by the next call.
+    pub fn synchronize(&self) -> Result<()> {
+        self.work().synchronize()?;
+        self.take_group_end_error()
+    }
+
+    /// Reports a GPU wait on a peer that ran out, without waiting for the
+    /// stream: call it once the work you care about is known to be done
+    /// (after a CUDA graph's replay, once the graph's stream or an event
+    /// after it has synchronised). Work still queued may time out later.
+    /// Also reports (once) a dropped [`Group`]'s failed `ncclGroupEnd`.
+    pub fn check(&self) -> Result<()> {
+        self.take_group_end_error()?;
+        self.check_health()
+    }
+
+    fn take_group_end_error(&self) -> Result<()> {
+        match self.lock_group().end_error.take() {
+            Some(detail) => Err(Error::Nccl {
+                op: "ncclGroupEnd",
+                detail,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn check_health(&self) -> Result<()> {
+        match &self.intra {
+            Some(intra) => intra.health().check(),
+            None => Ok(()),
+        }
+    }
+
+    /// A handle on this communicator's stream that knows its health word.
+    fn work(&self) -> Work {
+        Work::new(
+            self.stream.clone(),
+            self.intra.as_ref().map(IntraNodeComm::health_arc),
+        )
+    }
+
+    fn nccl_or_err(&self) -> Result<&Comm> {
+        self.nccl
+            .as_ref()
+            .map_err(|why| Error::NcclUnavailable(format!("rank {}: {why}", self.rank)))
+    }
+
+    /// The topology the intra-node path found ([`Topology::Unknown`] when
+    /// there is no intra-node path).
+    pub fn topology(&self) -> Topology {
+        self.intra
+            .as_ref()
+            .map_or(Topology::Unknown, IntraNodeComm::topology)
+    }
+}
+
+/// Our element type for an NCCL one; `None` for those only NCCL moves.
+fn elem_of<T: NcclType>() -> Option<ElemType> {
+    use cudarc::nccl::sys::ncclDataType_t as D;
+    match T::as_nccl_type() {
+        D::ncclBfloat16 => Some(ElemType::Bf16),
+        D::ncclFloat16 => Some(ElemType::F16),
+        D::ncclFloat32 => Some(ElemType::F32),
+        _ => None,
+    }
+}
+
+/// A root or peer as NCCL takes it (`i32`, what `cudarc::nccl::Comm`'s
+/// methods take) or as the rest of this crate does (`usize`). An unsuffixed
+/// literal (`comm.reduce_in_place(&mut buf, &op, 0)`) is an `i32`.
+pub trait RankIndex: Copy + std::fmt::Display + sealed::Sealed {
+    /// The rank as an index, `None` when negative.
+    fn index(self) -> Option<usize>;
+}
+
+impl RankIndex for i32 {
+    fn index(self) -> Option<usize> {
+        usize::try_from(self).ok()
+    }
+}
+
+impl RankIndex for usize {
+    fn index(self) -> Option<usize> {
+        Some(self)
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for i32 {}
+    impl Sealed for usize {}
+}
+
+/// A rank already checked against the world, as NCCL takes it.
+fn nccl_rank(rank: usize) -> i32 {
+    // Checked below the world size, which NCCL took as an i32.
+    i32::try_from(rank).unwrap_or(i32::MAX)
+}

@@ -1,0 +1,175 @@
+//! The methods of `cudarc::nccl::Comm` that NCCL serves (NOTE [nccl
+//! parity] in the parent module): send, recv, broadcast into another
+//! buffer, all-gather, reduce and reduce-scatter, with our reduce-scatter
+//! and all-gather kernels where `algo::scatter_gather_uses_ours` says.
+
+use super::*;
+
+impl Communicator {
+    /// Sends `data` to `peer`, like `cudarc::nccl::Comm::send` (NCCL's
+    /// `ncclSend`; `peer` must post the matching [`Communicator::recv`]).
+    pub fn send<S: DevicePtr<T>, T: NcclType>(
+        &self,
+        data: &S,
+        peer: impl RankIndex,
+    ) -> Result<Work> {
+        let peer = args::rank_in_world("send", self.rank, self.world, "peer", peer)?;
+        let comm = self.nccl_for("send")?;
+        let r = comm.send(data, nccl_rank(peer));
+        self.nccl_done("ncclSend", r)
+    }
+
+    /// Receives `buff.len()` elements from `peer` into `buff`, like
+    /// `cudarc::nccl::Comm::recv` (NCCL's `ncclRecv`).
+    pub fn recv<R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        buff: &mut R,
+        peer: impl RankIndex,
+    ) -> Result<Work> {
+        let peer = args::rank_in_world("recv", self.rank, self.world, "peer", peer)?;
+        let comm = self.nccl_for("recv")?;
+        let r = comm.recv(buff, nccl_rank(peer));
+        self.nccl_done("ncclRecv", r)
+    }
+
+    /// Broadcasts `sendbuff` of `root` into every rank's `recvbuff`, like
+    /// `cudarc::nccl::Comm::broadcast` (NCCL). `sendbuff` is read only on
+    /// `root`, which must pass one of `recvbuff`'s length; other ranks may
+    /// pass `None`.
+    pub fn broadcast<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: Option<&S>,
+        recvbuff: &mut R,
+        root: impl RankIndex,
+    ) -> Result<Work> {
+        let root = args::rank_in_world("broadcast", self.rank, self.world, "root", root)?;
+        args::root_buffer(
+            "broadcast",
+            self.rank,
+            root,
+            "send",
+            sendbuff.map(|s| s.len()),
+            "recv",
+            recvbuff.len(),
+        )?;
+        let comm = self.nccl_for("broadcast")?;
+        let r = comm.broadcast(sendbuff, recvbuff, nccl_rank(root));
+        self.nccl_done("ncclBroadcast", r)
+    }
+
+    /// Gathers every rank's `sendbuff` into `recvbuff`, rank by rank, like
+    /// `cudarc::nccl::Comm::all_gather` (NCCL): `recvbuff` holds world
+    /// size x `sendbuff.len()` elements.
+    pub fn all_gather<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: &S,
+        recvbuff: &mut R,
+    ) -> Result<Work> {
+        args::all_gather(self.rank, self.world, sendbuff.len(), recvbuff.len())?;
+        if let Some(work) =
+            self.scatter_gather_ours(ScatterGather::AllGather, sendbuff, recvbuff, None)?
+        {
+            return Ok(work);
+        }
+        let comm = self.nccl_for("all_gather")?;
+        let r = comm.all_gather(sendbuff, recvbuff);
+        self.nccl_done("ncclAllGather", r)
+    }
+
+    /// Reduces every rank's `sendbuff` into `root`'s `recvbuff`, like
+    /// `cudarc::nccl::Comm::reduce` (NCCL). `root` must pass a `recvbuff`
+    /// of `sendbuff`'s length; other ranks may pass `None`.
+    pub fn reduce<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: &S,
+        recvbuff: Option<&mut R>,
+        reduce_op: &NcclOp,
+        root: impl RankIndex,
+    ) -> Result<Work> {
+        let root = args::rank_in_world("reduce", self.rank, self.world, "root", root)?;
+        args::root_buffer(
+            "reduce",
+            self.rank,
+            root,
+            "recv",
+            recvbuff.as_ref().map(|r| r.len()),
+            "send",
+            sendbuff.len(),
+        )?;
+        let comm = self.nccl_for("reduce")?;
+        let r = comm.reduce(sendbuff, recvbuff, reduce_op, nccl_rank(root));
+        self.nccl_done("ncclReduce", r)
+    }
+
+    /// In-place reduce into `root`'s `recvbuff`, like
+    /// `cudarc::nccl::Comm::reduce_in_place` (NCCL).
+    pub fn reduce_in_place<R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        recvbuff: &mut R,
+        reduce_op: &NcclOp,
+        root: impl RankIndex,
+    ) -> Result<Work> {
+        let root = args::rank_in_world("reduce", self.rank, self.world, "root", root)?;
+        let comm = self.nccl_for("reduce_in_place")?;
+        let r = comm.reduce_in_place(recvbuff, reduce_op, nccl_rank(root));
+        self.nccl_done("ncclReduce", r)
+    }
+
+    /// Reduces every rank's `sendbuff` and leaves block `rank` of the
+    /// result in `recvbuff`, like `cudarc::nccl::Comm::reduce_scatter`
+    /// (NCCL): `sendbuff` holds world size x `recvbuff.len()` elements.
+    pub fn reduce_scatter<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: &S,
+        recvbuff: &mut R,
+        reduce_op: &NcclOp,
+    ) -> Result<Work> {
+        args::reduce_scatter(self.rank, self.world, sendbuff.len(), recvbuff.len())?;
+        if let Some(work) = self.scatter_gather_ours(
+            ScatterGather::ReduceScatter,
+            sendbuff,
+            recvbuff,
+            Some(reduce_op),
+        )? {
+            return Ok(work);
+        }
+        let comm = self.nccl_for("reduce_scatter")?;
+        let r = comm.reduce_scatter(sendbuff, recvbuff, reduce_op);
+        self.nccl_done("ncclReduceScatter", r)
+    }
+
+    /// A reduce-scatter or all-gather on our kernels where
+    /// [`scatter_gather_uses_ours`] says so (or where NCCL cannot run and
+    /// the shard fits them); `None` sends the call to NCCL.
+    fn scatter_gather_ours<T: NcclType>(
+        &self,
+        what: ScatterGather,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        op: Option<&NcclOp>,
+    ) -> Result<Option<Work>> {
+        self.check_group(what.name())?;
+        let (Some(intra), Some(elem)) = (&self.intra, elem_of::<T>()) else {
+            return Ok(None);
+        };
+        let op = match (what, op.map(ReduceOp::from_nccl)) {
+            (ScatterGather::AllGather, _) => ReduceOp::Sum,
+            (ScatterGather::ReduceScatter, Some(Some(op))) => op,
+            // Prod: NCCL's alone.
+            (ScatterGather::ReduceScatter, _) => return Ok(None),
+        };
+        if self.forced == Some(AllReduceAlgo::Nccl) {
+            return Ok(None);
+        }
+        let total_bytes = send.len().max(recv.len()).saturating_mul(elem.bytes());
+        let ours = scatter_gather_uses_ours(total_bytes, self.world, &self.crossovers)
+            || (self.nccl.is_err()
+                && total_bytes / self.world <= scatter_gather_max_shard_bytes(self.world));
+        if !ours {
+            return Ok(None);
+        }
+        intra
+            .scatter_gather(what, elem, send, recv, op, &self.stream)
+            .map(Some)
+    }
+}

@@ -1,0 +1,552 @@
+//! Every setting of the library in one typed struct, [`CommConfig`], and
+//! the one place that reads the environment switches behind them
+//! ([`CommConfig::from_env`]); a value a switch cannot mean is a
+//! [`ConfigError`] naming the variable, never a silent default.
+//!
+//! Apart from it: the launcher's rank variables (`dist_env`, read by the
+//! application), the store's client settings (`intranode-store`), and
+//! [`required_gpus`], which only the GPU test suites read.
+
+use std::path::{Path, PathBuf};
+
+use crate::algo::{AllReduceAlgo, Crossovers};
+use crate::comm::broadcast::BroadcastAlgo;
+use crate::rendezvous::BUFFER_GRANULARITY_BYTES;
+use crate::symm_mem::{Backend, DEFAULT_BUFFER_BYTES};
+
+/// `0` turns the fast path off (seed `ENABLE_INTRA_NODE_COMM`); on by
+/// default.
+pub const ENABLE_ENV: &str = "INTRANODE_ENABLE_INTRA_NODE_COMM";
+
+/// `1` treats the topology as fully connected whatever NVML says (seed
+/// `TEST_INTRA_NODE_COMM`), for tests on machines without NVLink.
+pub const TEST_ENV: &str = "INTRANODE_TEST_INTRA_NODE_COMM";
+
+/// `1` lets several ranks share one GPU (seed
+/// `allow_overlapping_devices`); they count as fully connected.
+pub const ALLOW_OVERLAPPING_ENV: &str = "INTRANODE_ALLOW_OVERLAPPING_DEVICES";
+
+/// Size in bytes of each rank's symmetric buffer (default
+/// [`DEFAULT_BUFFER_BYTES`]), a positive multiple of
+/// [`BUFFER_GRANULARITY_BYTES`].
+pub const BUFFER_BYTES_ENV: &str = "INTRANODE_SYMM_MEM_BUFFER_BYTES";
+
+/// How symmetric memory is shared between processes: `vmm` (default) or
+/// `cuda-ipc`.
+pub const BACKEND_ENV: &str = "INTRANODE_SYMM_MEM_BACKEND";
+
+/// `detail` turns the call fingerprints on (NOTE [call fingerprints] in
+/// `comm/debug.rs`); `off` (or unset) leaves them off.
+pub const DEBUG_ENV: &str = "INTRANODE_DEBUG";
+
+/// Bound of every GPU wait on a peer, in milliseconds.
+pub const BARRIER_TIMEOUT_ENV: &str = "INTRANODE_BARRIER_TIMEOUT_MS";
+
+/// Default of [`BARRIER_TIMEOUT_ENV`]: long enough for a slow peer's
+/// launch under load, short enough that a dead peer is reported well
+/// inside a store timeout.
+pub const DEFAULT_BARRIER_TIMEOUT_MS: u64 = 10_000;
+
+/// Forces an all-reduce algorithm: `lamport`, `lamport-two-shot`,
+/// `one-shot`, `two-shot`, `hcm` or `nccl`.
+pub const FORCE_ALGO_ENV: &str = "INTRANODE_ALL_REDUCE_ALGO";
+
+/// Forces the broadcast path: `symm-mem` or `nccl`.
+pub const FORCE_BROADCAST_ENV: &str = "INTRANODE_BROADCAST_ALGO";
+
+/// Path of a crossover file written by `intranode-bench bench --tune`, in
+/// place of the built-in [`Crossovers`].
+pub const TUNING_FILE_ENV: &str = "INTRANODE_TUNING_FILE";
+
+/// Fixes the launch shape of the Lamport forms, for tuning runs:
+/// `lamport=BLOCKSxTHREADS,lamport-two-shot=BLOCKSxTHREADS` (either part
+/// may be left out; BLOCKS is the most blocks per launch), in place of the
+/// rule of NOTE [lamport launch shape] in `comm/all_reduce.rs`. The
+/// Lamport kernels tie no rank's grid to another's (each rank polls its
+/// own buffer word by word), so ranks may even differ; the barrier-based
+/// algorithms keep their fixed shapes, which the pad layout counts on.
+pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
+
+/// Turns a GPU test's skip into a failure: the number of GPUs a device
+/// run promises (`INTRANODE_REQUIRE_GPUS=4`). Read by [`required_gpus`].
+pub const REQUIRE_GPUS_ENV: &str = "INTRANODE_REQUIRE_GPUS";
+
+/// Most threads per block of the collective kernels (they are built for
+/// it: `cargo xtask check-ptx` keeps them within 128 registers a thread).
+pub(crate) const MAX_THREADS_PER_BLOCK: usize = 512;
+
+/// Most blocks of a Lamport launch: a bound against typos in
+/// [`LAMPORT_LAUNCH_ENV`] (the kernels count no blocks in the pad).
+pub(crate) const MAX_LAMPORT_BLOCKS: usize = 1024;
+
+/// How much the communicators check (from [`DEBUG_ENV`]). Part of the
+/// rendezvous request: the call checks exchange data through the store
+/// on every call, so all ranks must run them or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum DebugLevel {
+    /// No extra checks.
+    #[default]
+    Off,
+    /// Every all-reduce all-gathers a call fingerprint first.
+    Detail,
+}
+
+impl DebugLevel {
+    /// Parses a value of [`DEBUG_ENV`] (case-insensitive; empty is off).
+    pub fn parse(value: &str) -> Option<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "off" | "0" => Some(Self::Off),
+            "detail" => Some(Self::Detail),
+            _ => None,
+        }
+    }
+}
+
+/// Most blocks and threads per block of one launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchShape {
+    pub max_blocks: usize,
+    pub threads: usize,
+}
+
+/// Launch shapes of the Lamport forms fixed by [`LAMPORT_LAUNCH_ENV`];
+/// `None` keeps the measured rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LamportShapes {
+    pub one_shot: Option<LaunchShape>,
+    pub two_shot: Option<LaunchShape>,
+}
+
+impl LamportShapes {
+    /// Parses a value of [`LAMPORT_LAUNCH_ENV`]; the error says what is
+    /// wrong with it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut shapes = LamportShapes::default();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, shape) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not NAME=BLOCKSxTHREADS"))?;
+            let (blocks, threads) = shape
+                .split_once('x')
+                .ok_or_else(|| format!("{shape:?} is not BLOCKSxTHREADS"))?;
+            let number = |s: &str| {
+                s.trim()
+                    .parse::<usize>()
+                    .map_err(|e| format!("{s:?} in {part:?}: {e}"))
+            };
+            let shape = LaunchShape {
+                max_blocks: number(blocks)?,
+                threads: number(threads)?,
+            };
+            // A warp multiple keeps every warp whole; the block bound only
+            // guards against typos.
+            if !(1..=MAX_LAMPORT_BLOCKS).contains(&shape.max_blocks)
+                || !(32..=MAX_THREADS_PER_BLOCK).contains(&shape.threads)
+                || !shape.threads.is_multiple_of(32)
+            {
+                return Err(format!(
+                    "{part:?}: blocks must be 1 to {MAX_LAMPORT_BLOCKS}, threads a multiple of 32 up to {MAX_THREADS_PER_BLOCK}"
+                ));
+            }
+            match AllReduceAlgo::from_name(name) {
+                Some(AllReduceAlgo::Lamport) => shapes.one_shot = Some(shape),
+                Some(AllReduceAlgo::LamportTwoShot) => shapes.two_shot = Some(shape),
+                _ => return Err(format!("{name:?} is not lamport or lamport-two-shot")),
+            }
+        }
+        Ok(shapes)
+    }
+}
+
+/// A setting the library cannot use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// An environment switch with a value it cannot mean.
+    #[error("{var}={value:?}: expected {expected}")]
+    Invalid {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What would have been accepted.
+        expected: String,
+    },
+    /// The crossover file [`TUNING_FILE_ENV`] names cannot be used.
+    #[error("{TUNING_FILE_ENV}={}: {reason}", path.display())]
+    TuningFile {
+        /// The file.
+        path: PathBuf,
+        /// Why it cannot be read or parsed.
+        reason: String,
+    },
+}
+
+impl ConfigError {
+    fn invalid(var: &'static str, value: String, expected: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            var,
+            value,
+            expected: expected.into(),
+        }
+    }
+}
+
+/// Settings of a communicator. [`CommConfig::from_env`] reads every env
+/// switch above; nothing else in the library reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommConfig {
+    /// Whether the fast path may be used at all ([`ENABLE_ENV`]).
+    pub enabled: bool,
+    /// Whether ranks may share a GPU ([`ALLOW_OVERLAPPING_ENV`]).
+    pub allow_overlapping_devices: bool,
+    /// Whether to treat the topology as fully connected ([`TEST_ENV`]).
+    pub force_fully_connected: bool,
+    /// Bytes of each rank's symmetric buffer ([`BUFFER_BYTES_ENV`]).
+    pub buffer_bytes: usize,
+    /// How symmetric memory is shared ([`BACKEND_ENV`]).
+    pub backend: Backend,
+    /// Extra checks of every call ([`DEBUG_ENV`]).
+    pub debug: DebugLevel,
+    /// Bound of every GPU wait on a peer, in milliseconds
+    /// ([`BARRIER_TIMEOUT_ENV`]).
+    pub barrier_timeout_ms: u64,
+    /// The all-reduce algorithm every call must use ([`FORCE_ALGO_ENV`]).
+    pub forced_algo: Option<AllReduceAlgo>,
+    /// The path every broadcast must take ([`FORCE_BROADCAST_ENV`]).
+    pub forced_broadcast: Option<BroadcastAlgo>,
+    /// Where each all-reduce algorithm takes over ([`TUNING_FILE_ENV`]).
+    pub crossovers: Crossovers,
+    /// Fixed launch shapes of the Lamport forms ([`LAMPORT_LAUNCH_ENV`]).
+    pub lamport_shapes: LamportShapes,
+}
+
+impl Default for CommConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            allow_overlapping_devices: false,
+            force_fully_connected: false,
+            buffer_bytes: DEFAULT_BUFFER_BYTES,
+            backend: Backend::Vmm,
+            debug: DebugLevel::Off,
+            barrier_timeout_ms: DEFAULT_BARRIER_TIMEOUT_MS,
+            forced_algo: None,
+            forced_broadcast: None,
+            crossovers: Crossovers::default(),
+            lamport_shapes: LamportShapes::default(),
+        }
+    }
+}
+
+/// A value of a switch, `None` when unset or blank (blank means unset for
+/// every switch, so `VAR= cmd` restores the default).
+fn set(value: Option<String>) -> Option<String> {
+    value.filter(|v| !v.trim().is_empty())
+}
+
+fn parse_bool(
+    var: &'static str,
+    value: Option<String>,
+    default: bool,
+) -> Result<bool, ConfigError> {
+    let Some(value) = set(value) else {
+        return Ok(default);
+    };
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(ConfigError::invalid(
+            var,
+            value,
+            "1/true/yes/on or 0/false/no/off",
+        )),
+    }
+}
+
+/// A positive integer switch that must also pass `ok`.
+fn parse_positive<T: std::str::FromStr + PartialOrd + Default>(
+    var: &'static str,
+    value: Option<String>,
+    default: T,
+    ok: impl Fn(&T) -> bool,
+    expected: &'static str,
+) -> Result<T, ConfigError> {
+    let Some(value) = set(value) else {
+        return Ok(default);
+    };
+    match value.trim().parse::<T>() {
+        Ok(v) if v > T::default() && ok(&v) => Ok(v),
+        _ => Err(ConfigError::invalid(var, value, expected)),
+    }
+}
+
+/// A switch that names one of a set of values.
+fn parse_named<T>(
+    var: &'static str,
+    value: Option<String>,
+    parse: impl Fn(&str) -> Option<T>,
+    expected: &'static str,
+) -> Result<Option<T>, ConfigError> {
+    match set(value) {
+        None => Ok(None),
+        Some(v) => parse(&v)
+            .map(Some)
+            .ok_or_else(|| ConfigError::invalid(var, v, expected)),
+    }
+}
+
+impl CommConfig {
+    /// The settings from the process environment (the `*_ENV` constants);
+    /// unset variables take the [`Default`] values.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`CommConfig::from_env`] with variables looked up by `var`.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let default = Self::default();
+        let buffer_bytes = parse_positive(
+            BUFFER_BYTES_ENV,
+            var(BUFFER_BYTES_ENV),
+            default.buffer_bytes,
+            |b: &usize| b.is_multiple_of(BUFFER_GRANULARITY_BYTES),
+            "a positive multiple of 4096 bytes",
+        )?;
+        let backend = parse_named(
+            BACKEND_ENV,
+            var(BACKEND_ENV),
+            Backend::parse,
+            "`vmm` or `cuda-ipc`",
+        )?
+        .unwrap_or(default.backend);
+        let debug = parse_named(
+            DEBUG_ENV,
+            var(DEBUG_ENV),
+            DebugLevel::parse,
+            "`detail` or `off`",
+        )?
+        .unwrap_or(default.debug);
+        let barrier_timeout_ms = parse_positive(
+            BARRIER_TIMEOUT_ENV,
+            var(BARRIER_TIMEOUT_ENV),
+            default.barrier_timeout_ms,
+            |_| true,
+            "a positive number of milliseconds",
+        )?;
+        let forced_algo = parse_named(
+            FORCE_ALGO_ENV,
+            var(FORCE_ALGO_ENV),
+            AllReduceAlgo::from_name,
+            "lamport, lamport-two-shot, one-shot, two-shot, hcm or nccl",
+        )?;
+        let forced_broadcast = parse_named(
+            FORCE_BROADCAST_ENV,
+            var(FORCE_BROADCAST_ENV),
+            BroadcastAlgo::from_name,
+            "symm-mem or nccl",
+        )?;
+        let crossovers = match set(var(TUNING_FILE_ENV)) {
+            None => default.crossovers,
+            Some(path) => read_crossovers(Path::new(&path))?,
+        };
+        let lamport_shapes = match set(var(LAMPORT_LAUNCH_ENV)) {
+            None => default.lamport_shapes,
+            Some(text) => LamportShapes::parse(&text)
+                .map_err(|why| ConfigError::invalid(LAMPORT_LAUNCH_ENV, text, why))?,
+        };
+        Ok(Self {
+            enabled: parse_bool(ENABLE_ENV, var(ENABLE_ENV), default.enabled)?,
+            allow_overlapping_devices: parse_bool(
+                ALLOW_OVERLAPPING_ENV,
+                var(ALLOW_OVERLAPPING_ENV),
+                default.allow_overlapping_devices,
+            )?,
+            force_fully_connected: parse_bool(
+                TEST_ENV,
+                var(TEST_ENV),
+                default.force_fully_connected,
+            )?,
+            buffer_bytes,
+            backend,
+            debug,
+            barrier_timeout_ms,
+            forced_algo,
+            forced_broadcast,
+            crossovers,
+            lamport_shapes,
+        })
+    }
+
+    /// [`barrier_timeout_ms`](Self::barrier_timeout_ms) as a duration.
+    pub fn barrier_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.barrier_timeout_ms)
+    }
+}
+
+/// Reads a crossover file (JSON, as `intranode-bench bench --tune` writes).
+pub fn read_crossovers(path: &Path) -> Result<Crossovers, ConfigError> {
+    let fail = |reason: String| ConfigError::TuningFile {
+        path: path.to_owned(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(format!("reading: {e}")))?;
+    serde_json::from_str(&text).map_err(|e| fail(format!("parsing: {e}")))
+}
+
+/// The number of GPUs a device run promises ([`REQUIRE_GPUS_ENV`]; 0 when
+/// unset): the GPU test suites fail instead of skipping below it.
+pub fn required_gpus() -> Result<usize, ConfigError> {
+    match set(std::env::var(REQUIRE_GPUS_ENV).ok()) {
+        None => Ok(0),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| ConfigError::invalid(REQUIRE_GPUS_ENV, v, "a number of GPUs")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_from_vars() {
+        let none = |_: &str| None;
+        assert_eq!(
+            CommConfig::from_vars(none).expect("defaults"),
+            CommConfig::default()
+        );
+        let vars = |name: &str| {
+            Some(
+                match name {
+                    ENABLE_ENV => "0",
+                    TEST_ENV => "1",
+                    ALLOW_OVERLAPPING_ENV => "true",
+                    BUFFER_BYTES_ENV => "4096",
+                    BACKEND_ENV => "cuda-ipc",
+                    DEBUG_ENV => "Detail",
+                    BARRIER_TIMEOUT_ENV => " 2500 ",
+                    FORCE_ALGO_ENV => "lamport-two-shot",
+                    FORCE_BROADCAST_ENV => "nccl",
+                    LAMPORT_LAUNCH_ENV => "lamport=8x128",
+                    _ => return None,
+                }
+                .to_owned(),
+            )
+        };
+        let c = CommConfig::from_vars(vars).expect("all set");
+        assert_eq!(
+            c,
+            CommConfig {
+                enabled: false,
+                allow_overlapping_devices: true,
+                force_fully_connected: true,
+                buffer_bytes: 4096,
+                backend: Backend::CudaIpc,
+                debug: DebugLevel::Detail,
+                barrier_timeout_ms: 2500,
+                forced_algo: Some(AllReduceAlgo::LamportTwoShot),
+                forced_broadcast: Some(BroadcastAlgo::Nccl),
+                crossovers: Crossovers::default(),
+                lamport_shapes: LamportShapes {
+                    one_shot: Some(LaunchShape {
+                        max_blocks: 8,
+                        threads: 128
+                    }),
+                    two_shot: None,
+                },
+            }
+        );
+        // Empty values mean unset.
+        let empty = |_: &str| Some(String::new());
+        assert_eq!(
+            CommConfig::from_vars(empty).expect("empty"),
+            CommConfig::default()
+        );
+    }
+
+    #[test]
+    fn config_errors_name_the_variable() {
+        for (var, value) in [
+            (ENABLE_ENV, "maybe"),
+            (TEST_ENV, "2"),
+            (ALLOW_OVERLAPPING_ENV, "yes please"),
+            (BUFFER_BYTES_ENV, "0"),
+            (BUFFER_BYTES_ENV, "10MiB"),
+            (BARRIER_TIMEOUT_ENV, "abc"),
+            (BARRIER_TIMEOUT_ENV, "0"),
+            (FORCE_ALGO_ENV, "lamprot"),
+            (FORCE_BROADCAST_ENV, "symm"),
+            (BUFFER_BYTES_ENV, "4097"),
+            (BUFFER_BYTES_ENV, "-4096"),
+            (BACKEND_ENV, "nvshmem"),
+            (DEBUG_ENV, "verbose"),
+            (LAMPORT_LAUNCH_ENV, "lamport=8"),
+            (LAMPORT_LAUNCH_ENV, "one-shot=8x128"),
+            (LAMPORT_LAUNCH_ENV, "lamport=8x100"),
+        ] {
+            let e = CommConfig::from_vars(|name| (name == var).then(|| value.to_owned()))
+                .expect_err(var);
+            assert!(
+                matches!(&e, ConfigError::Invalid { var: v, .. } if *v == var),
+                "{e}"
+            );
+            assert!(
+                e.to_string().contains(var) && e.to_string().contains(value),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_tuning_file_that_cannot_be_used_is_an_error() {
+        let missing = "/nonexistent/intranode-crossovers.json";
+        let e = CommConfig::from_vars(|name| (name == TUNING_FILE_ENV).then(|| missing.to_owned()))
+            .expect_err("missing file");
+        assert!(matches!(e, ConfigError::TuningFile { .. }), "{e}");
+        assert!(
+            e.to_string().contains(TUNING_FILE_ENV) && e.to_string().contains(missing),
+            "{e}"
+        );
+
+        let dir = std::env::temp_dir().join(format!("intranode-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let bad = dir.join("bad.json");
+        std::fs::write(&bad, "{not json").expect("write");
+        let e = read_crossovers(&bad).expect_err("bad json");
+        assert!(e.to_string().contains("parsing"), "{e}");
+
+        let mut x = Crossovers::default();
+        x.lamport_max_bytes[2] = 4096;
+        let good = dir.join("good.json");
+        std::fs::write(&good, serde_json::to_string(&x).expect("json")).expect("write");
+        let path = good.to_string_lossy().into_owned();
+        let c = CommConfig::from_vars(|name| (name == TUNING_FILE_ENV).then(|| path.clone()))
+            .expect("good file");
+        assert_eq!(c.crossovers, x);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn lamport_shapes_parse_both_forms() {
+        assert_eq!(LamportShapes::parse(""), Ok(LamportShapes::default()));
+        let s = LamportShapes::parse(" lamport-two-shot=64x256 , lamport=132x64 ").expect("both");
+        assert_eq!(
+            s.two_shot,
+            Some(LaunchShape {
+                max_blocks: 64,
+                threads: 256
+            })
+        );
+        assert_eq!(s.one_shot.map(|s| s.max_blocks), Some(132));
+        for bad in [
+            "lamport",
+            "lamport=0x64",
+            "lamport=1x1024",
+            "lamport=1x48",
+            "nccl=1x64",
+        ] {
+            assert!(LamportShapes::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! The rendezvous: how the ranks of one job meet through the store and
+//! build their [`IntraNodeComm`]s, in one module: the request
+//! (`request.rs`), the sequence ([`run`], here) and the verdict
+//! ([`validate`]).
+//!
+//! [`run`] (called by [`IntraNodeComm::rendezvous`]) either returns a complete communicator or
+//! says why not ([`RendezvousError`]): there is no half-initialised object.
+//! Every rank reaches the same outcome, because each step's result is
+//! all-gathered through the store before the next step starts:
+//!
+//! 1. every rank publishes its [`RendezvousRequest`] (or why it could not
+//!    make one);
+//! 2. every rank reads the NVLink mesh between the ranks' GPUs from NVML
+//!    and publishes which peers its GPU can access (`cuDeviceCanAccessPeer`);
+//!    the shared matrix restricts the mesh;
+//! 3. every rank runs [`validate()`] and loads the kernels, and publishes its
+//!    verdict; any failure or refusal ends the rendezvous on every rank, and
+//!    so do verdicts that disagree;
+//! 4. [`SymmetricMemory::rendezvous`] allocates, exchanges and maps the
+//!    blocks (its last phase all-gathers every rank's success).
+
+mod request;
+#[cfg(test)]
+mod tests;
+mod validate;
+
+pub use request::{
+    PROTOCOL_VERSION, RendezvousRequest, debug_level_mismatch, exchange_requests, hostname,
+};
+pub use validate::{
+    BUFFER_GRANULARITY_BYTES, MAX_WORLD, MIN_WORLD, Unsupported, ValidatedGroup, validate,
+};
+
+use std::ffi::CString;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cudarc::driver::CudaContext;
+use intranode_store::{Store, StoreExchange};
+use serde::{Deserialize, Serialize};
+
+use crate::comm::all_reduce::LamportLaunch;
+use crate::comm::debug::CallChecker;
+use crate::comm::{HostErrorWord, IntraNodeComm};
+use crate::config::{CommConfig, DebugLevel};
+use crate::driver_ext;
+use crate::error::{DriverContext, Error, Result};
+use crate::kernels::KernelModule;
+use crate::symm_mem::SymmetricMemory;
+use crate::topology::{self, MAX_DEVICES, NvlMesh, PciAddress};
+
+/// Why [`IntraNodeComm::rendezvous`] returned no communicator.
+#[derive(Debug, thiserror::Error)]
+pub enum RendezvousError {
+    /// The group cannot use the fast path: fall back (to NCCL).
+    #[error("intra-node comm unsupported: {0}")]
+    Unsupported(#[from] Unsupported),
+    /// Something failed on the way (driver, store, allocation, a peer).
+    #[error("intra-node comm rendezvous failed: {0}")]
+    Failed(#[from] Error),
+}
+
+/// What each rank publishes after validating (step 3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+enum Verdict {
+    /// The group works, with this topology and mesh.
+    Ok {
+        topology: String,
+        mesh: Vec<[u32; MAX_DEVICES]>,
+    },
+    /// The group cannot use the fast path, and why.
+    Unsupported(String),
+    /// This rank failed (kernels did not load), and why.
+    Failed(String),
+}
+
+/// Count of communicators this process has started to build: each gets
+/// its own store prefix, so their keys never mix. All ranks create their
+/// communicators in the same order (as with any collective API), so the
+/// numbers agree.
+static COMM_COUNT: AtomicU64 = AtomicU64::new(0);
+
+/// Step 2, local half: which peers our GPU can access, index = rank. A
+/// peer on our own GPU counts as accessible. A peer GPU this process cannot
+/// see (`CUDA_VISIBLE_DEVICES`) cannot be asked about; it counts as
+/// accessible, so the NVML mesh alone decides for that pair.
+fn peer_access_row(ctx: &CudaContext, requests: &[RendezvousRequest], rank: usize) -> Vec<bool> {
+    let me = ctx.cu_device();
+    let own = &requests[rank];
+    requests
+        .iter()
+        .enumerate()
+        .map(|(peer, req)| {
+            if peer == rank || req.same_device(own) {
+                return true;
+            }
+            let Ok(pci) = CString::new(req.pci_bus_id.as_str()) else {
+                return false;
+            };
+            // SAFETY: the driver is initialised (our context exists); the
+            // string is NUL-terminated.
+            match unsafe { driver_ext::device_get_by_pci_bus_id(&pci) } {
+                // SAFETY: both are valid device handles of this process.
+                Ok(dev) => match unsafe { driver_ext::device_can_access_peer(me, dev) } {
+                    Ok(can) => can,
+                    Err(e) => {
+                        tracing::warn!("cuDeviceCanAccessPeer for rank {peer} (gpu {}) failed: {e}", req.pci_bus_id);
+                        false
+                    }
+                },
+                Err(e) => {
+                    tracing::debug!(
+                        "gpu {} of rank {peer} is not visible here ({e}); NVML alone decides its links",
+                        req.pci_bus_id
+                    );
+                    true
+                }
+            }
+        })
+        .collect()
+}
+
+/// SMs of the context's GPU: the Lamport launch shape spreads over them.
+fn multiprocessors(ctx: &CudaContext) -> Result<usize> {
+    let sms = ctx
+        .attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )
+        .ctx(
+            "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)",
+            Some(ctx.ordinal()),
+        )?;
+    Ok(usize::try_from(sms).unwrap_or(1).max(1))
+}
+
+/// The NVML mesh between the ranks' GPUs (zero when a PCI address does
+/// not parse: the topology is then unknown).
+fn nvml_mesh(requests: &[RendezvousRequest]) -> NvlMesh {
+    let addresses: Option<Vec<PciAddress>> = requests
+        .iter()
+        .map(RendezvousRequest::pci_address)
+        .collect();
+    match addresses {
+        Some(addresses) => topology::nvl_mesh_from_nvml(&addresses),
+        None => {
+            tracing::warn!("a rank's PCI bus id does not parse; assuming no NVLink");
+            NvlMesh::zero()
+        }
+    }
+}
+
+/// Builds the communicator of `rank` in a group of `world` ranks on
+/// the device of `ctx`, meeting the others through `store`. Every rank
+/// of the group must call it (with the same `world`, in the same order
+/// relative to its other communicators).
+pub fn run(
+    ctx: &Arc<CudaContext>,
+    store: Arc<dyn Store>,
+    rank: usize,
+    world: usize,
+    config: &CommConfig,
+) -> Result<IntraNodeComm, RendezvousError> {
+    if world == 0 || rank >= world {
+        return Err(
+            Error::InvalidArgument(format!("rank {rank} is not below world size {world}")).into(),
+        );
+    }
+    let device = ctx.ordinal();
+    let instance = COMM_COUNT.fetch_add(1, Ordering::Relaxed);
+    let mut exchange = StoreExchange::new(format!("intranode/comm/{instance}"));
+    let s: &dyn Store = &*store;
+    let store_err = |op: &'static str| move |source| Error::Store { op, rank, source };
+
+    // Step 1: requests.
+    let local = RendezvousRequest::local(ctx, rank, world, config);
+    let published = match &local {
+        Ok(r) => Ok(r.clone()),
+        Err(e) => Err(e.to_string()),
+    };
+    let requests = exchange_requests(s, &mut exchange, rank, world, &published);
+    local?;
+    let requests = requests?;
+    // Every rank sees the same requests, so every rank fails here alike.
+    if let Some(why) = debug_level_mismatch(&requests) {
+        return Err(Error::InvalidArgument(format!("rank {rank}: {why}")).into());
+    }
+
+    // Step 2: mesh and peer access. A disabled or oversized group
+    // skips the queries but still takes part in the exchange.
+    let queries_useful = config.enabled && (2..=MAX_DEVICES).contains(&world);
+    let row = if queries_useful {
+        peer_access_row(ctx, &requests, rank)
+    } else {
+        vec![true; world]
+    };
+    let rows: Vec<Vec<bool>> = exchange
+        .all_gather(s, rank, world, &row)
+        .map_err(store_err("all-gather of peer access"))?;
+    let mesh = if queries_useful {
+        let access = |a: usize, b: usize| {
+            rows.get(a)
+                .and_then(|row| row.get(b))
+                .copied()
+                .unwrap_or(false)
+        };
+        topology::restrict_to_peer_access(&nvml_mesh(&requests), world, access)
+    } else {
+        NvlMesh::zero()
+    };
+
+    // Step 3: verdicts.
+    let local: std::result::Result<
+        (ValidatedGroup, KernelModule, HostErrorWord, LamportLaunch),
+        RendezvousError,
+    > = match validate(&requests, &mesh, config) {
+        Err(u) => Err(u.into()),
+        Ok(group) => multiprocessors(ctx)
+            .map(|sms| LamportLaunch::new(sms, config.lamport_shapes))
+            .and_then(|l| KernelModule::load(ctx).map(|k| (k, l)))
+            .and_then(|(k, l)| {
+                HostErrorWord::new(ctx, config.barrier_timeout()).map(|h| (group, k, h, l))
+            })
+            .map_err(RendezvousError::from),
+    };
+    let verdict = match &local {
+        Ok((group, _, _, _)) => Verdict::Ok {
+            topology: group.topology.to_string(),
+            mesh: group.mesh.0.to_vec(),
+        },
+        Err(RendezvousError::Unsupported(u)) => Verdict::Unsupported(u.to_string()),
+        Err(RendezvousError::Failed(e)) => Verdict::Failed(e.to_string()),
+    };
+    let verdicts: Vec<Verdict> = exchange
+        .all_gather(s, rank, world, &verdict)
+        .map_err(store_err("all-gather of rendezvous verdicts"))?;
+    let (group, kernels, health, lamport_launch) = local?;
+    for (r, v) in verdicts.iter().enumerate() {
+        if let Verdict::Failed(reason) = v {
+            return Err(Error::PeerFailed {
+                rank: r,
+                phase: "intra-node comm set-up",
+                reason: reason.clone(),
+            }
+            .into());
+        }
+    }
+    for (r, v) in verdicts.iter().enumerate() {
+        match v {
+            Verdict::Unsupported(reason) => {
+                return Err(Unsupported::PeerFailed {
+                    rank: r,
+                    reason: reason.clone(),
+                }
+                .into());
+            }
+            Verdict::Ok { .. } if *v != verdict => {
+                return Err(Unsupported::InconsistentTopology {
+                    rank: r,
+                    theirs: format!("{v:?}"),
+                    me: rank,
+                    ours: format!("{verdict:?}"),
+                }
+                .into());
+            }
+            _ => {}
+        }
+    }
+
+    // Step 4: symmetric memory (its last phase is the final all-gather).
+    let symm = SymmetricMemory::rendezvous(
+        ctx,
+        s,
+        &mut exchange,
+        rank,
+        world,
+        group.buffer_bytes,
+        group.backend,
+    )?;
+    tracing::info!("intra-node comm ready: rank {rank}/{world}, device {device}, {group}");
+    let call_checker = (config.debug == DebugLevel::Detail).then(|| {
+        CallChecker::new(
+            store.clone(),
+            format!("{}/debug", exchange.prefix()),
+            rank,
+            world,
+        )
+    });
+    Ok(IntraNodeComm {
+        ctx: ctx.clone(),
+        kernels,
+        store,
+        exchange: Mutex::new(exchange),
+        rank,
+        world,
+        device,
+        topology: group.topology,
+        mesh: group.mesh,
+        hcm_neighbors: group.hcm_neighbors,
+        hcm_plan: crate::comm::hcm::hcm_plan(
+            group.topology,
+            world,
+            rank,
+            group.hcm_neighbors.as_ref(),
+        ),
+        symm,
+        usage_counter: AtomicU64::new(0),
+        health: Arc::new(health),
+        barrier_timeout: config.barrier_timeout(),
+        call_checker,
+        crossovers: config.crossovers.clone(),
+        lamport_launch,
+        capture_side: std::sync::OnceLock::new(),
+    })
+}

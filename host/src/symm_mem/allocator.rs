@@ -1,0 +1,363 @@
+//! The allocator: block layout, the backend choice, this rank's block
+//! (phase 1 of the rendezvous) and the per-backend types that own the
+//! blocks (`vmm`, `cuda_ipc`); device memory for the pointer tables; the
+//! policy for errors met while releasing any of them (NOTE [drop errors] in
+//! `error.rs`).
+
+use std::fmt;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, result, sys};
+use intranode_store::Store;
+use serde::{Deserialize, Serialize};
+
+use super::{cuda_ipc, vmm};
+use crate::error::{DriverContext, Error, Result};
+use crate::ipc_channel::IpcChannel;
+
+/// Default size of each rank's data buffer: 10 MiB (PyTorch's
+/// `kDefaultBufferSize`).
+pub const DEFAULT_BUFFER_BYTES: usize = 10 << 20;
+
+/// Size of each rank's signal pad: barrier flags and counters, then the
+/// Lamport buffers (NOTE [signal pad layout] in `kernels_gpu::layout`).
+pub const SIGNAL_PAD_BYTES: usize = kernels_gpu::layout::SIGNAL_PAD_BYTES;
+
+const _: () = assert!(SIGNAL_PAD_BYTES >= kernels_gpu::layout::SIGNAL_PAD_MIN_BYTES);
+
+/// Alignment of the signal pad inside a block.
+pub const SIGNAL_PAD_ALIGN: usize = 4096;
+
+/// How blocks are shared between the ranks' processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Backend {
+    /// CUDA virtual memory management with POSIX file descriptors.
+    Vmm,
+    /// Legacy `cuIpcGetMemHandle` / `cuIpcOpenMemHandle`.
+    CudaIpc,
+}
+
+impl Backend {
+    /// The backend named `text` (`vmm`, `cuda-ipc`; case-insensitive,
+    /// `_` for `-` accepted).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().replace('_', "-").as_str() {
+            "vmm" => Some(Self::Vmm),
+            "cuda-ipc" | "ipc" => Some(Self::CudaIpc),
+            _ => None,
+        }
+    }
+
+    /// The name [`Backend::parse`] accepts.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Vmm => "vmm",
+            Self::CudaIpc => "cuda-ipc",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `bytes` rounded up to a multiple of `granularity`; `None` on overflow
+/// or a zero granularity.
+pub fn round_up(bytes: usize, granularity: usize) -> Option<usize> {
+    if granularity == 0 {
+        return None;
+    }
+    bytes.checked_next_multiple_of(granularity)
+}
+
+/// Where buffer and signal pad sit in one rank's block. Identical on every
+/// rank (checked at rendezvous).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BlockLayout {
+    /// Usable bytes of the data buffer, at offset 0 (what the caller asked
+    /// for; views are checked against it).
+    pub buffer_bytes: usize,
+    /// Offset of the signal pad: `buffer_bytes` rounded up to
+    /// [`SIGNAL_PAD_ALIGN`].
+    pub signal_pad_offset: usize,
+    /// Bytes of the signal pad.
+    pub signal_pad_bytes: usize,
+    /// Bytes actually allocated: the end of the signal pad rounded up to
+    /// the allocation granularity.
+    pub alloc_bytes: usize,
+}
+
+impl BlockLayout {
+    /// The layout for a buffer of `buffer_bytes` and a pad of
+    /// [`SIGNAL_PAD_BYTES`], allocated in multiples of `granularity`.
+    pub fn new(buffer_bytes: usize, granularity: usize) -> Result<Self> {
+        Self::with_signal_pad(buffer_bytes, SIGNAL_PAD_BYTES, granularity)
+    }
+
+    /// [`BlockLayout::new`] with a chosen signal-pad size.
+    pub fn with_signal_pad(
+        buffer_bytes: usize,
+        signal_pad_bytes: usize,
+        granularity: usize,
+    ) -> Result<Self> {
+        if buffer_bytes == 0 {
+            return Err(Error::InvalidArgument(
+                "symmetric memory buffer size must be positive, got 0 bytes".into(),
+            ));
+        }
+        if granularity == 0 || !granularity.is_power_of_two() {
+            return Err(Error::InvalidArgument(format!(
+                "allocation granularity must be a power of two, got {granularity}"
+            )));
+        }
+        let too_big = || {
+            Error::InvalidArgument(format!(
+                "symmetric memory buffer of {buffer_bytes} bytes plus a {signal_pad_bytes}-byte signal pad \
+                 overflows the address space"
+            ))
+        };
+        let signal_pad_offset = round_up(buffer_bytes, SIGNAL_PAD_ALIGN).ok_or_else(too_big)?;
+        let end = signal_pad_offset
+            .checked_add(signal_pad_bytes)
+            .ok_or_else(too_big)?;
+        let alloc_bytes = round_up(end, granularity).ok_or_else(too_big)?;
+        Ok(Self {
+            buffer_bytes,
+            signal_pad_offset,
+            signal_pad_bytes,
+            alloc_bytes,
+        })
+    }
+}
+
+pub(super) use crate::error::{bind_for_drop, record_drop_error};
+
+/// Device memory from plain `cuMemAlloc` (peers can reach it, unlike the
+/// stream-ordered pool behind cudarc's `alloc`), freed on drop.
+#[derive(Debug)]
+pub(super) struct DeviceAlloc {
+    ctx: Arc<CudaContext>,
+    pub(super) ptr: sys::CUdeviceptr,
+}
+
+impl DeviceAlloc {
+    pub(super) fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self> {
+        let device = Some(ctx.ordinal());
+        crate::error::bind(ctx, device)?;
+        // SAFETY: the context is current; the memory is uninitialised
+        // bytes, which this type never reads as anything.
+        let ptr = unsafe { result::malloc_sync(bytes) }.ctx("cuMemAlloc", device)?;
+        Ok(Self {
+            ctx: ctx.clone(),
+            ptr,
+        })
+    }
+}
+
+impl Drop for DeviceAlloc {
+    fn drop(&mut self) {
+        if !bind_for_drop(&self.ctx, "cuCtxSetCurrent before cuMemFree") {
+            return;
+        }
+        // SAFETY: `ptr` came from cuMemAlloc in this context and is freed
+        // only here; the owner synchronized the context before dropping.
+        if let Err(e) = unsafe { result::free_sync(self.ptr) } {
+            record_drop_error(&self.ctx, "cuMemFree", e);
+        }
+    }
+}
+
+/// The peers' blocks as this process holds them, per backend.
+#[derive(Debug)]
+pub(super) enum Blocks {
+    Vmm(vmm::Blocks),
+    CudaIpc(cuda_ipc::Blocks),
+}
+
+impl Blocks {
+    /// Base address of each rank's block in this process, index = rank.
+    pub(super) fn bases(&self) -> Vec<u64> {
+        match self {
+            Self::Vmm(b) => b.bases(),
+            Self::CudaIpc(b) => b.bases(),
+        }
+    }
+}
+
+/// Our own block after phase 1, before the peers' are known.
+#[derive(Debug)]
+pub(super) enum LocalBlock {
+    Vmm(vmm::LocalBlock),
+    CudaIpc(cuda_ipc::LocalBlock),
+}
+
+/// What each rank publishes after phase 1 (local allocation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct LocalInfo {
+    pub(super) pid: u32,
+    pub(super) device: usize,
+    pub(super) backend: Backend,
+    pub(super) layout: BlockLayout,
+    /// The legacy IPC handle's 64 bytes ([`Backend::CudaIpc`] only).
+    pub(super) ipc_handle: Option<Vec<u8>>,
+}
+
+/// Phase 1: allocate, zero and export our block; for VMM also bind the
+/// descriptor channel (a local step that can fail, so it belongs here).
+#[allow(clippy::type_complexity)]
+pub(super) fn allocate_local(
+    ctx: &Arc<CudaContext>,
+    rank: usize,
+    world: usize,
+    buffer_bytes: usize,
+    backend: Backend,
+    job_id: &str,
+    store: &dyn Store,
+) -> Result<(LocalBlock, LocalInfo, Option<IpcChannel>)> {
+    let device = ctx.ordinal();
+    crate::error::bind(ctx, Some(device))?;
+    let (block, layout, ipc_handle, channel) = match backend {
+        Backend::Vmm => {
+            let block = vmm::LocalBlock::new(ctx, buffer_bytes)?;
+            let layout = block.layout();
+            let channel = IpcChannel::new(
+                &IpcChannel::default_dir(),
+                job_id,
+                rank,
+                world,
+                store.timeout(),
+            )?;
+            (LocalBlock::Vmm(block), layout, None, Some(channel))
+        }
+        Backend::CudaIpc => {
+            let block = cuda_ipc::LocalBlock::new(ctx, buffer_bytes)?;
+            let layout = block.layout();
+            let handle = block.handle_bytes();
+            (LocalBlock::CudaIpc(block), layout, Some(handle), None)
+        }
+    };
+    // NOTE [signal pads start at zero]: the block was zero-filled with
+    // cuMemsetD8, which returns before the fill is done for device
+    // memory. Wait for it here, before we report success: peers use our
+    // pad only after the last all-gather, which follows this.
+    ctx.synchronize().ctx("cuCtxSynchronize", Some(device))?;
+    let info = LocalInfo {
+        pid: std::process::id(),
+        device,
+        backend,
+        layout,
+        ipc_handle,
+    };
+    Ok((block, info, channel))
+}
+
+/// Whether `device` (a CUDA ordinal) supports multicast objects
+/// (`CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED`). Reads the attribute and
+/// nothing more: this library never creates multicast objects.
+pub fn device_has_multicast_support(device: usize) -> Result<bool> {
+    crate::gpu::require_devices(device + 1)?;
+    let ordinal = i32::try_from(device)
+        .map_err(|_| Error::InvalidArgument(format!("device {device} out of range")))?;
+    result::init().ctx("cuInit", Some(device))?;
+    let dev = result::device::get(ordinal).ctx("cuDeviceGet", Some(device))?;
+    // SAFETY: the driver is initialised and `dev` is a valid device handle.
+    let value = unsafe {
+        result::device::get_attribute(
+            dev,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED,
+        )
+    }
+    .ctx("cuDeviceGetAttribute(MULTICAST_SUPPORTED)", Some(device))?;
+    Ok(value != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_up_math() {
+        assert_eq!(round_up(0, 4096), Some(0));
+        assert_eq!(round_up(1, 4096), Some(4096));
+        assert_eq!(round_up(4096, 4096), Some(4096));
+        assert_eq!(round_up(4097, 4096), Some(8192));
+        assert_eq!(round_up(10 << 20, 2 << 20), Some(10 << 20));
+        assert_eq!(round_up((10 << 20) + 1, 2 << 20), Some(12 << 20));
+        assert_eq!(round_up(7, 3), Some(9));
+        assert_eq!(round_up(5, 0), None);
+        assert_eq!(round_up(usize::MAX, 2), None);
+        assert_eq!(round_up(usize::MAX - 1, 2), Some(usize::MAX - 1));
+    }
+
+    #[test]
+    fn default_layout_on_2mib_granularity() {
+        let l = BlockLayout::new(DEFAULT_BUFFER_BYTES, 2 << 20).expect("layout");
+        assert_eq!(l.buffer_bytes, 10 << 20);
+        assert_eq!(l.signal_pad_offset, 10 << 20);
+        assert_eq!(l.signal_pad_bytes, SIGNAL_PAD_BYTES);
+        // 10 MiB + 64 KiB of flags + 64 MiB of Lamport buffers rounds up
+        // to 76 MiB.
+        assert_eq!(l.alloc_bytes, 76 << 20);
+    }
+
+    #[test]
+    fn odd_buffer_sizes() {
+        let l = BlockLayout::new(1, 2 << 20).expect("layout");
+        assert_eq!(
+            (l.signal_pad_offset, l.alloc_bytes),
+            (4096, (4096 + SIGNAL_PAD_BYTES).next_multiple_of(2 << 20))
+        );
+        let l = BlockLayout::new(4097, 1).expect("layout");
+        assert_eq!(
+            (l.signal_pad_offset, l.alloc_bytes),
+            (8192, 8192 + SIGNAL_PAD_BYTES)
+        );
+        let l = BlockLayout::with_signal_pad(100, 0, 512).expect("layout");
+        assert_eq!((l.signal_pad_offset, l.alloc_bytes), (4096, 4096));
+        // The pad never overlaps the buffer and everything fits.
+        for bytes in [1usize, 255, 4095, 4096, 65_537, 3 << 20, (10 << 20) - 1] {
+            for gran in [1usize, 4096, 2 << 20] {
+                let l = BlockLayout::new(bytes, gran).expect("layout");
+                assert!(l.signal_pad_offset >= l.buffer_bytes);
+                assert_eq!(l.signal_pad_offset % SIGNAL_PAD_ALIGN, 0);
+                assert!(l.signal_pad_offset + l.signal_pad_bytes <= l.alloc_bytes);
+                assert_eq!(l.alloc_bytes % gran, 0);
+                assert!(l.alloc_bytes - (l.signal_pad_offset + l.signal_pad_bytes) < gran);
+            }
+        }
+    }
+
+    #[test]
+    fn layout_errors() {
+        let e = BlockLayout::new(0, 4096).expect_err("zero buffer");
+        assert!(e.to_string().contains("must be positive"), "{e}");
+        assert!(BlockLayout::new(10, 0).is_err());
+        assert!(BlockLayout::new(10, 3000).is_err());
+        let e = BlockLayout::new(usize::MAX - 10, 4096).expect_err("overflow");
+        assert!(e.to_string().contains("overflows"), "{e}");
+    }
+
+    #[test]
+    fn backend_names() {
+        assert_eq!(Backend::parse("VMM"), Some(Backend::Vmm));
+        assert_eq!(Backend::parse("cuda-ipc"), Some(Backend::CudaIpc));
+        assert_eq!(Backend::parse(" cuda_ipc "), Some(Backend::CudaIpc));
+        assert_eq!(Backend::parse("nvshmem"), None);
+        for b in [Backend::Vmm, Backend::CudaIpc] {
+            assert_eq!(Backend::parse(b.as_str()), Some(b));
+        }
+    }
+
+    #[test]
+    fn no_gpu_gives_an_error_not_a_panic() {
+        if crate::gpu::driver_available() {
+            return;
+        }
+        assert!(matches!(
+            device_has_multicast_support(0),
+            Err(Error::NoDriver)
+        ));
+    }
+}

@@ -1,0 +1,156 @@
+//! The value types every layer shares: [`ElemType`] (what the kernels
+//! compute on), [`DType`] (the host types behind it) and [`ReduceOp`].
+//! Each is defined here once; the kernels' codes for them live in
+//! `kernels_gpu::layout`.
+
+use cudarc::driver::DeviceRepr;
+use cudarc::nccl::ReduceOp as NcclOp;
+use kernels_gpu::layout;
+
+/// Element types the kernels handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ElemType {
+    Bf16,
+    F16,
+    F32,
+}
+
+impl ElemType {
+    /// Every element type, in a fixed order.
+    pub const ALL: [ElemType; 3] = [ElemType::Bf16, ElemType::F16, ElemType::F32];
+
+    /// Bytes per element.
+    pub const fn bytes(self) -> usize {
+        match self {
+            ElemType::Bf16 | ElemType::F16 => 2,
+            ElemType::F32 => 4,
+        }
+    }
+
+    /// Suffix of kernel names (`add_bf16`).
+    pub const fn suffix(self) -> &'static str {
+        match self {
+            ElemType::Bf16 => "bf16",
+            ElemType::F16 => "f16",
+            ElemType::F32 => "f32",
+        }
+    }
+}
+
+/// A host type with a device counterpart the kernels handle.
+pub trait DType: DeviceRepr + Copy + Send + Sync + 'static {
+    /// The kernels' name for it.
+    const ELEM: ElemType;
+    /// Widens to f64 (for host references).
+    fn to_f64(self) -> f64;
+    /// Rounds from f64 to nearest, ties to even.
+    fn from_f64(v: f64) -> Self;
+    /// Rounds from f32 to nearest, ties to even, as the kernels' `cvt.rn`.
+    fn from_f32(v: f32) -> Self;
+    /// Widens to f32 exactly.
+    fn to_f32(self) -> f32;
+}
+
+impl DType for half::bf16 {
+    const ELEM: ElemType = ElemType::Bf16;
+    fn to_f64(self) -> f64 {
+        self.to_f64()
+    }
+    fn from_f64(v: f64) -> Self {
+        half::bf16::from_f64(v)
+    }
+    fn from_f32(v: f32) -> Self {
+        half::bf16::from_f32(v)
+    }
+    fn to_f32(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+impl DType for half::f16 {
+    const ELEM: ElemType = ElemType::F16;
+    fn to_f64(self) -> f64 {
+        self.to_f64()
+    }
+    fn from_f64(v: f64) -> Self {
+        half::f16::from_f64(v)
+    }
+    fn from_f32(v: f32) -> Self {
+        half::f16::from_f32(v)
+    }
+    fn to_f32(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+impl DType for f32 {
+    const ELEM: ElemType = ElemType::F32;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+    fn to_f32(self) -> f32 {
+        self
+    }
+}
+
+/// Reduction operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    /// Sum divided by the world size.
+    Avg,
+    Min,
+    Max,
+}
+
+impl ReduceOp {
+    /// Every op, in a fixed order.
+    pub const ALL: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max];
+
+    /// The kernels' `layout::OP_*` code.
+    pub(crate) const fn code(self) -> u32 {
+        match self {
+            ReduceOp::Sum => layout::OP_SUM,
+            ReduceOp::Avg => layout::OP_AVG,
+            ReduceOp::Min => layout::OP_MIN,
+            ReduceOp::Max => layout::OP_MAX,
+        }
+    }
+
+    /// Its name in call fingerprints and messages.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Avg => "avg",
+            ReduceOp::Min => "min",
+            ReduceOp::Max => "max",
+        }
+    }
+
+    /// Ours for an NCCL op; `None` for the ops only NCCL has (product).
+    pub const fn from_nccl(op: &NcclOp) -> Option<ReduceOp> {
+        match op {
+            NcclOp::Sum => Some(ReduceOp::Sum),
+            NcclOp::Avg => Some(ReduceOp::Avg),
+            NcclOp::Min => Some(ReduceOp::Min),
+            NcclOp::Max => Some(ReduceOp::Max),
+            NcclOp::Prod => None,
+        }
+    }
+
+    /// NCCL's op for ours.
+    pub const fn to_nccl(self) -> NcclOp {
+        match self {
+            ReduceOp::Sum => NcclOp::Sum,
+            ReduceOp::Avg => NcclOp::Avg,
+            ReduceOp::Min => NcclOp::Min,
+            ReduceOp::Max => NcclOp::Max,
+        }
+    }
+}

@@ -1,0 +1,444 @@
+//! The GPU correctness suite (issue: all-reduce correctness on GPUs).
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::nccl::NcclType;
+use half::{bf16, f16};
+use intranode::ReduceOp;
+use intranode::algo::AllReduceAlgo;
+use intranode::kernels::DType;
+use intranode_harness::data;
+use intranode_harness::progress::Progress;
+use intranode_harness::rank::Rank;
+
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// Back-to-back calls of mixed sizes, types, ops and algorithms.
+    #[arg(long, default_value_t = 10_000)]
+    pub stress_calls: usize,
+    /// Replays of the captured graph of 10 all-reduces.
+    #[arg(long, default_value_t = 1000)]
+    pub graph_replays: usize,
+    /// Replays of each free-running stress graph (16 back-to-back calls
+    /// with skew, per algorithm and size class; 0 skips them).
+    #[arg(long, default_value_t = 50)]
+    pub free_replays: usize,
+    /// Run only the free-running stresses.
+    #[arg(long)]
+    pub only_free: bool,
+    /// Run only the reduce-scatter and all-gather checks.
+    #[arg(long)]
+    pub only_scatter_gather: bool,
+    /// Run only the all-reduce + residual + RMSNorm checks.
+    #[arg(long)]
+    pub only_norm: bool,
+    /// Seed of every input (all ranks must agree).
+    #[arg(long, default_value_t = 0x1234_5678)]
+    pub seed: u64,
+}
+
+/// One checked call: upload fresh inputs, poison the output, reduce,
+/// compare with the f64 reference and across ranks.
+struct Case {
+    algo: AllReduceAlgo,
+    op: ReduceOp,
+    elems: usize,
+    call: u64,
+}
+
+fn upload<T: DType>(stream: &Arc<CudaStream>, host: &[T]) -> Result<CudaSlice<T>> {
+    Ok(stream.clone_htod(host)?)
+}
+
+fn run_case<T: DType + NcclType>(r: &mut Rank, seed: u64, case: &Case, auto: bool) -> Result<u64> {
+    let input = data::inputs::<T>(seed, case.call, r.rank(), case.elems);
+    let d_in = upload(&r.stream, &input)?;
+    let mut d_out = upload(&r.stream, &vec![data::poison::<T>(); case.elems])?;
+    r.all_reduce(&d_in, &mut d_out, case.op, (!auto).then_some(case.algo))?;
+    let out = r.stream.clone_dtoh(&d_out)?;
+    r.stream.synchronize()?;
+    data::verify(&out, seed, case.call, r.world(), case.op).map_err(|e| {
+        anyhow::anyhow!(
+            "rank {}: {} n={}: {e}",
+            r.rank(),
+            if auto { "auto" } else { case.algo.name() },
+            case.elems
+        )
+    })?;
+    Ok(data::fingerprint(&out))
+}
+
+/// Lengths of the sweep: tiny, odd, around a vector, and at and past one
+/// symmetric buffer of `buffer_elems`.
+fn sweep_lengths(buffer_elems: usize, lamport_elems: usize) -> [usize; 9] {
+    [
+        1,
+        7,
+        8,
+        4095,
+        4096,
+        (1 << 20) + 3,
+        buffer_elems,
+        buffer_elems + 5,
+        lamport_elems,
+    ]
+}
+
+/// Cases of one element type's sweep.
+fn sweep_cases(r: &Rank) -> usize {
+    r.algos().len() * ReduceOp::ALL.len() * sweep_lengths(0, 0).len()
+}
+
+fn sweep<T: DType + NcclType>(
+    r: &mut Rank,
+    args: &CheckArgs,
+    call: &mut u64,
+    progress: &mut Progress,
+) -> Result<usize> {
+    let buffer_elems = r
+        .comm
+        .intra()
+        .map_or(5 << 20, |c| c.symm().buffer_bytes() / T::ELEM.bytes());
+    // The largest message of the Lamport two-shot: the fullest its
+    // buffers get, several vectors per thread.
+    let lamport_elems =
+        intranode::algo::lamport_two_shot_max_message_bytes(r.world()) / T::ELEM.bytes();
+    let lengths = sweep_lengths(buffer_elems, lamport_elems);
+    let mut cases = 0;
+    for algo in r.algos() {
+        for op in ReduceOp::ALL {
+            for &elems in &lengths {
+                *call += 1;
+                let case = Case {
+                    algo: algo.unwrap_or(AllReduceAlgo::Nccl),
+                    op,
+                    elems,
+                    call: *call,
+                };
+                let fp = run_case::<T>(r, args.seed, &case, algo.is_none())?;
+                let all = r.all_gather(&fp)?;
+                if all.iter().any(|&f| f != fp) {
+                    bail!(
+                        "{:?} {op:?} n={elems} {}: outputs differ between ranks (fingerprints {all:x?})",
+                        T::ELEM,
+                        algo.map_or("auto", AllReduceAlgo::name)
+                    );
+                }
+                cases += 1;
+                progress.step(&format!(
+                    "{:?} {op:?} n={elems} {}",
+                    T::ELEM,
+                    algo.map_or("auto", AllReduceAlgo::name)
+                ));
+            }
+        }
+    }
+    Ok(cases)
+}
+
+/// Back-to-back calls without synchronizing in between, then a check of
+/// every one: catches barrier and double-buffering races.
+fn stress<T: DType + NcclType>(
+    r: &mut Rank,
+    args: &CheckArgs,
+    calls: usize,
+    max_elems: usize,
+    call: &mut u64,
+    rng: &mut u64,
+) -> Result<()> {
+    const BATCH: usize = 50;
+    let choices = r.algos();
+    let mut remaining = calls;
+    while remaining > 0 {
+        let n_batch = remaining.min(BATCH);
+        let mut pending = Vec::with_capacity(n_batch);
+        for _ in 0..n_batch {
+            *rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let x = *rng >> 16;
+            let elems = 1 + (x as usize % max_elems);
+            let op = ReduceOp::ALL[(x >> 20) as usize % 4];
+            let algo = choices[(x >> 24) as usize % choices.len()];
+            *call += 1;
+            let input = data::inputs::<T>(args.seed, *call, r.rank(), elems);
+            let d_in = upload(&r.stream, &input)?;
+            let mut d_out = upload(&r.stream, &vec![data::poison::<T>(); elems])?;
+            r.all_reduce(&d_in, &mut d_out, op, algo)?;
+            pending.push((d_in, d_out, op, *call, algo));
+        }
+        r.stream.synchronize()?;
+        for (_, d_out, op, c, algo) in &pending {
+            let out = r.stream.clone_dtoh(d_out)?;
+            data::verify(&out, args.seed, *c, r.world(), *op).map_err(|e| {
+                anyhow::anyhow!(
+                    "stress call {c} ({}): {e}",
+                    algo.map_or("auto", AllReduceAlgo::name)
+                )
+            })?;
+        }
+        remaining -= n_batch;
+    }
+    Ok(())
+}
+
+/// Captures 10 all-reduces in a CUDA graph and replays it with new inputs.
+fn graph<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) -> Result<()> {
+    let sizes = [
+        1usize,
+        7,
+        8,
+        100,
+        4095,
+        4096,
+        10_000,
+        65_537,
+        200_003,
+        1 << 20,
+    ];
+    // Every algorithm of ours, then NCCL where it loaded (not auto).
+    let algos_cycle: Vec<AllReduceAlgo> = r.algos().into_iter().flatten().collect();
+    let ops = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg, ReduceOp::Min];
+    let mut ins = Vec::new();
+    let mut outs = Vec::new();
+    for &n in &sizes {
+        ins.push(upload(&r.stream, &vec![T::from_f64(0.0); n])?);
+        outs.push(upload(&r.stream, &vec![data::poison::<T>(); n])?);
+    }
+    r.stream.synchronize()?;
+    r.stream
+        .begin_capture(
+            cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        )
+        .context("begin capture")?;
+    for (k, (d_in, d_out)) in ins.iter().zip(outs.iter_mut()).enumerate() {
+        let algo = algos_cycle[k % algos_cycle.len()];
+        r.all_reduce(d_in, d_out, ops[k % ops.len()], Some(algo))?;
+    }
+    let graph = r
+        .stream
+        .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)
+        .context("end capture")?
+        .context("capture produced no graph")?;
+    for _ in 0..args.graph_replays {
+        *call += 1;
+        for (k, d_in) in ins.iter_mut().enumerate() {
+            let host = data::inputs::<T>(args.seed, *call * 16 + k as u64, r.rank(), sizes[k]);
+            r.stream.memcpy_htod(&host, d_in)?;
+        }
+        for d_out in outs.iter_mut() {
+            let poison = vec![data::poison::<T>(); d_out.len()];
+            r.stream.memcpy_htod(&poison, d_out)?;
+        }
+        graph.launch().context("graph launch")?;
+        for (k, d_out) in outs.iter().enumerate() {
+            let out = r.stream.clone_dtoh(d_out)?;
+            r.stream.synchronize()?;
+            data::verify(
+                &out,
+                args.seed,
+                *call * 16 + k as u64,
+                r.world(),
+                ops[k % ops.len()],
+            )
+            .map_err(|e| anyhow::anyhow!("graph replay, all-reduce {k}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// GPU barriers over all ranks and over a pair, then a barrier the last
+/// rank never joins: every other rank must get `PeerTimeout` naming it
+/// from the host-mapped error word, and no GPU may hang. Leaves the
+/// intra-node communicator unusable, so it runs last.
+fn barriers(r: &mut Rank) -> Result<String> {
+    let (rank, last) = (r.rank(), r.world() - 1);
+    let Some(intra) = r.comm.intra() else {
+        return Ok("barriers skipped (no intra-node path)".into());
+    };
+    for _ in 0..100 {
+        intra.barrier(None, &r.stream)?;
+    }
+    if rank < 2 {
+        for _ in 0..50 {
+            intra.barrier(Some(&[0, 1]), &r.stream)?;
+        }
+    }
+    r.stream.synchronize()?;
+    intra.health().check()?;
+    let t = std::time::Instant::now();
+    let outcome = if rank != last {
+        intra.barrier(None, &r.stream)?;
+        r.stream.synchronize()?;
+        match intra.health().check() {
+            Err(intranode::Error::PeerTimeout { peer, .. }) if peer == last => Ok(()),
+            other => Err(format!(
+                "rank {rank}: a barrier without rank {last} gave {other:?}"
+            )),
+        }
+    } else {
+        Ok(())
+    };
+    let waited = t.elapsed();
+    let report = match &outcome {
+        Ok(()) if rank != last => format!(
+            "100 barriers + 50 pair barriers ok; missing rank {last} reported after {:.1} s: {}",
+            waited.as_secs_f64(),
+            intra
+                .health()
+                .check()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        ),
+        Ok(()) => "100 barriers + 50 pair barriers ok; skipped the last barrier on purpose".into(),
+        Err(e) => e.clone(),
+    };
+    r.store_barrier()?;
+    outcome.map_err(|e| anyhow::anyhow!(e))?;
+    Ok(report)
+}
+
+pub fn run(args: &CheckArgs) -> Result<()> {
+    let Some(mut r) = Rank::setup("intranode-suite check")? else {
+        return Ok(());
+    };
+    if args.only_norm {
+        let t0 = std::time::Instant::now();
+        let cases = crate::check_norm::run(&r, args.seed)?;
+        println!(
+            "check rank {}/{} ok (all-reduce + residual + RMSNorm only): {cases} calls, every element against the f64 reference ({:.1} s)",
+            r.rank(),
+            r.world(),
+            t0.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
+    if args.only_scatter_gather {
+        let t0 = std::time::Instant::now();
+        let cases = crate::check_sg::run(&mut r, args.seed)?;
+        println!(
+            "check rank {}/{} ok (reduce-scatter and all-gather only): {cases} calls, every element checked ({:.1} s)",
+            r.rank(),
+            r.world(),
+            t0.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
+    if args.only_free {
+        let algos = r.algos();
+        let t0 = std::time::Instant::now();
+        let f = crate::check_free::run(&mut r, &algos, args.seed, args.free_replays.max(1))?;
+        println!(
+            "check rank {}/{} ok (free-running stress only): {} configurations, {} calls back to back with skew checked exact on the GPU, {} timed: the slowest call {:.1} x its median (limit {} x) ({:.1} s)",
+            r.rank(),
+            r.world(),
+            f.configs,
+            f.checked_calls,
+            f.timed_calls,
+            f.worst_ratio,
+            crate::check_free::SLOW_FACTOR,
+            t0.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
+    let mut call = 0u64;
+    let t0 = std::time::Instant::now();
+    let mut cases = 0;
+    // Three element types below.
+    let mut progress = Progress::new(
+        "intranode-suite check sweep",
+        3 * sweep_cases(&r),
+        r.rank() == 0,
+    );
+    cases += sweep::<bf16>(&mut r, args, &mut call, &mut progress)?;
+    cases += sweep::<f16>(&mut r, args, &mut call, &mut progress)?;
+    cases += sweep::<f32>(&mut r, args, &mut call, &mut progress)?;
+    progress.finish();
+    let t_sweep = t0.elapsed();
+    // Each stage starts with the ranks lined up on the host: the sweep's
+    // host-side checks take each rank its own time (seconds on a loaded
+    // machine), which the first call of the next stage would otherwise
+    // spend inside a GPU wait, against the wait bound (seen with a 2 s
+    // bound and two ranks sharing one GPU).
+    r.store_barrier()?;
+    let mut rng = args.seed;
+    let per_type = args.stress_calls / 3;
+    stress::<bf16>(&mut r, args, per_type, 70_000, &mut call, &mut rng)?;
+    stress::<f16>(&mut r, args, per_type, 70_000, &mut call, &mut rng)?;
+    let rest = args.stress_calls - 2 * per_type;
+    stress::<f32>(&mut r, args, rest, 70_000, &mut call, &mut rng)?;
+    // Messages of up to four symmetric buffers, back to back: every call
+    // runs several chunks in one launch, where a block running ahead of
+    // its peers would show any reuse race.
+    let big = r
+        .comm
+        .intra()
+        .map_or(5 << 20, |c| c.symm().buffer_bytes() / 2)
+        * 4;
+    stress::<bf16>(&mut r, args, 60, big, &mut call, &mut rng)?;
+    let t_stress = t0.elapsed() - t_sweep;
+    r.store_barrier()?;
+    graph::<bf16>(&mut r, args, &mut call)?;
+    let t_graph = t0.elapsed() - t_sweep - t_stress;
+    r.store_barrier()?;
+    let free_report = if args.free_replays > 0 {
+        let algos = r.algos();
+        Some(crate::check_free::run(
+            &mut r,
+            &algos,
+            args.seed,
+            args.free_replays,
+        )?)
+    } else {
+        None
+    };
+    let t_free = t0.elapsed() - t_sweep - t_stress - t_graph;
+    r.store_barrier()?;
+    let norm_cases = crate::check_norm::run(&r, args.seed)?;
+    println!(
+        "check rank {}: all-reduce + residual + RMSNorm: {norm_cases} calls (every type, hidden 777 to 16384, 1 to 33 rows), every element against the f64 reference",
+        r.rank()
+    );
+    r.store_barrier()?;
+    let sg_cases = crate::check_sg::run(&mut r, args.seed)?;
+    println!(
+        "check rank {}: reduce-scatter and all-gather: {sg_cases} calls (every type, op and shard length, ours forced and as decided), every element checked",
+        r.rank()
+    );
+    let barrier_report = barriers(&mut r)?;
+    let intra = match r.comm.intra() {
+        Some(c) => format!("intra-node {:?}", c.topology()),
+        None => format!(
+            "no intra-node path ({})",
+            r.comm.intra_reason().unwrap_or("?")
+        ),
+    };
+    println!(
+        "check rank {}/{} ok: {intra}; {cases} sweep cases ({:.1} s), {} back-to-back calls ({:.1} s), {} graph replays x 10 all-reduces ({:.1} s), all bitwise identical across ranks and within tolerance of the f64 reference",
+        r.rank(),
+        r.world(),
+        t_sweep.as_secs_f64(),
+        args.stress_calls,
+        t_stress.as_secs_f64(),
+        args.graph_replays,
+        t_graph.as_secs_f64()
+    );
+    if let Some(f) = free_report {
+        println!(
+            "check rank {}: free-running stress: {} configurations (algorithm x size class), {} calls back to back with skew checked exact on the GPU, {} timed: the slowest call {:.1} x its median (limit {} x) ({:.1} s)",
+            r.rank(),
+            f.configs,
+            f.checked_calls,
+            f.timed_calls,
+            f.worst_ratio,
+            crate::check_free::SLOW_FACTOR,
+            t_free.as_secs_f64()
+        );
+    }
+    println!("check rank {}: {barrier_report}", r.rank());
+    let _ = &r.ctx;
+    Ok(())
+}

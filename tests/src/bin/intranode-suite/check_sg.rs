@@ -1,0 +1,82 @@
+//! The check suite's reduce-scatter and all-gather: every element type
+//! and op, lengths around a vector and a slot, through `Communicator`
+//! (ours or NCCL, as it decides) and forced onto our kernels; every
+//! element against the f64 reference (reduce-scatter, within rounding) or
+//! the inputs themselves (all-gather, exactly).
+
+use anyhow::Result;
+use cudarc::nccl::NcclType;
+use half::{bf16, f16};
+use intranode::ReduceOp;
+use intranode::comm::scatter_gather::ScatterGather;
+use intranode::kernels::DType;
+use intranode_harness::data;
+use intranode_harness::rank::Rank;
+
+/// Elements per shard: tiny, odd, a vector, around 4096, past a cache
+/// line's worth of slots, and 1 Mi elements plus an odd tail.
+const SHARDS: [usize; 7] = [1, 7, 8, 4095, 4099, 65536, (1 << 20) + 3];
+
+fn ops(what: ScatterGather) -> &'static [ReduceOp] {
+    match what {
+        ScatterGather::ReduceScatter => &ReduceOp::ALL,
+        ScatterGather::AllGather => &[ReduceOp::Sum],
+    }
+}
+
+fn one_type<T: DType + NcclType>(r: &mut Rank, seed: u64, call: &mut u64) -> Result<usize> {
+    let (me, world) = (r.rank(), r.world());
+    let mut cases = 0;
+    for what in [ScatterGather::ReduceScatter, ScatterGather::AllGather] {
+        for &n in &SHARDS {
+            for &op in ops(what) {
+                for forced in [false, true] {
+                    if forced && r.comm.intra().is_none() {
+                        continue;
+                    }
+                    *call += 1;
+                    let (send_len, recv_len) = match what {
+                        ScatterGather::ReduceScatter => (world * n, n),
+                        ScatterGather::AllGather => (n, world * n),
+                    };
+                    let input = data::inputs::<T>(seed, *call, me, send_len);
+                    let send = r.stream.clone_htod(&input)?;
+                    let mut recv = r.stream.clone_htod(&vec![data::poison::<T>(); recv_len])?;
+                    match (what, forced) {
+                        (_, true) => {
+                            let intra = r.comm.intra().ok_or_else(|| {
+                                anyhow::anyhow!("forced path without the intra-node path")
+                            })?;
+                            intra.scatter_gather(what, T::ELEM, &send, &mut recv, op, &r.stream)?;
+                        }
+                        (ScatterGather::ReduceScatter, false) => {
+                            r.comm.reduce_scatter(&send, &mut recv, &op.to_nccl())?;
+                        }
+                        (ScatterGather::AllGather, false) => {
+                            r.comm.all_gather(&send, &mut recv)?;
+                        }
+                    }
+                    let out = r.stream.clone_dtoh(&recv)?;
+                    r.stream.synchronize()?;
+                    let how = if forced {
+                        "forced onto ours"
+                    } else {
+                        "as the communicator decides"
+                    };
+                    data::verify_scatter_gather(r, what, &out, seed, *call, n, op, how)?;
+                    cases += 1;
+                }
+            }
+        }
+    }
+    Ok(cases)
+}
+
+/// Every case; the count of checked calls.
+pub fn run(r: &mut Rank, seed: u64) -> Result<usize> {
+    let mut call = 1 << 40;
+    let mut cases = one_type::<bf16>(r, seed, &mut call)?;
+    cases += one_type::<f16>(r, seed, &mut call)?;
+    cases += one_type::<f32>(r, seed, &mut call)?;
+    Ok(cases)
+}

@@ -1,0 +1,445 @@
+//! Faults on GPUs (issue 8), run under `intranode-run`:
+//!
+//! - `faults --phase rendezvous|barrier|all-reduce --victim K`: rank K
+//!   SIGKILLs itself during the rendezvous, just before a GPU barrier, or
+//!   right after queueing all-reduces (so it dies while its peers are
+//!   inside them). Every survivor must get an error naming rank K within
+//!   the configured bound (the store timeout for the rendezvous,
+//!   `INTRANODE_BARRIER_TIMEOUT_MS` on the GPU), must find its GPU context
+//!   still working (allocate, load a module, launch, copy back), and then
+//!   exits 0. The launcher reports the victim's SIGKILL as the job's first
+//!   failure (exit 137), so run it with `--failure-wait-secs` to let the
+//!   survivors finish: `faults-suite` does that and checks every verdict.
+//!
+//! - `faults --phase skip|late --victim K`: rank K skips the last of
+//!   `--calls` all-reduces, or sleeps past the bound before it, and lives
+//!   on. Every other rank's work handle must report the timed-out wait
+//!   (`Work::synchronize`: `PeerTimeout` naming rank K, the collective, the
+//!   phase and the bound) within the bound plus [`TIGHT_SLACK`]; every
+//!   later call must fail with the same error. The victim passes whatever
+//!   its own calls returned. Every rank exits 0.
+//!
+//! Survivor verdict lines read `faults rank R: PASS ...`; any other outcome
+//! is an error (`FAIL`, exit 1).
+
+use std::io::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use cudarc::driver::CudaContext;
+use half::bf16;
+use intranode::IntraNodeComm;
+use intranode::ReduceOp;
+use intranode::algo::AllReduceAlgo;
+use intranode::comm::RendezvousError;
+use intranode::config::CommConfig;
+use intranode::kernels::KernelModule;
+use intranode_harness::Proc;
+use intranode_harness::data;
+use intranode_store::StoreError;
+
+/// Beyond the configured bound, how late a survivor's error may come:
+/// launches, a context synchronize and a loaded machine, not a second
+/// timeout.
+pub const SLACK: Duration = Duration::from_secs(10);
+
+/// Beyond the bound, how late a timed-out wait of a live group may be
+/// reported (issue 17): the wait itself is bounded on the GPU, and the
+/// calls before it take microseconds.
+pub const TIGHT_SLACK: Duration = Duration::from_millis(100);
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// The victim dies before publishing its rendezvous request.
+    Rendezvous,
+    /// The group is up; the victim dies before a GPU barrier.
+    Barrier,
+    /// The group is up; the victim queues all-reduces and dies at once.
+    AllReduce,
+    /// The group is up; the victim skips the last of the all-reduces and
+    /// lives on.
+    Skip,
+    /// The group is up; the victim sleeps past the wait bound before the
+    /// last of the all-reduces, then makes it.
+    Late,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Rendezvous => "rendezvous",
+            Phase::Barrier => "barrier",
+            Phase::AllReduce => "all-reduce",
+            Phase::Skip => "skip",
+            Phase::Late => "late",
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct FaultArgs {
+    /// Where the victim dies.
+    #[arg(long, value_enum)]
+    pub phase: Phase,
+    /// The rank that SIGKILLs itself (default: the last rank).
+    #[arg(long)]
+    pub victim: Option<usize>,
+    /// Algorithm of the all-reduce phase (`lamport`, `one-shot`,
+    /// `two-shot` or `hcm`).
+    #[arg(long, default_value = "two-shot")]
+    pub algo: String,
+    /// All-reduces every rank queues in the all-reduce phase.
+    #[arg(long, default_value_t = 8)]
+    pub calls: usize,
+    /// bf16 elements of each of them.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub elems: usize,
+}
+
+/// Ends this process with SIGKILL, as a crash or the OOM killer would.
+fn die(rank: usize, phase: Phase) -> Result<()> {
+    println!(
+        "faults rank {rank}: victim: SIGKILL myself at {}",
+        phase.name()
+    );
+    let _ = std::io::stdout().flush();
+    nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL)?;
+    bail!("raise(SIGKILL) returned")
+}
+
+/// Allocates, loads the kernels as a fresh module, launches `add` on a
+/// fresh stream and checks what comes back: the context survived.
+pub fn context_works(ctx: &Arc<CudaContext>) -> Result<String> {
+    let stream = ctx.new_stream().context("new stream")?;
+    let module = KernelModule::load(ctx).context("loading the kernels again")?;
+    let n = (1usize << 16) + 3;
+    let a: Vec<f32> = (0..n).map(|i| (i % 97) as f32).collect();
+    let b: Vec<f32> = (0..n).map(|i| (i % 13) as f32 * 0.5).collect();
+    let da = stream.clone_htod(&a).context("copy in")?;
+    let db = stream.clone_htod(&b).context("copy in")?;
+    let mut dout = stream.alloc_zeros::<f32>(n).context("allocate")?;
+    module.add(&stream, &da, &db, &mut dout).context("launch")?;
+    let out = stream.clone_dtoh(&dout).context("copy back")?;
+    stream.synchronize().context("synchronize")?;
+    if let Some(i) = (0..n).find(|&i| out[i] != a[i] + b[i]) {
+        bail!(
+            "context check: element {i} is {}, want {}",
+            out[i],
+            a[i] + b[i]
+        );
+    }
+    Ok(format!(
+        "GPU context works (allocated, loaded a module, launched add over {n} elements on a new stream, copied back, all equal)"
+    ))
+}
+
+/// The missing rank an error names, for each kind of error a dead peer
+/// produces.
+fn named_ranks(e: &intranode::Error) -> Option<Vec<usize>> {
+    match e {
+        intranode::Error::Store {
+            source: StoreError::MissingRanks { missing, .. },
+            ..
+        } => Some(missing.clone()),
+        intranode::Error::PeerTimeout { peer, .. } => Some(vec![*peer]),
+        _ => None,
+    }
+}
+
+pub fn run(args: &FaultArgs) -> Result<()> {
+    let Some(mut p) = Proc::setup("intranode-suite faults")? else {
+        return Ok(());
+    };
+    let (rank, world) = (p.rank(), p.world());
+    let victim = args.victim.unwrap_or(world.saturating_sub(1));
+    if world < 2 || victim >= world {
+        bail!(
+            "faults needs at least 2 ranks and a victim below the world size ({world}), got victim {victim}"
+        );
+    }
+    let algo = AllReduceAlgo::from_name(&args.algo)
+        .filter(|a| *a != AllReduceAlgo::Nccl)
+        .with_context(|| {
+            format!(
+                "--algo {:?}: expected lamport, one-shot, two-shot or hcm",
+                args.algo
+            )
+        })?;
+    let config = CommConfig::from_env()?;
+    // Every rank is connected and ready before anyone dies.
+    p.store_barrier()?;
+
+    if matches!(args.phase, Phase::Skip | Phase::Late) {
+        return straggler(&mut p, args, algo, &config, victim);
+    }
+    let (err, waited, bound, comm) = match args.phase {
+        Phase::Rendezvous => {
+            if rank == victim {
+                die(rank, args.phase)?;
+            }
+            let start = Instant::now();
+            let result = IntraNodeComm::rendezvous(&p.ctx, p.store.clone(), rank, world, &config);
+            let waited = start.elapsed();
+            match result {
+                Ok(_) => bail!(
+                    "faults rank {rank}: FAIL: the rendezvous succeeded without rank {victim}"
+                ),
+                Err(RendezvousError::Failed(e)) => (e, waited, p.store_timeout, None),
+                Err(e @ RendezvousError::Unsupported(_)) => {
+                    bail!(
+                        "faults rank {rank}: FAIL: expected a store error naming rank {victim}, got: {e}"
+                    )
+                }
+            }
+        }
+        Phase::Barrier | Phase::AllReduce | Phase::Skip | Phase::Late => {
+            let comm = p.comm(&config)?;
+            let bound = comm.barrier_timeout();
+            // The group works before the fault.
+            for _ in 0..10 {
+                comm.barrier(None, &p.stream)?;
+            }
+            warm_up(&p, &comm, algo)?;
+            p.stream.synchronize()?;
+            comm.health().check()?;
+            p.store_barrier()?;
+            let start = Instant::now();
+            let launched = if args.phase == Phase::Barrier {
+                if rank == victim {
+                    die(rank, args.phase)?;
+                }
+                comm.barrier(None, &p.stream).map(drop)
+            } else {
+                queue_all_reduces(&p, &comm, algo, args, rank == victim)
+            };
+            // Bounded: every GPU wait on a peer runs out after `bound`, and
+            // the waits queued behind the first are abandoned at once.
+            p.stream.synchronize().map_err(|e| {
+                anyhow::anyhow!(
+                    "faults rank {rank}: FAIL: synchronize after rank {victim} died: {e} (a kernel faulted: the context is unusable)"
+                )
+            })?;
+            let err = match launched.and_then(|()| comm.health().check()) {
+                Ok(()) => bail!(
+                    "faults rank {rank}: FAIL: no error after rank {victim} died ({} s)",
+                    start.elapsed().as_secs_f64()
+                ),
+                Err(e) => e,
+            };
+            (err, start.elapsed(), bound, Some(comm))
+        }
+    };
+
+    if named_ranks(&err).as_deref() != Some(&[victim][..]) {
+        bail!(
+            "faults rank {rank}: FAIL {}: the error does not name rank {victim} (alone): {err}",
+            args.phase.name()
+        );
+    }
+    // A GPU wait is bounded on the GPU: its error comes within the bound
+    // and TIGHT_SLACK; the rendezvous waits on the store, with SLACK.
+    let slack = if args.phase == Phase::Rendezvous {
+        SLACK
+    } else {
+        TIGHT_SLACK
+    };
+    if waited > bound + slack {
+        bail!(
+            "faults rank {rank}: FAIL {}: the error came after {:.3} s, beyond the bound of {:.3} s + {} ms",
+            args.phase.name(),
+            waited.as_secs_f64(),
+            bound.as_secs_f64(),
+            slack.as_millis()
+        );
+    }
+    // A dead communicator refuses further calls at once.
+    if let Some(comm) = &comm {
+        let t = Instant::now();
+        let refused = comm.barrier(None, &p.stream);
+        if refused.is_ok() || t.elapsed() > Duration::from_secs(1) {
+            bail!("faults rank {rank}: FAIL: the communicator accepted a call after the fault");
+        }
+    }
+    let context = context_works(&p.ctx)
+        .map_err(|e| anyhow::anyhow!("faults rank {rank}: FAIL: after the fault: {e:#}"))?;
+    println!(
+        "faults rank {rank}: PASS {} victim {victim}: error after {:.3} s (bound {:.3} s): {err}; {context}",
+        args.phase.name(),
+        waited.as_secs_f64(),
+        bound.as_secs_f64()
+    );
+    drop(comm);
+    println!("faults rank {rank}: communicator torn down");
+    Ok(())
+}
+
+/// The skip and late phases: a live rank that misses a call or comes
+/// after the bound.
+fn straggler(
+    p: &mut Proc,
+    args: &FaultArgs,
+    algo: AllReduceAlgo,
+    config: &CommConfig,
+    victim: usize,
+) -> Result<()> {
+    let rank = p.rank();
+    let phase = args.phase.name();
+    let comm = p.comm(config)?;
+    let bound = comm.barrier_timeout();
+    warm_up(p, &comm, algo)?;
+    p.stream.synchronize()?;
+    comm.health().check()?;
+    let n = args.elems.max(1);
+    let calls = args.calls.max(1);
+    let input = data::inputs::<bf16>(3, 0, rank, n);
+    let d_in = p.stream.clone_htod(&input)?;
+    let mut outs = (0..calls)
+        .map(|_| p.stream.alloc_zeros::<bf16>(n))
+        .collect::<Result<Vec<_>, _>>()?;
+    p.stream.synchronize()?;
+    p.store_barrier()?;
+    let start = Instant::now();
+    let mut last = None;
+    for (k, d_out) in outs.iter_mut().enumerate() {
+        if rank == victim && k + 1 == calls {
+            if args.phase == Phase::Skip {
+                println!("faults rank {rank}: victim: skipping call {k} of {calls}");
+                break;
+            }
+            let nap = bound + Duration::from_millis(500);
+            println!(
+                "faults rank {rank}: victim: sleeping {:.1} s before call {k} of {calls}",
+                nap.as_secs_f64()
+            );
+            std::thread::sleep(nap);
+        }
+        last = Some(comm.all_reduce(&d_in, d_out, ReduceOp::Sum, algo, &p.stream)?);
+    }
+    let result = match &last {
+        Some(work) => work.synchronize(),
+        None => Ok(()),
+    };
+    let waited = start.elapsed();
+    if rank == victim {
+        let seen = match &result {
+            Ok(()) => "its own calls returned Ok".to_owned(),
+            Err(e) => format!("its own calls returned: {e}"),
+        };
+        println!(
+            "faults rank {rank}: PASS {phase} victim {victim}: {seen} ({:.2} s)",
+            waited.as_secs_f64()
+        );
+        return Ok(());
+    }
+    let err = match result {
+        Ok(()) => bail!(
+            "faults rank {rank}: FAIL {phase}: the work handle reported no error after rank {victim} {} ({:.2} s)",
+            if args.phase == Phase::Skip {
+                "skipped a call"
+            } else {
+                "came late"
+            },
+            waited.as_secs_f64()
+        ),
+        Err(e) => e,
+    };
+    match &err {
+        intranode::Error::PeerTimeout {
+            peer,
+            form,
+            phase: where_,
+            ..
+        } if *peer == victim && *form == algo.name() && !where_.is_empty() => {}
+        other => bail!(
+            "faults rank {rank}: FAIL {phase}: expected a timeout naming rank {victim} and {}, got: {other}",
+            algo.name()
+        ),
+    }
+    if waited > bound + TIGHT_SLACK {
+        bail!(
+            "faults rank {rank}: FAIL {phase}: the error came after {:.3} s, beyond the bound of {:.3} s + {} ms",
+            waited.as_secs_f64(),
+            bound.as_secs_f64(),
+            TIGHT_SLACK.as_millis()
+        );
+    }
+    // Dead until rebuilt: the next call fails at once with the same error.
+    let t = Instant::now();
+    match comm.all_reduce(&d_in, &mut outs[0], ReduceOp::Sum, algo, &p.stream) {
+        Err(again)
+            if again.to_string() == err.to_string() && t.elapsed() < Duration::from_secs(1) => {}
+        Err(again) => {
+            bail!("faults rank {rank}: FAIL {phase}: the next call failed differently: {again}")
+        }
+        Ok(_) => bail!(
+            "faults rank {rank}: FAIL {phase}: the communicator accepted a call after the timeout"
+        ),
+    }
+    let context = context_works(&p.ctx)
+        .map_err(|e| anyhow::anyhow!("faults rank {rank}: FAIL: after the fault: {e:#}"))?;
+    println!(
+        "faults rank {rank}: PASS {phase} victim {victim}: Work::synchronize failed after {:.3} s (bound {:.3} s, {:.1} ms over): {err}; the next call failed at once with the same error; {context}",
+        waited.as_secs_f64(),
+        bound.as_secs_f64(),
+        (waited.as_secs_f64() - bound.as_secs_f64()) * 1000.0
+    );
+    Ok(())
+}
+
+/// Ten checked all-reduces: the path works before the fault.
+fn warm_up(p: &Proc, comm: &IntraNodeComm, algo: AllReduceAlgo) -> Result<()> {
+    for call in 0..10u64 {
+        let n = 4096 + 7 * call as usize;
+        let input = data::inputs::<bf16>(1, call, p.rank(), n);
+        let d_in = p.stream.clone_htod(&input)?;
+        let mut d_out = p.stream.alloc_zeros::<bf16>(n)?;
+        comm.all_reduce(&d_in, &mut d_out, ReduceOp::Sum, algo, &p.stream)?;
+        let out = p.stream.clone_dtoh(&d_out)?;
+        p.stream.synchronize()?;
+        data::verify(&out, 1, call, p.world(), ReduceOp::Sum)
+            .map_err(|e| anyhow::anyhow!("warm-up all-reduce {call}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Queues `args.calls` all-reduces; the victim queues only half of them
+/// and dies at once, while its peers' kernels are in flight: their later
+/// calls wait for a rank that is gone. (A victim that queued them all
+/// would usually finish them before the signal lands, leaving its peers
+/// nothing to notice.) A survivor stops queueing at the first refused call
+/// (the error word is already set) and returns that error.
+fn queue_all_reduces(
+    p: &Proc,
+    comm: &IntraNodeComm,
+    algo: AllReduceAlgo,
+    args: &FaultArgs,
+    victim: bool,
+) -> intranode::Result<()> {
+    let n = args.elems.max(1);
+    let input = data::inputs::<bf16>(2, 0, p.rank(), n);
+    let driver = |source| intranode::Error::Driver {
+        op: "allocating the fault's buffers",
+        device: Some(p.ctx.ordinal()),
+        source,
+    };
+    let d_in = p.stream.clone_htod(&input).map_err(driver)?;
+    let mut outs = Vec::with_capacity(args.calls);
+    for _ in 0..args.calls {
+        outs.push(p.stream.alloc_zeros::<bf16>(n).map_err(driver)?);
+    }
+    p.stream.synchronize().map_err(driver)?;
+    let mine = if victim { args.calls / 2 } else { args.calls };
+    for d_out in outs.iter_mut().take(mine) {
+        comm.all_reduce(&d_in, d_out, ReduceOp::Sum, algo, &p.stream)?;
+    }
+    if victim {
+        // Dies with its kernels queued or running; `die` does not return.
+        if let Err(e) = die(p.rank(), Phase::AllReduce) {
+            return Err(intranode::Error::InvalidArgument(e.to_string()));
+        }
+    }
+    // Dropping the buffers here is safe: cudarc frees them in the
+    // stream's order, after the kernels that use them.
+    Ok(())
+}
