@@ -24,7 +24,6 @@ use intranode_store::{Store, StoreExchange};
 
 use crate::config::CommConfig;
 pub use crate::config::LAMPORT_LAUNCH_ENV;
-use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
 use crate::kernels::KernelModule;
 use crate::symm_mem::SymmetricMemory;
