@@ -1,7 +1,7 @@
 //! The one list of the kernels' entry points, compiled for the host and
 //! the GPU alike.
 //!
-//! The collective and broadcast kernels (142 of the 154 the product
+//! The collective and broadcast kernels (142 of the 160 the product
 //! ships) are not written one by one: the lists [`collective_kernels!`]
 //! and [`broadcast_kernels!`] name each family once (name prefix,
 //! algorithm, world sizes), and both sides are generated from them. On
@@ -10,8 +10,9 @@
 //! spelled by `concat!` from the list); here, on the host, the same lists
 //! become [`Collective`] and [`BROADCAST_WORLDS`], from which [`Kernel`]
 //! spells every name. The few other kernels (`add_*`, `axpy_f32`,
-//! `cast_*`, `barrier`, `residual_rmsnorm_*`) are one function each, named
-//! where they are defined and listed in [`Kernel`].
+//! `cast_*`, `barrier`, `residual_rmsnorm_*`, `rmsnorm_*`, `silu_mul_*`)
+//! are one function each, named where they are defined and listed in
+//! [`Kernel`].
 //!
 //! The host resolves every [`Kernel`] once when it loads the PTX, into a
 //! table indexed by [`Kernel::index`], so a launch neither formats nor
@@ -169,6 +170,10 @@ mod table {
         CastToF32(Elem),
         /// `residual_rmsnorm_<e>(NormParams)`.
         ResidualRmsNorm(Elem),
+        /// `rmsnorm_<e>(NormParams)`.
+        RmsNorm(Elem),
+        /// `silu_mul_<e>(gate_up, out, rows, cols)`.
+        SiluMul(Elem),
         /// `<algo prefix>_<elem>_w<world>(AllReduceParams)`.
         Collective {
             algo: Collective,
@@ -187,7 +192,9 @@ mod table {
     /// Only the 16-bit types have casts, hence 2 of each direction.
     const CAST_TO_F32: usize = CAST_FROM_F32 + 2;
     const RESIDUAL_RMSNORM: usize = CAST_TO_F32 + 2;
-    const COLLECTIVE: usize = RESIDUAL_RMSNORM + Elem::ALL.len();
+    const RMSNORM: usize = RESIDUAL_RMSNORM + Elem::ALL.len();
+    const SILU_MUL: usize = RMSNORM + Elem::ALL.len();
+    const COLLECTIVE: usize = SILU_MUL + Elem::ALL.len();
 
     /// Where `algo`'s kernels start in the table.
     const fn collective_start(algo: Collective) -> usize {
@@ -250,6 +257,8 @@ mod table {
                     None => None,
                 },
                 Kernel::ResidualRmsNorm(e) => Some(RESIDUAL_RMSNORM + e.index()),
+                Kernel::RmsNorm(e) => Some(RMSNORM + e.index()),
+                Kernel::SiluMul(e) => Some(SILU_MUL + e.index()),
                 Kernel::Collective { algo, elem, world } => match position(algo.worlds(), world) {
                     Some(k) => {
                         Some(collective_start(algo) + elem.index() * algo.worlds().len() + k)
@@ -275,6 +284,8 @@ mod table {
                 .chain(halves.into_iter().map(Kernel::CastFromF32))
                 .chain(halves.into_iter().map(Kernel::CastToF32))
                 .chain(Elem::ALL.into_iter().map(Kernel::ResidualRmsNorm))
+                .chain(Elem::ALL.into_iter().map(Kernel::RmsNorm))
+                .chain(Elem::ALL.into_iter().map(Kernel::SiluMul))
                 .chain(Collective::ALL.iter().flat_map(|&algo| {
                     Elem::ALL.into_iter().flat_map(move |elem| {
                         algo.worlds().iter().map(move |&world| Kernel::Collective {
@@ -304,6 +315,8 @@ mod table {
                 Kernel::CastFromF32(e) => write!(f, "cast_f32_{}", e.name()),
                 Kernel::CastToF32(e) => write!(f, "cast_{}_f32", e.name()),
                 Kernel::ResidualRmsNorm(e) => write!(f, "residual_rmsnorm_{}", e.name()),
+                Kernel::RmsNorm(e) => write!(f, "rmsnorm_{}", e.name()),
+                Kernel::SiluMul(e) => write!(f, "silu_mul_{}", e.name()),
                 Kernel::Collective { algo, elem, world } => {
                     write!(f, "{}_{}_w{world}", algo.prefix(), elem.name())
                 }
@@ -325,11 +338,14 @@ mod table {
         TimingSpin,
         /// `probe_poll_storm(PollStormParams)`.
         PollStorm,
+        /// `fill_uniform_<e>(out, n, seed, std)`: the decode benchmark's
+        /// random fill.
+        FillUniform(Elem),
     }
 
     impl TestKernel {
         /// Launchable kernels of the test PTX: the size of the host's table.
-        pub const COUNT: usize = 2 * Elem::ALL.len() + 3;
+        pub const COUNT: usize = 3 * Elem::ALL.len() + 3;
 
         /// The kernel's place in the host's table, `0..COUNT`.
         pub const fn index(self) -> usize {
@@ -339,6 +355,7 @@ mod table {
                 TestKernel::TimingStamp => 2 * Elem::ALL.len(),
                 TestKernel::TimingSpin => 2 * Elem::ALL.len() + 1,
                 TestKernel::PollStorm => 2 * Elem::ALL.len() + 2,
+                TestKernel::FillUniform(e) => 2 * Elem::ALL.len() + 3 + e.index(),
             }
         }
 
@@ -353,6 +370,7 @@ mod table {
                     TestKernel::TimingSpin,
                     TestKernel::PollStorm,
                 ])
+                .chain(Elem::ALL.into_iter().map(TestKernel::FillUniform))
         }
     }
 
@@ -365,6 +383,7 @@ mod table {
                 TestKernel::TimingStamp => f.write_str("timing_stamp"),
                 TestKernel::TimingSpin => f.write_str("timing_spin"),
                 TestKernel::PollStorm => f.write_str("probe_poll_storm"),
+                TestKernel::FillUniform(e) => write!(f, "fill_uniform_{}", e.name()),
             }
         }
     }
@@ -402,8 +421,8 @@ mod table {
                 all.iter().map(|k| k.to_string()).collect();
             assert_eq!(names.len(), Kernel::COUNT, "two kernels share a name");
             // 7 algorithms of 3 element types; HCM has 3 world sizes, the
-            // others 7; 7 broadcasts; 12 others.
-            assert_eq!(Kernel::COUNT, 3 * (6 * 7 + 3) + 7 + 12);
+            // others 7; 7 broadcasts; 18 others.
+            assert_eq!(Kernel::COUNT, 3 * (6 * 7 + 3) + 7 + 18);
 
             let tests: Vec<TestKernel> = TestKernel::all().collect();
             assert_eq!(tests.len(), TestKernel::COUNT);

@@ -20,7 +20,11 @@
 //! - [`cast`]: f32 to and from bf16/f16, for gradient compression.
 //! - [`pattern`]: the soak's input pattern and expected outputs (shared
 //!   with the host); `soak`: its fill and check kernels.
-//! - [`norm`]: residual add + RMSNorm after an all-reduce.
+//! - [`norm`]: RMSNorm, alone or after a residual add (the tail of an
+//!   all-reduce).
+//! - [`decode`]: the rest of a decode layer's elementwise steps (SiLU x
+//!   mul) and the decode benchmark's random fill ([`decode::uniform`],
+//!   shared with the host; its kernel is a test kernel).
 //! - `timing`: the benchmark's per-call stamps and spins, and the probe
 //!   of what polling costs (NOTE [abandoned waits] in [`sync`]); `probes`:
 //!   one kernel per ordering function of [`ptx`], for the test of their
@@ -31,13 +35,14 @@
 //!
 //! Two PTX files are built from this crate: the production PTX (the
 //! default), which the host crate ships, and the test PTX (feature
-//! `test-kernels`), which holds only `probes`, `soak` and `timing` and
-//! which only the test suites and the benchmark load. The feature swaps
-//! one set of kernels for the other rather than adding one, so that
-//! neither PTX carries the other's kernels; that is safe from cargo's
-//! feature unification because the kernel modules exist only on
-//! `nvptx64`, which only `ptx-builder` builds, one set per invocation (on
-//! the host the feature changes nothing).
+//! `test-kernels`), which holds only `probes`, `soak`, `timing` and the
+//! decode benchmark's `fill_uniform_*`, and which only the test suites
+//! and the benchmark load. The feature swaps one set of kernels for the
+//! other rather than adding one, so that neither PTX carries the other's
+//! kernels; that is safe from cargo's feature unification because the
+//! kernel modules exist only on `nvptx64`, which only `ptx-builder`
+//! builds, one set per invocation (on the host the feature changes
+//! nothing).
 //!
 //! Kernels own nothing: every pointer they touch is passed by the host.
 //! They must not call out-of-line `core` functions (the PTX could not be
@@ -49,6 +54,7 @@
     feature(abi_ptx, stdarch_nvptx, asm_experimental_arch)
 )]
 
+pub mod decode;
 pub mod entries;
 pub mod layout;
 pub mod math;

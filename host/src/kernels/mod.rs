@@ -25,6 +25,9 @@ pub use ptx_builder::entry_names;
 
 pub use crate::types::{DType, ElemType};
 
+mod decode;
+#[cfg(feature = "test-kernels")]
+mod fill;
 mod launch;
 mod norm;
 mod ops;
@@ -150,6 +153,8 @@ fn launch_op(kernel: Kernel) -> &'static str {
         Kernel::Broadcast { .. } => "cuLaunchKernel(broadcast)",
         Kernel::CastFromF32(_) | Kernel::CastToF32(_) => "cuLaunchKernel(cast)",
         Kernel::ResidualRmsNorm(_) => "cuLaunchKernel(residual_rmsnorm)",
+        Kernel::RmsNorm(_) => "cuLaunchKernel(rmsnorm)",
+        Kernel::SiluMul(_) => "cuLaunchKernel(silu_mul)",
         Kernel::Collective { algo, .. } => match algo {
             Collective::OneShot => "cuLaunchKernel(one_shot)",
             Collective::TwoShot => "cuLaunchKernel(two_shot)",
@@ -197,7 +202,7 @@ mod tests {
     fn the_production_ptx_has_no_test_kernels() {
         for name in entry_names(PTX) {
             assert!(
-                !["probe_", "soak_", "timing_"]
+                !["probe_", "soak_", "timing_", "fill_uniform_"]
                     .iter()
                     .any(|p| name.starts_with(p)),
                 "{name} in the production PTX"

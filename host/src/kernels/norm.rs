@@ -1,5 +1,5 @@
-//! Typed launch of the residual add + RMSNorm kernels
-//! (`kernels-gpu/src/norm.rs`).
+//! Typed launches of the RMSNorm kernels, with and without the residual
+//! add (`kernels-gpu/src/norm.rs`).
 
 use cudarc::driver::CudaStream;
 use kernels_gpu::entries::Kernel;
@@ -29,14 +29,39 @@ impl KernelModule {
         elem: ElemType,
         p: NormParams,
     ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch_norm(stream, Kernel::ResidualRmsNorm(elem.into()), p) }
+    }
+
+    /// Enqueues `output = rmsnorm(input) * weight` over `p.rows` rows of
+    /// `p.hidden` elements of `elem` (`p.residual` is not read).
+    ///
+    /// # Safety
+    /// The addresses of `input`, `weight` and `output` in `p` must be
+    /// device memory of this context holding what [`NormParams`] says,
+    /// valid until the stream passes the kernel; `output` overlaps
+    /// nothing else.
+    pub(crate) unsafe fn rmsnorm_raw(
+        &self,
+        stream: &CudaStream,
+        elem: ElemType,
+        p: NormParams,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch_norm(stream, Kernel::RmsNorm(elem.into()), p) }
+    }
+
+    /// # Safety
+    /// `kernel` is one of the norm kernels, whose contract the caller
+    /// upholds for `p`.
+    unsafe fn launch_norm(&self, stream: &CudaStream, kernel: Kernel, p: NormParams) -> Result<()> {
         if p.rows == 0 || p.hidden == 0 {
             return Ok(());
         }
         let warps_per_block = (THREADS / 32) as u64;
         let blocks = p.rows.div_ceil(warps_per_block).min(MAX_BLOCKS) as usize;
-        let kernel = Kernel::ResidualRmsNorm(elem.into());
-        // SAFETY: the kernel takes one NormParams by value, launched in
-        // whole warps; the addresses are the caller's promise.
+        // SAFETY: the norm kernels take one NormParams by value, launched
+        // in whole warps; the addresses are the caller's promise.
         unsafe { self.launch(kernel, Grid::new(blocks, THREADS), stream, (p,)) }
     }
 }
