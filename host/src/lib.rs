@@ -75,29 +75,57 @@
 //!   benchmark's stamps and spins), which the production PTX does not
 //!   carry.
 
-pub mod algo;
-pub mod comm;
 pub mod communicator;
 pub mod config;
 pub mod ddp;
-pub(crate) mod driver_ext;
 pub mod error;
 pub mod gpu;
 pub mod kernels;
-pub mod nccl;
-pub mod rendezvous;
-pub mod symm_mem;
 pub mod topology;
 pub mod types;
-pub mod work;
+
+pub(crate) mod driver_ext;
+mod work;
+
+/// Declares a module of the crate's machinery: public under the
+/// `internals` feature (the project's GPU suites and benchmark drive the
+/// intra-node communicator, symmetric memory and the rendezvous directly),
+/// crate-private otherwise, so the API users see is the modules above.
+macro_rules! internal_modules {
+    ($($(#[$meta:meta])* $name:ident;)*) => {$(
+        $(#[$meta])*
+        #[cfg(feature = "internals")]
+        pub mod $name;
+        $(#[$meta])*
+        #[cfg(not(feature = "internals"))]
+        // Without the suites, what only they use is unused.
+        #[allow(dead_code, unused_imports)]
+        pub(crate) mod $name;
+    )*};
+}
+
+internal_modules! {
+    /// The all-reduce decision and the crossovers.
+    algo;
+    /// The intra-node communicator and its collectives.
+    comm;
+    /// The NCCL communicator built through the store.
+    nccl;
+    /// How the ranks meet and decide on the fast path.
+    rendezvous;
+    /// Per-rank buffers every peer maps, and signal pads.
+    symm_mem;
+}
 
 // CUDA-free crates of their own, under their old paths.
 pub use intranode_dist_env as dist_env;
+#[cfg(feature = "internals")]
 pub use intranode_ipc as ipc_channel;
+#[cfg(not(feature = "internals"))]
+pub(crate) use intranode_ipc as ipc_channel;
 
-pub use algo::AllReduceAlgo;
-pub use comm::IntraNodeComm;
 pub use communicator::{Communicator, Group, RankIndex};
+pub use config::CommConfig;
 pub use error::{Error, Result};
-pub use types::{DType, ElemType, ReduceOp};
+pub use types::{AllReduceAlgo, BroadcastAlgo, DType, ElemType, ReduceOp};
 pub use work::Work;

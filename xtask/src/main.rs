@@ -256,6 +256,22 @@ fn ci(opts: &Opts) -> Result<()> {
             "warnings",
         ],
     )?;
+    // The host crate as users build it: in the workspace, the suites turn
+    // its `internals` and `test-kernels` features on for everyone.
+    run(
+        &root,
+        cargo,
+        &[
+            "clippy",
+            "-p",
+            "intranode",
+            "--all-targets",
+            "--locked",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
     // The kernels as the GPU sees them, both sets (each PTX is built from
     // one of them alone).
     for features in [&[][..], &["--features", "test-kernels"]] {

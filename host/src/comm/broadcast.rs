@@ -21,7 +21,6 @@ use crate::kernels::Grid;
 use crate::topology::Topology;
 use crate::work::Work;
 
-pub use crate::config::FORCE_BROADCAST_ENV;
 
 /// Broadcast paths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -33,7 +32,7 @@ pub enum BroadcastAlgo {
 }
 
 impl BroadcastAlgo {
-    /// The name [`FORCE_BROADCAST_ENV`] takes.
+    /// The name `FORCE_BROADCAST_ENV` takes.
     pub const fn name(self) -> &'static str {
         match self {
             BroadcastAlgo::SymmMem => "symm-mem",

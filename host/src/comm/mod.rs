@@ -11,7 +11,6 @@ mod health;
 pub mod scatter_gather;
 pub(crate) mod tracked;
 
-pub use crate::config::{BARRIER_TIMEOUT_ENV, DEFAULT_BARRIER_TIMEOUT_MS};
 pub use crate::rendezvous::RendezvousError;
 pub use health::HostErrorWord;
 
@@ -23,7 +22,6 @@ use cudarc::driver::{CudaContext, CudaStream};
 use intranode_store::{Store, StoreExchange};
 
 use crate::config::CommConfig;
-pub use crate::config::LAMPORT_LAUNCH_ENV;
 use crate::error::{DriverContext, Error, Result};
 use crate::kernels::KernelModule;
 use crate::symm_mem::SymmetricMemory;
@@ -55,7 +53,7 @@ pub struct IntraNodeComm {
     pub(crate) call_checker: Option<debug::CallChecker>,
     /// Where each algorithm takes over (`config::TUNING_FILE_ENV`).
     pub(crate) crossovers: crate::algo::Crossovers,
-    /// Launch shapes of the Lamport kernels ([`LAMPORT_LAUNCH_ENV`]).
+    /// Launch shapes of the Lamport kernels (`config::LAMPORT_LAUNCH_ENV`).
     pub(crate) lamport_launch: LamportLaunch,
     /// The side stream of calls captured into CUDA graphs, made at the
     /// first such call (NOTE [capture and event tracking] in `tracked.rs`).
