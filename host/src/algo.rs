@@ -21,7 +21,6 @@ use serde::{Deserialize, Serialize};
 use crate::topology::{MAX_DEVICES, Topology};
 use crate::types::ElemType;
 
-pub use crate::config::{FORCE_ALGO_ENV, NORM_PATH_ENV, TUNING_FILE_ENV};
 
 /// All-reduce algorithms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -46,7 +45,7 @@ pub enum AllReduceAlgo {
 }
 
 impl AllReduceAlgo {
-    /// The name used by [`FORCE_ALGO_ENV`] and the benchmark.
+    /// The name used by `FORCE_ALGO_ENV` and the benchmark.
     pub const fn name(self) -> &'static str {
         match self {
             AllReduceAlgo::Lamport => "lamport",
@@ -292,7 +291,7 @@ pub enum NormPath {
 }
 
 impl NormPath {
-    /// The name used by [`NORM_PATH_ENV`] and the tests.
+    /// The name used by `config::NORM_PATH_ENV` and the tests.
     pub const fn name(self) -> &'static str {
         match self {
             NormPath::Fused => "fused",
@@ -319,7 +318,7 @@ pub struct NormCall {
     /// Whether all four buffers (input, residual, weight, output) are
     /// 16-byte aligned.
     pub aligned: bool,
-    /// A path the caller or the configuration ([`NORM_PATH_ENV`]) forces.
+    /// A path the caller or the configuration (`config::NORM_PATH_ENV`) forces.
     pub forced: Option<NormPath>,
 }
 

@@ -7,44 +7,25 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use kernels_gpu::layout::{FusedNormParams, MAX_RANKS, fused_norm_threads};
+use kernels_gpu::entries::Kernel;
+use kernels_gpu::layout::{FusedNormParams, fused_norm_threads};
 
 use super::IntraNodeComm;
 use super::debug::CallFingerprint;
 use crate::algo::{AllReduceCall, NormCall, NormPath, fused_norm_runs};
 use crate::config::MAX_LAMPORT_BLOCKS;
 use crate::error::{Error, Result};
+use crate::kernels::Grid;
 use crate::types::{ElemType, ReduceOp};
 use crate::work::Work;
 
-macro_rules! names {
-    ($p:literal) => {
-        [
-            concat!($p, "_w2"),
-            concat!($p, "_w3"),
-            concat!($p, "_w4"),
-            concat!($p, "_w5"),
-            concat!($p, "_w6"),
-            concat!($p, "_w7"),
-            concat!($p, "_w8"),
-        ]
+/// The fused kernel of `elem` for a world of `world`, if there is one.
+fn kernel(elem: ElemType, world: usize) -> Option<Kernel> {
+    let kernel = Kernel::FusedNorm {
+        elem: elem.into(),
+        world,
     };
-}
-
-/// Kernel names by element type and world size (2..=8).
-const KERNELS: [[&str; MAX_RANKS - 1]; 3] = [
-    names!("lamport_rmsnorm_bf16"),
-    names!("lamport_rmsnorm_f16"),
-    names!("lamport_rmsnorm_f32"),
-];
-
-fn kernel_name(elem: ElemType, world: usize) -> Option<&'static str> {
-    let e = match elem {
-        ElemType::Bf16 => 0,
-        ElemType::F16 => 1,
-        ElemType::F32 => 2,
-    };
-    KERNELS[e].get(world.checked_sub(2)?).copied()
+    kernel.index().map(|_| kernel)
 }
 
 /// Blocks and threads of a fused launch over `rows` rows of `row_vecs`
@@ -124,14 +105,13 @@ impl IntraNodeComm {
                 if call.aligned { "" } else { "not " },
             )));
         }
-        let name = kernel_name(elem, self.world()).ok_or_else(|| {
+        let kernel = kernel(elem, self.world()).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "{WHAT} on rank {}: no kernel for a world of {}",
                 self.rank(),
                 self.world()
             ))
         })?;
-        let f = self.kernels().function(name)?;
         if let Some(c) = self.call_checker() {
             c.check(|n| CallFingerprint {
                 collective: WHAT.into(),
@@ -151,7 +131,7 @@ impl IntraNodeComm {
         ar.input = input;
         ar.output = input;
         ar.elems = elems as u64;
-        let mut params = FusedNormParams {
+        let params = FusedNormParams {
             ar,
             residual,
             weight,
@@ -170,14 +150,8 @@ impl IntraNodeComm {
         // rank derives from `hidden`; these kernels keep no per-block
         // flags.
         unsafe {
-            self.launch_collective(
-                "cuLaunchKernel(all_reduce_residual_rmsnorm)",
-                f,
-                blocks,
-                threads,
-                &mut params,
-                stream,
-            )
+            self.kernels()
+                .launch(kernel, Grid::new(blocks, threads), stream, (params,))
         }?;
         Ok(Work::new(stream.clone(), Some(self.health_arc())))
     }
@@ -185,18 +159,18 @@ impl IntraNodeComm {
 
 #[cfg(test)]
 mod tests {
+    use kernels_gpu::layout::MAX_RANKS;
+
     use super::*;
 
     #[test]
-    fn kernel_names_match_the_ptx() {
-        let names = crate::kernels::entry_names(crate::kernels::PTX);
+    fn every_world_has_its_kernel() {
         for elem in ElemType::ALL {
             for world in 2..=MAX_RANKS {
-                let name = kernel_name(elem, world).expect("a name");
-                assert!(names.contains(&name), "{name} missing from the PTX");
+                assert!(kernel(elem, world).is_some());
             }
-            assert!(kernel_name(elem, 1).is_none());
-            assert!(kernel_name(elem, MAX_RANKS + 1).is_none());
+            assert!(kernel(elem, 1).is_none());
+            assert!(kernel(elem, MAX_RANKS + 1).is_none());
         }
     }
 
