@@ -278,14 +278,15 @@ pub fn decide_all_reduce(call: &AllReduceCall, crossovers: &Crossovers) -> AllRe
     }
 }
 
-/// How `Communicator::all_reduce_residual_rmsnorm` runs.
+/// How `Communicator::all_reduce_residual_rmsnorm` runs (`decide_norm`
+/// picks it; `config::NORM_PATH_ENV` forces it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum NormPath {
     /// One launch: the Lamport one-shot all-reduce with the residual add
     /// and the RMSNorm folded in (NOTE [fused norm] in
     /// `kernels-gpu/src/fused_norm.rs`).
     Fused,
-    /// The all-reduce [`decide_all_reduce`] picks (ours or NCCL), then the
+    /// The all-reduce the communicator picks (ours or NCCL), then the
     /// residual + RMSNorm kernel.
     Unfused,
 }

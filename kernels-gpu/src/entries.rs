@@ -10,9 +10,10 @@
 //! spelled by `concat!` from the list); here, on the host, the same lists
 //! become [`Collective`] and [`BROADCAST_WORLDS`], from which [`Kernel`]
 //! spells every name. The few other kernels (`add_*`, `axpy_f32`,
-//! `cast_*`, `barrier`, `residual_rmsnorm_*`, `rmsnorm_*`, `silu_mul_*`)
-//! are one function each, named where they are defined and listed in
-//! [`Kernel`].
+//! `cast_*`, `barrier`, `residual_rmsnorm_*`, `rmsnorm_*`, `silu_mul_*`,
+//! and the fused norm's `lamport_rmsnorm_*_w*`, one per element type and
+//! world size, from a macro in `fused_norm.rs`) are named where they are
+//! defined and listed in [`Kernel`].
 //!
 //! The host resolves every [`Kernel`] once when it loads the PTX, into a
 //! table indexed by [`Kernel::index`], so a launch neither formats nor

@@ -9,7 +9,7 @@ impl Communicator {
     /// input` and `output = residual * rsqrt(mean(residual^2) + eps) *
     /// weight`, row by row, `hidden` being `weight.len()`. Each stored
     /// value is rounded once to `T`; the norm reads the residual as
-    /// stored. Works at every size: where [`algo::decide_norm`] says so,
+    /// stored. Works at every size: where `algo::decide_norm` says so,
     /// one launch of the fused kernel (NOTE \[fused norm\] in
     /// `kernels-gpu/src/fused_norm.rs`); elsewhere the all-reduce goes
     /// where [`Communicator::all_reduce_in_place`] sends it (our kernels
@@ -17,8 +17,6 @@ impl Communicator {
     /// `input` and `residual` bits; the normed output may differ in the
     /// last place (the sum of squares is added in another order), and is
     /// the same on every rank either way.
-    ///
-    /// [`algo::decide_norm`]: crate::algo::decide_norm
     pub fn all_reduce_residual_rmsnorm<T: DType + NcclType>(
         &self,
         input: &mut (impl DevicePtrMut<T> + DevicePtr<T>),
@@ -34,7 +32,9 @@ impl Communicator {
     /// with a path forced (tests and the benchmark; `None`: the
     /// configuration's `INTRANODE_NORM_PATH`, else the decision). A forced
     /// [`NormPath::Fused`] still falls back where the fused kernel cannot
-    /// run ([`algo::fused_norm_runs`](crate::algo::fused_norm_runs)), so
+    /// run (`algo::fused_norm_runs`: rows of whole 16-byte vectors,
+    /// aligned buffers, a fully connected group, a message within a
+    /// Lamport slot), so
     /// the call works at every size; [`norm_path_for`](Self::norm_path_for)
     /// says which path a call takes.
     pub fn all_reduce_residual_rmsnorm_with<T: DType + NcclType>(
