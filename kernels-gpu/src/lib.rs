@@ -12,7 +12,9 @@
 //!   widened to f32 for arithmetic.
 //! - [`all_reduce`]: one-shot, two-shot and HCM all-reduce; [`lamport`]:
 //!   the barrier-free one-shot and two-shot, and the reduce-scatter and
-//!   all-gather made of the two-shot's hops.
+//!   all-gather made of the two-shot's hops; [`bandwidth`]: the
+//!   large-message form (pushed reduce-scatter, pulled all-gather, rounds
+//!   pipelined through the symmetric buffers).
 //! - [`elementwise`]: the first kernels (`add_*`), used by the GPU smoke test,
 //!   and `axpy_f32` (the example's optimizer step).
 //! - [`broadcast`]: broadcast over symmetric memory, sharing the call count
@@ -40,6 +42,8 @@ pub mod pattern;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod all_reduce;
+#[cfg(target_arch = "nvptx64")]
+pub mod bandwidth;
 #[cfg(target_arch = "nvptx64")]
 pub mod broadcast;
 #[cfg(target_arch = "nvptx64")]

@@ -29,7 +29,23 @@ pub(super) const THREADS: usize = crate::config::MAX_THREADS_PER_BLOCK;
 /// signal-pad layout's bound).
 const ONE_SHOT_MAX_BLOCKS: usize = 24;
 const TWO_SHOT_MAX_BLOCKS: usize = 64;
-const _: () = assert!(ONE_SHOT_MAX_BLOCKS <= MAX_BLOCKS && TWO_SHOT_MAX_BLOCKS <= MAX_BLOCKS);
+/// Most blocks of the bandwidth form (NOTE [bandwidth all-reduce] in
+/// `kernels-gpu/src/bandwidth.rs`), of [`THREADS`] threads each. Its SM
+/// footprint: at most this many SMs, 32 of an H100's or H200's 132 (a
+/// block of 512 threads at its 122 to 128 registers, `cargo xtask
+/// check-ptx`, fills an SM's 64 Ki registers, so one block per SM).
+/// NOT MEASURED: chosen as enough 16-byte accesses in flight for one
+/// direction of NVLink 4 (32 blocks x 512 threads x 4 loads x 16 bytes =
+/// 1 MiB in flight, against about 450 GB/s x 2 us), and as NCCL's
+/// channel count on such machines is of that order. Smaller messages get
+/// fewer blocks (one vector per thread and shard, as the two-shot), and a
+/// small symmetric buffer fewer still (a slot holds one vector at least).
+pub const BANDWIDTH_MAX_BLOCKS: usize = 32;
+const _: () = assert!(
+    ONE_SHOT_MAX_BLOCKS <= MAX_BLOCKS
+        && TWO_SHOT_MAX_BLOCKS <= MAX_BLOCKS
+        && BANDWIDTH_MAX_BLOCKS <= MAX_BLOCKS
+);
 
 /// Lamport one-shot kernels by element type and world size (2..=8).
 const LAMPORT_KERNELS: [[&str; 7]; 3] = [
@@ -93,12 +109,59 @@ const LAMPORT2_KERNELS: [[&str; 7]; 3] = [
     ],
 ];
 
+/// Bandwidth-form kernels by element type and world size (2..=8).
+const BANDWIDTH_KERNELS: [[&str; 7]; 3] = [
+    [
+        "bandwidth_bf16_w2",
+        "bandwidth_bf16_w3",
+        "bandwidth_bf16_w4",
+        "bandwidth_bf16_w5",
+        "bandwidth_bf16_w6",
+        "bandwidth_bf16_w7",
+        "bandwidth_bf16_w8",
+    ],
+    [
+        "bandwidth_f16_w2",
+        "bandwidth_f16_w3",
+        "bandwidth_f16_w4",
+        "bandwidth_f16_w5",
+        "bandwidth_f16_w6",
+        "bandwidth_f16_w7",
+        "bandwidth_f16_w8",
+    ],
+    [
+        "bandwidth_f32_w2",
+        "bandwidth_f32_w3",
+        "bandwidth_f32_w4",
+        "bandwidth_f32_w5",
+        "bandwidth_f32_w6",
+        "bandwidth_f32_w7",
+        "bandwidth_f32_w8",
+    ],
+];
+
 /// HCM kernels by element type, for worlds of 4, 6 and 8 ranks.
 const HCM_KERNELS: [[&str; 3]; 3] = [
     ["hcm_bf16_w4", "hcm_bf16_w6", "hcm_bf16_w8"],
     ["hcm_f16_w4", "hcm_f16_w6", "hcm_f16_w8"],
     ["hcm_f32_w4", "hcm_f32_w6", "hcm_f32_w8"],
 ];
+
+/// Blocks of a bandwidth-form launch over a whole message of `vecs`
+/// 16-byte vectors with halves of `half_bytes`: one vector per thread and
+/// shard where the message is small, [`BANDWIDTH_MAX_BLOCKS`] at most, and
+/// no more than leave every slot of a round one vector
+/// (`kernels_gpu::math::bandwidth_slot_vecs`). The same on every rank
+/// (the kernels' flags are per block): it depends on the call and the
+/// buffer size only, which the rendezvous checks are equal. Zero when a
+/// half cannot hold one vector per rank.
+pub(crate) fn bandwidth_blocks(vecs: usize, world: usize, half_bytes: usize) -> usize {
+    let world = world.max(1);
+    let fit = half_bytes / kernels_gpu::math::VEC_BYTES / world;
+    vecs.div_ceil(world * THREADS)
+        .clamp(1, BANDWIDTH_MAX_BLOCKS)
+        .min(fit)
+}
 
 /// Blocks for a launch over `vecs` 16-byte vectors.
 fn blocks_for(algo: AllReduceAlgo, vecs: usize, world: usize) -> usize {
@@ -166,17 +229,21 @@ impl LamportLaunch {
     }
 }
 
-/// Blocks and threads of a launch over `vecs` 16-byte vectors.
+/// Blocks and threads of a launch over `vecs` 16-byte vectors (for the
+/// bandwidth form, the whole message; for the others, one chunk) with
+/// halves of `half_bytes`.
 fn launch_shape(
     algo: AllReduceAlgo,
     vecs: usize,
     world: usize,
+    half_bytes: usize,
     lamport: &LamportLaunch,
 ) -> (usize, usize) {
     match algo {
         AllReduceAlgo::Lamport | AllReduceAlgo::LamportTwoShot => {
             lamport.shape_for(algo, vecs, world)
         }
+        AllReduceAlgo::Bandwidth => (bandwidth_blocks(vecs, world, half_bytes), THREADS),
         _ => (blocks_for(algo, vecs, world), THREADS),
     }
 }
@@ -259,6 +326,9 @@ fn kernel_name(algo: AllReduceAlgo, elem: ElemType, world: usize) -> Option<&'st
         AllReduceAlgo::TwoShot => 1,
         AllReduceAlgo::Hcm if world.is_multiple_of(2) => {
             return HCM_KERNELS[e].get((world / 2).checked_sub(2)?).copied();
+        }
+        AllReduceAlgo::Bandwidth => {
+            return BANDWIDTH_KERNELS[e].get(world.checked_sub(2)?).copied();
         }
         AllReduceAlgo::Hcm | AllReduceAlgo::Nccl => return None,
     };
@@ -373,7 +443,8 @@ impl IntraNodeComm {
         let algo = self.resolve(algo, elem, elems);
         let mut params = self.params_template();
         // Elements one launch's grid is sized for: one chunk (the kernel
-        // walks larger messages chunk by chunk, `run_chunks`).
+        // walks larger messages chunk by chunk, `run_chunks`); for the
+        // bandwidth form, the whole message (below).
         let mut chunk_elems = self.half_buffer_bytes() / elem.bytes();
         if algo == AllReduceAlgo::Hcm {
             let plan = self.hcm_plan().map_err(|why| {
@@ -384,6 +455,17 @@ impl IntraNodeComm {
             params.hcm_relay_first = u32::from(plan.relay_first);
             chunk_elems =
                 kernels_gpu::math::hcm_chunk_elems(self.half_buffer_bytes(), elem.bytes());
+        }
+        if algo == AllReduceAlgo::Bandwidth {
+            // The kernel walks the whole message in rounds of its own
+            // (`kernels_gpu::math::bandwidth_rounds`); a round is at most a
+            // half, and needs one vector per rank and block.
+            let half_vecs = self.half_buffer_bytes() / kernels_gpu::math::VEC_BYTES;
+            chunk_elems = if half_vecs >= self.world() {
+                elems.max(1)
+            } else {
+                0
+            };
         }
         if chunk_elems == 0 {
             return Err(Error::InvalidArgument(format!(
@@ -414,11 +496,19 @@ impl IntraNodeComm {
         let vecs = elems
             .min(chunk_elems)
             .div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
-        let (blocks, threads) = launch_shape(algo, vecs, self.world(), self.lamport_launch());
+        let (blocks, threads) = launch_shape(
+            algo,
+            vecs,
+            self.world(),
+            self.half_buffer_bytes(),
+            self.lamport_launch(),
+        );
         // SAFETY: every all-reduce kernel takes one AllReduceParams by
-        // value; the caller vouches for input and output; `blocks_for`
-        // stays within MAX_BLOCKS for the kernels that count blocks in the
-        // pad (the Lamport ones do not).
+        // value; the caller vouches for input and output; `blocks_for` and
+        // `bandwidth_blocks` stay within MAX_BLOCKS for the kernels that
+        // count blocks in the pad (the Lamport ones do not), and a
+        // bandwidth launch has at least one vector per slot (checked
+        // above: `bandwidth_blocks` leaves it so).
         unsafe {
             self.launch_collective(
                 "cuLaunchKernel(all_reduce)",
@@ -519,6 +609,7 @@ mod tests {
                     AllReduceAlgo::LamportTwoShot,
                     AllReduceAlgo::OneShot,
                     AllReduceAlgo::TwoShot,
+                    AllReduceAlgo::Bandwidth,
                 ] {
                     let name = kernel_name(algo, elem, world).unwrap();
                     assert!(names.contains(&name), "{name} missing from the PTX");
@@ -618,5 +709,29 @@ mod tests {
         }
         assert_eq!(blocks_for(AllReduceAlgo::OneShot, 512, 4), 1);
         assert_eq!(blocks_for(AllReduceAlgo::OneShot, 513, 4), 2);
+    }
+
+    #[test]
+    fn bandwidth_blocks_fit_the_pad_and_leave_every_slot_a_vector() {
+        use kernels_gpu::math::{bandwidth_rounds, bandwidth_slot_vecs};
+        for world in 2..=8 {
+            for half_bytes in [2048usize, 32 << 10, 5 << 20] {
+                for vecs in [1usize, 7, 512, 4096, 1 << 20, 1 << 26] {
+                    let b = bandwidth_blocks(vecs, world, half_bytes);
+                    assert!((1..=BANDWIDTH_MAX_BLOCKS).contains(&b), "{world} {half_bytes} {vecs}");
+                    let l = bandwidth_slot_vecs(half_bytes, b, world, vecs);
+                    assert!(l >= 1 && bandwidth_rounds(vecs, b, world, l) >= 1);
+                }
+            }
+            // Large messages take every block; small ones one vector per
+            // thread and shard.
+            assert_eq!(bandwidth_blocks(1 << 26, world, 5 << 20), BANDWIDTH_MAX_BLOCKS);
+            assert_eq!(bandwidth_blocks(world * THREADS, world, 5 << 20), 1);
+            assert_eq!(bandwidth_blocks(world * THREADS + 1, world, 5 << 20), 2);
+            // A half too small for one vector per rank: none (refused).
+            assert_eq!(bandwidth_blocks(1 << 20, world, 16 * world - 16), 0);
+        }
+        // A small buffer caps the blocks: 2 KiB halves hold 128 vectors.
+        assert_eq!(bandwidth_blocks(1 << 20, 8, 2048), 16);
     }
 }
