@@ -31,11 +31,20 @@ const DECODE_SPIN_NS: u64 = 20_000;
 const DECODE_HIDDEN: [usize; 2] = [4096, 8192];
 const DECODE_BATCH: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 
+/// Sizes above this take fewer calls than `--large-calls`, in proportion
+/// (`calls_for`): the sweep's default largest size, so the defaults time
+/// as before.
+const HUGE_BYTES: usize = 64 << 20;
+/// The fewest calls per configuration and mode past [`HUGE_BYTES`].
+const MIN_HUGE_CALLS: usize = 20;
+
 fn calls_for(args: &BenchArgs, bytes: usize) -> usize {
     if bytes <= 4 << 20 {
         args.calls
-    } else {
+    } else if bytes <= HUGE_BYTES {
         args.large_calls
+    } else {
+        (args.large_calls.saturating_mul(HUGE_BYTES) / bytes).max(MIN_HUGE_CALLS)
     }
     .max(1)
 }
@@ -563,6 +572,27 @@ fn largest_graph_mean(free: &[ModeStats]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calls_shrink_past_64_mib_only() {
+        let mut a = BenchArgs::demo();
+        a.calls = 10_000;
+        a.large_calls = 2_000;
+        assert_eq!(calls_for(&a, 4 << 20), 10_000);
+        assert_eq!(calls_for(&a, 64 << 20), 2_000);
+        assert_eq!(calls_for(&a, 256 << 20), 500);
+        assert_eq!(calls_for(&a, 1 << 30), 125);
+        a.large_calls = 100;
+        assert_eq!(calls_for(&a, 1 << 30), MIN_HUGE_CALLS);
+        // The sweep to 1 GiB: the default sizes, then 256 MiB and 1 GiB.
+        a.max_bytes = Some(1 << 30);
+        a.min_bytes = 1024;
+        let sizes = crate::bench::sizes(&a);
+        assert_eq!(sizes.last(), Some(&(1 << 30)));
+        a.max_bytes = None;
+        assert_eq!(crate::bench::sizes(&a).last(), Some(&(64 << 20)));
+        assert_eq!(&sizes[..sizes.len() - 2], &crate::bench::sizes(&a)[..]);
+    }
 
     #[test]
     fn merge_takes_the_worst_rank() {

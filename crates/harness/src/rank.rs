@@ -166,7 +166,7 @@ impl Rank {
         let Some(intra) = self.comm.intra() else {
             return Vec::new();
         };
-        let mut v = vec![Lamport, LamportTwoShot, OneShot, TwoShot];
+        let mut v = vec![Lamport, LamportTwoShot, OneShot, TwoShot, Bandwidth];
         if intra.hcm_plan().is_ok() {
             v.push(Hcm);
         }
@@ -198,6 +198,35 @@ impl Rank {
             None => self.comm.all_reduce(send, recv, &op)?,
             Some(a) => self.comm.all_reduce_with(send, recv, &op, a)?,
         };
+        Ok(())
+    }
+
+    /// One in-place all-reduce of `buf`: `algo` (ours through the
+    /// intra-node communicator, NCCL's through its own), or the
+    /// communicator's choice for `None`.
+    pub fn all_reduce_in_place<T: DType + NcclType>(
+        &self,
+        buf: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+        algo: Option<AllReduceAlgo>,
+    ) -> Result<()> {
+        match algo {
+            None => {
+                self.comm.all_reduce_in_place(buf, &op.to_nccl())?;
+            }
+            Some(AllReduceAlgo::Nccl) => {
+                let comm = self.comm.nccl().map_err(|e| anyhow::anyhow!("{e}"))?;
+                comm.all_reduce_in_place(buf, &op.to_nccl())
+                    .map_err(|e| anyhow::anyhow!("ncclAllReduce: {:?}", e.0))?;
+            }
+            Some(a) => {
+                let intra = self
+                    .comm
+                    .intra()
+                    .ok_or_else(|| anyhow::anyhow!("{} needs the intra-node path", a.name()))?;
+                intra.all_reduce_in_place(buf, op, a, &self.stream)?;
+            }
+        }
         Ok(())
     }
 
