@@ -103,7 +103,12 @@ pub const fn lamport_decode_word(word: u32, elem_bytes: usize) -> u32 {
 /// at most `half_bytes / 16 / (blocks x world)` vectors; a message that
 /// needs fewer is spread over every block's slots in one round. Zero when
 /// the half cannot hold one vector per slot (the host refuses that).
-pub const fn bandwidth_slot_vecs(half_bytes: usize, blocks: usize, world: usize, vecs: usize) -> usize {
+pub const fn bandwidth_slot_vecs(
+    half_bytes: usize,
+    blocks: usize,
+    world: usize,
+    vecs: usize,
+) -> usize {
     let slots = blocks.saturating_mul(world);
     let most = match (half_bytes / VEC_BYTES).checked_div(slots) {
         Some(n) => n,
@@ -263,8 +268,9 @@ mod tests {
                         for round in 0..rounds {
                             for block in 0..blocks {
                                 for owner in 0..world {
-                                    let (s, e) =
-                                        bandwidth_shard(vecs, blocks, world, l, round, block, owner);
+                                    let (s, e) = bandwidth_shard(
+                                        vecs, blocks, world, l, round, block, owner,
+                                    );
                                     assert!(s <= e && e - s <= l);
                                     if s < vecs {
                                         assert_eq!(s, next, "{half} {blocks} {world} {vecs}");
@@ -277,7 +283,10 @@ mod tests {
                         }
                         assert_eq!(next, vecs);
                         // Past the last round: nothing.
-                        assert_eq!(bandwidth_shard(vecs, blocks, world, l, rounds, 0, 0).0, vecs);
+                        assert_eq!(
+                            bandwidth_shard(vecs, blocks, world, l, rounds, 0, 0).0,
+                            vecs
+                        );
                     }
                 }
             }

@@ -718,14 +718,20 @@ mod tests {
             for half_bytes in [2048usize, 32 << 10, 5 << 20] {
                 for vecs in [1usize, 7, 512, 4096, 1 << 20, 1 << 26] {
                     let b = bandwidth_blocks(vecs, world, half_bytes);
-                    assert!((1..=BANDWIDTH_MAX_BLOCKS).contains(&b), "{world} {half_bytes} {vecs}");
+                    assert!(
+                        (1..=BANDWIDTH_MAX_BLOCKS).contains(&b),
+                        "{world} {half_bytes} {vecs}"
+                    );
                     let l = bandwidth_slot_vecs(half_bytes, b, world, vecs);
                     assert!(l >= 1 && bandwidth_rounds(vecs, b, world, l) >= 1);
                 }
             }
             // Large messages take every block; small ones one vector per
             // thread and shard.
-            assert_eq!(bandwidth_blocks(1 << 26, world, 5 << 20), BANDWIDTH_MAX_BLOCKS);
+            assert_eq!(
+                bandwidth_blocks(1 << 26, world, 5 << 20),
+                BANDWIDTH_MAX_BLOCKS
+            );
             assert_eq!(bandwidth_blocks(world * THREADS, world, 5 << 20), 1);
             assert_eq!(bandwidth_blocks(world * THREADS + 1, world, 5 << 20), 2);
             // A half too small for one vector per rank: none (refused).
