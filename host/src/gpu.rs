@@ -12,11 +12,17 @@ use cudarc::driver::CudaContext;
 
 use crate::error::{DriverContext, Error, Result};
 
-/// Whether `libcuda` can be loaded on this machine.
+/// Whether `libcuda` can be loaded on this machine. Without the
+/// `dynamic-loading` feature the application linked it, so a running
+/// process has it.
 pub fn driver_available() -> bool {
+    #[cfg(feature = "dynamic-loading")]
     // SAFETY: `is_culib_present` only tries to dlopen the library by name
     // and closes it again; it has no preconditions.
-    unsafe { cudarc::driver::sys::is_culib_present() }
+    let present = unsafe { cudarc::driver::sys::is_culib_present() };
+    #[cfg(not(feature = "dynamic-loading"))]
+    let present = true;
+    present
 }
 
 /// Number of CUDA devices; [`Error::NoDriver`] where there is no driver.

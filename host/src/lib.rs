@@ -48,8 +48,8 @@
 //!
 //! The crate builds on stable Rust: it embeds committed PTX
 //! (`host/ptx/kernels-sm_90.ptx`, for H100/H200 and later), which CI
-//! checks against what the `kernels-gpu` source emits. It has no cargo
-//! features. Two build-time environment variables change what is
+//! checks against what the `kernels-gpu` source emits. Two build-time
+//! environment variables change what is
 //! embedded (both need the workspace's nightly tool chain, since they
 //! build the kernels from source):
 //!
@@ -59,8 +59,15 @@
 //! - `INTRANODE_PTX_REBUILD=1`: build the kernels from source even where
 //!   the committed PTX is current.
 //!
-//! CUDA (`libcuda`) and NCCL are loaded at run time: building needs neither,
-//! and a machine without them gets an error from the first GPU call.
+//! # Features
+//!
+//! - `dynamic-loading` (default): cudarc loads CUDA (`libcuda`) and NCCL at
+//!   run time, so building needs neither and a machine without them gets
+//!   an error from the first GPU call. An application that picks cudarc's
+//!   link mode itself turns it off: candle's `cuda` feature links
+//!   (`dynamic-linking`), and cudarc refuses two modes, so a candle
+//!   application depends on `intranode = { ..., default-features = false }`
+//!   and shares candle's cudarc, streams and `CudaSlice`s.
 
 pub mod algo;
 pub mod comm;

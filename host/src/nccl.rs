@@ -10,10 +10,15 @@ use intranode_store::{Store, StoreExchange};
 
 use crate::error::{Error, Result};
 
-/// Whether `libnccl` can be loaded on this machine.
+/// Whether `libnccl` can be loaded on this machine (linked by the
+/// application without the `dynamic-loading` feature).
 pub fn nccl_available() -> bool {
+    #[cfg(feature = "dynamic-loading")]
     // SAFETY: only tries to dlopen the library by name.
-    unsafe { cudarc::nccl::sys::is_culib_present() }
+    let present = unsafe { cudarc::nccl::sys::is_culib_present() };
+    #[cfg(not(feature = "dynamic-loading"))]
+    let present = true;
+    present
 }
 
 /// Creates the NCCL communicator of `rank` on `stream`. Every rank calls it

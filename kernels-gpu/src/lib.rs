@@ -22,7 +22,11 @@
 //! - [`cast`]: f32 to and from bf16/f16, for gradient compression.
 //! - [`pattern`]: the soak's input pattern and expected outputs (shared
 //!   with the host); [`soak`]: its fill and check kernels.
-//! - [`norm`]: residual add + RMSNorm after an all-reduce.
+//! - [`norm`]: RMSNorm, alone or after a residual add (the tail of an
+//!   all-reduce).
+//! - [`decode`]: the rest of a decode layer's elementwise steps (SiLU x
+//!   mul) and the decode benchmark's random fill ([`decode::uniform`],
+//!   shared with the host).
 //! - [`timing`]: the benchmark's per-call stamps and spins, and the probe
 //!   of what polling costs (NOTE [abandoned waits] in [`sync`]).
 //!
@@ -36,6 +40,7 @@
     feature(abi_ptx, stdarch_nvptx, asm_experimental_arch)
 )]
 
+pub mod decode;
 pub mod layout;
 pub mod math;
 pub mod pattern;

@@ -243,6 +243,19 @@ pub fn sqrt_rn_f32(v: f32) -> f32 {
     out
 }
 
+/// `ex2.approx.ftz.f32`: `2^v`, to about 2 ulp (subnormal results flush
+/// to zero); `core` has no `exp2` without `std`. SiLU's `exp(-x)` is
+/// `ex2(-x * log2(e))`.
+#[inline(always)]
+pub fn ex2_approx_ftz_f32(v: f32) -> f32 {
+    let out: f32;
+    // SAFETY: arithmetic on registers only.
+    unsafe {
+        asm!("ex2.approx.ftz.f32 {o}, {v};", o = out(reg32) out, v = in(reg32) v, options(nostack, nomem, pure))
+    };
+    out
+}
+
 /// `cvt.rn.bf16x2.f32`: rounds two f32 to bf16 (to nearest, ties to even)
 /// and packs them, `lo` in the low half.
 #[inline(always)]

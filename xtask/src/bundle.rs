@@ -120,7 +120,7 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
-fn copy_stripped(src: &Path, dst: &Path) -> Result<()> {
+pub(crate) fn copy_stripped(src: &Path, dst: &Path) -> Result<()> {
     std::fs::copy(src, dst).with_context(|| format!("copying {}", src.display()))?;
     let status = Command::new("strip")
         .arg(dst)

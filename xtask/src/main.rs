@@ -22,10 +22,22 @@
 //! - `bench [--out DIR] [-- BENCH ARGS]`: the full benchmark under
 //!   `intranode-run` at every world size the local GPUs allow, results and
 //!   one plot of all of them in `DIR` (default `target/bench-out`).
+//! - `decode [--out DIR] [-- DECODE ARGS]`: the tensor-parallel decode
+//!   benchmark on every local GPU under `intranode-run`, results in `DIR`
+//!   (default `target/decode-out`).
+//! - `cuda-toolkit`: the CUDA 13.0 compiler from PyPI wheels, unpacked
+//!   into `.cache/cuda-13.0` when absent; prints the variables that make a
+//!   build use it.
+//! - `candle-example [--out DIR]`: the release build of
+//!   `examples/candle-tp` (candle 0.11 with CUDA, stable Rust) with that
+//!   toolkit; with `--out`, the stripped binary, `libcudart.so.13` and
+//!   `intranode-run` in `DIR`, for a GPU machine.
 
 mod bench;
 mod bundle;
+mod candle;
 mod committed;
+mod decode;
 mod ptxas;
 mod stable;
 
@@ -45,8 +57,8 @@ fn try_main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (task, rest) = args.split_first().context(USAGE)?;
     let opts = Opts::parse(rest)?;
-    if !opts.passthrough.is_empty() && task != "bench" {
-        bail!("only `bench` takes arguments after `--`\n{USAGE}");
+    if !opts.passthrough.is_empty() && task != "bench" && task != "decode" {
+        bail!("only `bench` and `decode` take arguments after `--`\n{USAGE}");
     }
     if opts.write && (task != "build-ptx" || opts.out.is_some()) {
         bail!("--write belongs to `build-ptx` alone (it writes host/ptx/)\n{USAGE}");
@@ -75,12 +87,24 @@ fn try_main() -> Result<()> {
         "device-bundle" => bundle::build(&root()?, opts.out.as_deref())?,
         "demo" => demo()?,
         "bench" => bench::run(&root()?, opts.out.as_deref(), &opts.passthrough)?,
+        "decode" => decode::run(&root()?, opts.out.as_deref(), &opts.passthrough)?,
+        "cuda-toolkit" => {
+            let cuda_root = candle::toolkit(&root()?)?;
+            println!("export PATH={}:$PATH", cuda_root.join("bin").display());
+            println!("export CUDA_ROOT={}", cuda_root.display());
+            println!(
+                "export LIBRARY_PATH={}${{LIBRARY_PATH:+:$LIBRARY_PATH}}",
+                cuda_root.join("lib").display()
+            );
+            println!("export CUDA_COMPUTE_CAP=90");
+        }
+        "candle-example" => candle::example(&root()?, opts.out.as_deref())?,
         other => bail!("unknown task {other:?}\n{USAGE}"),
     }
     Ok(())
 }
 
-const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|doc|ci|device-bundle|demo|bench> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench]";
+const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|doc|ci|device-bundle|demo|bench|decode|cuda-toolkit|candle-example> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench or decode]";
 
 #[derive(Debug)]
 struct Opts {
@@ -88,7 +112,7 @@ struct Opts {
     out: Option<PathBuf>,
     /// `build-ptx --write`: regenerate the committed PTX.
     write: bool,
-    /// What follows `--`, handed to `intranode-bench bench`.
+    /// What follows `--`, handed to `intranode-bench bench` or `decode`.
     passthrough: Vec<String>,
 }
 
@@ -297,7 +321,7 @@ fn demo() -> Result<()> {
 }
 
 /// Release builds of `intranode-run` and `intranode-bench`, the binaries
-/// `demo` and `bench` start.
+/// `demo`, `bench` and `decode` start.
 fn build_launcher_and_bench(root: &Path) -> Result<()> {
     let cargo = ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;

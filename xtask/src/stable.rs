@@ -68,9 +68,7 @@ pub fn run(root: &Path) -> Result<()> {
     );
     let mut cmd = Command::new("rustup");
     cmd.args(args).current_dir(&outside);
-    for var in SCRUBBED_ENV {
-        cmd.env_remove(var);
-    }
+    scrub(&mut cmd);
     let status = cmd.status().context("starting rustup")?;
     if !status.success() {
         bail!(
@@ -80,6 +78,14 @@ pub fn run(root: &Path) -> Result<()> {
     }
     eprintln!("xtask: tests/stable-embed builds and runs on {rustc}");
     Ok(())
+}
+
+/// Removes what would leak this build's tool chain, flags or target
+/// directory into a build outside the workspace.
+pub(crate) fn scrub(cmd: &mut Command) {
+    for var in SCRUBBED_ENV {
+        cmd.env_remove(var);
+    }
 }
 
 /// Runs `rustup ARGS` and returns its trimmed standard output.

@@ -10,9 +10,13 @@
 //!   launcher); how `docs/allreduce_h200.png` is made.
 //! - `poll-storm`: one GPU, a probe of what the free-running method
 //!   measured in issue 16 (polling a host-mapped word from every thread).
+//! - `decode`: a Llama-shaped tensor-parallel decode layer stack (cuBLAS
+//!   GEMMs, our norms, two all-reduces per layer) in one CUDA graph: no
+//!   communication against NCCL against ours, checked.
 
 mod bench;
 mod bench_free;
+mod decode;
 mod plot;
 mod poll_storm;
 mod results;
@@ -40,6 +44,9 @@ enum Cmd {
     /// One GPU: what polling a host-mapped word from every thread costs
     /// (the free-running slow mode of issue 16) against a device word.
     PollStorm(poll_storm::PollStormArgs),
+    /// A tensor-parallel decode layer stack in a CUDA graph: no
+    /// communication, NCCL and ours.
+    Decode(decode::DecodeArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -82,6 +89,7 @@ fn main() {
         Cmd::Demo => bench::run(&bench::BenchArgs::demo()),
         Cmd::Plot(args) => plot(&args),
         Cmd::PollStorm(args) => poll_storm::run(&args),
+        Cmd::Decode(args) => decode::run(&args),
     };
     if let Err(e) = result {
         eprintln!("intranode-bench: {e:#}");

@@ -29,6 +29,7 @@
 
 mod args;
 mod group;
+mod layer;
 mod nccl_only;
 mod norm;
 

@@ -17,6 +17,7 @@ pub use ptx_builder::entry_names;
 
 pub use crate::types::{DType, ElemType};
 
+mod decode;
 mod norm;
 mod ops;
 mod soak;

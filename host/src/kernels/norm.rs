@@ -1,5 +1,5 @@
-//! Typed launch of the residual add + RMSNorm kernels
-//! (`kernels-gpu/src/norm.rs`).
+//! Typed launches of the RMSNorm kernels, with and without the residual
+//! add (`kernels-gpu/src/norm.rs`).
 
 use std::ffi::c_void;
 
@@ -28,16 +28,52 @@ impl KernelModule {
         &self,
         stream: &CudaStream,
         elem: ElemType,
-        mut p: NormParams,
+        p: NormParams,
     ) -> Result<()> {
-        if p.rows == 0 || p.hidden == 0 {
-            return Ok(());
-        }
         let name = match elem {
             ElemType::Bf16 => "residual_rmsnorm_bf16",
             ElemType::F16 => "residual_rmsnorm_f16",
             ElemType::F32 => "residual_rmsnorm_f32",
         };
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch_norm(stream, name, p) }
+    }
+
+    /// Enqueues `output = rmsnorm(input) * weight` over `p.rows` rows of
+    /// `p.hidden` elements of `elem` (`p.residual` is not read).
+    ///
+    /// # Safety
+    /// The addresses of `input`, `weight` and `output` in `p` must be
+    /// device memory of this context holding what [`NormParams`] says,
+    /// valid until the stream passes the kernel; `output` overlaps
+    /// nothing else.
+    pub(crate) unsafe fn rmsnorm_raw(
+        &self,
+        stream: &CudaStream,
+        elem: ElemType,
+        p: NormParams,
+    ) -> Result<()> {
+        let name = match elem {
+            ElemType::Bf16 => "rmsnorm_bf16",
+            ElemType::F16 => "rmsnorm_f16",
+            ElemType::F32 => "rmsnorm_f32",
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch_norm(stream, name, p) }
+    }
+
+    /// # Safety
+    /// `name` is one of the norm kernels, whose contract the caller
+    /// upholds for `p`.
+    unsafe fn launch_norm(
+        &self,
+        stream: &CudaStream,
+        name: &'static str,
+        mut p: NormParams,
+    ) -> Result<()> {
+        if p.rows == 0 || p.hidden == 0 {
+            return Ok(());
+        }
         let f = self.function(name)?;
         let warps_per_block = u64::from(THREADS / 32);
         let blocks = p.rows.div_ceil(warps_per_block).min(MAX_BLOCKS) as u32;
@@ -55,10 +91,7 @@ impl KernelModule {
                 std::slice::from_mut(&mut arg),
             )
         }
-        .ctx(
-            "cuLaunchKernel(residual_rmsnorm)",
-            Some(self.context().ordinal()),
-        )
+        .ctx("cuLaunchKernel(rmsnorm)", Some(self.context().ordinal()))
     }
 }
 
@@ -68,8 +101,9 @@ mod tests {
     fn norm_kernels_are_in_the_ptx() {
         let names = super::super::entry_names(super::super::PTX);
         for t in ["bf16", "f16", "f32"] {
-            let name = format!("residual_rmsnorm_{t}");
-            assert!(names.contains(&name.as_str()), "{name}");
+            for name in [format!("residual_rmsnorm_{t}"), format!("rmsnorm_{t}")] {
+                assert!(names.contains(&name.as_str()), "{name}");
+            }
         }
     }
 }

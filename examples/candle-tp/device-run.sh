@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Runs candle-tp from a bundle (`cargo xtask candle-example --out DIR`) on a
+# GPU machine, every run's output also in $OUT (default: the current
+# directory). Usage: device-run.sh BUNDLE_DIR [GPUS]
+#
+# With 2 or more GPUs: both back-ends on every GPU, batch 1, 8 and 32.
+# With one GPU: a world of one (both back-ends; intranode's communicator
+# has no intra-node path in a world of one and sends the sum to NCCL),
+# then two ranks sharing the GPU on intranode's path alone (NCCL refuses
+# two ranks on one GPU): a correctness run, its timing time-sliced and
+# meaningless.
+set -u
+bundle=$(cd "${1:?usage: device-run.sh BUNDLE_DIR [GPUS]}" && pwd)
+gpus=${2:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')}
+out=${OUT:-.}
+export NCCL_NVLS_ENABLE=0
+# cuBLAS, cuRAND and NCCL are opened at run time (cudarc's dynamic
+# loading): the system's, else those of the machine's Python wheels or
+# any other copy found below /usr and /opt.
+libs=$bundle/lib
+for d in $(python3 -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null); do
+    for sub in cu13/lib cublas/lib curand/lib nccl/lib; do
+        [ -d "$d/$sub" ] && libs=$libs:$d/$sub
+    done
+done
+for f in $(timeout 30 find /usr /opt \( -name 'libcublas.so.13' -o -name 'libcurand.so.10' \
+    -o -name 'libnccl.so.2' \) 2>/dev/null); do
+    case ":$libs:" in *":$(dirname "$f"):"*) ;; *) libs=$libs:$(dirname "$f") ;; esac
+done
+# cudarc asks for libnccl.so (or .so.N for N other than 2): a link to
+# libnccl.so.2 where only that one exists.
+links=$(mktemp -d)
+if ! ldconfig -p | grep -q 'libnccl\.so '; then
+    for d in ${libs//:/ } /usr/lib/x86_64-linux-gnu /usr/local/cuda/lib64; do
+        [ -e "$d/libnccl.so.2" ] && { ln -sf "$d/libnccl.so.2" "$links/libnccl.so"; break; }
+    done
+fi
+export LD_LIBRARY_PATH=$libs:$links${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+ldconfig -p | grep -E 'libcublas|libcurand|libnccl|libcudart' | head
+nvidia-smi -L
+fail=0
+run() {
+    local name=$1
+    shift
+    echo "== $name: $*"
+    "$@" 2>&1 | tee "$out/$name.txt"
+    local rc=${PIPESTATUS[0]}
+    [ "$rc" -eq 0 ] || { echo "== $name failed ($rc)"; fail=1; }
+}
+tp=$bundle/candle-tp
+# A carried bundle holds it gzipped (58 MB raw, mostly candle's kernels).
+if [ ! -x "$tp" ] && [ -f "$tp.gz" ]; then
+    tp=$(mktemp -d)/candle-tp
+    gzip -dc "$bundle/candle-tp.gz" >"$tp" && chmod +x "$tp"
+fi
+launch=$bundle/intranode-run
+if [ "$gpus" -ge 2 ]; then
+    for b in 1 8 32; do
+        run "w${gpus}_b$b" "$launch" --nproc-per-node "$gpus" --timeout 600 -- "$tp" --backend both --batch "$b"
+    done
+else
+    for b in 1 8 32; do
+        run "w1_b$b" "$launch" --nproc-per-node 1 --timeout 70 -- "$tp" --backend both --batch "$b"
+    done
+    run w2_shared_gpu env INTRANODE_ALLOW_OVERLAPPING_DEVICES=1 INTRANODE_TEST_INTRA_NODE_COMM=1 \
+        "$launch" --nproc-per-node 2 --gpus 0,0 --timeout 70 -- \
+        "$tp" --backend intranode --batch 8 --reps 2 --steps 10
+fi
+exit $fail
