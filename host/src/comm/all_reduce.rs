@@ -30,7 +30,7 @@ pub(super) const THREADS: usize = crate::config::MAX_THREADS_PER_BLOCK;
 const ONE_SHOT_MAX_BLOCKS: usize = 24;
 const TWO_SHOT_MAX_BLOCKS: usize = 64;
 /// Most blocks of the bandwidth form (NOTE [bandwidth all-reduce] in
-/// `kernels-gpu/src/bandwidth.rs`), of [`THREADS`] threads each. Its SM
+/// `kernels-gpu/src/bandwidth.rs`), of `THREADS` (512) threads each. Its SM
 /// footprint: at most this many SMs, 32 of an H100's or H200's 132 (a
 /// block of 512 threads at its 122 to 128 registers, `cargo xtask
 /// check-ptx`, fills an SM's 64 Ki registers, so one block per SM).
