@@ -136,10 +136,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let max_calls = args.calls.max(args.large_calls).max(1);
     // Graph modes log replays x (K + 1) <= 2 x calls stamps.
     let mut timer = Timer::new(&r, 2 * max_calls + 2 * SKEW_K + 256)?;
+    let decode_algos = decode_algos(args, &algos);
     let decode_configs = if args.no_decode {
         0
     } else {
-        DECODE_HIDDEN.len() * DECODE_BATCH.len() * (algos.len() + 1)
+        DECODE_HIDDEN.len() * DECODE_BATCH.len() * (decode_algos.len() + 1)
     };
     let mut progress = Progress::new(
         "intranode-bench bench (free-running)",
@@ -179,7 +180,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let decode = if args.no_decode {
         Vec::new()
     } else {
-        decode_mode(&mut r, args, &mut timer, &algos, &mut progress)?
+        decode_mode(&mut r, args, &mut timer, &decode_algos, &mut progress)?
     };
     progress.finish();
     if r.rank() == 0 {
@@ -192,6 +193,22 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         finish(args, file)?;
     }
     Ok(())
+}
+
+/// The decode-like mode's algorithms: the sweep's, less the bandwidth
+/// form unless `--algos` names it (a form for large messages; the decode
+/// sizes are 8 KiB to 1 MiB, and the default run stays as long as before
+/// it).
+fn decode_algos(args: &BenchArgs, algos: &[Option<AllReduceAlgo>]) -> Vec<Option<AllReduceAlgo>> {
+    let named = args
+        .algos
+        .iter()
+        .any(|a| a == AllReduceAlgo::Bandwidth.name());
+    algos
+        .iter()
+        .copied()
+        .filter(|a| named || *a != Some(AllReduceAlgo::Bandwidth))
+        .collect()
 }
 
 /// The row of one configuration: `graph_us` is the mean per call of the
@@ -572,6 +589,22 @@ fn largest_graph_mean(free: &[ModeStats]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decode_mode_takes_the_bandwidth_form_only_when_named() {
+        let algos = [
+            Some(AllReduceAlgo::Lamport),
+            Some(AllReduceAlgo::Bandwidth),
+            None,
+        ];
+        let mut a = BenchArgs::demo();
+        assert_eq!(
+            decode_algos(&a, &algos),
+            vec![Some(AllReduceAlgo::Lamport), None]
+        );
+        a.algos = vec!["bandwidth".into(), "auto".into()];
+        assert_eq!(decode_algos(&a, &algos), algos.to_vec());
+    }
 
     #[test]
     fn calls_shrink_past_64_mib_only() {
