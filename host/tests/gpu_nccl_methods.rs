@@ -116,6 +116,60 @@ fn nccl_methods_in_a_world_of_one() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// NCCL's route captured into a CUDA graph under cudarc's event tracking
+/// (on once the context has a second stream): every buffer was written
+/// before the capture, which cudarc's own NCCL calls would make the
+/// captured stream wait on (NOTE [nccl under capture]).
+#[test]
+fn nccl_calls_capture_under_event_tracking() -> Result<(), Box<dyn std::error::Error>> {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    if !gpu::gpus_or_skip(1, "gpu_nccl_methods (capture)")? {
+        return Ok(());
+    }
+    if !intranode::nccl::nccl_available() {
+        skip("libnccl cannot be loaded here");
+        return Ok(());
+    }
+    let ctx = gpu::context(0)?;
+    let stream = ctx.new_stream()?;
+    let upload = ctx.new_stream()?;
+    assert!(ctx.is_managing_stream_synchronization());
+    let comm = Communicator::new(stream.clone(), Arc::new(HashStore::new()), 0, 1)?;
+    let n = 4097;
+    let host: Vec<f32> = (0..n).map(|i| (i % 97) as f32 - 13.0).collect();
+    let send = upload.clone_htod(&host)?;
+    let mut sum = stream.alloc_zeros::<f32>(n)?;
+    let mut gathered = stream.alloc_zeros::<f32>(n)?;
+    let mut in_place = upload.clone_htod(&host)?;
+    upload.synchronize()?;
+
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    let captured = (|| -> Result<(), Error> {
+        comm.all_reduce_with(
+            &send,
+            &mut sum,
+            &ReduceOp::Sum,
+            intranode::AllReduceAlgo::Nccl,
+        )?;
+        comm.all_gather(&send, &mut gathered)?;
+        comm.all_reduce_in_place(&mut in_place, &ReduceOp::Max)?;
+        Ok(())
+    })();
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+    captured?;
+    let graph = graph?.ok_or("the capture made no graph")?;
+    for _ in 0..3 {
+        graph.launch()?;
+    }
+    stream.synchronize()?;
+    comm.check()?;
+    assert_eq!(stream.clone_dtoh(&sum)?, host, "captured all_reduce");
+    assert_eq!(stream.clone_dtoh(&gathered)?, host, "captured all_gather");
+    assert_eq!(stream.clone_dtoh(&in_place)?, host, "captured in place");
+    Ok(())
+}
+
 fn comm_err<T: std::fmt::Debug>(r: Result<T, Error>) -> String {
     r.expect_err("should be refused").to_string()
 }

@@ -45,7 +45,8 @@ use cudarc::driver::sys::{
     self, CUevent_wait_flags, CUresult, CUstreamCaptureMode, CUstreamCaptureStatus, cudaError_enum,
 };
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaStream, DevicePtr, DevicePtrMut, DriverError, SyncOnDrop, result,
+    CudaContext, CudaEvent, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, DriverError,
+    SyncOnDrop, result,
 };
 
 use crate::error::{DriverContext, Error, Result};
@@ -160,6 +161,34 @@ impl<'a> CallBuffers<'a> {
         }
         let (ptr, guard) = buf.device_ptr_mut(self.stream);
         self.on_stream(ptr, guard, what)
+    }
+
+    /// [`input`](Self::input) as a view for cudarc's NCCL calls (NOTE
+    /// [nccl under capture]).
+    pub(crate) fn input_view<T>(
+        &mut self,
+        buf: &'a impl DevicePtr<T>,
+        what: &str,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Ordered<T>> {
+        let ptr = self.input(buf, what)?;
+        // SAFETY: `ptr` is `buf`'s address, `buf.len()` elements, borrowed
+        // for `'a` and ordered with the stream by `self`.
+        Ok(unsafe { Ordered::new(ptr, buf.len(), stream) })
+    }
+
+    /// [`output`](Self::output) as a view for cudarc's NCCL calls.
+    pub(crate) fn output_view<T>(
+        &mut self,
+        buf: &'a mut impl DevicePtrMut<T>,
+        what: &str,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Ordered<T>> {
+        let len = buf.len();
+        let ptr = self.output(buf, what)?;
+        // SAFETY: as in `input_view`; `buf` is borrowed mutably for `'a`,
+        // so the view is its only user.
+        Ok(unsafe { Ordered::new(ptr, len, stream) })
     }
 
     /// Step 1 of NOTE [capture and event tracking] for the guard of a
@@ -282,5 +311,65 @@ impl<'a> CallBuffers<'a> {
             "cuEventRecord (cudarc's record of the buffer's use, at guard drop)",
             device,
         )
+    }
+}
+
+// NOTE [nccl under capture]: cudarc's NCCL calls take their buffers'
+// addresses with `device_ptr(stream)`, so under event tracking a call
+// captured into a CUDA graph waits on events recorded before the capture,
+// which CUDA refuses (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`, seen on an
+// H100 with the decode benchmark). The communicator takes the addresses
+// through `CallBuffers` instead, as for its own kernels, and hands NCCL
+// [`Ordered`] views of them: their guards do nothing, since `CallBuffers`
+// already ordered the buffers with the stream and records their use.
+
+/// A device buffer's address and length, already ordered with `stream` by
+/// a [`CallBuffers`]: what cudarc's NCCL calls take in its place (NOTE
+/// [nccl under capture]).
+#[derive(Debug)]
+pub(crate) struct Ordered<T> {
+    ptr: u64,
+    len: usize,
+    stream: Arc<CudaStream>,
+    _elem: std::marker::PhantomData<T>,
+}
+
+impl<T> Ordered<T> {
+    /// # Safety
+    /// `ptr` must be device memory of `len` elements of `T`, live and
+    /// ordered with `stream` (by a [`CallBuffers`]) until the work
+    /// enqueued with the view is done.
+    pub(crate) unsafe fn new(ptr: u64, len: usize, stream: &Arc<CudaStream>) -> Self {
+        Ordered {
+            ptr,
+            len,
+            stream: stream.clone(),
+            _elem: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T> DeviceSlice<T> for Ordered<T> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+}
+
+impl<T> DevicePtr<T> for Ordered<T> {
+    fn device_ptr<'a>(&'a self, _stream: &'a CudaStream) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
+        (self.ptr, SyncOnDrop::Sync(None))
+    }
+}
+
+impl<T> DevicePtrMut<T> for Ordered<T> {
+    fn device_ptr_mut<'a>(
+        &'a mut self,
+        _stream: &'a CudaStream,
+    ) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
+        (self.ptr, SyncOnDrop::Sync(None))
     }
 }

@@ -11,9 +11,8 @@ use cudarc::driver::{DevicePtr, DevicePtrMut};
 use kernels_gpu::layout::NormParams;
 
 use super::Communicator;
-use crate::comm::tracked::{CallBuffers, CaptureSide};
 use crate::error::{Error, Result};
-use crate::kernels::{DType, KernelModule};
+use crate::kernels::DType;
 use crate::work::Work;
 
 impl Communicator {
@@ -44,8 +43,8 @@ impl Communicator {
         }
         self.check_group("rmsnorm")?;
         self.check_health()?;
-        let kernels = self.layer_kernels()?;
-        let mut bufs = self.layer_buffers()?;
+        let kernels = self.own_kernels()?;
+        let mut bufs = self.call_buffers()?;
         let p = NormParams {
             input: bufs.input(input, "norm input")?,
             residual: 0,
@@ -92,8 +91,8 @@ impl Communicator {
         }
         self.check_group("silu_mul")?;
         self.check_health()?;
-        let kernels = self.layer_kernels()?;
-        let mut bufs = self.layer_buffers()?;
+        let kernels = self.own_kernels()?;
+        let mut bufs = self.call_buffers()?;
         let rows = output.len() / cols;
         let g = bufs.input(gate_up, "gate_up")?;
         let o = bufs.output(output, "silu_mul output")?;
@@ -104,40 +103,5 @@ impl Communicator {
         unsafe { kernels.silu_mul_raw(&self.stream, T::ELEM, g, o, rows, cols) }?;
         bufs.finish()?;
         Ok(self.work())
-    }
-
-    /// The kernels for calls on this communicator's stream: the
-    /// intra-node path's, or the communicator's own, loaded at the first
-    /// call that needs them.
-    fn layer_kernels(&self) -> Result<&KernelModule> {
-        if let Some(intra) = &self.intra {
-            return Ok(intra.kernels());
-        }
-        if let Some(k) = self.kernels.get() {
-            return Ok(k);
-        }
-        let k = KernelModule::load(self.stream.context())?;
-        // Another thread may have won the race: either will do.
-        let _ = self.kernels.set(k);
-        self.kernels
-            .get()
-            .ok_or_else(|| Error::InvalidArgument("the kernels could not be kept".into()))
-    }
-
-    /// The buffers of one call on this communicator's stream, with the
-    /// capture side stream made at the first capture that needs it.
-    fn layer_buffers(&self) -> Result<CallBuffers<'_>> {
-        let ctx = self.stream.context();
-        let device = ctx.ordinal();
-        CallBuffers::new(ctx, &self.stream, device, self.rank, || {
-            if let Some(side) = self.capture_side.get() {
-                return Ok(side);
-            }
-            let side = CaptureSide::new(ctx, device)?;
-            let _ = self.capture_side.set(side);
-            self.capture_side.get().ok_or_else(|| {
-                Error::InvalidArgument("the capture side stream could not be kept".into())
-            })
-        })
     }
 }

@@ -241,14 +241,30 @@ impl Communicator {
         buf: &mut impl DevicePtrMut<T>,
         op: &NcclOp,
     ) -> Result<Work> {
-        self.check_group("all_reduce_in_place")?;
         let algo = self.algo_for::<T>(buf.len(), op);
+        self.all_reduce_in_place_with(buf, op, algo)
+    }
+
+    /// In-place all-reduce with an explicit algorithm (tests and the
+    /// benchmark); an algorithm of ours that this group or op cannot run
+    /// goes to NCCL.
+    pub fn all_reduce_in_place_with<T: DType + NcclType>(
+        &self,
+        buf: &mut impl DevicePtrMut<T>,
+        op: &NcclOp,
+        algo: AllReduceAlgo,
+    ) -> Result<Work> {
+        self.check_group("all_reduce_in_place")?;
         match (algo, &self.intra, ReduceOp::from_nccl(op)) {
             (AllReduceAlgo::Nccl, _, _) | (_, None, _) | (_, _, None) => {
                 let comm = self.nccl_or_err()?;
                 self.check_health()?;
                 self.check_nccl_call::<T>(buf.len(), op)?;
-                let r = comm.all_reduce_in_place(buf, op);
+                let mut bufs = self.call_buffers()?;
+                let mut view = bufs.output_view(buf, "all-reduce buffer", &self.stream)?;
+                bufs.ready()?;
+                let r = comm.all_reduce_in_place(&mut view, op);
+                bufs.finish()?;
                 self.nccl_done("ncclAllReduce", r)
             }
             (algo, Some(intra), Some(iop)) => {
@@ -272,7 +288,12 @@ impl Communicator {
                 let comm = self.nccl_or_err()?;
                 self.check_health()?;
                 self.check_nccl_call::<T>(send.len(), op)?;
-                let r = comm.all_reduce(send, recv, op);
+                let mut bufs = self.call_buffers()?;
+                let src = bufs.input_view(send, "all-reduce input", &self.stream)?;
+                let mut dst = bufs.output_view(recv, "all-reduce output", &self.stream)?;
+                bufs.ready()?;
+                let r = comm.all_reduce(&src, &mut dst, op);
+                bufs.finish()?;
                 self.nccl_done("ncclAllReduce", r)
             }
             (_, None, _) => Err(Error::InvalidArgument(format!(
@@ -326,7 +347,11 @@ impl Communicator {
             (BroadcastAlgo::Nccl, _) => {
                 let comm = self.nccl_or_err()?;
                 self.check_health()?;
-                let r = comm.broadcast_in_place(buf, nccl_rank(root));
+                let mut bufs = self.call_buffers()?;
+                let mut view = bufs.output_view(buf, "broadcast buffer", &self.stream)?;
+                bufs.ready()?;
+                let r = comm.broadcast_in_place(&mut view, nccl_rank(root));
+                bufs.finish()?;
                 self.nccl_done("ncclBroadcast", r)
             }
             (BroadcastAlgo::SymmMem, None) => Err(Error::InvalidArgument(format!(
@@ -441,6 +466,41 @@ impl Communicator {
     }
 
     /// A handle on this communicator's stream that knows its health word.
+    /// The kernels for calls on this communicator's stream: the
+    /// intra-node path's, or the communicator's own, loaded at the first
+    /// call that needs them.
+    pub(super) fn own_kernels(&self) -> Result<&KernelModule> {
+        if let Some(intra) = &self.intra {
+            return Ok(intra.kernels());
+        }
+        if let Some(k) = self.kernels.get() {
+            return Ok(k);
+        }
+        let k = KernelModule::load(self.stream.context())?;
+        // Another thread may have won the race: either will do.
+        let _ = self.kernels.set(k);
+        self.kernels
+            .get()
+            .ok_or_else(|| Error::InvalidArgument("the kernels could not be kept".into()))
+    }
+
+    /// The buffers of one call on this communicator's stream, with the
+    /// capture side stream made at the first capture that needs it.
+    pub(super) fn call_buffers(&self) -> Result<CallBuffers<'_>> {
+        let ctx = self.stream.context();
+        let device = ctx.ordinal();
+        CallBuffers::new(ctx, &self.stream, device, self.rank, || {
+            if let Some(side) = self.capture_side.get() {
+                return Ok(side);
+            }
+            let side = CaptureSide::new(ctx, device)?;
+            let _ = self.capture_side.set(side);
+            self.capture_side.get().ok_or_else(|| {
+                Error::InvalidArgument("the capture side stream could not be kept".into())
+            })
+        })
+    }
+
     fn work(&self) -> Work {
         Work::new(
             self.stream.clone(),

@@ -15,7 +15,11 @@ impl Communicator {
     ) -> Result<Work> {
         let peer = args::rank_in_world("send", self.rank, self.world, "peer", peer)?;
         let comm = self.nccl_for("send")?;
-        let r = comm.send(data, nccl_rank(peer));
+        let mut bufs = self.call_buffers()?;
+        let data = bufs.input_view(data, "send buffer", &self.stream)?;
+        bufs.ready()?;
+        let r = comm.send(&data, nccl_rank(peer));
+        bufs.finish()?;
         self.nccl_done("ncclSend", r)
     }
 
@@ -28,7 +32,11 @@ impl Communicator {
     ) -> Result<Work> {
         let peer = args::rank_in_world("recv", self.rank, self.world, "peer", peer)?;
         let comm = self.nccl_for("recv")?;
-        let r = comm.recv(buff, nccl_rank(peer));
+        let mut bufs = self.call_buffers()?;
+        let mut buff = bufs.output_view(buff, "receive buffer", &self.stream)?;
+        bufs.ready()?;
+        let r = comm.recv(&mut buff, nccl_rank(peer));
+        bufs.finish()?;
         self.nccl_done("ncclRecv", r)
     }
 
@@ -53,7 +61,15 @@ impl Communicator {
             recvbuff.len(),
         )?;
         let comm = self.nccl_for("broadcast")?;
-        let r = comm.broadcast(sendbuff, recvbuff, nccl_rank(root));
+        let mut bufs = self.call_buffers()?;
+        let send = match sendbuff {
+            Some(s) => Some(bufs.input_view(s, "broadcast send buffer", &self.stream)?),
+            None => None,
+        };
+        let mut recv = bufs.output_view(recvbuff, "broadcast receive buffer", &self.stream)?;
+        bufs.ready()?;
+        let r = comm.broadcast(send.as_ref(), &mut recv, nccl_rank(root));
+        bufs.finish()?;
         self.nccl_done("ncclBroadcast", r)
     }
 
@@ -72,7 +88,12 @@ impl Communicator {
             return Ok(work);
         }
         let comm = self.nccl_for("all_gather")?;
-        let r = comm.all_gather(sendbuff, recvbuff);
+        let mut bufs = self.call_buffers()?;
+        let send = bufs.input_view(sendbuff, "all-gather send buffer", &self.stream)?;
+        let mut recv = bufs.output_view(recvbuff, "all-gather receive buffer", &self.stream)?;
+        bufs.ready()?;
+        let r = comm.all_gather(&send, &mut recv);
+        bufs.finish()?;
         self.nccl_done("ncclAllGather", r)
     }
 
@@ -97,7 +118,15 @@ impl Communicator {
             sendbuff.len(),
         )?;
         let comm = self.nccl_for("reduce")?;
-        let r = comm.reduce(sendbuff, recvbuff, reduce_op, nccl_rank(root));
+        let mut bufs = self.call_buffers()?;
+        let send = bufs.input_view(sendbuff, "reduce send buffer", &self.stream)?;
+        let mut recv = match recvbuff {
+            Some(r) => Some(bufs.output_view(r, "reduce receive buffer", &self.stream)?),
+            None => None,
+        };
+        bufs.ready()?;
+        let r = comm.reduce(&send, recv.as_mut(), reduce_op, nccl_rank(root));
+        bufs.finish()?;
         self.nccl_done("ncclReduce", r)
     }
 
@@ -111,7 +140,11 @@ impl Communicator {
     ) -> Result<Work> {
         let root = args::rank_in_world("reduce", self.rank, self.world, "root", root)?;
         let comm = self.nccl_for("reduce_in_place")?;
-        let r = comm.reduce_in_place(recvbuff, reduce_op, nccl_rank(root));
+        let mut bufs = self.call_buffers()?;
+        let mut buf = bufs.output_view(recvbuff, "reduce buffer", &self.stream)?;
+        bufs.ready()?;
+        let r = comm.reduce_in_place(&mut buf, reduce_op, nccl_rank(root));
+        bufs.finish()?;
         self.nccl_done("ncclReduce", r)
     }
 
@@ -134,7 +167,12 @@ impl Communicator {
             return Ok(work);
         }
         let comm = self.nccl_for("reduce_scatter")?;
-        let r = comm.reduce_scatter(sendbuff, recvbuff, reduce_op);
+        let mut bufs = self.call_buffers()?;
+        let send = bufs.input_view(sendbuff, "reduce-scatter send buffer", &self.stream)?;
+        let mut recv = bufs.output_view(recvbuff, "reduce-scatter receive buffer", &self.stream)?;
+        bufs.ready()?;
+        let r = comm.reduce_scatter(&send, &mut recv, reduce_op);
+        bufs.finish()?;
         self.nccl_done("ncclReduceScatter", r)
     }
 

@@ -40,32 +40,8 @@ impl Communicator {
         self.check_norm_args(input.len(), residual.len(), weight.len(), eps, output.len())?;
         self.check_group("residual_rmsnorm")?;
         self.check_health()?;
-        let device = self.stream.context().ordinal();
-        let kernels = match &self.intra {
-            Some(intra) => intra.kernels(),
-            None => match self.kernels.get() {
-                Some(k) => k,
-                None => {
-                    let k = KernelModule::load(self.stream.context())?;
-                    // Another thread may have won the race: either will do.
-                    let _ = self.kernels.set(k);
-                    self.kernels.get().ok_or_else(|| {
-                        Error::InvalidArgument("the kernels could not be kept".into())
-                    })?
-                }
-            },
-        };
-        let ctx = self.stream.context();
-        let mut bufs = CallBuffers::new(ctx, &self.stream, device, self.rank, || {
-            if let Some(side) = self.capture_side.get() {
-                return Ok(side);
-            }
-            let side = CaptureSide::new(ctx, device)?;
-            let _ = self.capture_side.set(side);
-            self.capture_side.get().ok_or_else(|| {
-                Error::InvalidArgument("the capture side stream could not be kept".into())
-            })
-        })?;
+        let kernels = self.own_kernels()?;
+        let mut bufs = self.call_buffers()?;
         let hidden = weight.len();
         let rows = (output.len() / hidden) as u64;
         let p = NormParams {

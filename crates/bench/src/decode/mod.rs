@@ -38,7 +38,6 @@ use cudarc::driver::CudaGraph;
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::nccl::ReduceOp;
 use half::bf16;
-use intranode::algo::AllReduceAlgo;
 use intranode::kernels::KernelModule;
 use intranode_store::StoreExchange;
 
@@ -101,12 +100,10 @@ pub struct DecodeArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub check: bool,
     /// Keep cudarc's event tracking on (its default once a context has two
-    /// streams), as applications run; the graphs are the same. All-reduces
-    /// that go to NCCL are then skipped, with a note: cudarc's NCCL calls
-    /// make the captured stream wait on the buffer's last use before the
-    /// capture, which CUDA refuses (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`,
-    /// seen on an H100), where our kernels take that wait outside the
-    /// capture.
+    /// streams), as applications run; the graphs are the same (the
+    /// communicator takes every buffer, NCCL's included, through
+    /// `CallBuffers`: NOTE [nccl under capture] in
+    /// `host/src/comm/tracked.rs`).
     #[arg(long)]
     pub cudarc_defaults: bool,
     /// Seed of the weights and inputs.
@@ -120,9 +117,6 @@ pub struct DecodeArgs {
 const EAGER_STEPS: usize = 2;
 /// Replays between the capture and the timed ones.
 const WARMUP_REPLAYS: usize = 5;
-
-/// Why NCCL's all-reduce is not captured under cudarc's event tracking.
-const NCCL_UNDER_TRACKING: &str = "cudarc's NCCL calls make the captured stream wait on the buffer's last use before the capture, which CUDA refuses (CUDA_ERROR_STREAM_CAPTURE_ISOLATION)";
 
 pub fn run(args: &DecodeArgs) -> Result<()> {
     if args.layers == 0 || args.replays == 0 || args.batches.contains(&0) {
@@ -147,12 +141,6 @@ pub fn run(args: &DecodeArgs) -> Result<()> {
     let mut variants = args.variants.clone();
     if let (Err(why), true) = (r.comm.nccl(), variants.contains(&Variant::Nccl)) {
         notes.push(format!("nccl: skipped: NCCL cannot run here ({why})"));
-        variants.retain(|&v| v != Variant::Nccl);
-    }
-    if args.cudarc_defaults && variants.contains(&Variant::Nccl) {
-        notes.push(format!(
-            "nccl: skipped under --cudarc-defaults: {NCCL_UNDER_TRACKING}"
-        ));
         variants.retain(|&v| v != Variant::Nccl);
     }
     if variants.contains(&Variant::Ours) && r.comm.intra().is_none() {
@@ -191,23 +179,6 @@ pub fn run(args: &DecodeArgs) -> Result<()> {
             }
             let mut finals: Vec<(Variant, Vec<bf16>, Vec<f64>)> = Vec::new();
             for &variant in &variants {
-                let nccl_route = r
-                    .comm
-                    .algo_for::<bf16>(batch * shape.hidden, &ReduceOp::Sum)
-                    == AllReduceAlgo::Nccl;
-                if args.cudarc_defaults && variant == Variant::Ours && nccl_route {
-                    if me == 0 {
-                        println!(
-                            "decode: {} batch {batch}: ours skipped (NCCL's route, event tracking on)",
-                            shape.name
-                        );
-                    }
-                    notes.push(format!(
-                        "ours: skipped at {} batch {batch} under --cudarc-defaults: the communicator sends this size to NCCL, and {NCCL_UNDER_TRACKING}",
-                        shape.name
-                    ));
-                    continue;
-                }
                 let step = Step {
                     r: &r,
                     blas: &blas,

@@ -427,11 +427,7 @@ impl Step<'_> {
         match self.variant {
             Variant::None => {}
             Variant::Nccl => {
-                let nccl = comm
-                    .nccl()
-                    .map_err(|why| anyhow::anyhow!("nccl variant without NCCL: {why}"))?;
-                nccl.all_reduce_in_place(buf, &ReduceOp::Sum)
-                    .map_err(|e| anyhow::anyhow!("ncclAllReduce: {e:?}"))?;
+                comm.all_reduce_in_place_with(buf, &ReduceOp::Sum, intranode::AllReduceAlgo::Nccl)?;
             }
             Variant::Ours => {
                 comm.all_reduce_in_place(buf, &ReduceOp::Sum)?;
