@@ -201,32 +201,19 @@ impl Rank {
         Ok(())
     }
 
-    /// One in-place all-reduce of `buf`: `algo` (ours through the
-    /// intra-node communicator, NCCL's through its own), or the
-    /// communicator's choice for `None`.
+    /// One in-place all-reduce of `buf` through the communicator: `algo`,
+    /// or its own choice for `None`.
     pub fn all_reduce_in_place<T: DType + NcclType>(
         &self,
         buf: &mut impl DevicePtrMut<T>,
         op: ReduceOp,
         algo: Option<AllReduceAlgo>,
     ) -> Result<()> {
+        let op = op.to_nccl();
         match algo {
-            None => {
-                self.comm.all_reduce_in_place(buf, &op.to_nccl())?;
-            }
-            Some(AllReduceAlgo::Nccl) => {
-                let comm = self.comm.nccl().map_err(|e| anyhow::anyhow!("{e}"))?;
-                comm.all_reduce_in_place(buf, &op.to_nccl())
-                    .map_err(|e| anyhow::anyhow!("ncclAllReduce: {:?}", e.0))?;
-            }
-            Some(a) => {
-                let intra = self
-                    .comm
-                    .intra()
-                    .ok_or_else(|| anyhow::anyhow!("{} needs the intra-node path", a.name()))?;
-                intra.all_reduce_in_place(buf, op, a, &self.stream)?;
-            }
-        }
+            None => self.comm.all_reduce_in_place(buf, &op)?,
+            Some(a) => self.comm.all_reduce_in_place_with(buf, &op, a)?,
+        };
         Ok(())
     }
 
