@@ -31,10 +31,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1024)]
     pub min_bytes: usize,
     /// Largest message, bytes (default: 64 MiB free-running, 256 MiB
-    /// aligned). `--max-bytes 1073741824` extends the sweep to 1 GiB (64,
-    /// 256 MiB and 1 GiB past the default), the large-message range of
-    /// the bandwidth form; free-running, the calls per size shrink past 64
-    /// MiB (`--large-calls`).
+    /// aligned). `--max-bytes 1073741824` extends the sweep to 1 GiB
+    /// (256 MiB and 1 GiB after the default sizes), the large-message
+    /// range of the bandwidth form; free-running, the calls per size
+    /// shrink past 64 MiB (`--large-calls`).
     #[arg(long)]
     pub max_bytes: Option<usize>,
     /// Lined-up samples (`--aligned`) per configuration (the median is
