@@ -96,7 +96,9 @@ use crate::elem::{Bf16, Element, F16, load_vec, store_vec};
 use crate::layout::{
     AllReduceParams, FORM_BANDWIDTH, OP_AVG, OP_MAX, OP_MIN, OP_SUM, SLOT_MID, SLOT_START,
 };
-use crate::math::{self, bandwidth_rounds, bandwidth_shard, bandwidth_slot_vecs};
+use crate::math::{
+    self, bandwidth_rounds, bandwidth_shard, bandwidth_slot_offset, bandwidth_slot_vecs,
+};
 use crate::ptx;
 use crate::sync::{block_arrive, block_await, call_epoch, finish_call, pick};
 
@@ -141,7 +143,7 @@ impl Plan {
     /// of `epoch`.
     #[inline(always)]
     fn slot_off<const W: usize>(&self, half_bytes: u64, epoch: u32, s: usize) -> u64 {
-        (epoch & 1) as u64 * half_bytes + ((self.block * W + s) * self.slot_vecs * 16) as u64
+        bandwidth_slot_offset(half_bytes, epoch, self.block, W, s, self.slot_vecs)
     }
 }
 

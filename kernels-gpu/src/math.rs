@@ -145,6 +145,21 @@ pub const fn bandwidth_shard(
     )
 }
 
+/// Byte offset, in a rank's symmetric buffer, of slot `slot` of block
+/// `block` in the half of `epoch` (halves of `half_bytes`): a block's
+/// `world` slots lie side by side, the blocks one after another, each slot
+/// `slot_vecs` vectors. Every rank lays its buffer out alike.
+pub const fn bandwidth_slot_offset(
+    half_bytes: u64,
+    epoch: u32,
+    block: usize,
+    world: usize,
+    slot: usize,
+    slot_vecs: usize,
+) -> u64 {
+    (epoch & 1) as u64 * half_bytes + ((block * world + slot) * slot_vecs * VEC_BYTES) as u64
+}
+
 /// `ceil(a / b)`, zero when `b == 0`.
 pub const fn div_ceil(a: usize, b: usize) -> usize {
     if b == 0 { 0 } else { a.div_ceil(b) }
@@ -289,6 +304,28 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+        // Slots never overlap and stay inside their half.
+        for (half, blocks, world, vecs) in [
+            (2048u64, 3usize, 5usize, 1usize << 20),
+            (5 << 20, 32, 8, 1 << 30),
+        ] {
+            let l = bandwidth_slot_vecs(half as usize, blocks, world, vecs);
+            for epoch in [6u32, 7] {
+                let mut spans: Vec<(u64, u64)> = Vec::new();
+                for block in 0..blocks {
+                    for slot in 0..world {
+                        let at = bandwidth_slot_offset(half, epoch, block, world, slot, l);
+                        let end = at + (l * VEC_BYTES) as u64;
+                        let half_start = (epoch & 1) as u64 * half;
+                        assert!(at >= half_start && end <= half_start + half);
+                        assert!(at.is_multiple_of(VEC_BYTES as u64));
+                        spans.push((at, end));
+                    }
+                }
+                spans.sort_unstable();
+                assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0));
             }
         }
         assert_eq!(bandwidth_slot_vecs(4096, 0, 2, 10), 0);
