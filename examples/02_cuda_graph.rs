@@ -34,7 +34,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use cudarc::nccl::ReduceOp;
 use intranode::Communicator;
 use intranode::dist_env::DistEnv;
-use intranode::kernels::KernelModule;
+use intranode::kernels::TestKernelModule;
 use intranode_store::{ClientConfig, Store, TcpStore};
 
 #[derive(Parser, Debug)]
@@ -98,7 +98,7 @@ fn main() -> Result<()> {
     let stream = ctx.new_stream()?;
     let comm = Communicator::new(stream.clone(), store, rank, world)
         .with_context(|| format!("rank {rank}: building the communicator"))?;
-    let module = KernelModule::load(&ctx)?;
+    let module = TestKernelModule::load(&ctx)?;
     let n = args.elems;
 
     // 2. Eager, across streams: `upload` writes the input only after a
@@ -182,7 +182,7 @@ fn main() -> Result<()> {
 /// `staging`, then (after a kernel of `delay_ns`, if any) into `inputs`.
 fn fill(
     upload: &Arc<CudaStream>,
-    module: &KernelModule,
+    module: &TestKernelModule,
     staging: &mut [CudaSlice<f32>],
     inputs: &mut [CudaSlice<f32>],
     rank: usize,

@@ -1,8 +1,11 @@
 //! Chooses the PTX the crate embeds (`src/kernels/mod.rs` includes the file
-//! this script names in `INTRANODE_EMBEDDED_PTX`).
+//! this script names in `INTRANODE_EMBEDDED_PTX`; under the feature
+//! `test-kernels`, `src/kernels/test_kernels.rs` also the test kernels'
+//! PTX named in `INTRANODE_EMBEDDED_TEST_PTX`).
 //!
-//! Normally that is the committed `ptx/kernels-<arch>.ptx`: no nightly tool
-//! chain is needed, so the crate builds on stable Rust. The kernels are
+//! Normally that is the committed `ptx/kernels-<arch>.ptx` (and
+//! `ptx/test-kernels-<arch>.ptx`): no nightly tool chain is needed, so the
+//! crate builds on stable Rust. The kernels are
 //! built from source (nightly, `-Zbuild-std`, through `ptx-builder`) only
 //! when
 //! - the kernel sources differ from what the committed PTX was built from
@@ -16,6 +19,8 @@
 //! PTX is used as it is.
 
 use std::path::{Path, PathBuf};
+
+use ptx_builder::KernelSet;
 
 /// Env switch: the architecture to embed (default `sm_90`).
 const ARCH_ENV: &str = "INTRANODE_PTX_ARCH";
@@ -57,32 +62,36 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
     let arch = std::env::var(ARCH_ENV).unwrap_or_else(|_| ptx_builder::DEFAULT_ARCH.into());
     ptx_builder::validate_arch(&arch)?;
     let forced = std::env::var(REBUILD_ENV).is_ok_and(|v| v == "1");
-    let committed = committed_dir.join(ptx_builder::committed_file_name(&arch));
-
-    let embedded = if forced {
-        build_from_source(&workspace_root, &arch, &format!("{REBUILD_ENV}=1"))?
-    } else if !committed.exists() {
-        build_from_source(
-            &workspace_root,
-            &arch,
-            &format!(
+    let stale = stale_reason(&workspace_root, &committed_dir);
+    let mut warned = false;
+    let mut sets = vec![(KernelSet::Production, "INTRANODE_EMBEDDED_PTX")];
+    if std::env::var_os("CARGO_FEATURE_TEST_KERNELS").is_some() {
+        sets.push((KernelSet::Test, "INTRANODE_EMBEDDED_TEST_PTX"));
+    }
+    for (set, env) in sets {
+        let committed = committed_dir.join(set.file_name(&arch));
+        let embedded = if forced {
+            build_from_source(&workspace_root, &arch, set, &format!("{REBUILD_ENV}=1"))?
+        } else if !committed.exists() {
+            let why = format!(
                 "no committed PTX for {arch} (committed: {})",
                 ptx_builder::COMMITTED_ARCHS.join(", ")
-            ),
-        )?
-    } else if let Some(why) = stale_reason(&workspace_root, &committed_dir) {
-        println!(
-            "cargo:warning=built the kernels from source: {why}; \
-             run `cargo xtask build-ptx --write` and commit host/ptx/"
-        );
-        build_from_source(&workspace_root, &arch, &why)?
-    } else {
-        committed
-    };
-    println!(
-        "cargo:rustc-env=INTRANODE_EMBEDDED_PTX={}",
-        embedded.display()
-    );
+            );
+            build_from_source(&workspace_root, &arch, set, &why)?
+        } else if let Some(why) = &stale {
+            if !warned {
+                println!(
+                    "cargo:warning=built the kernels from source: {why}; \
+                     run `cargo xtask build-ptx --write` and commit host/ptx/"
+                );
+                warned = true;
+            }
+            build_from_source(&workspace_root, &arch, set, why)?
+        } else {
+            committed
+        };
+        println!("cargo:rustc-env={env}={}", embedded.display());
+    }
     println!("cargo:rustc-env=INTRANODE_EMBEDDED_PTX_ARCH={arch}");
     Ok(())
 }
@@ -101,28 +110,32 @@ fn stale_reason(workspace_root: &Path, committed_dir: &Path) -> Option<String> {
     })
 }
 
-/// Builds the kernels for `arch` into `OUT_DIR` (needs the nightly tool
-/// chain) and returns the PTX file's path; `why` goes into the error.
+/// Builds the kernels of `set` for `arch` into `OUT_DIR` (needs the
+/// nightly tool chain) and returns the PTX file's path; `why` goes into
+/// the error.
 fn build_from_source(
     workspace_root: &Path,
     arch: &str,
+    set: KernelSet,
     why: &str,
 ) -> Result<PathBuf, Box<dyn std::error::Error>> {
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     let ptx = ptx_builder::build_ptx(&ptx_builder::PtxBuild {
         workspace_root: workspace_root.to_owned(),
         arch: arch.to_owned(),
+        kernels: set,
         // Its own target directory: the outer cargo holds the lock of ours.
         target_dir: out_dir.join("ptx-target"),
         cargo: ptx_builder::cargo_binary(),
     })
     .map_err(|e| {
         format!(
-            "building the kernels from source ({why}) needs the workspace's nightly tool chain \
-             (rust-toolchain.toml); the committed PTX needs none: {e}"
+            "building the {} from source ({why}) needs the workspace's nightly tool chain \
+             (rust-toolchain.toml); the committed PTX needs none: {e}",
+            set.describe()
         )
     })?;
-    let path = out_dir.join(format!("kernels-{arch}.ptx"));
+    let path = out_dir.join(set.file_name(arch));
     std::fs::write(&path, ptx)?;
     Ok(path)
 }

@@ -17,7 +17,6 @@ use serde::{Deserialize, Serialize};
 use crate::topology::{MAX_DEVICES, Topology};
 use crate::types::ElemType;
 
-pub use crate::config::{FORCE_ALGO_ENV, TUNING_FILE_ENV};
 
 /// All-reduce algorithms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -50,7 +49,7 @@ pub enum AllReduceAlgo {
 }
 
 impl AllReduceAlgo {
-    /// The name used by [`FORCE_ALGO_ENV`] and the benchmark.
+    /// The name used by `FORCE_ALGO_ENV` and the benchmark.
     pub const fn name(self) -> &'static str {
         match self {
             AllReduceAlgo::Lamport => "lamport",

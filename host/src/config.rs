@@ -9,7 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::algo::{AllReduceAlgo, Crossovers};
+use crate::algo::AllReduceAlgo;
+pub use crate::algo::Crossovers;
 use crate::comm::broadcast::BroadcastAlgo;
 use crate::rendezvous::BUFFER_GRANULARITY_BYTES;
 use crate::symm_mem::{Backend, DEFAULT_BUFFER_BYTES};
@@ -27,8 +28,8 @@ pub const TEST_ENV: &str = "INTRANODE_TEST_INTRA_NODE_COMM";
 pub const ALLOW_OVERLAPPING_ENV: &str = "INTRANODE_ALLOW_OVERLAPPING_DEVICES";
 
 /// Size in bytes of each rank's symmetric buffer (default
-/// [`DEFAULT_BUFFER_BYTES`]), a positive multiple of
-/// [`BUFFER_GRANULARITY_BYTES`].
+/// `DEFAULT_BUFFER_BYTES`), a positive multiple of
+/// `BUFFER_GRANULARITY_BYTES`.
 pub const BUFFER_BYTES_ENV: &str = "INTRANODE_SYMM_MEM_BUFFER_BYTES";
 
 /// How symmetric memory is shared between processes: `vmm` (default) or

@@ -49,7 +49,8 @@ pub fn context(ordinal: usize) -> Result<Arc<CudaContext>> {
     CudaContext::new(ordinal).ctx("cuCtxRetain", Some(ordinal))
 }
 
-pub use crate::config::REQUIRE_GPUS_ENV;
+use crate::config::REQUIRE_GPUS_ENV;
+pub use crate::nccl::nccl_available;
 
 /// Gate for GPU tests: `Ok(true)` when `needed` GPUs are present;
 /// `Ok(false)` after printing a visible skip message when they are not;

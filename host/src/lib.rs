@@ -49,9 +49,9 @@
 //! The crate builds on stable Rust: it embeds committed PTX
 //! (`host/ptx/kernels-sm_90.ptx`, for H100/H200 and later), which CI
 //! checks against what the `kernels-gpu` source emits. Two build-time
-//! environment variables change what is
-//! embedded (both need the workspace's nightly tool chain, since they
-//! build the kernels from source):
+//! environment variables change what is embedded (both need the
+//! workspace's nightly tool chain, since they build the kernels from
+//! source):
 //!
 //! - `INTRANODE_PTX_ARCH=sm_80` (or any `sm_XX`): PTX for another
 //!   architecture (A100: `sm_80`); [`kernels::PTX_ARCH`] says which one a
@@ -68,30 +68,64 @@
 //!   (`dynamic-linking`), and cudarc refuses two modes, so a candle
 //!   application depends on `intranode = { ..., default-features = false }`
 //!   and shares candle's cudarc, streams and `CudaSlice`s.
+//! - `test-kernels` (off): for the project's own test suites, benchmark
+//!   and examples. It also embeds the test and probe kernels
+//!   (`host/ptx/test-kernels-sm_90.ptx`, loaded by
+//!   `kernels::TestKernelModule`: the soak's fill and check, the
+//!   benchmark's stamps and spins), which the production PTX does not
+//!   carry.
 
-pub mod algo;
-pub mod comm;
 pub mod communicator;
 pub mod config;
 pub mod ddp;
-pub mod driver_ext;
 pub mod error;
 pub mod gpu;
 pub mod kernels;
-pub mod nccl;
-pub mod rendezvous;
-pub mod symm_mem;
 pub mod topology;
 pub mod types;
-pub mod work;
+
+pub(crate) mod driver_ext;
+mod work;
+
+/// Declares a module of the crate's machinery: public under the
+/// `internals` feature (the project's GPU suites and benchmark drive the
+/// intra-node communicator, symmetric memory and the rendezvous directly),
+/// crate-private otherwise, so the API users see is the modules above.
+macro_rules! internal_modules {
+    ($($(#[$meta:meta])* $name:ident;)*) => {$(
+        $(#[$meta])*
+        #[cfg(feature = "internals")]
+        pub mod $name;
+        $(#[$meta])*
+        #[cfg(not(feature = "internals"))]
+        // Without the suites, what only they use is unused.
+        #[allow(dead_code, unused_imports)]
+        pub(crate) mod $name;
+    )*};
+}
+
+internal_modules! {
+    /// The all-reduce decision and the crossovers.
+    algo;
+    /// The intra-node communicator and its collectives.
+    comm;
+    /// The NCCL communicator built through the store.
+    nccl;
+    /// How the ranks meet and decide on the fast path.
+    rendezvous;
+    /// Per-rank buffers every peer maps, and signal pads.
+    symm_mem;
+}
 
 // CUDA-free crates of their own, under their old paths.
 pub use intranode_dist_env as dist_env;
+#[cfg(feature = "internals")]
 pub use intranode_ipc as ipc_channel;
+#[cfg(not(feature = "internals"))]
+pub(crate) use intranode_ipc as ipc_channel;
 
-pub use algo::AllReduceAlgo;
-pub use comm::IntraNodeComm;
 pub use communicator::{Communicator, Group, RankIndex};
+pub use config::CommConfig;
 pub use error::{Error, Result};
-pub use types::{DType, ElemType, ReduceOp};
+pub use types::{AllReduceAlgo, BroadcastAlgo, DType, ElemType, ReduceOp};
 pub use work::Work;

@@ -24,7 +24,7 @@ fn nccl_methods_in_a_world_of_one() -> Result<(), Box<dyn std::error::Error>> {
     if !gpu::gpus_or_skip(1, "gpu_nccl_methods")? {
         return Ok(());
     }
-    if !intranode::nccl::nccl_available() {
+    if !gpu::nccl_available() {
         skip("libnccl cannot be loaded here");
         return Ok(());
     }
@@ -126,7 +126,7 @@ fn nccl_calls_capture_under_event_tracking() -> Result<(), Box<dyn std::error::E
     if !gpu::gpus_or_skip(1, "gpu_nccl_methods (capture)")? {
         return Ok(());
     }
-    if !intranode::nccl::nccl_available() {
+    if !gpu::nccl_available() {
         skip("libnccl cannot be loaded here");
         return Ok(());
     }

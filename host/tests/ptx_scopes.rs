@@ -1,9 +1,13 @@
 //! Checks, on the PTX the crate embeds, that every named function of
 //! `kernels-gpu/src/ptx.rs` that orders memory emits exactly the
 //! instruction, semantics and scope its name claims: each is compiled into
-//! a `probe_<name>` kernel of its own, whose body this test reads.
+//! a `probe_<name>` kernel of its own, whose body this test reads. The
+//! probes live in the test PTX (feature `test-kernels`, which `cargo test
+//! --workspace` turns on through the bench and test crates), built from
+//! the same `ptx.rs` with the same flags as the production PTX.
 
-use intranode::kernels::PTX;
+use intranode::kernels::TEST_PTX as PTX;
+use kernels_gpu::entries::SCOPE_PROBES;
 
 /// The body of `.entry name(...) { ... }` in the PTX.
 fn entry_body(ptx: &str, name: &str) -> String {
@@ -96,10 +100,45 @@ fn globaltimer_is_read() {
 
 #[test]
 fn no_out_of_line_calls() {
-    assert!(
-        !PTX.contains(".extern .func"),
-        "the PTX calls into core out of line"
-    );
+    for ptx in [PTX, intranode::kernels::PTX] {
+        assert!(
+            !ptx.contains(".extern .func"),
+            "the PTX calls into core out of line"
+        );
+    }
+}
+
+/// The production kernels use the same functions: the probes check what
+/// they emit only if some production kernel emits it too (a probe of a
+/// function no kernel uses any more checks nothing).
+#[test]
+fn every_probed_instruction_is_used_by_the_production_kernels() {
+    let production = intranode::kernels::PTX;
+    for (probe, op) in [
+        ("probe_ld_acquire_sys_u32", "ld.acquire.sys.global.u32"),
+        ("probe_ld_relaxed_sys_u32", "ld.relaxed.sys.global.u32"),
+        ("probe_st_release_sys_u32", "st.release.sys.global.u32"),
+        ("probe_st_relaxed_sys_u32", "st.relaxed.sys.global.u32"),
+        (
+            "probe_ld_relaxed_sys_v4_u32",
+            "ld.relaxed.sys.global.v4.u32",
+        ),
+        (
+            "probe_st_relaxed_sys_v4_u32",
+            "st.relaxed.sys.global.v4.u32",
+        ),
+        ("probe_ld_global_v4_u32", "ld.global.v4.u32"),
+        ("probe_st_global_v4_u32", "st.global.v4.u32"),
+        (
+            "probe_atom_add_acq_rel_gpu_u32",
+            "atom.add.acq_rel.gpu.global.u32",
+        ),
+        ("probe_fence_acq_rel_sys", "fence.acq_rel.sys;"),
+        ("probe_globaltimer_ns", "%globaltimer"),
+    ] {
+        assert!(SCOPE_PROBES.contains(&probe), "{probe} is not listed");
+        assert!(production.contains(op), "no production kernel emits {op}");
+    }
 }
 
 #[test]

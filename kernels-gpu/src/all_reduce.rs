@@ -42,7 +42,9 @@
 //! started call `e` and had finished call `e - 1`. That is the guarantee a
 //! full barrier gives, so HCM calls interleave freely with the others.
 
+use crate::bandwidth::bandwidth;
 use crate::elem::{Bf16, Element, F16, Lanes, load_vec, store_vec};
+use crate::lamport::{lamport, lamport_ag, lamport_rs, lamport2};
 use crate::layout::{
     AllReduceParams, FORM_HCM, FORM_ONE_SHOT, FORM_TWO_SHOT, OP_AVG, OP_MAX, OP_MIN, OP_SUM,
     SLOT_MID, SLOT_START,
@@ -526,102 +528,56 @@ unsafe fn hcm<T: Element, const G: usize, const OP: u32>(p: &AllReduceParams) {
     unsafe { run_chunks::<T, G, OP, ALGO_HCM>(p) }
 }
 
-/// Defines one kernel per (algorithm, element type, world size); the op
-/// is a run-time parameter dispatched once, outside the loops. Shared with
-/// `lamport.rs`.
-macro_rules! all_reduce_kernels {
-    ($algo:ident, $ty:ty, $($name:ident = $w:literal),+ $(,)?) => {$(
-        /// # Safety
-        /// See the algorithm's function; launched only by the host crate.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(p: AllReduceParams) {
-            // SAFETY: the host upholds the algorithm's contract.
-            unsafe {
-                match p.op {
-                    OP_SUM => $algo::<$ty, $w, OP_SUM>(&p),
-                    OP_AVG => $algo::<$ty, $w, OP_AVG>(&p),
-                    OP_MIN => $algo::<$ty, $w, OP_MIN>(&p),
-                    OP_MAX => $algo::<$ty, $w, OP_MAX>(&p),
-                    _ => ptx::trap(),
-                }
-            }
-        }
+/// The GPU side of `entries::collective_kernels!`: for every row, one
+/// kernel per element type and world size, named
+/// `<prefix>_<elem>_w<world>` from the list. The op is a run-time
+/// parameter dispatched once, outside the loops.
+macro_rules! define_collective_kernels {
+    ($($(#[$doc:meta])* $variant:ident = $prefix:literal, $func:ident, $worlds:tt, $inst:ident;)+) => {$(
+        collective_kernels_of!($prefix, $func, $inst, "bf16", Bf16, $worlds);
+        collective_kernels_of!($prefix, $func, $inst, "f16", F16, $worlds);
+        collective_kernels_of!($prefix, $func, $inst, "f32", f32, $worlds);
     )+};
 }
 
-all_reduce_kernels!(
-    one_shot,
-    Bf16,
-    one_shot_bf16_w2 = 2,
-    one_shot_bf16_w3 = 3,
-    one_shot_bf16_w4 = 4,
-    one_shot_bf16_w5 = 5,
-    one_shot_bf16_w6 = 6,
-    one_shot_bf16_w7 = 7,
-    one_shot_bf16_w8 = 8
-);
-all_reduce_kernels!(
-    one_shot,
-    F16,
-    one_shot_f16_w2 = 2,
-    one_shot_f16_w3 = 3,
-    one_shot_f16_w4 = 4,
-    one_shot_f16_w5 = 5,
-    one_shot_f16_w6 = 6,
-    one_shot_f16_w7 = 7,
-    one_shot_f16_w8 = 8
-);
-all_reduce_kernels!(
-    one_shot,
-    f32,
-    one_shot_f32_w2 = 2,
-    one_shot_f32_w3 = 3,
-    one_shot_f32_w4 = 4,
-    one_shot_f32_w5 = 5,
-    one_shot_f32_w6 = 6,
-    one_shot_f32_w7 = 7,
-    one_shot_f32_w8 = 8
-);
-all_reduce_kernels!(
-    two_shot,
-    Bf16,
-    two_shot_bf16_w2 = 2,
-    two_shot_bf16_w3 = 3,
-    two_shot_bf16_w4 = 4,
-    two_shot_bf16_w5 = 5,
-    two_shot_bf16_w6 = 6,
-    two_shot_bf16_w7 = 7,
-    two_shot_bf16_w8 = 8
-);
-all_reduce_kernels!(
-    two_shot,
-    F16,
-    two_shot_f16_w2 = 2,
-    two_shot_f16_w3 = 3,
-    two_shot_f16_w4 = 4,
-    two_shot_f16_w5 = 5,
-    two_shot_f16_w6 = 6,
-    two_shot_f16_w7 = 7,
-    two_shot_f16_w8 = 8
-);
-all_reduce_kernels!(
-    two_shot,
-    f32,
-    two_shot_f32_w2 = 2,
-    two_shot_f32_w3 = 3,
-    two_shot_f32_w4 = 4,
-    two_shot_f32_w5 = 5,
-    two_shot_f32_w6 = 6,
-    two_shot_f32_w7 = 7,
-    two_shot_f32_w8 = 8
-);
+/// One row's kernels of one element type, one per world size.
+macro_rules! collective_kernels_of {
+    ($prefix:literal, $func:ident, $inst:ident, $elem:literal, $ty:ty, [$($world:literal)+]) => {$(
+        collective_kernel!($inst, $func, $ty, $world, concat!($prefix, "_", $elem, "_w", $world));
+    )+};
+}
 
-pub(crate) use all_reduce_kernels;
+/// One kernel: `$func` instantiated with the world size (`world`) or with
+/// the group size, half of it (`group`: HCM, NOTE [hcm groups]).
+macro_rules! collective_kernel {
+    (world, $func:ident, $ty:ty, $world:literal, $name:expr) => {
+        collective_kernel!(@define $func, $ty, { $world }, $name);
+    };
+    (group, $func:ident, $ty:ty, $world:literal, $name:expr) => {
+        collective_kernel!(@define $func, $ty, { $world / 2 }, $name);
+    };
+    (@define $func:ident, $ty:ty, $n:tt, $name:expr) => {
+        const _: () = {
+            /// # Safety
+            /// See the algorithm's function; launched only by the host crate.
+            #[unsafe(export_name = $name)]
+            pub unsafe extern "ptx-kernel" fn kernel(p: AllReduceParams) {
+                // SAFETY: the host upholds the algorithm's contract.
+                unsafe {
+                    match p.op {
+                        OP_SUM => $func::<$ty, $n, OP_SUM>(&p),
+                        OP_AVG => $func::<$ty, $n, OP_AVG>(&p),
+                        OP_MIN => $func::<$ty, $n, OP_MIN>(&p),
+                        OP_MAX => $func::<$ty, $n, OP_MAX>(&p),
+                        _ => ptx::trap(),
+                    }
+                }
+            }
+        };
+    };
+}
 
-// HCM kernels are named by world size W and instantiated with G = W / 2.
-all_reduce_kernels!(hcm, Bf16, hcm_bf16_w4 = 2, hcm_bf16_w6 = 3, hcm_bf16_w8 = 4);
-all_reduce_kernels!(hcm, F16, hcm_f16_w4 = 2, hcm_f16_w6 = 3, hcm_f16_w8 = 4);
-all_reduce_kernels!(hcm, f32, hcm_f32_w4 = 2, hcm_f32_w6 = 3, hcm_f32_w8 = 4);
+crate::entries::collective_kernels!(define_collective_kernels);
 
 /// Explicit barrier among the ranks of `p.rank_mask`: one block of
 /// `MAX_RANKS` threads.

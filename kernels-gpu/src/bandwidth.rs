@@ -91,11 +91,9 @@
 //! roles so that one round's pull overlaps the next round's push inside a
 //! block, and more than two rounds in flight.
 
-use crate::all_reduce::{all_reduce_kernels, combine_in_order, finish_op, report_to};
-use crate::elem::{Bf16, Element, F16, load_vec, store_vec};
-use crate::layout::{
-    AllReduceParams, FORM_BANDWIDTH, OP_AVG, OP_MAX, OP_MIN, OP_SUM, SLOT_MID, SLOT_START,
-};
+use crate::all_reduce::{combine_in_order, finish_op, report_to};
+use crate::elem::{Element, load_vec, store_vec};
+use crate::layout::{AllReduceParams, FORM_BANDWIDTH, SLOT_MID, SLOT_START};
 use crate::math::{
     self, bandwidth_rounds, bandwidth_shard, bandwidth_slot_offset, bandwidth_slot_vecs,
 };
@@ -292,7 +290,9 @@ unsafe fn pull<T: Element, const W: usize>(
     }
 }
 
-/// The whole call: NOTE [bandwidth all-reduce].
+/// The whole call: NOTE [bandwidth all-reduce]. Its kernels, one per
+/// element type and world size, come from the list in `entries.rs`
+/// (`bandwidth_<elem>_w<world>`), instantiated in `all_reduce.rs`.
 ///
 /// # Safety
 /// `p` must describe mapped buffers and pads of W ranks (`rank < W`),
@@ -301,7 +301,7 @@ unsafe fn pull<T: Element, const W: usize>(
 /// slot (`math::bandwidth_slot_vecs` is non-zero); every rank launches the
 /// same grid, of at most `layout::MAX_BLOCKS` blocks.
 #[inline(always)]
-unsafe fn bandwidth<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+pub(crate) unsafe fn bandwidth<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     let own_pad = pick(&p.pads, p.rank) as *mut u32;
     // SAFETY: the host passes this rank's mapped pad.
     let base = unsafe { call_epoch(own_pad) };
@@ -348,37 +348,3 @@ unsafe fn bandwidth<T: Element, const W: usize, const OP: u32>(p: &AllReducePara
         finish_call(own_pad, base.wrapping_add(rounds as u32 - 1));
     }
 }
-
-all_reduce_kernels!(
-    bandwidth,
-    Bf16,
-    bandwidth_bf16_w2 = 2,
-    bandwidth_bf16_w3 = 3,
-    bandwidth_bf16_w4 = 4,
-    bandwidth_bf16_w5 = 5,
-    bandwidth_bf16_w6 = 6,
-    bandwidth_bf16_w7 = 7,
-    bandwidth_bf16_w8 = 8
-);
-all_reduce_kernels!(
-    bandwidth,
-    F16,
-    bandwidth_f16_w2 = 2,
-    bandwidth_f16_w3 = 3,
-    bandwidth_f16_w4 = 4,
-    bandwidth_f16_w5 = 5,
-    bandwidth_f16_w6 = 6,
-    bandwidth_f16_w7 = 7,
-    bandwidth_f16_w8 = 8
-);
-all_reduce_kernels!(
-    bandwidth,
-    f32,
-    bandwidth_f32_w2 = 2,
-    bandwidth_f32_w3 = 3,
-    bandwidth_f32_w4 = 4,
-    bandwidth_f32_w5 = 5,
-    bandwidth_f32_w6 = 6,
-    bandwidth_f32_w7 = 7,
-    bandwidth_f32_w8 = 8
-);

@@ -165,25 +165,20 @@ unsafe fn broadcast<const W: usize>(p: &BroadcastParams) {
     unsafe { finish_call(own_pad, base.wrapping_add(chunks as u32 - 1)) };
 }
 
-/// Defines one broadcast kernel per world size.
-macro_rules! broadcast_kernels {
-    ($($name:ident = $w:literal),+ $(,)?) => {$(
-        /// # Safety
-        /// See [`broadcast`]; launched only by the host crate.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(p: BroadcastParams) {
-            // SAFETY: the host upholds `broadcast`'s contract.
-            unsafe { broadcast::<$w>(&p) }
-        }
+/// The GPU side of `entries::broadcast_kernels!`: one kernel per world
+/// size, named `<prefix>_w<w>` from the list.
+macro_rules! define_broadcast_kernels {
+    ($prefix:literal, [$($w:literal)+]) => {$(
+        const _: () = {
+            /// # Safety
+            /// See [`broadcast`]; launched only by the host crate.
+            #[unsafe(export_name = concat!($prefix, "_w", $w))]
+            pub unsafe extern "ptx-kernel" fn kernel(p: BroadcastParams) {
+                // SAFETY: the host upholds `broadcast`'s contract.
+                unsafe { broadcast::<$w>(&p) }
+            }
+        };
     )+};
 }
 
-broadcast_kernels!(
-    broadcast_w2 = 2,
-    broadcast_w3 = 3,
-    broadcast_w4 = 4,
-    broadcast_w5 = 5,
-    broadcast_w6 = 6,
-    broadcast_w7 = 7,
-    broadcast_w8 = 8
-);
+crate::entries::broadcast_kernels!(define_broadcast_kernels);

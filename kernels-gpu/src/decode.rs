@@ -29,11 +29,21 @@ pub fn uniform(seed: u64, i: u64, std: f32) -> f32 {
     (u * 2.0 - 1.0) * (std * SQRT_3)
 }
 
+/// The grid-stride place of this thread: first index and stride.
 #[cfg(target_arch = "nvptx64")]
-pub mod kernels {
-    //! The entry points; see the module's documentation.
+#[inline(always)]
+fn grid() -> (usize, usize) {
+    use crate::ptx;
+    let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
+    let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
+    (tid, stride)
+}
 
-    use super::uniform;
+/// The SiLU x mul entry points (production kernels); see the module's
+/// documentation.
+#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+pub mod kernels {
+    use super::grid;
     use crate::elem::{Bf16, Element, F16};
     use crate::math;
     use crate::ptx;
@@ -44,13 +54,6 @@ pub mod kernels {
     #[inline(always)]
     fn silu(g: f32) -> f32 {
         g / (1.0 + ptx::ex2_approx_ftz_f32(-g * core::f32::consts::LOG2_E))
-    }
-
-    #[inline(always)]
-    fn grid() -> (usize, usize) {
-        let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
-        let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
-        (tid, stride)
     }
 
     /// See the module's documentation. One 16-byte vector of the output
@@ -113,6 +116,38 @@ pub mod kernels {
         }
     }
 
+    macro_rules! silu_mul_kernels {
+        ($($silu:ident = $ty:ty);+ $(;)?) => {$(
+            /// # Safety
+            /// See `silu_mul`; launched only by the host crate.
+            #[unsafe(no_mangle)]
+            pub unsafe extern "ptx-kernel" fn $silu(
+                gate_up: *const $ty,
+                out: *mut $ty,
+                rows: usize,
+                cols: usize,
+            ) {
+                // SAFETY: the host upholds the contract.
+                unsafe { silu_mul(gate_up, out, rows, cols) }
+            }
+        )+};
+    }
+
+    silu_mul_kernels!(
+        silu_mul_bf16 = Bf16;
+        silu_mul_f16 = F16;
+        silu_mul_f32 = f32;
+    );
+}
+
+/// The random fill's entry points: the decode benchmark's, so test
+/// kernels (the test PTX, feature `test-kernels`); see the module's
+/// documentation.
+#[cfg(all(target_arch = "nvptx64", feature = "test-kernels"))]
+pub mod fill_kernels {
+    use super::{grid, uniform};
+    use crate::elem::{Bf16, Element, F16};
+
     /// # Safety
     /// `out` holds `n` elements.
     #[inline(always)]
@@ -126,23 +161,11 @@ pub mod kernels {
         }
     }
 
-    macro_rules! decode_kernels {
-        ($($silu:ident, $fill:ident = $ty:ty);+ $(;)?) => {$(
+    macro_rules! fill_kernels {
+        ($($fill:ident = $ty:ty);+ $(;)?) => {$(
             /// # Safety
-            /// See `silu_mul`; launched only by the host crate.
-            #[unsafe(no_mangle)]
-            pub unsafe extern "ptx-kernel" fn $silu(
-                gate_up: *const $ty,
-                out: *mut $ty,
-                rows: usize,
-                cols: usize,
-            ) {
-                // SAFETY: the host upholds the contract.
-                unsafe { silu_mul(gate_up, out, rows, cols) }
-            }
-
-            /// # Safety
-            /// See `fill_uniform`; launched only by the host crate.
+            /// See `fill_uniform`; launched only by the test suites and
+            /// the benchmark.
             #[unsafe(no_mangle)]
             pub unsafe extern "ptx-kernel" fn $fill(out: *mut $ty, n: usize, seed: u64, std: f32) {
                 // SAFETY: the host upholds the contract.
@@ -151,10 +174,10 @@ pub mod kernels {
         )+};
     }
 
-    decode_kernels!(
-        silu_mul_bf16, fill_uniform_bf16 = Bf16;
-        silu_mul_f16, fill_uniform_f16 = F16;
-        silu_mul_f32, fill_uniform_f32 = f32;
+    fill_kernels!(
+        fill_uniform_bf16 = Bf16;
+        fill_uniform_f16 = F16;
+        fill_uniform_f32 = f32;
     );
 }
 

@@ -54,20 +54,15 @@
 //! freely with the all-reduces. The encoding makes an all-gathered -0.0
 //! come out +0.0 (every other value, NaN payloads included, exactly).
 
-use crate::all_reduce::{all_reduce_kernels, combine_in_order, finish_op};
-use crate::elem::{Bf16, F16};
+use crate::all_reduce::{combine_in_order, finish_op};
 use crate::elem::{Element, Lanes, load_vec, store_vec};
 use crate::layout::{
     AllReduceParams, FORM_ALL_GATHER, FORM_LAMPORT, FORM_LAMPORT_TWO_SHOT, FORM_REDUCE_SCATTER,
-    LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, OP_AVG, OP_MAX, OP_MIN, OP_SUM, SLOT_LAMPORT,
-    lamport_stride_bytes,
+    LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, SLOT_LAMPORT, lamport_stride_bytes,
 };
 use crate::math::{lamport_decode_word, lamport_encode_word};
 use crate::ptx;
-use crate::sync::{
-    ERROR_POLL_AFTER_NS, ERROR_POLL_INTERVAL_NS, ReportTo, aborted, call_epoch, finish_call, pick,
-    report,
-};
+use crate::sync::{ReportTo, Wait, call_epoch, finish_call, pick, poll_until, report};
 
 /// NOTE [lamport]: -0.0 becomes +0.0, then the sign bits flip, so no
 /// encoded word is zero (`math::lamport_encode_word`). The price: a result
@@ -235,12 +230,12 @@ fn slot_on_every_rank<const W: usize>(
 
 /// Vector `i` of every slot, from `raw` (loaded by [`load_slots`]) once
 /// all arrived or `timeout_ns` passed (then reported and used as it is:
-/// the host fails the next call, see
-/// `comm/health.rs`). Re-polls only the slots still missing, so polls
-/// take less of the L2 that the peers' stores also go through (v8 in
-/// docs/PERF_NOTES.md: no speed-up beyond run-to-run noise, kept because
-/// it does strictly less work). The loop over W is unrolled, so the
-/// slots stay in registers.
+/// the host fails the next call, see `comm/health.rs`), in the one poll
+/// loop of the kernels (`sync::poll_until`). Re-polls only the slots
+/// still missing, so polls take less of the L2 that the peers' stores
+/// also go through (v8 in docs/PERF_NOTES.md: no speed-up beyond
+/// run-to-run noise, kept because it does strictly less work). The loop
+/// over W is unrolled, so the slots stay in registers.
 ///
 /// # Safety
 /// As for [`load_slots`]; `p.error` is a mapped error word or 0.
@@ -252,53 +247,50 @@ unsafe fn wait_slots<const W: usize, const FORM: u32>(
     i: usize,
     p: &AllReduceParams,
 ) -> [[u32; 4]; W] {
-    // SAFETY: forwarded from the caller throughout.
-    unsafe {
-        if missing(&raw).is_none() {
-            return raw;
-        }
-        let start = ptx::globaltimer_ns();
-        let mut next_poll_ns = ERROR_POLL_AFTER_NS;
-        loop {
-            let mut r = 0;
-            while r < W {
-                if !arrived(&raw[r]) {
-                    raw[r] = ptx::ld_relaxed_sys_v4_u32(
-                        ((own + r as u64 * slot_bytes) as *const [u32; 4]).add(i),
-                    );
-                }
-                r += 1;
-            }
-            let Some(peer) = missing(&raw) else {
-                return raw;
-            };
-            let waited_ns = ptx::globaltimer_ns().wrapping_sub(start);
-            if waited_ns > p.timeout_ns {
-                report(
-                    ReportTo {
-                        word: p.error,
-                        abort: p.abort,
-                        form: FORM,
-                    },
-                    peer,
-                    ptx::block_idx_x(),
-                    SLOT_LAMPORT as u32,
-                    p.rank,
-                );
-                return raw;
-            }
-            // NOTE [abandoned waits] in `sync.rs`: an earlier wait already
-            // failed, so this call's result is void; stop waiting. Never
-            // the host-mapped error word here: one reader per thread made
-            // the free-running slow mode.
-            if waited_ns > next_poll_ns {
-                if aborted(p.abort) {
-                    return raw;
-                }
-                next_poll_ns = waited_ns + ERROR_POLL_INTERVAL_NS;
-            }
-        }
+    if missing(&raw).is_none() {
+        return raw;
     }
+    // Re-polls the slots still missing; returns the first one still
+    // missing, if any.
+    let poll = || {
+        let mut r = 0;
+        while r < W {
+            if !arrived(&raw[r]) {
+                // SAFETY: the slot holds vector `i` (caller's promise).
+                raw[r] = unsafe {
+                    ptx::ld_relaxed_sys_v4_u32(
+                        ((own + r as u64 * slot_bytes) as *const [u32; 4]).add(i),
+                    )
+                };
+            }
+            r += 1;
+        }
+        missing(&raw)
+    };
+    // SAFETY: `p.abort` is this rank's abort word or 0 (the host's
+    // promise).
+    let waited = unsafe { poll_until(p.timeout_ns, p.abort, poll) };
+    // A timeout is reported, naming the peer the last poll still missed.
+    // An abandoned wait is not (NOTE [abandoned waits] in `sync.rs`): an
+    // earlier one failed, this call's result is void, and the first report
+    // stands.
+    if let Wait::TimedOut(peer) = waited {
+        // SAFETY: `p.error` is a mapped error word or 0 (caller's promise).
+        unsafe {
+            report(
+                ReportTo {
+                    word: p.error,
+                    abort: p.abort,
+                    form: FORM,
+                },
+                peer,
+                ptx::block_idx_x(),
+                SLOT_LAMPORT as u32,
+                p.rank,
+            )
+        };
+    }
+    raw
 }
 
 /// # Safety
@@ -306,7 +298,7 @@ unsafe fn wait_slots<const W: usize, const FORM: u32>(
 /// buffers `p.elems` elements with `p.elems * T::BYTES` at most
 /// `lamport_slot_bytes(W)`; every rank passes the same `p.elems`.
 #[inline(always)]
-unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     let own_pad = pick(&p.pads, p.rank) as *mut u32;
     // SAFETY: the host passes this rank's mapped pad.
     let epoch = unsafe { call_epoch(own_pad) };
@@ -365,7 +357,7 @@ unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams
 /// buffers `p.elems` elements with `ceil(vectors / W)` vectors at most
 /// `lamport2_slot_bytes(W) / 16`; every rank passes the same `p.elems`.
 #[inline(always)]
-unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     let own_pad = pick(&p.pads, p.rank) as *mut u32;
     // SAFETY: the host passes this rank's mapped pad.
     let epoch = unsafe { call_epoch(own_pad) };
@@ -544,7 +536,7 @@ impl ShardCall {
 /// `ceil(p.elems / LANES)` vectors fit `lamport_slot_bytes(W)`; every rank
 /// passes the same `p.elems`.
 #[inline(always)]
-unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+pub(crate) unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded from the caller.
     let ShardCall {
         own_pad,
@@ -609,7 +601,7 @@ unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &AllReducePar
 /// As for [`lamport_rs`], with `p.input` holding `p.elems` elements and
 /// `p.output` `W * p.elems`.
 #[inline(always)]
-unsafe fn lamport_ag<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+pub(crate) unsafe fn lamport_ag<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded from the caller.
     let ShardCall {
         own_pad,
@@ -662,136 +654,3 @@ unsafe fn lamport_ag<T: Element, const W: usize, const OP: u32>(p: &AllReducePar
     // SAFETY: `own_pad` is this rank's pad; every thread gets here.
     unsafe { finish_call(own_pad, epoch) };
 }
-
-all_reduce_kernels!(
-    lamport,
-    Bf16,
-    lamport_bf16_w2 = 2,
-    lamport_bf16_w3 = 3,
-    lamport_bf16_w4 = 4,
-    lamport_bf16_w5 = 5,
-    lamport_bf16_w6 = 6,
-    lamport_bf16_w7 = 7,
-    lamport_bf16_w8 = 8
-);
-all_reduce_kernels!(
-    lamport,
-    F16,
-    lamport_f16_w2 = 2,
-    lamport_f16_w3 = 3,
-    lamport_f16_w4 = 4,
-    lamport_f16_w5 = 5,
-    lamport_f16_w6 = 6,
-    lamport_f16_w7 = 7,
-    lamport_f16_w8 = 8
-);
-all_reduce_kernels!(
-    lamport,
-    f32,
-    lamport_f32_w2 = 2,
-    lamport_f32_w3 = 3,
-    lamport_f32_w4 = 4,
-    lamport_f32_w5 = 5,
-    lamport_f32_w6 = 6,
-    lamport_f32_w7 = 7,
-    lamport_f32_w8 = 8
-);
-all_reduce_kernels!(
-    lamport2,
-    Bf16,
-    lamport2_bf16_w2 = 2,
-    lamport2_bf16_w3 = 3,
-    lamport2_bf16_w4 = 4,
-    lamport2_bf16_w5 = 5,
-    lamport2_bf16_w6 = 6,
-    lamport2_bf16_w7 = 7,
-    lamport2_bf16_w8 = 8,
-);
-all_reduce_kernels!(
-    lamport2,
-    F16,
-    lamport2_f16_w2 = 2,
-    lamport2_f16_w3 = 3,
-    lamport2_f16_w4 = 4,
-    lamport2_f16_w5 = 5,
-    lamport2_f16_w6 = 6,
-    lamport2_f16_w7 = 7,
-    lamport2_f16_w8 = 8,
-);
-all_reduce_kernels!(
-    lamport2,
-    f32,
-    lamport2_f32_w2 = 2,
-    lamport2_f32_w3 = 3,
-    lamport2_f32_w4 = 4,
-    lamport2_f32_w5 = 5,
-    lamport2_f32_w6 = 6,
-    lamport2_f32_w7 = 7,
-    lamport2_f32_w8 = 8,
-);
-all_reduce_kernels!(
-    lamport_rs,
-    Bf16,
-    lamport_rs_bf16_w2 = 2,
-    lamport_rs_bf16_w3 = 3,
-    lamport_rs_bf16_w4 = 4,
-    lamport_rs_bf16_w5 = 5,
-    lamport_rs_bf16_w6 = 6,
-    lamport_rs_bf16_w7 = 7,
-    lamport_rs_bf16_w8 = 8,
-);
-all_reduce_kernels!(
-    lamport_rs,
-    F16,
-    lamport_rs_f16_w2 = 2,
-    lamport_rs_f16_w3 = 3,
-    lamport_rs_f16_w4 = 4,
-    lamport_rs_f16_w5 = 5,
-    lamport_rs_f16_w6 = 6,
-    lamport_rs_f16_w7 = 7,
-    lamport_rs_f16_w8 = 8,
-);
-all_reduce_kernels!(
-    lamport_rs,
-    f32,
-    lamport_rs_f32_w2 = 2,
-    lamport_rs_f32_w3 = 3,
-    lamport_rs_f32_w4 = 4,
-    lamport_rs_f32_w5 = 5,
-    lamport_rs_f32_w6 = 6,
-    lamport_rs_f32_w7 = 7,
-    lamport_rs_f32_w8 = 8,
-);
-all_reduce_kernels!(
-    lamport_ag,
-    Bf16,
-    lamport_ag_bf16_w2 = 2,
-    lamport_ag_bf16_w3 = 3,
-    lamport_ag_bf16_w4 = 4,
-    lamport_ag_bf16_w5 = 5,
-    lamport_ag_bf16_w6 = 6,
-    lamport_ag_bf16_w7 = 7,
-    lamport_ag_bf16_w8 = 8,
-);
-all_reduce_kernels!(
-    lamport_ag,
-    F16,
-    lamport_ag_f16_w2 = 2,
-    lamport_ag_f16_w3 = 3,
-    lamport_ag_f16_w4 = 4,
-    lamport_ag_f16_w5 = 5,
-    lamport_ag_f16_w6 = 6,
-    lamport_ag_f16_w7 = 7,
-    lamport_ag_f16_w8 = 8,
-);
-all_reduce_kernels!(
-    lamport_ag,
-    f32,
-    lamport_ag_f32_w2 = 2,
-    lamport_ag_f32_w3 = 3,
-    lamport_ag_f32_w4 = 4,
-    lamport_ag_f32_w5 = 5,
-    lamport_ag_f32_w6 = 6,
-    lamport_ag_f32_w7 = 7,
-    lamport_ag_f32_w8 = 8,
-);

@@ -21,14 +21,30 @@
 //!   and halves with the all-reduce kernels.
 //! - [`cast`]: f32 to and from bf16/f16, for gradient compression.
 //! - [`pattern`]: the soak's input pattern and expected outputs (shared
-//!   with the host); [`soak`]: its fill and check kernels.
+//!   with the host); `soak`: its fill and check kernels.
 //! - [`norm`]: RMSNorm, alone or after a residual add (the tail of an
 //!   all-reduce).
 //! - [`decode`]: the rest of a decode layer's elementwise steps (SiLU x
 //!   mul) and the decode benchmark's random fill ([`decode::uniform`],
-//!   shared with the host).
-//! - [`timing`]: the benchmark's per-call stamps and spins, and the probe
-//!   of what polling costs (NOTE [abandoned waits] in [`sync`]).
+//!   shared with the host; its kernel is a test kernel).
+//! - `timing`: the benchmark's per-call stamps and spins, and the probe
+//!   of what polling costs (NOTE [abandoned waits] in [`sync`]); `probes`:
+//!   one kernel per ordering function of [`ptx`], for the test of their
+//!   scopes.
+//! - [`entries`]: the one list of the kernels' entry points, which the
+//!   kernels take their names from and the host builds its kernel table
+//!   from.
+//!
+//! Two PTX files are built from this crate: the production PTX (the
+//! default), which the host crate ships, and the test PTX (feature
+//! `test-kernels`), which holds only `probes`, `soak`, `timing` and the
+//! decode benchmark's `fill_uniform_*`, and which only the test suites
+//! and the benchmark load. The feature swaps one set of kernels for the
+//! other rather than adding one, so that neither PTX carries the other's
+//! kernels; that is safe from cargo's feature unification because the
+//! kernel modules exist only on `nvptx64`, which only `ptx-builder`
+//! builds, one set per invocation (on the host the feature changes
+//! nothing).
 //!
 //! Kernels own nothing: every pointer they touch is passed by the host.
 //! They must not call out-of-line `core` functions (the PTX could not be
@@ -41,35 +57,45 @@
 )]
 
 pub mod decode;
+pub mod entries;
 pub mod layout;
 pub mod math;
 pub mod pattern;
 
-#[cfg(target_arch = "nvptx64")]
-pub mod all_reduce;
-#[cfg(target_arch = "nvptx64")]
-pub mod bandwidth;
-#[cfg(target_arch = "nvptx64")]
-pub mod broadcast;
-#[cfg(target_arch = "nvptx64")]
-pub mod cast;
+// Shared by the production and the test kernels.
 #[cfg(target_arch = "nvptx64")]
 pub mod elem;
 #[cfg(target_arch = "nvptx64")]
-pub mod elementwise;
-#[cfg(target_arch = "nvptx64")]
-pub mod lamport;
-#[cfg(target_arch = "nvptx64")]
-pub mod norm;
-#[cfg(target_arch = "nvptx64")]
-pub mod probes;
-#[cfg(target_arch = "nvptx64")]
 pub mod ptx;
+// The test PTX uses only the wait constants of `sync`.
 #[cfg(target_arch = "nvptx64")]
-pub mod soak;
-#[cfg(target_arch = "nvptx64")]
+#[cfg_attr(feature = "test-kernels", allow(dead_code))]
 pub mod sync;
-#[cfg(target_arch = "nvptx64")]
+
+// The production kernels (`entries::Kernel`): every build but the test
+// PTX's.
+#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+pub mod all_reduce;
+#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+pub mod bandwidth;
+#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+pub mod broadcast;
+#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+pub mod cast;
+#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+pub mod elementwise;
+#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+pub mod lamport;
+#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+pub mod norm;
+
+// The test and probe kernels (`entries::TestKernel`,
+// `entries::SCOPE_PROBES`): the test PTX only.
+#[cfg(all(target_arch = "nvptx64", feature = "test-kernels"))]
+pub mod probes;
+#[cfg(all(target_arch = "nvptx64", feature = "test-kernels"))]
+pub mod soak;
+#[cfg(all(target_arch = "nvptx64", feature = "test-kernels"))]
 pub mod timing;
 
 #[cfg(all(target_arch = "nvptx64", not(test)))]

@@ -62,18 +62,6 @@ pub(crate) unsafe fn report(to: ReportTo, peer: u32, block: u32, slot: u32, rank
     }
 }
 
-/// How a bounded wait ended.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Wait {
-    /// The flag reached the epoch.
-    Reached,
-    /// The bound ran out: report it.
-    TimedOut,
-    /// An earlier wait of this rank already timed out (the error word is
-    /// set): give up without reporting, so the first report stands.
-    Abandoned,
-}
-
 /// After this long, a wait also looks at the rank's abort word (and again
 /// every [`ERROR_POLL_INTERVAL_NS`]).
 ///
@@ -104,29 +92,52 @@ pub(crate) const ERROR_POLL_INTERVAL_NS: u64 = 20_000;
 /// # Safety
 /// `abort` must be this rank's abort word, or 0.
 #[inline(always)]
-pub(crate) unsafe fn aborted(abort: u64) -> bool {
+unsafe fn aborted(abort: u64) -> bool {
     // SAFETY: this rank's abort word (caller's promise).
     abort != 0 && unsafe { ptx::ld_relaxed_sys_u32(abort as *const u32) } != 0
 }
 
-/// Spins until `*flag` reaches `epoch`, `timeout_ns` passes, or the abort
-/// word `abort` (0: none) reports an earlier failure.
+/// How a bounded wait ended.
+#[derive(Clone, Copy)]
+pub(crate) enum Wait<P> {
+    /// The wait is over: the flag reached the epoch, the data arrived.
+    Reached,
+    /// The bound ran out while the last poll still missed `P` (the peer
+    /// waited for): report it.
+    TimedOut(P),
+    /// An earlier wait of this rank already timed out (the error word is
+    /// set): give up without reporting, so the first report stands.
+    Abandoned,
+}
+
+/// The one poll loop of the kernels, behind every wait on a peer (the
+/// barriers here, the Lamport waits of `lamport.rs`): calls `poll` until
+/// it misses nothing (returns `None`), `timeout_ns` of `%globaltimer`
+/// pass, or, once the wait lasts, the abort word `abort` (0: none) says
+/// that an earlier wait of this rank failed (NOTE [abandoned waits]:
+/// never the host-mapped error word, which one reader per thread turned
+/// into the free-running slow mode). `poll` returns what it still waits
+/// for, which a timeout hands back for the report. It runs first, before
+/// the clock is read: the clock and the abort word are only read after a
+/// poll that missed something.
 ///
 /// # Safety
-/// `flag` must be a valid global address; `abort` this rank's abort word
-/// or 0.
+/// `abort` must be this rank's abort word, or 0.
 #[inline(always)]
-unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64, abort: u64) -> Wait {
+pub(crate) unsafe fn poll_until<P>(
+    timeout_ns: u64,
+    abort: u64,
+    mut poll: impl FnMut() -> Option<P>,
+) -> Wait<P> {
     let start = ptx::globaltimer_ns();
     let mut next_poll_ns = ERROR_POLL_AFTER_NS;
     loop {
-        // SAFETY: forwarded from the caller.
-        if epoch_reached(unsafe { ptx::ld_acquire_sys_u32(flag) }, epoch) {
+        let Some(missed) = poll() else {
             return Wait::Reached;
-        }
+        };
         let waited_ns = ptx::globaltimer_ns().wrapping_sub(start);
         if waited_ns > timeout_ns {
-            return Wait::TimedOut;
+            return Wait::TimedOut(missed);
         }
         if waited_ns > next_poll_ns {
             // SAFETY: forwarded from the caller.
@@ -136,6 +147,26 @@ unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64, abort: u64) 
             next_poll_ns = waited_ns + ERROR_POLL_INTERVAL_NS;
         }
     }
+}
+
+/// Spins until `*flag` reaches `epoch`, `timeout_ns` passes, or the abort
+/// word `abort` (0: none) reports an earlier failure.
+///
+/// # Safety
+/// `flag` must be a valid global address; `abort` this rank's abort word
+/// or 0.
+#[inline(always)]
+unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64, abort: u64) -> Wait<()> {
+    let poll = || {
+        // SAFETY: a valid global address (caller's promise).
+        if epoch_reached(unsafe { ptx::ld_acquire_sys_u32(flag) }, epoch) {
+            None
+        } else {
+            Some(())
+        }
+    };
+    // SAFETY: `abort` is this rank's abort word or 0 (caller's promise).
+    unsafe { poll_until(timeout_ns, abort, poll) }
 }
 
 /// A barrier between block `blockIdx.x` of every rank: thread `t < W`
@@ -334,7 +365,7 @@ unsafe fn await_with(
                 timeout_ns,
                 to.abort,
             );
-            if waited == Wait::TimedOut {
+            if let Wait::TimedOut(()) = waited {
                 report(to, peer, block, slot as u32, rank);
             }
         }
@@ -408,7 +439,7 @@ pub unsafe fn pair_barrier(
                 timeout_ns,
                 to.abort,
             );
-            if waited == Wait::TimedOut {
+            if let Wait::TimedOut(()) = waited {
                 report(to, t, 0, SLOT_EXPLICIT as u32, rank);
             }
             ptx::st_relaxed_sys_u32(own_pad.add(PAIR_COUNTER + t as usize), epoch);

@@ -6,22 +6,26 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use ptx_builder::KernelSet;
 
 /// The command that brings the committed PTX up to date.
 pub const REGENERATE: &str = "cargo xtask build-ptx --write";
 
-/// Builds every committed architecture and writes its PTX and the source
-/// stamp under `host/ptx/`; returns the paths written.
+/// Builds both kernel sets for every committed architecture and writes
+/// their PTX and the source stamp under `host/ptx/`; returns the paths
+/// written.
 pub fn write(root: &Path) -> Result<Vec<PathBuf>> {
     let dir = root.join(ptx_builder::COMMITTED_DIR);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut written = Vec::new();
     for arch in ptx_builder::COMMITTED_ARCHS {
-        let built = crate::build_ptx_for(root, arch, None)?;
-        let dest = dir.join(ptx_builder::committed_file_name(arch));
-        std::fs::copy(&built, &dest)
-            .with_context(|| format!("copying {} to {}", built.display(), dest.display()))?;
-        written.push(dest);
+        for set in KernelSet::ALL {
+            let built = crate::build_ptx_for(root, arch, set, None)?;
+            let dest = dir.join(set.file_name(arch));
+            std::fs::copy(&built, &dest)
+                .with_context(|| format!("copying {} to {}", built.display(), dest.display()))?;
+            written.push(dest);
+        }
     }
     let stamp = dir.join(ptx_builder::STAMP_FILE);
     std::fs::write(&stamp, format!("{}\n", current_stamp(root)?))
@@ -31,24 +35,27 @@ pub fn write(root: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Fails, naming the file, the first differing line and [`REGENERATE`],
-/// when a committed PTX file or the stamp differs from what the kernel
-/// source gives now. `built(arch)` returns the freshly built PTX's path.
-pub fn check(root: &Path, mut built: impl FnMut(&str) -> Result<PathBuf>) -> Result<()> {
+/// when a committed PTX file (of either kernel set) or the stamp differs
+/// from what the kernel source gives now. `built(arch, set)` returns the
+/// freshly built PTX's path.
+pub fn check(root: &Path, mut built: impl FnMut(&str, KernelSet) -> Result<PathBuf>) -> Result<()> {
     let dir = root.join(ptx_builder::COMMITTED_DIR);
     let mut stale = Vec::new();
     for arch in ptx_builder::COMMITTED_ARCHS {
-        let fresh_path = built(arch)?;
-        let fresh = std::fs::read_to_string(&fresh_path)
-            .with_context(|| format!("reading {}", fresh_path.display()))?;
-        let committed_path = dir.join(ptx_builder::committed_file_name(arch));
-        match std::fs::read_to_string(&committed_path) {
-            Ok(committed) if committed == fresh => {}
-            Ok(committed) => stale.push(format!(
-                "{} differs from what the kernel source emits now ({})",
-                committed_path.display(),
-                first_difference(&committed, &fresh)
-            )),
-            Err(e) => stale.push(format!("{}: {e}", committed_path.display())),
+        for set in KernelSet::ALL {
+            let fresh_path = built(arch, set)?;
+            let fresh = std::fs::read_to_string(&fresh_path)
+                .with_context(|| format!("reading {}", fresh_path.display()))?;
+            let committed_path = dir.join(set.file_name(arch));
+            match std::fs::read_to_string(&committed_path) {
+                Ok(committed) if committed == fresh => {}
+                Ok(committed) => stale.push(format!(
+                    "{} differs from what the kernel source emits now ({})",
+                    committed_path.display(),
+                    first_difference(&committed, &fresh)
+                )),
+                Err(e) => stale.push(format!("{}: {e}", committed_path.display())),
+            }
         }
     }
     let stamp_path = dir.join(ptx_builder::STAMP_FILE);
@@ -69,7 +76,7 @@ pub fn check(root: &Path, mut built: impl FnMut(&str) -> Result<PathBuf>) -> Res
         );
     }
     eprintln!(
-        "xtask: committed PTX ({}) equals what the kernel source emits",
+        "xtask: committed PTX (production and test kernels, {}) equals what the kernel source emits",
         ptx_builder::COMMITTED_ARCHS.join(", ")
     );
     Ok(())

@@ -1,20 +1,23 @@
 //! `cargo xtask`: the project's build tasks, in Rust rather than scripts.
 //!
-//! - `build-ptx [--arch sm_90] [--out DIR]`: builds the kernels to PTX and
-//!   prints the file's path. `build-ptx --write` regenerates the committed
-//!   PTX the host crate embeds (`host/ptx/`, every committed architecture,
-//!   and the source stamp): run it after changing the kernels.
+//! - `build-ptx [--arch sm_90] [--out DIR]`: builds the kernels to PTX, the
+//!   production kernels and the test kernels (`ptx_builder::KernelSet`),
+//!   and prints the files' paths. `build-ptx --write` regenerates the
+//!   committed PTX the host crate embeds (`host/ptx/`, both sets for every
+//!   committed architecture, and the source stamp): run it after changing
+//!   the kernels.
 //! - `check-committed-ptx`: fails when `host/ptx/` differs from what the
 //!   kernel source emits now.
 //! - `stable-embed`: builds and runs `tests/stable-embed` (a user's crate
 //!   outside the workspace) with the stable tool chain.
 //! - `doc`: `cargo doc -p intranode --no-deps` with warnings denied.
-//! - `check-ptx [--arch sm_90]`: assembles the PTX with `ptxas -v` (fetched
-//!   from PyPI into `.cache/` when absent) and fails on assembler errors,
-//!   out-of-line calls (`.extern .func`), spills or stack frames; prints
-//!   registers per kernel.
+//! - `check-ptx [--arch sm_90]`: assembles both PTX files with `ptxas -v`
+//!   (fetched from PyPI into `.cache/` when absent) and fails on assembler
+//!   errors, out-of-line calls (`.extern .func`), spills or stack frames;
+//!   prints registers per kernel.
 //! - `ci`: everything CI checks (fmt, committed PTX, clippy for host and
-//!   kernel targets, tests, doc, build-ptx, check-ptx, stable-embed).
+//!   kernel targets (both kernel sets), tests, doc, build-ptx, check-ptx,
+//!   stable-embed).
 //! - `device-bundle [--out DIR]`: release binaries and test executables,
 //!   stripped, for a GPU machine that has no Rust tool chain.
 //! - `demo`: the main job: one process per local GPU under `intranode-run`,
@@ -45,6 +48,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use ptx_builder::KernelSet;
 
 fn main() {
     if let Err(e) = try_main() {
@@ -70,18 +74,22 @@ fn try_main() -> Result<()> {
             }
         }
         "build-ptx" => {
-            let path = build_ptx(&opts)?;
-            println!("{}", path.display());
+            for set in KernelSet::ALL {
+                let path = build_ptx(&opts, set)?;
+                println!("{}", path.display());
+            }
         }
         "check-committed-ptx" => {
             let root = root()?;
-            committed::check(&root, |arch| build_ptx_for(&root, arch, None))?;
+            committed::check(&root, |arch, set| build_ptx_for(&root, arch, set, None))?;
         }
         "stable-embed" => stable::run(&root()?)?,
         "doc" => doc(&root()?)?,
         "check-ptx" => {
-            let path = build_ptx(&opts)?;
-            ptxas::check(&root()?, &path, &opts.arch)?;
+            for set in KernelSet::ALL {
+                let path = build_ptx(&opts, set)?;
+                ptxas::check(&root()?, &path, &opts.arch)?;
+            }
         }
         "ci" => ci(&opts)?,
         "device-bundle" => bundle::build(&root()?, opts.out.as_deref())?,
@@ -146,24 +154,32 @@ fn root() -> Result<PathBuf> {
         .context("xtask has no parent directory")
 }
 
-/// Builds the PTX for `opts.arch` into `opts.out` (default `target/ptx`).
-fn build_ptx(opts: &Opts) -> Result<PathBuf> {
-    build_ptx_for(&root()?, &opts.arch, opts.out.as_deref())
+/// Builds the PTX of `set` for `opts.arch` into `opts.out` (default
+/// `target/ptx`).
+fn build_ptx(opts: &Opts, set: KernelSet) -> Result<PathBuf> {
+    build_ptx_for(&root()?, &opts.arch, set, opts.out.as_deref())
 }
 
-/// Builds the PTX for `arch` into `out` (default `target/ptx`) and returns
-/// the file's path.
-pub(crate) fn build_ptx_for(root: &Path, arch: &str, out: Option<&Path>) -> Result<PathBuf> {
+/// Builds the PTX of `set` for `arch` into `out` (default `target/ptx`)
+/// and returns the file's path.
+pub(crate) fn build_ptx_for(
+    root: &Path,
+    arch: &str,
+    set: KernelSet,
+    out: Option<&Path>,
+) -> Result<PathBuf> {
     let target_dir = root.join("target").join("ptx");
     let ptx = ptx_builder::build_ptx(&ptx_builder::PtxBuild {
         workspace_root: root.to_owned(),
         arch: arch.to_owned(),
+        kernels: set,
         target_dir: target_dir.clone(),
         cargo: ptx_builder::cargo_binary(),
-    })?;
+    })
+    .with_context(|| format!("building the {} for {arch}", set.describe()))?;
     let out_dir = out.map(Path::to_owned).unwrap_or(target_dir);
     std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let path = out_dir.join(ptx_builder::committed_file_name(arch));
+    let path = out_dir.join(set.file_name(arch));
     std::fs::write(&path, ptx).with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
 }
@@ -222,9 +238,9 @@ fn ci(opts: &Opts) -> Result<()> {
     // Early, so a kernel change without `build-ptx --write` fails fast;
     // the builds are kept for check-ptx below.
     let mut built = std::collections::HashMap::new();
-    committed::check(&root, |arch| {
-        let path = build_ptx_for(&root, arch, None)?;
-        built.insert(arch.to_owned(), path.clone());
+    committed::check(&root, |arch, set| {
+        let path = build_ptx_for(&root, arch, set, None)?;
+        built.insert((arch.to_owned(), set), path.clone());
         Ok(path)
     })?;
     run(
@@ -240,10 +256,26 @@ fn ci(opts: &Opts) -> Result<()> {
             "warnings",
         ],
     )?;
+    // The host crate as users build it: in the workspace, the suites turn
+    // its `internals` and `test-kernels` features on for everyone.
     run(
         &root,
         cargo,
         &[
+            "clippy",
+            "-p",
+            "intranode",
+            "--all-targets",
+            "--locked",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
+    // The kernels as the GPU sees them, both sets (each PTX is built from
+    // one of them alone).
+    for features in [&[][..], &["--features", "test-kernels"]] {
+        let mut args = vec![
             "clippy",
             "-p",
             "kernels-gpu",
@@ -252,11 +284,11 @@ fn ci(opts: &Opts) -> Result<()> {
             "-Zbuild-std=core",
             "--target-dir",
             "target/ptx-clippy",
-            "--",
-            "-D",
-            "warnings",
-        ],
-    )?;
+        ];
+        args.extend_from_slice(features);
+        args.extend_from_slice(&["--", "-D", "warnings"]);
+        run(&root, cargo, &args)?;
+    }
     run(&root, cargo, &["test", "--workspace", "--locked"])?;
     doc(&root)?;
     // The default architecture (or `--arch`), then the other one the
@@ -266,12 +298,14 @@ fn ci(opts: &Opts) -> Result<()> {
         archs.push("sm_80".into());
     }
     for arch in &archs {
-        let path = match built.get(arch) {
-            Some(path) => path.clone(),
-            None => build_ptx_for(&root, arch, None)?,
-        };
-        println!("{}", path.display());
-        ptxas::check(&root, &path, arch)?;
+        for set in KernelSet::ALL {
+            let path = match built.get(&(arch.clone(), set)) {
+                Some(path) => path.clone(),
+                None => build_ptx_for(&root, arch, set, None)?,
+            };
+            println!("{}", path.display());
+            ptxas::check(&root, &path, arch)?;
+        }
     }
     stable::run(&root)?;
     eprintln!("xtask: ci passed");

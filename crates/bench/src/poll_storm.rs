@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use cudarc::driver::DevicePtr;
 use cudarc::driver::sys::CUevent_flags;
 use intranode::comm::HostErrorWord;
-use intranode::kernels::KernelModule;
+use intranode::kernels::TestKernelModule;
 
 use intranode_harness::free::Dist;
 
@@ -32,7 +32,7 @@ pub fn run(args: &PollStormArgs) -> Result<()> {
     }
     let ctx = intranode::gpu::context(args.device)?;
     let stream = ctx.new_stream()?;
-    let module = KernelModule::load(&ctx)?;
+    let module = TestKernelModule::load(&ctx)?;
     let host_word = HostErrorWord::new(&ctx, std::time::Duration::ZERO)?;
     let device_word = stream.alloc_zeros::<u32>(1)?;
     let (device_ptr, _guard) = device_word.device_ptr(&stream);

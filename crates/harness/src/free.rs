@@ -17,7 +17,7 @@
 use anyhow::{Context, Result, bail};
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaEvent, CudaGraph, CudaSlice, DevicePtr};
-use intranode::kernels::KernelModule;
+use intranode::kernels::TestKernelModule;
 use serde::{Deserialize, Serialize};
 
 use crate::rank::Rank;
@@ -73,7 +73,7 @@ pub type Enqueue<'a> = dyn FnMut(&Rank, usize) -> Result<()> + 'a;
 /// The timing kernels and a stamp log on the device: `[count,
 /// stamps...]` (`timing_stamp`).
 pub struct Timer {
-    module: KernelModule,
+    module: TestKernelModule,
     log: CudaSlice<u64>,
     /// The log's address, taken once: stamps go into graphs captured with
     /// cudarc's event tracking on, where a tracked launch on a buffer
@@ -92,7 +92,7 @@ impl Timer {
         };
         r.stream.synchronize()?;
         Ok(Timer {
-            module: KernelModule::load(&r.ctx).context("loading the timing kernels")?,
+            module: TestKernelModule::load(&r.ctx).context("loading the timing kernels")?,
             log,
             log_ptr,
         })

@@ -8,10 +8,11 @@ use anyhow::{Context, Result, bail};
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nccl::NcclType;
 use intranode::algo::AllReduceAlgo;
+use intranode::comm::IntraNodeComm;
 use intranode::config::CommConfig;
 use intranode::dist_env::DistEnv;
 use intranode::kernels::DType;
-use intranode::{Communicator, IntraNodeComm, ReduceOp};
+use intranode::{Communicator, ReduceOp};
 use intranode_store::{ClientConfig, Store, StoreExchange, TcpStore};
 
 /// One rank's process state, before any communicator: what the fault and

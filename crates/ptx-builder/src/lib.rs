@@ -8,9 +8,15 @@
 //! [`build_ptx`], so the PTX a binary embeds and the PTX the checks read
 //! come from the same command.
 //!
-//! The PTX users build against is committed (`host/ptx/kernels-<arch>.ptx`,
-//! one per [`COMMITTED_ARCHS`], written by `cargo xtask build-ptx
-//! --write`), so depending on the host crate needs no nightly tool chain.
+//! Two PTX files come from the crate ([`KernelSet`]): the production
+//! kernels, which the host crate ships, and the test and probe kernels
+//! (feature `test-kernels` of `kernels-gpu`), which only the test suites
+//! and the benchmark load (feature `test-kernels` of the host crate).
+//!
+//! The PTX users build against is committed (`host/ptx/kernels-<arch>.ptx`
+//! and `host/ptx/test-kernels-<arch>.ptx`, one pair per
+//! [`COMMITTED_ARCHS`], written by `cargo xtask build-ptx --write`), so
+//! depending on the host crate needs no nightly tool chain.
 //! [`source_stamp`] fingerprints what the PTX is built from; the host's
 //! build script rebuilds only when the stamp committed with the PTX
 //! (`host/ptx/source-stamp`) differs, that is after an edit of the kernels
@@ -28,8 +34,8 @@ pub const DEFAULT_ARCH: &str = "sm_90";
 pub const TARGET: &str = "nvptx64-nvidia-cuda";
 
 /// Architectures whose PTX is committed under `host/ptx/` and embedded
-/// without a nightly tool chain. Only the default: each file is about
-/// 10 MB. Any other (`INTRANODE_PTX_ARCH=sm_80`) is built from source by
+/// without a nightly tool chain. Only the default: its production PTX is
+/// about 15 MB. Any other (`INTRANODE_PTX_ARCH=sm_80`) is built from source by
 /// the host's build script, which needs the workspace's nightly.
 pub const COMMITTED_ARCHS: &[&str] = &[DEFAULT_ARCH];
 
@@ -39,9 +45,56 @@ pub const COMMITTED_DIR: &str = "host/ptx";
 /// File name of the committed source stamp, in [`COMMITTED_DIR`].
 pub const STAMP_FILE: &str = "source-stamp";
 
-/// File name of the committed PTX for `arch`, in [`COMMITTED_DIR`].
-pub fn committed_file_name(arch: &str) -> String {
-    format!("kernels-{arch}.ptx")
+/// Which kernels a PTX holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelSet {
+    /// The library's kernels: the PTX the host crate always embeds.
+    Production,
+    /// The test and probe kernels (`probes.rs`, `soak.rs`, `timing.rs`:
+    /// feature `test-kernels` of `kernels-gpu`), and nothing else: a
+    /// small PTX the host crate embeds only under its feature
+    /// `test-kernels`.
+    Test,
+}
+
+impl KernelSet {
+    /// Both sets, in the order `build-ptx --write` writes them.
+    pub const ALL: [KernelSet; 2] = [KernelSet::Production, KernelSet::Test];
+
+    /// File name of the set's PTX for `arch`, in [`COMMITTED_DIR`] (and in
+    /// the build directories).
+    pub fn file_name(self, arch: &str) -> String {
+        match self {
+            KernelSet::Production => format!("kernels-{arch}.ptx"),
+            KernelSet::Test => format!("test-kernels-{arch}.ptx"),
+        }
+    }
+
+    /// What the set is, for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            KernelSet::Production => "production kernels",
+            KernelSet::Test => "test kernels",
+        }
+    }
+
+    /// The `cargo rustc` arguments that select the set.
+    fn cargo_args(self) -> &'static [&'static str] {
+        match self {
+            KernelSet::Production => &[],
+            KernelSet::Test => &["--features", "test-kernels"],
+        }
+    }
+
+    /// The set's directory under a build's target directory: one per
+    /// architecture and set, since `newest_asm` takes the newest output
+    /// of a directory.
+    fn target_subdir(self, arch: &str) -> String {
+        match self {
+            KernelSet::Production => arch.to_owned(),
+            KernelSet::Test => format!("{arch}-test-kernels"),
+        }
+    }
 }
 
 /// Files, relative to the workspace root, whose contents decide the PTX:
@@ -114,6 +167,8 @@ pub struct PtxBuild {
     pub workspace_root: PathBuf,
     /// `sm_80`, `sm_90`, ...
     pub arch: String,
+    /// Which kernels.
+    pub kernels: KernelSet,
     /// A target directory of its own: the nested cargo must not share the
     /// outer build's directory (and its lock).
     pub target_dir: PathBuf,
@@ -188,10 +243,12 @@ pub fn validate_arch(arch: &str) -> Result<(), PtxBuildError> {
 /// Builds the kernels and returns the PTX text.
 pub fn build_ptx(build: &PtxBuild) -> Result<String, PtxBuildError> {
     validate_arch(&build.arch)?;
-    // One target directory per architecture: extra `cargo rustc` arguments
-    // do not enter cargo's fingerprint, so two architectures sharing a
-    // directory would overwrite each other's output unnoticed.
-    let target_dir = build.target_dir.join(&build.arch);
+    // One target directory per architecture and set: extra `cargo rustc`
+    // arguments do not enter cargo's fingerprint, so two architectures
+    // sharing a directory would overwrite each other's output unnoticed.
+    let target_dir = build
+        .target_dir
+        .join(build.kernels.target_subdir(&build.arch));
     let manifest = build.workspace_root.join("kernels-gpu").join("Cargo.toml");
     let mut cmd = Command::new(&build.cargo);
     for var in SCRUBBED_ENV {
@@ -201,6 +258,7 @@ pub fn build_ptx(build: &PtxBuild) -> Result<String, PtxBuildError> {
         .arg("--manifest-path")
         .arg(&manifest)
         .args(["--release", "--lib", "--target", TARGET, "-Zbuild-std=core"])
+        .args(build.kernels.cargo_args())
         .arg("--target-dir")
         .arg(&target_dir)
         .args(["--", "--emit=asm"])

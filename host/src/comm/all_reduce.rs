@@ -11,12 +11,14 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use kernels_gpu::entries::{Collective, Kernel};
 use kernels_gpu::layout::{AllReduceParams, BarrierParams, MAX_BLOCKS, MAX_RANKS};
 
 use super::IntraNodeComm;
 use crate::algo::{AllReduceAlgo, AllReduceCall, IntraPath, decide_all_reduce};
 use crate::config::{LamportShapes, LaunchShape, MAX_LAMPORT_BLOCKS};
 use crate::error::{Error, Result};
+use crate::kernels::Grid;
 use crate::types::{DType, ElemType};
 use crate::work::Work;
 
@@ -46,106 +48,6 @@ const _: () = assert!(
         && TWO_SHOT_MAX_BLOCKS <= MAX_BLOCKS
         && BANDWIDTH_MAX_BLOCKS <= MAX_BLOCKS
 );
-
-/// Lamport one-shot kernels by element type and world size (2..=8).
-const LAMPORT_KERNELS: [[&str; 7]; 3] = [
-    [
-        "lamport_bf16_w2",
-        "lamport_bf16_w3",
-        "lamport_bf16_w4",
-        "lamport_bf16_w5",
-        "lamport_bf16_w6",
-        "lamport_bf16_w7",
-        "lamport_bf16_w8",
-    ],
-    [
-        "lamport_f16_w2",
-        "lamport_f16_w3",
-        "lamport_f16_w4",
-        "lamport_f16_w5",
-        "lamport_f16_w6",
-        "lamport_f16_w7",
-        "lamport_f16_w8",
-    ],
-    [
-        "lamport_f32_w2",
-        "lamport_f32_w3",
-        "lamport_f32_w4",
-        "lamport_f32_w5",
-        "lamport_f32_w6",
-        "lamport_f32_w7",
-        "lamport_f32_w8",
-    ],
-];
-
-/// Lamport two-shot kernels by element type and world size (2..=8).
-const LAMPORT2_KERNELS: [[&str; 7]; 3] = [
-    [
-        "lamport2_bf16_w2",
-        "lamport2_bf16_w3",
-        "lamport2_bf16_w4",
-        "lamport2_bf16_w5",
-        "lamport2_bf16_w6",
-        "lamport2_bf16_w7",
-        "lamport2_bf16_w8",
-    ],
-    [
-        "lamport2_f16_w2",
-        "lamport2_f16_w3",
-        "lamport2_f16_w4",
-        "lamport2_f16_w5",
-        "lamport2_f16_w6",
-        "lamport2_f16_w7",
-        "lamport2_f16_w8",
-    ],
-    [
-        "lamport2_f32_w2",
-        "lamport2_f32_w3",
-        "lamport2_f32_w4",
-        "lamport2_f32_w5",
-        "lamport2_f32_w6",
-        "lamport2_f32_w7",
-        "lamport2_f32_w8",
-    ],
-];
-
-/// Bandwidth-form kernels by element type and world size (2..=8).
-const BANDWIDTH_KERNELS: [[&str; 7]; 3] = [
-    [
-        "bandwidth_bf16_w2",
-        "bandwidth_bf16_w3",
-        "bandwidth_bf16_w4",
-        "bandwidth_bf16_w5",
-        "bandwidth_bf16_w6",
-        "bandwidth_bf16_w7",
-        "bandwidth_bf16_w8",
-    ],
-    [
-        "bandwidth_f16_w2",
-        "bandwidth_f16_w3",
-        "bandwidth_f16_w4",
-        "bandwidth_f16_w5",
-        "bandwidth_f16_w6",
-        "bandwidth_f16_w7",
-        "bandwidth_f16_w8",
-    ],
-    [
-        "bandwidth_f32_w2",
-        "bandwidth_f32_w3",
-        "bandwidth_f32_w4",
-        "bandwidth_f32_w5",
-        "bandwidth_f32_w6",
-        "bandwidth_f32_w7",
-        "bandwidth_f32_w8",
-    ],
-];
-
-/// HCM kernels by element type, for worlds of 4, 6 and 8 ranks.
-const HCM_KERNELS: [[&str; 3]; 3] = [
-    ["hcm_bf16_w4", "hcm_bf16_w6", "hcm_bf16_w8"],
-    ["hcm_f16_w4", "hcm_f16_w6", "hcm_f16_w8"],
-    ["hcm_f32_w4", "hcm_f32_w6", "hcm_f32_w8"],
-];
 
 /// Blocks of a bandwidth-form launch over a whole message of `vecs`
 /// 16-byte vectors with halves of `half_bytes`: one vector per thread and
@@ -248,91 +150,25 @@ fn launch_shape(
     }
 }
 
-/// Kernel names by algorithm, element type and world size (2..=8):
-/// static, so the call path does not allocate to find its kernel.
-const KERNELS: [[[&str; 7]; 3]; 2] = [
-    [
-        [
-            "one_shot_bf16_w2",
-            "one_shot_bf16_w3",
-            "one_shot_bf16_w4",
-            "one_shot_bf16_w5",
-            "one_shot_bf16_w6",
-            "one_shot_bf16_w7",
-            "one_shot_bf16_w8",
-        ],
-        [
-            "one_shot_f16_w2",
-            "one_shot_f16_w3",
-            "one_shot_f16_w4",
-            "one_shot_f16_w5",
-            "one_shot_f16_w6",
-            "one_shot_f16_w7",
-            "one_shot_f16_w8",
-        ],
-        [
-            "one_shot_f32_w2",
-            "one_shot_f32_w3",
-            "one_shot_f32_w4",
-            "one_shot_f32_w5",
-            "one_shot_f32_w6",
-            "one_shot_f32_w7",
-            "one_shot_f32_w8",
-        ],
-    ],
-    [
-        [
-            "two_shot_bf16_w2",
-            "two_shot_bf16_w3",
-            "two_shot_bf16_w4",
-            "two_shot_bf16_w5",
-            "two_shot_bf16_w6",
-            "two_shot_bf16_w7",
-            "two_shot_bf16_w8",
-        ],
-        [
-            "two_shot_f16_w2",
-            "two_shot_f16_w3",
-            "two_shot_f16_w4",
-            "two_shot_f16_w5",
-            "two_shot_f16_w6",
-            "two_shot_f16_w7",
-            "two_shot_f16_w8",
-        ],
-        [
-            "two_shot_f32_w2",
-            "two_shot_f32_w3",
-            "two_shot_f32_w4",
-            "two_shot_f32_w5",
-            "two_shot_f32_w6",
-            "two_shot_f32_w7",
-            "two_shot_f32_w8",
-        ],
-    ],
-];
-
-fn kernel_name(algo: AllReduceAlgo, elem: ElemType, world: usize) -> Option<&'static str> {
-    let e = match elem {
-        ElemType::Bf16 => 0,
-        ElemType::F16 => 1,
-        ElemType::F32 => 2,
+/// The kernel of `algo` for `elem` on `world` ranks: `None` for NCCL's
+/// algorithm and for worlds without a kernel (HCM on an odd number of
+/// ranks, more than `MAX_RANKS`).
+fn collective_kernel(algo: AllReduceAlgo, elem: ElemType, world: usize) -> Option<Kernel> {
+    let algo = match algo {
+        AllReduceAlgo::OneShot => Collective::OneShot,
+        AllReduceAlgo::TwoShot => Collective::TwoShot,
+        AllReduceAlgo::Hcm => Collective::Hcm,
+        AllReduceAlgo::Lamport => Collective::Lamport,
+        AllReduceAlgo::LamportTwoShot => Collective::LamportTwoShot,
+        AllReduceAlgo::Bandwidth => Collective::Bandwidth,
+        AllReduceAlgo::Nccl => return None,
     };
-    let a = match algo {
-        AllReduceAlgo::Lamport => return LAMPORT_KERNELS[e].get(world.checked_sub(2)?).copied(),
-        AllReduceAlgo::LamportTwoShot => {
-            return LAMPORT2_KERNELS[e].get(world.checked_sub(2)?).copied();
-        }
-        AllReduceAlgo::OneShot => 0,
-        AllReduceAlgo::TwoShot => 1,
-        AllReduceAlgo::Hcm if world.is_multiple_of(2) => {
-            return HCM_KERNELS[e].get((world / 2).checked_sub(2)?).copied();
-        }
-        AllReduceAlgo::Bandwidth => {
-            return BANDWIDTH_KERNELS[e].get(world.checked_sub(2)?).copied();
-        }
-        AllReduceAlgo::Hcm | AllReduceAlgo::Nccl => return None,
+    let kernel = Kernel::Collective {
+        algo,
+        elem: elem.into(),
+        world,
     };
-    KERNELS[a][e].get(world.checked_sub(2)?).copied()
+    kernel.index().map(|_| kernel)
 }
 
 impl IntraNodeComm {
@@ -475,7 +311,7 @@ impl IntraNodeComm {
                 algo.name()
             )));
         }
-        let name = kernel_name(algo, elem, self.world()).ok_or_else(|| {
+        let kernel = collective_kernel(algo, elem, self.world()).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "all_reduce on rank {}: no intra-node kernel for {} on {} ranks (nccl runs through Communicator)",
                 self.rank(),
@@ -483,7 +319,6 @@ impl IntraNodeComm {
                 self.world()
             ))
         })?;
-        let f = self.kernels().function(name)?;
         self.check_all_reduce_call(elems, elem, op, algo)?;
         self.increment_usage_counter();
         if elems == 0 {
@@ -504,20 +339,15 @@ impl IntraNodeComm {
             self.lamport_launch(),
         );
         // SAFETY: every all-reduce kernel takes one AllReduceParams by
-        // value; the caller vouches for input and output; `blocks_for` and
+        // value; the caller vouches for input and output, the peers'
+        // buffers and pads live as long as `self`; `blocks_for` and
         // `bandwidth_blocks` stay within MAX_BLOCKS for the kernels that
         // count blocks in the pad (the Lamport ones do not), and a
         // bandwidth launch has at least one vector per slot (checked
         // above: `bandwidth_blocks` leaves it so).
         unsafe {
-            self.launch_collective(
-                "cuLaunchKernel(all_reduce)",
-                f,
-                blocks,
-                threads,
-                &mut params,
-                stream,
-            )
+            self.kernels()
+                .launch(kernel, Grid::new(blocks, threads), stream, (params,))
         }?;
         Ok(Work::new(stream.clone(), Some(self.health_arc())))
     }
@@ -550,9 +380,8 @@ impl IntraNodeComm {
                 }
             }
         }
-        let f = self.kernels().function("barrier")?;
         let template = self.params_template();
-        let mut params = BarrierParams {
+        let params = BarrierParams {
             pads: template.pads,
             rank_mask: mask,
             rank: self.rank() as u32,
@@ -560,16 +389,11 @@ impl IntraNodeComm {
             error: template.error,
             abort: template.abort,
         };
-        // SAFETY: `barrier` takes one BarrierParams by value, one block.
+        // SAFETY: `barrier` takes one BarrierParams by value, one block of
+        // MAX_RANKS threads; the pads live as long as `self`.
         unsafe {
-            self.launch_collective(
-                "cuLaunchKernel(barrier)",
-                f,
-                1,
-                MAX_RANKS,
-                &mut params,
-                stream,
-            )
+            self.kernels()
+                .launch(Kernel::Barrier, Grid::new(1, MAX_RANKS), stream, (params,))
         }?;
         Ok(Work::new(stream.clone(), Some(self.health_arc())))
     }
@@ -600,8 +424,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kernel_names_match_the_ptx() {
-        let names = crate::kernels::entry_names(crate::kernels::PTX);
+    fn every_algorithm_has_its_kernels() {
         for elem in ElemType::ALL {
             for world in 2..=MAX_RANKS {
                 for algo in [
@@ -611,17 +434,25 @@ mod tests {
                     AllReduceAlgo::TwoShot,
                     AllReduceAlgo::Bandwidth,
                 ] {
-                    let name = kernel_name(algo, elem, world).unwrap();
-                    assert!(names.contains(&name), "{name} missing from the PTX");
+                    assert!(collective_kernel(algo, elem, world).is_some());
                 }
-                match kernel_name(AllReduceAlgo::Hcm, elem, world) {
-                    Some(name) => assert!(names.contains(&name), "{name} missing"),
-                    None => assert!(![4, 6, 8].contains(&world), "hcm w{world}"),
-                }
+                let hcm = collective_kernel(AllReduceAlgo::Hcm, elem, world);
+                assert_eq!(hcm.is_some(), [4, 6, 8].contains(&world), "hcm w{world}");
             }
+            assert_eq!(collective_kernel(AllReduceAlgo::OneShot, elem, 1), None);
+            assert_eq!(
+                collective_kernel(AllReduceAlgo::OneShot, elem, MAX_RANKS + 1),
+                None
+            );
         }
-        assert!(names.contains(&"barrier"));
-        assert_eq!(kernel_name(AllReduceAlgo::Nccl, ElemType::F32, 2), None);
+        assert_eq!(
+            collective_kernel(AllReduceAlgo::Nccl, ElemType::F32, 2),
+            None
+        );
+        let k = collective_kernel(AllReduceAlgo::Hcm, ElemType::Bf16, 6);
+        assert_eq!(k.map(|k| k.to_string()), Some("hcm_bf16_w6".into()));
+        let k = collective_kernel(AllReduceAlgo::Bandwidth, ElemType::F32, 8);
+        assert_eq!(k.map(|k| k.to_string()), Some("bandwidth_f32_w8".into()));
     }
 
     #[test]

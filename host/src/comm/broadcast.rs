@@ -11,15 +11,16 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtrMut, DeviceRepr};
-use kernels_gpu::layout::{BroadcastParams, MAX_BLOCKS, MAX_RANKS};
+use kernels_gpu::entries::Kernel;
+use kernels_gpu::layout::{BroadcastParams, MAX_BLOCKS};
 use kernels_gpu::math::VEC_BYTES;
 
 use super::IntraNodeComm;
 use crate::error::{Error, Result};
+use crate::kernels::Grid;
 use crate::topology::Topology;
 use crate::work::Work;
 
-pub use crate::config::FORCE_BROADCAST_ENV;
 
 /// Broadcast paths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -31,7 +32,7 @@ pub enum BroadcastAlgo {
 }
 
 impl BroadcastAlgo {
-    /// The name [`FORCE_BROADCAST_ENV`] takes.
+    /// The name `FORCE_BROADCAST_ENV` takes.
     pub const fn name(self) -> &'static str {
         match self {
             BroadcastAlgo::SymmMem => "symm-mem",
@@ -82,20 +83,10 @@ fn blocks_for(chunk_bytes: usize) -> usize {
         .clamp(1, BROADCAST_MAX_BLOCKS)
 }
 
-/// Kernel names by world size (2..=8), static so the call path does not
-/// allocate.
-const KERNELS: [&str; 7] = [
-    "broadcast_w2",
-    "broadcast_w3",
-    "broadcast_w4",
-    "broadcast_w5",
-    "broadcast_w6",
-    "broadcast_w7",
-    "broadcast_w8",
-];
-
-fn kernel_name(world: usize) -> Option<&'static str> {
-    KERNELS.get(world.checked_sub(2)?).copied()
+/// The broadcast kernel for `world` ranks, if there is one.
+fn broadcast_kernel(world: usize) -> Option<Kernel> {
+    let kernel = Kernel::Broadcast { world };
+    kernel.index().map(|_| kernel)
 }
 
 impl IntraNodeComm {
@@ -151,32 +142,25 @@ impl IntraNodeComm {
                 self.symm().buffer_bytes()
             )));
         }
-        let name = kernel_name(self.world()).ok_or_else(|| {
+        let kernel = broadcast_kernel(self.world()).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "broadcast on rank {}: no kernel for a world of {}",
                 self.rank(),
                 self.world()
             ))
         })?;
-        let f = self.kernels().function(name)?;
         self.increment_usage_counter();
         if bytes == 0 {
             return Ok(Work::new(stream.clone(), Some(self.health_arc())));
         }
-        let mut params = self.broadcast_params(buf, bytes, root);
+        let params = self.broadcast_params(buf, bytes, root);
         let blocks = blocks_for(bytes.min(half_bytes));
         // SAFETY: every broadcast kernel takes one BroadcastParams by value;
-        // the caller vouches for `buf`; `blocks_for` stays within
-        // MAX_BLOCKS.
+        // the caller vouches for `buf`, the peers' buffers and pads live as
+        // long as `self`; `blocks_for` stays within MAX_BLOCKS.
         unsafe {
-            self.launch_collective(
-                "cuLaunchKernel(broadcast)",
-                f,
-                blocks,
-                THREADS,
-                &mut params,
-                stream,
-            )
+            self.kernels()
+                .launch(kernel, Grid::new(blocks, THREADS), stream, (params,))
         }?;
         Ok(Work::new(stream.clone(), Some(self.health_arc())))
     }
@@ -200,21 +184,19 @@ impl IntraNodeComm {
     }
 }
 
-const _: () = assert!(MAX_RANKS - 1 == KERNELS.len());
-
 #[cfg(test)]
 mod tests {
+    use kernels_gpu::layout::MAX_RANKS;
+
     use super::*;
 
     #[test]
-    fn kernel_names_match_the_ptx() {
-        let names = crate::kernels::entry_names(crate::kernels::PTX);
+    fn every_world_has_its_kernel() {
         for world in 2..=MAX_RANKS {
-            let name = kernel_name(world).unwrap();
-            assert!(names.contains(&name), "{name} missing from the PTX");
+            assert!(broadcast_kernel(world).is_some(), "w{world}");
         }
-        assert_eq!(kernel_name(1), None);
-        assert_eq!(kernel_name(MAX_RANKS + 1), None);
+        assert_eq!(broadcast_kernel(1), None);
+        assert_eq!(broadcast_kernel(MAX_RANKS + 1), None);
     }
 
     #[test]

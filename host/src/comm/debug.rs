@@ -34,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::types::ElemType;
 use crate::types::ReduceOp;
 
-pub use crate::config::{DEBUG_ENV, DebugLevel};
+pub use crate::config::DebugLevel;
 
 /// What one rank says about one collective call.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

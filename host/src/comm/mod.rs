@@ -11,7 +11,6 @@ mod health;
 pub mod scatter_gather;
 pub(crate) mod tracked;
 
-pub use crate::config::{BARRIER_TIMEOUT_ENV, DEFAULT_BARRIER_TIMEOUT_MS};
 pub use crate::rendezvous::RendezvousError;
 pub use health::HostErrorWord;
 
@@ -23,8 +22,6 @@ use cudarc::driver::{CudaContext, CudaStream};
 use intranode_store::{Store, StoreExchange};
 
 use crate::config::CommConfig;
-pub use crate::config::LAMPORT_LAUNCH_ENV;
-use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
 use crate::kernels::KernelModule;
 use crate::symm_mem::SymmetricMemory;
@@ -56,7 +53,7 @@ pub struct IntraNodeComm {
     pub(crate) call_checker: Option<debug::CallChecker>,
     /// Where each algorithm takes over (`config::TUNING_FILE_ENV`).
     pub(crate) crossovers: crate::algo::Crossovers,
-    /// Launch shapes of the Lamport kernels ([`LAMPORT_LAUNCH_ENV`]).
+    /// Launch shapes of the Lamport kernels (`config::LAMPORT_LAUNCH_ENV`).
     pub(crate) lamport_launch: LamportLaunch,
     /// The side stream of calls captured into CUDA graphs, made at the
     /// first such call (NOTE [capture and event tracking] in `tracked.rs`).
@@ -143,44 +140,6 @@ impl IntraNodeComm {
     /// This rank's context.
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
-    }
-
-    /// Launches collective kernel `f` (`what` names it in errors) with
-    /// `blocks` blocks of `threads` on `stream`, its one parameter `params`
-    /// passed by value. This rank's context is made current first: the
-    /// kernels live in its module, and the caller's thread may have another
-    /// GPU's context current.
-    ///
-    /// # Safety
-    /// `f` must take exactly one `P` by value; every address in `params`
-    /// must stay valid until `stream` passes the launch (the peers' buffers
-    /// and pads are, for the life of `self`); `blocks` at most
-    /// `layout::MAX_BLOCKS` (the signal-pad layout's bound) for kernels
-    /// that keep flags per block (all but the Lamport ones).
-    pub(crate) unsafe fn launch_collective<P>(
-        &self,
-        what: &'static str,
-        f: cudarc::driver::sys::CUfunction,
-        blocks: usize,
-        threads: usize,
-        params: &mut P,
-        stream: &cudarc::driver::CudaStream,
-    ) -> Result<()> {
-        crate::error::bind(&self.ctx, Some(self.device))?;
-        let mut arg = (params as *mut P).cast::<std::ffi::c_void>();
-        // SAFETY: the caller's contract; `arg` points to `params`, which
-        // outlives the call (the driver copies parameters at launch).
-        unsafe {
-            driver_ext::launch(
-                f,
-                blocks as u32,
-                threads as u32,
-                0,
-                stream.cu_stream(),
-                std::slice::from_mut(&mut arg),
-            )
-        }
-        .ctx(what, Some(self.device))
     }
 
     /// The store the group met through.

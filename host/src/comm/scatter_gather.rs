@@ -7,13 +7,13 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
-use kernels_gpu::layout::MAX_RANKS;
+use kernels_gpu::entries::{Collective, Kernel};
 
 use super::IntraNodeComm;
 use crate::algo::{AllReduceAlgo, scatter_gather_max_shard_bytes};
 use crate::error::{Error, Result};
-use crate::types::ElemType;
-use crate::types::ReduceOp;
+use crate::kernels::Grid;
+use crate::types::{ElemType, ReduceOp};
 use crate::work::Work;
 
 /// Which of the two.
@@ -36,45 +36,18 @@ impl ScatterGather {
     }
 }
 
-macro_rules! names {
-    ($p:literal) => {
-        [
-            concat!($p, "_w2"),
-            concat!($p, "_w3"),
-            concat!($p, "_w4"),
-            concat!($p, "_w5"),
-            concat!($p, "_w6"),
-            concat!($p, "_w7"),
-            concat!($p, "_w8"),
-        ]
+/// The kernel of `what` for `elem` on `world` ranks, if there is one.
+fn scatter_gather_kernel(what: ScatterGather, elem: ElemType, world: usize) -> Option<Kernel> {
+    let algo = match what {
+        ScatterGather::ReduceScatter => Collective::ReduceScatter,
+        ScatterGather::AllGather => Collective::AllGather,
     };
-}
-
-/// Kernel names by collective, element type and world size (2..=8).
-const KERNELS: [[[&str; MAX_RANKS - 1]; 3]; 2] = [
-    [
-        names!("lamport_rs_bf16"),
-        names!("lamport_rs_f16"),
-        names!("lamport_rs_f32"),
-    ],
-    [
-        names!("lamport_ag_bf16"),
-        names!("lamport_ag_f16"),
-        names!("lamport_ag_f32"),
-    ],
-];
-
-fn kernel_name(what: ScatterGather, elem: ElemType, world: usize) -> Option<&'static str> {
-    let c = match what {
-        ScatterGather::ReduceScatter => 0,
-        ScatterGather::AllGather => 1,
+    let kernel = Kernel::Collective {
+        algo,
+        elem: elem.into(),
+        world,
     };
-    let e = match elem {
-        ElemType::Bf16 => 0,
-        ElemType::F16 => 1,
-        ElemType::F32 => 2,
-    };
-    KERNELS[c][e].get(world.checked_sub(2)?).copied()
+    kernel.index().map(|_| kernel)
 }
 
 impl IntraNodeComm {
@@ -157,7 +130,7 @@ impl IntraNodeComm {
                 self.world()
             )));
         }
-        let name = kernel_name(what, elem, self.world()).ok_or_else(|| {
+        let kernel = scatter_gather_kernel(what, elem, self.world()).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "{} on rank {}: no kernel for a world of {}",
                 what.name(),
@@ -165,7 +138,6 @@ impl IntraNodeComm {
                 self.world()
             ))
         })?;
-        let f = self.kernels().function(name)?;
         self.increment_usage_counter();
         if shard == 0 {
             return Ok(Work::new(stream.clone(), Some(self.health_arc())));
@@ -187,17 +159,12 @@ impl IntraNodeComm {
             self.lamport_launch()
                 .shape_for(AllReduceAlgo::Lamport, vecs, self.world());
         // SAFETY: the Lamport kernels take one AllReduceParams by value; the
-        // caller vouches for input and output; the shard fits the Lamport
-        // buffer (checked above); these kernels keep no per-block flags.
+        // caller vouches for input and output, the peers' pads live as long
+        // as `self`; the shard fits the Lamport buffer (checked above);
+        // these kernels keep no per-block flags.
         unsafe {
-            self.launch_collective(
-                "cuLaunchKernel(reduce_scatter / all_gather)",
-                f,
-                blocks,
-                threads,
-                &mut params,
-                stream,
-            )
+            self.kernels()
+                .launch(kernel, Grid::new(blocks, threads), stream, (params,))
         }?;
         Ok(Work::new(stream.clone(), Some(self.health_arc())))
     }
@@ -205,19 +172,19 @@ impl IntraNodeComm {
 
 #[cfg(test)]
 mod tests {
+    use kernels_gpu::layout::MAX_RANKS;
+
     use super::*;
 
     #[test]
-    fn kernel_names_match_the_ptx() {
-        let names = crate::kernels::entry_names(crate::kernels::PTX);
+    fn every_world_has_its_kernels() {
         for what in [ScatterGather::ReduceScatter, ScatterGather::AllGather] {
             for elem in ElemType::ALL {
                 for world in 2..=MAX_RANKS {
-                    let name = kernel_name(what, elem, world).expect("a name");
-                    assert!(names.contains(&name), "{name} missing from the PTX");
+                    assert!(scatter_gather_kernel(what, elem, world).is_some());
                 }
-                assert!(kernel_name(what, elem, 1).is_none());
-                assert!(kernel_name(what, elem, MAX_RANKS + 1).is_none());
+                assert!(scatter_gather_kernel(what, elem, 1).is_none());
+                assert!(scatter_gather_kernel(what, elem, MAX_RANKS + 1).is_none());
             }
         }
     }

@@ -1,8 +1,8 @@
-//! [`Communicator`]: what applications use. It owns an [`IntraNodeComm`]
+//! [`Communicator`]: what applications use. It owns an `IntraNodeComm`
 //! when the rendezvous allowed one and an NCCL communicator when NCCL
 //! loads, and routes each all-reduce to whichever
-//! [`decide_all_reduce`] picks, so every size, element type, op and
-//! topology works; broadcasts go where [`select_broadcast_algo`] says.
+//! `decide_all_reduce` picks, so every size, element type, op and
+//! topology works; broadcasts go where `select_broadcast_algo` says.
 //!
 //! Its API is that of `cudarc::nccl::Comm` (NOTE [nccl parity]): every
 //! method of `Comm` exists here with the same arguments, so code written
@@ -195,8 +195,15 @@ impl Communicator {
         &self.stream
     }
 
-    /// The intra-node communicator, when the rendezvous allowed one.
+    /// The intra-node communicator, when the rendezvous allowed one
+    /// (public under the `internals` feature).
+    #[cfg(feature = "internals")]
     pub fn intra(&self) -> Option<&IntraNodeComm> {
+        self.intra.as_ref()
+    }
+
+    #[cfg(not(feature = "internals"))]
+    pub(crate) fn intra(&self) -> Option<&IntraNodeComm> {
         self.intra.as_ref()
     }
 

@@ -3,26 +3,44 @@
 //! [`PTX`] is the committed PTX of the current `kernels-gpu` source
 //! (`build.rs` picks it).
 //! [`KernelModule`] loads it into one device's context and resolves every
-//! entry point once, so a launch is a table lookup and one driver call.
+//! entry point of `kernels_gpu::entries::Kernel` (the one list of the
+//! kernels) once, into a table indexed by that key: a launch formats and
+//! looks up no name, and goes through the one launch helper
+//! (`launch.rs`).
+//!
+//! Under the feature `test-kernels`, `TestKernelModule` does the same for
+//! the test PTX (`TEST_PTX`: the soak's fill and check kernels, the
+//! benchmark's stamps and spins, the probes), which the production PTX
+//! does not carry.
 
-use std::collections::HashMap;
-use std::ffi::{CString, c_void};
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, sys};
+use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
+use kernels_gpu::entries::{Collective, Elem, Kernel};
 
-use crate::driver_ext;
-use crate::error::{DriverContext, Error, Result};
+use crate::error::{Error, Result};
+pub(crate) use launch::Grid;
+use launch::{Function, KernelArgs, Module};
 pub use ptx_builder::entry_names;
 
 pub use crate::types::{DType, ElemType};
 
 mod decode;
+#[cfg(feature = "test-kernels")]
+mod fill;
+mod launch;
 mod norm;
 mod ops;
+#[cfg(feature = "test-kernels")]
 mod soak;
+#[cfg(feature = "test-kernels")]
+mod test_kernels;
+#[cfg(feature = "test-kernels")]
 mod timing;
+#[cfg(feature = "test-kernels")]
 pub use soak::SoakCall;
+#[cfg(feature = "test-kernels")]
+pub use test_kernels::{TEST_PTX, TestKernelModule};
 
 /// PTX of the `kernels-gpu` crate, for [`PTX_ARCH`]: the committed
 /// `host/ptx/kernels-<arch>.ptx` (CI checks that it equals what the kernel
@@ -34,72 +52,68 @@ pub const PTX: &str = include_str!(env!("INTRANODE_EMBEDDED_PTX"));
 /// `sm_90`.
 pub const PTX_ARCH: &str = env!("INTRANODE_EMBEDDED_PTX_ARCH");
 
+impl From<ElemType> for Elem {
+    fn from(e: ElemType) -> Elem {
+        match e {
+            ElemType::Bf16 => Elem::Bf16,
+            ElemType::F16 => Elem::F16,
+            ElemType::F32 => Elem::F32,
+        }
+    }
+}
+
 /// The kernels loaded into one device's context.
 #[derive(Debug)]
 pub struct KernelModule {
-    ctx: Arc<CudaContext>,
-    module: sys::CUmodule,
-    functions: HashMap<&'static str, sys::CUfunction>,
+    module: Module,
+    /// Every `Kernel`, at `Kernel::index`.
+    functions: Box<[Function]>,
 }
-
-// SAFETY: a CUmodule and its CUfunctions are context-wide handles that the
-// driver lets any thread use once the context is current; every method that
-// uses them binds `ctx` first.
-unsafe impl Send for KernelModule {}
-// SAFETY: as above; the handles are never mutated after `load`.
-unsafe impl Sync for KernelModule {}
 
 impl KernelModule {
     /// Loads [`PTX`] into `ctx` and resolves every kernel entry point.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
-        let device = Some(ctx.ordinal());
-        crate::error::bind(ctx, device)?;
-        let image = CString::new(PTX)
-            .map_err(|_| Error::InvalidArgument("embedded PTX holds a NUL byte".into()))?;
-        // SAFETY: the context was made current just above.
-        let module =
-            unsafe { driver_ext::module_load_data(&image) }.ctx("cuModuleLoadData", device)?;
-        let mut this = KernelModule {
-            ctx: ctx.clone(),
-            module,
-            functions: HashMap::new(),
-        };
-        for name in entry_names(PTX) {
-            let cname = CString::new(name).map_err(|_| Error::MissingKernel {
-                name: name.to_owned(),
-            })?;
-            // SAFETY: `module` was loaded above and is unloaded only in Drop.
-            let f = unsafe { driver_ext::module_get_function(this.module, &cname) }
-                .ctx("cuModuleGetFunction", device)?;
-            this.functions.insert(name, f);
-        }
-        Ok(this)
+        let module = Module::load(ctx, PTX)?;
+        let functions = module.resolve(Kernel::all())?;
+        Ok(KernelModule { module, functions })
     }
 
     /// The context the module lives in.
     pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
+        self.module.context()
     }
 
-    /// A kernel by name.
-    pub fn function(&self, name: &str) -> Result<sys::CUfunction> {
-        self.functions
-            .get(name)
-            .copied()
+    /// Enqueues `kernel` on `stream` in `grid`, with `args` as its
+    /// parameters. An error for a key without a kernel.
+    ///
+    /// # Safety
+    /// As for `Module::launch`: `args` are exactly `kernel`'s parameters,
+    /// their addresses stay valid until `stream` passes the kernel, and
+    /// `grid` suits the kernel.
+    pub(crate) unsafe fn launch(
+        &self,
+        kernel: Kernel,
+        grid: Grid,
+        stream: &CudaStream,
+        args: impl KernelArgs,
+    ) -> Result<()> {
+        let f = kernel
+            .index()
+            .and_then(|i| self.functions.get(i))
             .ok_or_else(|| Error::MissingKernel {
-                name: name.to_owned(),
-            })
+                name: kernel.to_string(),
+            })?;
+        // SAFETY: forwarded from the caller; `f` is `kernel`'s entry point
+        // (the table is in `Kernel::index` order).
+        unsafe {
+            self.module
+                .launch(*f, launch_op(kernel), grid, stream, args)
+        }
     }
 
     /// `out = a + b` elementwise, computed in f32 and rounded once, on
     /// `stream`. All three must have the same length; any length and any
     /// element offset work (misaligned views take the scalar path).
-    /// Makes the module's context current before a launch: the functions
-    /// belong to it, and the calling thread may have another one current.
-    pub(crate) fn bind(&self) -> Result<()> {
-        crate::error::bind(&self.ctx, Some(self.ctx.ordinal()))
-    }
-
     pub fn add<T: DType>(
         &self,
         stream: &CudaStream,
@@ -118,70 +132,89 @@ impl KernelModule {
         if n == 0 {
             return Ok(());
         }
-        let name = format!("add_{}", T::ELEM.suffix());
-        let f = self.function(&name)?;
-        let (mut pa, _ra) = a.device_ptr(stream);
-        let (mut pb, _rb) = b.device_ptr(stream);
-        let (mut po, _ro) = out.device_ptr_mut(stream);
-        let mut n_arg = n;
-        let (grid, block) = elementwise_grid(n, T::ELEM.bytes());
-        let mut params: [*mut c_void; 4] = [
-            (&mut pa) as *mut _ as *mut c_void,
-            (&mut pb) as *mut _ as *mut c_void,
-            (&mut po) as *mut _ as *mut c_void,
-            (&mut n_arg) as *mut _ as *mut c_void,
-        ];
-        self.bind()?;
+        let (pa, _ra) = a.device_ptr(stream);
+        let (pb, _rb) = b.device_ptr(stream);
+        let (po, _ro) = out.device_ptr_mut(stream);
+        let grid = elementwise_grid(n, T::ELEM.bytes());
         // SAFETY: `add_<ty>(a, b, out: *T, n: usize)` takes exactly these
-        // four 8-byte arguments; the three buffers hold `n` elements each
-        // (checked above) and stay alive until the stream passes the
-        // kernel (the `_r*` guards record that).
-        unsafe { driver_ext::launch(f, grid, block, 0, stream.cu_stream(), &mut params) }
-            .ctx("cuLaunchKernel(add)", Some(self.ctx.ordinal()))
+        // four arguments; the three buffers hold `n` elements each (checked
+        // above) and stay alive until the stream passes the kernel (the
+        // `_r*` guards record that).
+        unsafe { self.launch(Kernel::Add(T::ELEM.into()), grid, stream, (pa, pb, po, n)) }
     }
 }
 
-impl Drop for KernelModule {
-    fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: loaded in `load`, unloaded only here; kernels already
-            // enqueued keep their code alive per the driver's rules for
-            // module unload after synchronization, so wait first.
-            let result = self
-                .ctx
-                .synchronize()
-                .and_then(|()| unsafe { driver_ext::module_unload(self.module) });
-            // Drop must not panic: keep the error for the context's next call.
-            self.ctx.record_err(result);
-        }
+/// How a launch of `kernel` is named in errors.
+fn launch_op(kernel: Kernel) -> &'static str {
+    match kernel {
+        Kernel::Add(_) => "cuLaunchKernel(add)",
+        Kernel::AxpyF32 => "cuLaunchKernel(axpy_f32)",
+        Kernel::Barrier => "cuLaunchKernel(barrier)",
+        Kernel::Broadcast { .. } => "cuLaunchKernel(broadcast)",
+        Kernel::CastFromF32(_) | Kernel::CastToF32(_) => "cuLaunchKernel(cast)",
+        Kernel::ResidualRmsNorm(_) => "cuLaunchKernel(residual_rmsnorm)",
+        Kernel::RmsNorm(_) => "cuLaunchKernel(rmsnorm)",
+        Kernel::SiluMul(_) => "cuLaunchKernel(silu_mul)",
+        Kernel::Collective { algo, .. } => match algo {
+            Collective::OneShot => "cuLaunchKernel(one_shot)",
+            Collective::TwoShot => "cuLaunchKernel(two_shot)",
+            Collective::Hcm => "cuLaunchKernel(hcm)",
+            Collective::Lamport => "cuLaunchKernel(lamport)",
+            Collective::LamportTwoShot => "cuLaunchKernel(lamport2)",
+            Collective::ReduceScatter => "cuLaunchKernel(reduce_scatter)",
+            Collective::AllGather => "cuLaunchKernel(all_gather)",
+            Collective::Bandwidth => "cuLaunchKernel(bandwidth)",
+        },
     }
 }
 
 /// Grid and block size of the elementwise kernels: one 16-byte vector per
 /// thread per step, at most 4 blocks of 256 per SM of a 132-SM H200 (the
 /// grid-stride loop covers the rest).
-fn elementwise_grid(elems: usize, elem_bytes: usize) -> (u32, u32) {
+fn elementwise_grid(elems: usize, elem_bytes: usize) -> Grid {
     const BLOCK: usize = 256;
     const MAX_BLOCKS: usize = 132 * 4;
     let per_vec = kernels_gpu::math::elems_per_vec(elem_bytes).max(1);
     let work_items = kernels_gpu::math::div_ceil(elems, per_vec).max(1);
     let blocks = kernels_gpu::math::div_ceil(work_items, BLOCK).clamp(1, MAX_BLOCKS);
-    (blocks as u32, BLOCK as u32)
+    Grid::new(blocks, BLOCK)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
+    /// The one list and the PTX agree both ways: every kernel the host can
+    /// launch is in the PTX, and the PTX holds nothing unlisted.
     #[test]
-    fn embedded_ptx_has_the_elementwise_kernels() {
-        let names = entry_names(PTX);
-        for ty in ElemType::ALL {
-            let want = format!("add_{}", ty.suffix());
+    fn the_kernel_list_is_exactly_the_ptx() {
+        let listed: BTreeSet<String> = Kernel::all().map(|k| k.to_string()).collect();
+        let in_ptx: BTreeSet<String> = entry_names(PTX).into_iter().map(str::to_owned).collect();
+        assert_eq!(listed.len(), Kernel::COUNT);
+        let missing: Vec<_> = listed.difference(&in_ptx).collect();
+        let unlisted: Vec<_> = in_ptx.difference(&listed).collect();
+        assert!(missing.is_empty(), "listed, not in the PTX: {missing:?}");
+        assert!(unlisted.is_empty(), "in the PTX, not listed: {unlisted:?}");
+    }
+
+    #[test]
+    fn the_production_ptx_has_no_test_kernels() {
+        for name in entry_names(PTX) {
             assert!(
-                names.contains(&want.as_str()),
-                "{want} missing from {names:?}"
+                !["probe_", "soak_", "timing_", "fill_uniform_"]
+                    .iter()
+                    .any(|p| name.starts_with(p)),
+                "{name} in the production PTX"
             );
+        }
+    }
+
+    #[test]
+    fn element_types_map_to_the_kernels_names() {
+        for e in ElemType::ALL {
+            assert_eq!(Elem::from(e).name(), e.suffix());
         }
     }
 
@@ -195,9 +228,9 @@ mod tests {
 
     #[test]
     fn grid_sizes() {
-        assert_eq!(elementwise_grid(1, 2), (1, 256));
-        assert_eq!(elementwise_grid(8 * 256, 2), (1, 256));
-        assert_eq!(elementwise_grid(8 * 256 + 1, 2), (2, 256));
-        assert_eq!(elementwise_grid(1 << 30, 4).0, 528);
+        assert_eq!(elementwise_grid(1, 2), Grid::new(1, 256));
+        assert_eq!(elementwise_grid(8 * 256, 2), Grid::new(1, 256));
+        assert_eq!(elementwise_grid(8 * 256 + 1, 2), Grid::new(2, 256));
+        assert_eq!(elementwise_grid(1 << 30, 4).blocks, 528);
     }
 }

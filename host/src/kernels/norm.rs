@@ -1,17 +1,16 @@
 //! Typed launches of the RMSNorm kernels, with and without the residual
 //! add (`kernels-gpu/src/norm.rs`).
 
-use std::ffi::c_void;
-
 use cudarc::driver::CudaStream;
+use kernels_gpu::entries::Kernel;
 use kernels_gpu::layout::NormParams;
 
+use super::launch::Grid;
 use super::{ElemType, KernelModule};
-use crate::driver_ext;
-use crate::error::{DriverContext, Result};
+use crate::error::Result;
 
 /// Threads of a block: 4 warps, one row each.
-const THREADS: u32 = 128;
+const THREADS: usize = 128;
 /// Most blocks of a launch (8 per SM of a 132-SM H200); the warps walk
 /// further rows.
 const MAX_BLOCKS: u64 = 132 * 8;
@@ -30,13 +29,8 @@ impl KernelModule {
         elem: ElemType,
         p: NormParams,
     ) -> Result<()> {
-        let name = match elem {
-            ElemType::Bf16 => "residual_rmsnorm_bf16",
-            ElemType::F16 => "residual_rmsnorm_f16",
-            ElemType::F32 => "residual_rmsnorm_f32",
-        };
         // SAFETY: forwarded from the caller.
-        unsafe { self.launch_norm(stream, name, p) }
+        unsafe { self.launch_norm(stream, Kernel::ResidualRmsNorm(elem.into()), p) }
     }
 
     /// Enqueues `output = rmsnorm(input) * weight` over `p.rows` rows of
@@ -53,57 +47,21 @@ impl KernelModule {
         elem: ElemType,
         p: NormParams,
     ) -> Result<()> {
-        let name = match elem {
-            ElemType::Bf16 => "rmsnorm_bf16",
-            ElemType::F16 => "rmsnorm_f16",
-            ElemType::F32 => "rmsnorm_f32",
-        };
         // SAFETY: forwarded from the caller.
-        unsafe { self.launch_norm(stream, name, p) }
+        unsafe { self.launch_norm(stream, Kernel::RmsNorm(elem.into()), p) }
     }
 
     /// # Safety
-    /// `name` is one of the norm kernels, whose contract the caller
+    /// `kernel` is one of the norm kernels, whose contract the caller
     /// upholds for `p`.
-    unsafe fn launch_norm(
-        &self,
-        stream: &CudaStream,
-        name: &'static str,
-        mut p: NormParams,
-    ) -> Result<()> {
+    unsafe fn launch_norm(&self, stream: &CudaStream, kernel: Kernel, p: NormParams) -> Result<()> {
         if p.rows == 0 || p.hidden == 0 {
             return Ok(());
         }
-        let f = self.function(name)?;
-        let warps_per_block = u64::from(THREADS / 32);
-        let blocks = p.rows.div_ceil(warps_per_block).min(MAX_BLOCKS) as u32;
-        let mut arg = (&mut p) as *mut NormParams as *mut c_void;
-        self.bind()?;
-        // SAFETY: the kernel takes one NormParams by value, launched in
-        // whole warps; the addresses are the caller's promise.
-        unsafe {
-            driver_ext::launch(
-                f,
-                blocks,
-                THREADS,
-                0,
-                stream.cu_stream(),
-                std::slice::from_mut(&mut arg),
-            )
-        }
-        .ctx("cuLaunchKernel(rmsnorm)", Some(self.context().ordinal()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn norm_kernels_are_in_the_ptx() {
-        let names = super::super::entry_names(super::super::PTX);
-        for t in ["bf16", "f16", "f32"] {
-            for name in [format!("residual_rmsnorm_{t}"), format!("rmsnorm_{t}")] {
-                assert!(names.contains(&name.as_str()), "{name}");
-            }
-        }
+        let warps_per_block = (THREADS / 32) as u64;
+        let blocks = p.rows.div_ceil(warps_per_block).min(MAX_BLOCKS) as usize;
+        // SAFETY: the norm kernels take one NormParams by value, launched
+        // in whole warps; the addresses are the caller's promise.
+        unsafe { self.launch(kernel, Grid::new(blocks, THREADS), stream, (p,)) }
     }
 }

@@ -4,15 +4,14 @@
 //! output on the GPU, so a million checked all-reduces cost the host
 //! nothing but launches.
 
-use std::ffi::c_void;
-
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use kernels_gpu::entries::TestKernel;
 use kernels_gpu::pattern::SoakParams;
 
-use super::{DType, ElemType, KernelModule};
-use crate::comm::all_reduce::ReduceOp;
-use crate::driver_ext;
-use crate::error::{DriverContext, Error, Result};
+use super::launch::Grid;
+use super::{DType, ElemType, TestKernelModule};
+use crate::ReduceOp;
+use crate::error::{Error, Result};
 
 /// Which call of the soak, for which rank: what the pattern depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,11 +26,11 @@ pub struct SoakCall {
 
 /// Grid of the soak kernels: one element per thread per step, at most 8
 /// blocks of 256 per SM of a 132-SM H200.
-fn soak_grid(elems: usize) -> (u32, u32) {
+fn soak_grid(elems: usize) -> Grid {
     const BLOCK: usize = 256;
     const MAX_BLOCKS: usize = 132 * 8;
     let blocks = kernels_gpu::math::div_ceil(elems.max(1), BLOCK).clamp(1, MAX_BLOCKS);
-    (blocks as u32, BLOCK as u32)
+    Grid::new(blocks, BLOCK)
 }
 
 fn params(call: &SoakCall, elem: ElemType, elems: usize) -> Result<SoakParams> {
@@ -54,32 +53,14 @@ fn params(call: &SoakCall, elem: ElemType, elems: usize) -> Result<SoakParams> {
     })
 }
 
-impl KernelModule {
-    fn launch_soak(
-        &self,
-        name: &'static str,
-        stream: &CudaStream,
-        mut p: SoakParams,
-    ) -> Result<()> {
-        let f = self.function(name)?;
-        let (grid, block) = soak_grid(p.elems as usize);
-        let mut arg = (&mut p) as *mut SoakParams as *mut c_void;
-        self.bind()?;
+impl TestKernelModule {
+    fn launch_soak(&self, kernel: TestKernel, stream: &CudaStream, p: SoakParams) -> Result<()> {
+        let grid = soak_grid(p.elems as usize);
         // SAFETY: every soak kernel takes one SoakParams by value; the
         // callers checked that the buffers in `p` hold `p.elems` elements
         // (and the counter one u32) and keep them alive until the stream
         // passes the kernel.
-        unsafe {
-            driver_ext::launch(
-                f,
-                grid,
-                block,
-                0,
-                stream.cu_stream(),
-                std::slice::from_mut(&mut arg),
-            )
-        }
-        .ctx("cuLaunchKernel(soak)", Some(self.context().ordinal()))
+        unsafe { self.launch(kernel, grid, stream, (p,)) }
     }
 
     /// Writes `call`'s pattern into `input` and poisons `output` (NaN);
@@ -113,12 +94,7 @@ impl KernelModule {
         if elems == 0 {
             return Ok(());
         }
-        let name = match T::ELEM {
-            ElemType::Bf16 => "soak_fill_bf16",
-            ElemType::F16 => "soak_fill_f16",
-            ElemType::F32 => "soak_fill_f32",
-        };
-        self.launch_soak(name, stream, p)
+        self.launch_soak(TestKernel::SoakFill(T::ELEM.into()), stream, p)
     }
 
     /// Adds the number of elements of `output` that are off `call`'s
@@ -147,29 +123,13 @@ impl KernelModule {
         if elems == 0 {
             return Ok(());
         }
-        let name = match T::ELEM {
-            ElemType::Bf16 => "soak_check_bf16",
-            ElemType::F16 => "soak_check_f16",
-            ElemType::F32 => "soak_check_f32",
-        };
-        self.launch_soak(name, stream, p)
+        self.launch_soak(TestKernel::SoakCheck(T::ELEM.into()), stream, p)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn soak_kernels_are_in_the_ptx() {
-        let names = super::super::entry_names(super::super::PTX);
-        for t in ["bf16", "f16", "f32"] {
-            for k in ["soak_fill", "soak_check"] {
-                let name = format!("{k}_{t}");
-                assert!(names.contains(&name.as_str()), "{name}");
-            }
-        }
-    }
 
     #[test]
     fn soak_params_and_grid() {
@@ -186,8 +146,8 @@ mod tests {
             (3, 4, kernels_gpu::layout::OP_AVG, 2, 1)
         );
         assert!(params(&SoakCall { rank: 4, ..call }, ElemType::F32, 1).is_err());
-        assert_eq!(soak_grid(0), (1, 256));
-        assert_eq!(soak_grid(257), (2, 256));
-        assert_eq!(soak_grid(1 << 30), (1056, 256));
+        assert_eq!(soak_grid(0), Grid::new(1, 256));
+        assert_eq!(soak_grid(257), Grid::new(2, 256));
+        assert_eq!(soak_grid(1 << 30), Grid::new(1056, 256));
     }
 }

@@ -3,35 +3,22 @@
 //! of a given length, and the poll-storm probe behind NOTE [abandoned
 //! waits] in `kernels-gpu/src/sync.rs`.
 
-use std::ffi::c_void;
-
 use cudarc::driver::{CudaStream, DevicePtrMut};
+use kernels_gpu::entries::TestKernel;
 use kernels_gpu::layout::PollStormParams;
 
-use super::KernelModule;
-use crate::driver_ext;
-use crate::error::{DriverContext, Error, Result};
+use super::TestKernelModule;
+use super::launch::Grid;
+use crate::error::{Error, Result};
 
-impl KernelModule {
-    /// # Safety
-    /// `params` must be exactly the arguments of kernel `name`, and what
-    /// they point to must stay valid until the stream passes the kernel.
-    unsafe fn launch_one(
-        &self,
-        name: &'static str,
-        what: &'static str,
-        grid: u32,
-        block: u32,
-        stream: &CudaStream,
-        params: &mut [*mut c_void],
-    ) -> Result<()> {
-        let f = self.function(name)?;
-        self.bind()?;
-        // SAFETY: forwarded from the caller.
-        unsafe { driver_ext::launch(f, grid, block, 0, stream.cu_stream(), params) }
-            .ctx(what, Some(self.context().ordinal()))
-    }
+/// One warp: the stamp and the spin are one thread's work.
+const ONE_WARP: Grid = Grid {
+    blocks: 1,
+    threads: 32,
+    shared_bytes: 0,
+};
 
+impl TestKernelModule {
     /// Enqueues a stamp: `%globaltimer` in nanoseconds appended to `log`
     /// once the stream gets there. `log[0]` counts the stamps (zero it
     /// first), `log[1..]` holds them; stamps past its end are counted but
@@ -55,40 +42,15 @@ impl KernelModule {
     /// `log` must be device memory of `cap + 1` u64, valid and written by
     /// nothing else until the stream passes the stamp.
     pub unsafe fn stamp_raw(&self, stream: &CudaStream, log: u64, cap: u64) -> Result<()> {
-        let (mut ptr, mut cap) = (log, cap);
-        let mut params: [*mut c_void; 2] = [
-            (&mut ptr) as *mut _ as *mut c_void,
-            (&mut cap) as *mut _ as *mut c_void,
-        ];
         // SAFETY: `timing_stamp(log: *mut u64, cap: u64)` with `log`
         // holding `cap + 1` words (caller's promise).
-        unsafe {
-            self.launch_one(
-                "timing_stamp",
-                "cuLaunchKernel(timing_stamp)",
-                1,
-                32,
-                stream,
-                &mut params,
-            )
-        }
+        unsafe { self.launch(TestKernel::TimingStamp, ONE_WARP, stream, (log, cap)) }
     }
 
     /// Enqueues a kernel that holds the stream for `ns` nanoseconds.
     pub fn spin(&self, stream: &CudaStream, ns: u64) -> Result<()> {
-        let mut ns = ns;
-        let mut params: [*mut c_void; 1] = [(&mut ns) as *mut _ as *mut c_void];
         // SAFETY: `timing_spin(ns: u64)` touches no memory.
-        unsafe {
-            self.launch_one(
-                "timing_spin",
-                "cuLaunchKernel(timing_spin)",
-                1,
-                32,
-                stream,
-                &mut params,
-            )
-        }
+        unsafe { self.launch(TestKernel::TimingSpin, ONE_WARP, stream, (ns,)) }
     }
 
     /// Enqueues the poll-storm probe: `lag_ns.len()` threads in blocks of
@@ -118,35 +80,19 @@ impl KernelModule {
             Error::InvalidArgument(format!("poll_storm: {threads} threads is too many"))
         })?;
         let (lag_ptr, _guard) = lag_ns.device_ptr_mut(stream);
-        let mut p = PollStormParams {
+        let p = PollStormParams {
             word,
             lag_ns: lag_ptr,
             wait_ns,
         };
-        let mut params: [*mut c_void; 1] = [(&mut p) as *mut _ as *mut c_void];
+        let grid = Grid {
+            blocks,
+            threads: block_threads,
+            shared_bytes: 0,
+        };
         // SAFETY: `probe_poll_storm(p: PollStormParams)`: one lag per
         // thread (the grid is exactly `threads`), `word` valid (caller's
         // promise).
-        unsafe {
-            self.launch_one(
-                "probe_poll_storm",
-                "cuLaunchKernel(probe_poll_storm)",
-                blocks,
-                block_threads,
-                stream,
-                &mut params,
-            )
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn timing_kernels_are_in_the_ptx() {
-        let names = super::super::entry_names(super::super::PTX);
-        for k in ["timing_stamp", "timing_spin", "probe_poll_storm"] {
-            assert!(names.contains(&k), "{k}");
-        }
+        unsafe { self.launch(TestKernel::PollStorm, grid, stream, (p,)) }
     }
 }

@@ -318,7 +318,7 @@ fn partial_overlap_needs_links_between_gpus() {
     };
     let e = validate(&g, &NvlMesh::zero(), &config).expect_err("no NVLink between A and B");
     assert!(
-        matches!(e, Unsupported::UnsupportedTopology { world: 4, .. }),
+        matches!(e, Unsupported::Topology { world: 4, .. }),
         "{e}"
     );
     // With A-B links (as NVML reports them for each rank's GPU).
@@ -341,7 +341,7 @@ fn unknown_topology_refused_with_mesh() {
     let text = e.to_string();
     assert!(matches!(
         e,
-        Unsupported::UnsupportedTopology { world: 4, .. }
+        Unsupported::Topology { world: 4, .. }
     ));
     assert!(text.contains("node-a") && text.contains(TEST_ENV), "{text}");
     assert!(text.contains("rank 3:"), "{text}");

@@ -151,7 +151,7 @@ pub enum Unsupported {
         "the {world} GPUs on host {host} are neither fully NVLink-connected nor a hybrid cube mesh \
          (set {TEST_ENV}=1 to force); NVLink counts per rank:\n{mesh}"
     )]
-    UnsupportedTopology {
+    Topology {
         /// The world size.
         world: usize,
         /// The host.
@@ -340,7 +340,7 @@ pub fn validate(
         Topology::FullyConnected => None,
         Topology::HybridCubeMesh => topology::hcm_neighbors(&effective),
         Topology::Unknown => {
-            return Err(Unsupported::UnsupportedTopology {
+            return Err(Unsupported::Topology {
                 world,
                 host: first.hostname.clone(),
                 mesh: mesh_rows(&effective, world),
@@ -349,7 +349,7 @@ pub fn validate(
     };
     if topology == Topology::HybridCubeMesh && hcm_neighbors.is_none() {
         // detect_topology promises a table for this class; be loud if not.
-        return Err(Unsupported::UnsupportedTopology {
+        return Err(Unsupported::Topology {
             world,
             host: first.hostname.clone(),
             mesh: mesh_rows(&effective, world),

@@ -38,7 +38,7 @@ use cudarc::driver::CudaGraph;
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::nccl::ReduceOp;
 use half::bf16;
-use intranode::kernels::KernelModule;
+use intranode::kernels::TestKernelModule;
 use intranode_store::StoreExchange;
 
 use blas::Blas;
@@ -135,7 +135,8 @@ pub fn run(args: &DecodeArgs) -> Result<()> {
     };
     let (me, world) = (r.rank(), r.world());
     let mut exchange = StoreExchange::new("intranode/decode");
-    let kernels = KernelModule::load(&r.ctx).context("loading the kernels")?;
+    let kernels =
+        TestKernelModule::load(&r.ctx).context("loading the test kernels (the random fill)")?;
     let blas = Blas::new(&r.stream).with_context(|| format!("rank {me}: cuBLAS"))?;
     let mut notes = Vec::new();
     let mut variants = args.variants.clone();

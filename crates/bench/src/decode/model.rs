@@ -18,7 +18,7 @@ use anyhow::{Context, Result, bail};
 use cudarc::driver::{CudaSlice, DevicePtr};
 use cudarc::nccl::ReduceOp;
 use half::bf16;
-use intranode::kernels::KernelModule;
+use intranode::kernels::TestKernelModule;
 
 use super::Variant;
 use super::blas::Blas;
@@ -171,7 +171,7 @@ impl Weights {
     /// `layers` layers of random shards, filled on the GPU.
     pub fn new(
         r: &Rank,
-        kernels: &KernelModule,
+        kernels: &TestKernelModule,
         shard: Shard,
         layers: usize,
         seed: u64,
@@ -252,7 +252,7 @@ pub struct ActPtrs {
 impl Activations {
     pub fn new(
         r: &Rank,
-        kernels: &KernelModule,
+        kernels: &TestKernelModule,
         s: &Shard,
         batch: usize,
         seed: u64,

@@ -25,8 +25,8 @@ use half::{bf16, f16};
 use intranode::ReduceOp;
 use intranode::algo::AllReduceAlgo;
 use intranode::comm::RendezvousError;
-use intranode::comm::debug::{DEBUG_ENV, DebugLevel};
 use intranode::config::{ALLOW_OVERLAPPING_ENV, CommConfig};
+use intranode::config::{DEBUG_ENV, DebugLevel};
 use intranode::rendezvous::Unsupported;
 use intranode_harness::data;
 use intranode_harness::rank::{Proc, Rank};
@@ -295,7 +295,13 @@ fn overlap() -> Result<()> {
     if config.allow_overlapping_devices {
         bail!("bad-input rank {rank}: FAIL: unset {ALLOW_OVERLAPPING_ENV} for this case");
     }
-    match intranode::IntraNodeComm::rendezvous(&p.ctx, p.store.clone(), rank, p.world(), &config) {
+    match intranode::comm::IntraNodeComm::rendezvous(
+        &p.ctx,
+        p.store.clone(),
+        rank,
+        p.world(),
+        &config,
+    ) {
         Err(RendezvousError::Unsupported(u @ Unsupported::OverlappingDevices { .. }))
             if u.to_string().contains(ALLOW_OVERLAPPING_ENV) =>
         {
@@ -327,7 +333,13 @@ fn debug_mismatch() -> Result<()> {
         DebugLevel::Off
     };
     let start = std::time::Instant::now();
-    match intranode::IntraNodeComm::rendezvous(&p.ctx, p.store.clone(), rank, p.world(), &config) {
+    match intranode::comm::IntraNodeComm::rendezvous(
+        &p.ctx,
+        p.store.clone(),
+        rank,
+        p.world(),
+        &config,
+    ) {
         Err(RendezvousError::Failed(e)) if e.to_string().contains(DEBUG_ENV) => {
             // Well under any store timeout: the requests already tell.
             println!(
@@ -363,7 +375,8 @@ fn world_size() -> Result<()> {
         allow_overlapping_devices: true,
         ..CommConfig::from_env()?
     };
-    match intranode::IntraNodeComm::rendezvous(&p.ctx, p.store.clone(), rank, world, &config) {
+    match intranode::comm::IntraNodeComm::rendezvous(&p.ctx, p.store.clone(), rank, world, &config)
+    {
         Err(RendezvousError::Unsupported(u @ Unsupported::WorldSize { .. })) => {
             println!("bad-input rank {rank}: PASS world size {world} refused: {u}");
             Ok(())

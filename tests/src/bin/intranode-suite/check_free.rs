@@ -17,7 +17,7 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use half::bf16;
 use intranode::ReduceOp;
 use intranode::algo::AllReduceAlgo;
-use intranode::kernels::{KernelModule, SoakCall};
+use intranode::kernels::{SoakCall, TestKernelModule};
 
 use intranode_harness::data;
 use intranode_harness::free::{self, Dist, Timer};
@@ -51,7 +51,7 @@ pub fn run(
     seed: u64,
     replays: usize,
 ) -> Result<Report> {
-    let module = KernelModule::load(&r.ctx)?;
+    let module = TestKernelModule::load(&r.ctx)?;
     let mut timer = Timer::new(r, replays.max(1) * (K + 1) + 64)?;
     let (me, world) = (r.rank(), r.world());
     let mut report = Report {

@@ -30,7 +30,7 @@ use cudarc::nccl::NcclType;
 use half::{bf16, f16};
 use intranode::ReduceOp;
 use intranode::algo::AllReduceAlgo;
-use intranode::kernels::{DType, ElemType, KernelModule, SoakCall};
+use intranode::kernels::{DType, ElemType, SoakCall, TestKernelModule};
 use intranode_harness::rank::Rank;
 use kernels_gpu::layout;
 use kernels_gpu::pattern;
@@ -159,7 +159,7 @@ struct Graph {
 /// Everything the calls share.
 struct Soak<'a> {
     r: &'a Rank,
-    module: KernelModule,
+    module: TestKernelModule,
     seed: u64,
     counters: CudaSlice<u32>,
 }
@@ -364,7 +364,7 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     let (rank, world) = (r.rank(), r.world());
     let mut algos = vec![None];
     algos.extend(r.intra_algos().into_iter().map(Some));
-    let module = KernelModule::load(&r.ctx)?;
+    let module = TestKernelModule::load(&r.ctx)?;
     let counters = r.stream.alloc_zeros::<u32>(args.batch)?;
     let mut s = Soak {
         r: &r,

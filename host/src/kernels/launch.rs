@@ -1,0 +1,252 @@
+//! The safe side of a PTX module: [`Module`] loads a PTX image into one
+//! context (and unloads it on drop), resolves entry points into
+//! [`Function`]s, and [`Module::launch`] is the one place that builds a
+//! kernel's argument array and calls `cuLaunchKernel`. Every launch of the
+//! crate goes through it, so the launch's safety argument is written once;
+//! each caller only vouches for its own kernel's contract.
+
+use std::ffi::{CString, c_void};
+use std::fmt::Display;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaStream, sys};
+use kernels_gpu::layout::{AllReduceParams, BarrierParams, BroadcastParams, NormParams};
+
+use crate::driver_ext;
+use crate::error::{DriverContext, Error, Result};
+
+/// A PTX image loaded into one context, unloaded when dropped.
+#[derive(Debug)]
+pub(crate) struct Module {
+    ctx: Arc<CudaContext>,
+    raw: sys::CUmodule,
+}
+
+// SAFETY: a CUmodule and its CUfunctions are context-wide handles that the
+// driver lets any thread use once the context is current; every method that
+// uses them binds `ctx` first.
+unsafe impl Send for Module {}
+// SAFETY: as above; the handle is never mutated after `load`.
+unsafe impl Sync for Module {}
+
+/// A kernel entry point of a [`Module`], resolved once at load.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Function(sys::CUfunction);
+
+// SAFETY: as for `Module`: a context-wide handle, used only by
+// `Module::launch`, which binds the context first.
+unsafe impl Send for Function {}
+// SAFETY: as above; never mutated.
+unsafe impl Sync for Function {}
+
+/// The shape of one launch: a one-dimensional grid of `blocks` blocks of
+/// `threads` threads, with `shared_bytes` of dynamic shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Grid {
+    pub blocks: u32,
+    pub threads: u32,
+    pub shared_bytes: u32,
+}
+
+impl Grid {
+    /// `blocks` blocks of `threads` threads, no dynamic shared memory. A
+    /// count past `u32` becomes `u32::MAX`, which the driver refuses, so
+    /// the launch fails rather than running a wrapped grid.
+    pub(crate) fn new(blocks: usize, threads: usize) -> Self {
+        let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Grid {
+            blocks: clamp(blocks),
+            threads: clamp(threads),
+            shared_bytes: 0,
+        }
+    }
+}
+
+/// A type a kernel takes as one parameter, by value: plain data laid out
+/// as the kernel declares it (integers, floats, device addresses, the
+/// `#[repr(C)]` parameter blocks of `kernels_gpu::layout`).
+pub(crate) trait KernelParam: Copy {}
+
+impl KernelParam for u32 {}
+impl KernelParam for u64 {}
+impl KernelParam for usize {}
+impl KernelParam for f32 {}
+impl KernelParam for AllReduceParams {}
+impl KernelParam for BarrierParams {}
+impl KernelParam for BroadcastParams {}
+impl KernelParam for NormParams {}
+#[cfg(feature = "test-kernels")]
+impl KernelParam for kernels_gpu::layout::PollStormParams {}
+#[cfg(feature = "test-kernels")]
+impl KernelParam for kernels_gpu::pattern::SoakParams {}
+
+/// The arguments of one launch: a tuple of the kernel's parameters, in
+/// order.
+pub(crate) trait KernelArgs {
+    /// Calls `f` with the array `cuLaunchKernel` takes: one pointer per
+    /// argument, to the argument's value in `self`.
+    fn with_pointers<R>(&mut self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R;
+}
+
+macro_rules! kernel_args {
+    ($($t:ident $v:ident),+) => {
+        impl<$($t: KernelParam),+> KernelArgs for ($($t,)+) {
+            fn with_pointers<R>(&mut self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
+                let ($($v,)+) = self;
+                let mut pointers = [$(($v as *mut $t).cast::<c_void>()),+];
+                f(&mut pointers)
+            }
+        }
+    };
+}
+
+kernel_args!(A a);
+kernel_args!(A a, B b);
+kernel_args!(A a, B b, C c);
+kernel_args!(A a, B b, C c, D d);
+
+impl Module {
+    /// Loads `ptx` into `ctx`.
+    pub(crate) fn load(ctx: &Arc<CudaContext>, ptx: &str) -> Result<Self> {
+        let device = Some(ctx.ordinal());
+        crate::error::bind(ctx, device)?;
+        let image = CString::new(ptx)
+            .map_err(|_| Error::InvalidArgument("embedded PTX holds a NUL byte".into()))?;
+        // SAFETY: the context was made current just above.
+        let raw =
+            unsafe { driver_ext::module_load_data(&image) }.ctx("cuModuleLoadData", device)?;
+        Ok(Module {
+            ctx: ctx.clone(),
+            raw,
+        })
+    }
+
+    /// The context the module lives in.
+    pub(crate) fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The entry points `names`, in order: the table a module type
+    /// indexes. A name the PTX lacks is [`Error::MissingKernel`].
+    pub(crate) fn resolve<N: Display>(
+        &self,
+        names: impl Iterator<Item = N>,
+    ) -> Result<Box<[Function]>> {
+        let device = Some(self.ctx.ordinal());
+        crate::error::bind(&self.ctx, device)?;
+        names
+            .map(|name| {
+                let name = name.to_string();
+                let cname = CString::new(name.as_str())
+                    .map_err(|_| Error::MissingKernel { name: name.clone() })?;
+                // SAFETY: `raw` was loaded in `load` and is unloaded only in
+                // Drop; the context was made current above.
+                match unsafe { driver_ext::module_get_function(self.raw, &cname) } {
+                    Ok(f) => Ok(Function(f)),
+                    Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND => {
+                        Err(Error::MissingKernel { name })
+                    }
+                    Err(e) => Err(e).ctx("cuModuleGetFunction", device),
+                }
+            })
+            .collect()
+    }
+
+    /// Enqueues `f` on `stream` in `grid`, with `args` as its parameters;
+    /// `op` names the launch in errors. This module's context is made
+    /// current first: `f` belongs to it, and the calling thread may have
+    /// another GPU's context current.
+    ///
+    /// # Safety
+    /// `f` must be an entry point of this module whose parameters are
+    /// exactly `args`, in number, order and type; every device address in
+    /// `args` must stay valid for what the kernel does with it until
+    /// `stream` passes the kernel; `grid` must be one the kernel is
+    /// written for (the kernels with flags per block in the signal pad
+    /// take at most `layout::MAX_BLOCKS` blocks).
+    pub(crate) unsafe fn launch(
+        &self,
+        f: Function,
+        op: &'static str,
+        grid: Grid,
+        stream: &CudaStream,
+        mut args: impl KernelArgs,
+    ) -> Result<()> {
+        let device = Some(self.ctx.ordinal());
+        crate::error::bind(&self.ctx, device)?;
+        args.with_pointers(|params| {
+            // SAFETY: the one launch of the crate. `params` holds one
+            // pointer per argument, each to a value that outlives this call
+            // (the driver copies the values at launch); `f` is live while
+            // `self` is (unloaded only in Drop) and its context is current;
+            // that `args` match `f`'s parameters, that their addresses
+            // stay valid and that `grid` suits the kernel is the caller's
+            // promise.
+            unsafe {
+                driver_ext::launch(
+                    f.0,
+                    grid.blocks,
+                    grid.threads,
+                    grid.shared_bytes,
+                    stream.cu_stream(),
+                    params,
+                )
+            }
+        })
+        .ctx(op, device)
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        // NOTE [drop errors] in `error.rs`.
+        if crate::error::bind_for_drop(&self.ctx, "cuCtxSetCurrent before cuModuleUnload") {
+            // SAFETY: loaded in `load`, unloaded only here; kernels already
+            // enqueued keep their code alive per the driver's rules for
+            // module unload after synchronization, so wait first.
+            let result = self
+                .ctx
+                .synchronize()
+                .and_then(|()| unsafe { driver_ext::module_unload(self.raw) });
+            if let Err(e) = result {
+                crate::error::record_drop_error(&self.ctx, "cuModuleUnload", e);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_argument_gets_a_pointer_to_its_value() {
+        let mut args = (7u64, 2.5f32, 9usize);
+        let seen = args.with_pointers(|p| {
+            assert_eq!(p.len(), 3);
+            // SAFETY: the pointers point at the tuple's fields, of these
+            // types, alive for the closure.
+            unsafe {
+                (
+                    *p[0].cast::<u64>(),
+                    *p[1].cast::<f32>(),
+                    *p[2].cast::<usize>(),
+                )
+            }
+        });
+        assert_eq!(seen, (7, 2.5, 9));
+    }
+
+    #[test]
+    fn grids_never_wrap() {
+        assert_eq!(
+            Grid::new(3, 512),
+            Grid {
+                blocks: 3,
+                threads: 512,
+                shared_bytes: 0
+            }
+        );
+        assert_eq!(Grid::new(usize::MAX, 1).blocks, u32::MAX);
+    }
+}
