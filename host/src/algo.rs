@@ -1,5 +1,6 @@
 //! The one place that decides which all-reduce runs: ours (the Lamport
-//! one-shot and two-shot, one-shot, two-shot, HCM) or NCCL's.
+//! one-shot and two-shot, one-shot, two-shot, HCM, and the bandwidth form
+//! when forced) or NCCL's.
 //!
 //! [`decide_all_reduce`] makes the whole decision, from one
 //! [`AllReduceCall`] (element type, size, world, the intra-node path's
@@ -40,6 +41,14 @@ pub enum AllReduceAlgo {
     TwoShot,
     /// Hybrid cube mesh (8 GPUs, DGX-1 links).
     Hcm,
+    /// For large messages: reduce-scatter by stores into the owners'
+    /// symmetric buffers, all-gather by loads from them, in rounds
+    /// pipelined through the buffers (NOTE [bandwidth all-reduce] in
+    /// `kernels-gpu/src/bandwidth.rs`); memory stays the symmetric buffer
+    /// whatever the message. Not measured yet, so the size rule never
+    /// picks it: only a forced call runs it ([`FORCE_ALGO_ENV`],
+    /// `Communicator::all_reduce_with`, the benchmark's `--algos`).
+    Bandwidth,
     /// NCCL's all-reduce (the fallback).
     Nccl,
 }
@@ -53,6 +62,7 @@ impl AllReduceAlgo {
             AllReduceAlgo::OneShot => "one-shot",
             AllReduceAlgo::TwoShot => "two-shot",
             AllReduceAlgo::Hcm => "hcm",
+            AllReduceAlgo::Bandwidth => "bandwidth",
             AllReduceAlgo::Nccl => "nccl",
         }
     }
@@ -65,6 +75,7 @@ impl AllReduceAlgo {
             Self::OneShot,
             Self::TwoShot,
             Self::Hcm,
+            Self::Bandwidth,
             Self::Nccl,
         ]
         .into_iter()
@@ -467,6 +478,19 @@ mod tests {
             ..c
         };
         assert_eq!(decide_all_reduce(&forced, &x), AllReduceAlgo::TwoShot);
+        // ... the bandwidth form at every size, which the size rule never
+        // picks (not measured yet).
+        for bytes in [16, 4096, 16 << 20, 1 << 30] {
+            for world in 2..=MAX_DEVICES {
+                let c = call(bytes, world);
+                assert_ne!(decide_all_reduce(&c, &x), AllReduceAlgo::Bandwidth);
+                let forced = AllReduceCall {
+                    forced: Some(AllReduceAlgo::Bandwidth),
+                    ..c
+                };
+                assert_eq!(decide_all_reduce(&forced, &x), AllReduceAlgo::Bandwidth);
+            }
+        }
     }
 
     #[test]
@@ -728,9 +752,12 @@ mod tests {
     #[test]
     fn names_round_trip() {
         for a in [
+            AllReduceAlgo::Lamport,
+            AllReduceAlgo::LamportTwoShot,
             AllReduceAlgo::OneShot,
             AllReduceAlgo::TwoShot,
             AllReduceAlgo::Hcm,
+            AllReduceAlgo::Bandwidth,
             AllReduceAlgo::Nccl,
         ] {
             assert_eq!(AllReduceAlgo::from_name(a.name()), Some(a));

@@ -1,7 +1,7 @@
 //! The one list of the kernels' entry points, compiled for the host and
 //! the GPU alike.
 //!
-//! The collective and broadcast kernels (142 of the 160 the product
+//! The collective and broadcast kernels (163 of the 181 the product
 //! ships) are not written one by one: the lists [`collective_kernels!`]
 //! and [`broadcast_kernels!`] name each family once (name prefix,
 //! algorithm, world sizes), and both sides are generated from them. On
@@ -58,6 +58,10 @@ macro_rules! collective_kernels {
             ReduceScatter = "lamport_rs", lamport_rs, [2 3 4 5 6 7 8], world;
             /// The two-shot's second hop as a collective: all-gather.
             AllGather = "lamport_ag", lamport_ag, [2 3 4 5 6 7 8], world;
+            /// Large messages: pushed reduce-scatter, pulled all-gather,
+            /// rounds pipelined through the symmetric buffers (NOTE
+            /// [bandwidth all-reduce] in `bandwidth.rs`).
+            Bandwidth = "bandwidth", bandwidth, [2 3 4 5 6 7 8], world;
         }
     };
 }
@@ -443,10 +447,10 @@ mod table {
             let names: std::collections::HashSet<String> =
                 all.iter().map(|k| k.to_string()).collect();
             assert_eq!(names.len(), Kernel::COUNT, "two kernels share a name");
-            // 7 algorithms of 3 element types; HCM has 3 world sizes, the
+            // 8 algorithms of 3 element types; HCM has 3 world sizes, the
             // others 7; 7 broadcasts; the fused norm's 3 types of 7 world
             // sizes; 18 others.
-            assert_eq!(Kernel::COUNT, 3 * (6 * 7 + 3) + 7 + 3 * 7 + 18);
+            assert_eq!(Kernel::COUNT, 3 * (7 * 7 + 3) + 7 + 3 * 7 + 18);
 
             let tests: Vec<TestKernel> = TestKernel::all().collect();
             assert_eq!(tests.len(), TestKernel::COUNT);

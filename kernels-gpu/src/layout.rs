@@ -20,10 +20,12 @@ pub const MAX_BLOCKS: usize = 64;
 /// Barrier slots per launch: start (0), middle (1), explicit barrier (3);
 /// 2 only names Lamport waits in reports.
 pub const SLOTS: usize = 4;
-/// Slot of the barrier after every rank has copied its input in.
+/// Slot of the barrier after every rank has copied its input in (the
+/// bandwidth form: pushed its shards of a round, NOTE [bandwidth
+/// all-reduce] in `bandwidth.rs`).
 pub const SLOT_START: usize = 0;
-/// Slot of the two-shot barrier after the reduce-scatter, and of HCM's
-/// barrier with the relay.
+/// Slot of the two-shot barrier after the reduce-scatter (the bandwidth
+/// form's too), and of HCM's barrier with the relay.
 pub const SLOT_MID: usize = 1;
 /// Slot named in a timeout report of the Lamport forms, which wait on
 /// data, not on flags (NOTE [lamport] in `lamport.rs`).
@@ -156,6 +158,8 @@ pub const FORM_REDUCE_SCATTER: u32 = 8;
 pub const FORM_ALL_GATHER: u32 = 9;
 /// The fused all-reduce + residual + RMSNorm (`fused_norm.rs`).
 pub const FORM_FUSED_NORM: u32 = 10;
+/// The bandwidth form (`bandwidth.rs`).
+pub const FORM_BANDWIDTH: u32 = 11;
 
 /// The name of a `FORM_*` code, as the host's algorithm names spell it.
 pub const fn form_name(form: u32) -> &'static str {
@@ -170,6 +174,7 @@ pub const fn form_name(form: u32) -> &'static str {
         FORM_REDUCE_SCATTER => "reduce-scatter",
         FORM_ALL_GATHER => "all-gather",
         FORM_FUSED_NORM => "all-reduce-residual-rmsnorm",
+        FORM_BANDWIDTH => "bandwidth",
         _ => "unknown collective",
     }
 }
@@ -397,6 +402,7 @@ mod tests {
             FORM_REDUCE_SCATTER,
             FORM_ALL_GATHER,
             FORM_FUSED_NORM,
+            FORM_BANDWIDTH,
         ];
         for (i, a) in forms.iter().enumerate() {
             assert_ne!(form_name(*a), "unknown collective");

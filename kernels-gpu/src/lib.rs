@@ -12,7 +12,9 @@
 //!   widened to f32 for arithmetic.
 //! - [`all_reduce`]: one-shot, two-shot and HCM all-reduce; [`lamport`]:
 //!   the barrier-free one-shot and two-shot, and the reduce-scatter and
-//!   all-gather made of the two-shot's hops.
+//!   all-gather made of the two-shot's hops; [`bandwidth`]: the
+//!   large-message form (pushed reduce-scatter, pulled all-gather, rounds
+//!   pipelined through the symmetric buffers).
 //! - [`elementwise`]: the first kernels (`add_*`), used by the GPU smoke test,
 //!   and `axpy_f32` (the example's optimizer step).
 //! - [`broadcast`]: broadcast over symmetric memory, sharing the call count
@@ -75,6 +77,8 @@ pub mod sync;
 // PTX's.
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod all_reduce;
+#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+pub mod bandwidth;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod broadcast;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]

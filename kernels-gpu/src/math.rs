@@ -97,6 +97,69 @@ pub const fn lamport_decode_word(word: u32, elem_bytes: usize) -> u32 {
     word ^ lamport_sign_bits(elem_bytes)
 }
 
+/// Vectors per slot of the bandwidth form (NOTE [bandwidth all-reduce] in
+/// `bandwidth.rs`) for a message of `vecs` 16-byte vectors: a round lays
+/// `blocks x world` slots out in a half of `half_bytes`, so a slot holds
+/// at most `half_bytes / 16 / (blocks x world)` vectors; a message that
+/// needs fewer is spread over every block's slots in one round. Zero when
+/// the half cannot hold one vector per slot (the host refuses that).
+pub const fn bandwidth_slot_vecs(
+    half_bytes: usize,
+    blocks: usize,
+    world: usize,
+    vecs: usize,
+) -> usize {
+    let slots = blocks.saturating_mul(world);
+    let most = match (half_bytes / VEC_BYTES).checked_div(slots) {
+        Some(n) => n,
+        None => 0,
+    };
+    let wanted = div_ceil(vecs, slots);
+    if wanted < most { wanted } else { most }
+}
+
+/// Rounds of the bandwidth form over `vecs` vectors: each round covers
+/// `blocks x world x slot_vecs` of them.
+pub const fn bandwidth_rounds(vecs: usize, blocks: usize, world: usize, slot_vecs: usize) -> usize {
+    div_ceil(vecs, blocks.saturating_mul(world).saturating_mul(slot_vecs))
+}
+
+/// The message vectors `[start, end)` that rank `owner` reduces for block
+/// `block` in round `round` of the bandwidth form: round by round, block
+/// by block, owner by owner, `slot_vecs` each, cut at `vecs` (empty past
+/// the message). Every rank computes the same ranges from the same call.
+pub const fn bandwidth_shard(
+    vecs: usize,
+    blocks: usize,
+    world: usize,
+    slot_vecs: usize,
+    round: usize,
+    block: usize,
+    owner: usize,
+) -> (usize, usize) {
+    let start = ((round * blocks + block) * world + owner) * slot_vecs;
+    let end = start + slot_vecs;
+    (
+        if start < vecs { start } else { vecs },
+        if end < vecs { end } else { vecs },
+    )
+}
+
+/// Byte offset, in a rank's symmetric buffer, of slot `slot` of block
+/// `block` in the half of `epoch` (halves of `half_bytes`): a block's
+/// `world` slots lie side by side, the blocks one after another, each slot
+/// `slot_vecs` vectors. Every rank lays its buffer out alike.
+pub const fn bandwidth_slot_offset(
+    half_bytes: u64,
+    epoch: u32,
+    block: usize,
+    world: usize,
+    slot: usize,
+    slot_vecs: usize,
+) -> u64 {
+    (epoch & 1) as u64 * half_bytes + ((block * world + slot) * slot_vecs * VEC_BYTES) as u64
+}
+
 /// `ceil(a / b)`, zero when `b == 0`.
 pub const fn div_ceil(a: usize, b: usize) -> usize {
     if b == 0 { 0 } else { a.div_ceil(b) }
@@ -196,6 +259,78 @@ mod tests {
             lamport_decode_word(lamport_encode_word(0x8000_8000, 2), 2),
             0
         );
+    }
+
+    #[test]
+    fn bandwidth_shards_cover_the_message_once_and_fit_the_half() {
+        for half in [2048usize, 4096, 5 << 20] {
+            for blocks in [1usize, 3, 32] {
+                for world in 2..=8 {
+                    if half / VEC_BYTES < blocks * world {
+                        assert_eq!(bandwidth_slot_vecs(half, blocks, world, 1), 0);
+                        continue;
+                    }
+                    for vecs in [1usize, 7, 511, 4096, 1 << 20, (1 << 22) + 3] {
+                        let l = bandwidth_slot_vecs(half, blocks, world, vecs);
+                        assert!(l >= 1);
+                        // A round's slots fit the half.
+                        assert!(blocks * world * l * VEC_BYTES <= half);
+                        let rounds = bandwidth_rounds(vecs, blocks, world, l);
+                        // A message that fits one round is spread over all
+                        // blocks: no round more than needed.
+                        assert!(rounds >= 1 && (rounds - 1) * blocks * world * l < vecs);
+                        let mut next = 0;
+                        for round in 0..rounds {
+                            for block in 0..blocks {
+                                for owner in 0..world {
+                                    let (s, e) = bandwidth_shard(
+                                        vecs, blocks, world, l, round, block, owner,
+                                    );
+                                    assert!(s <= e && e - s <= l);
+                                    if s < vecs {
+                                        assert_eq!(s, next, "{half} {blocks} {world} {vecs}");
+                                        next = e;
+                                    } else {
+                                        assert_eq!(e, s);
+                                    }
+                                }
+                            }
+                        }
+                        assert_eq!(next, vecs);
+                        // Past the last round: nothing.
+                        assert_eq!(
+                            bandwidth_shard(vecs, blocks, world, l, rounds, 0, 0).0,
+                            vecs
+                        );
+                    }
+                }
+            }
+        }
+        // Slots never overlap and stay inside their half.
+        for (half, blocks, world, vecs) in [
+            (2048u64, 3usize, 5usize, 1usize << 20),
+            (5 << 20, 32, 8, 1 << 30),
+        ] {
+            let l = bandwidth_slot_vecs(half as usize, blocks, world, vecs);
+            for epoch in [6u32, 7] {
+                let mut spans: Vec<(u64, u64)> = Vec::new();
+                for block in 0..blocks {
+                    for slot in 0..world {
+                        let at = bandwidth_slot_offset(half, epoch, block, world, slot, l);
+                        let end = at + (l * VEC_BYTES) as u64;
+                        let half_start = (epoch & 1) as u64 * half;
+                        assert!(at >= half_start && end <= half_start + half);
+                        assert!(at.is_multiple_of(VEC_BYTES as u64));
+                        spans.push((at, end));
+                    }
+                }
+                spans.sort_unstable();
+                assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0));
+            }
+        }
+        assert_eq!(bandwidth_slot_vecs(4096, 0, 2, 10), 0);
+        assert_eq!(bandwidth_slot_vecs(5 << 20, 32, 2, 100), 2);
+        assert_eq!(bandwidth_slot_vecs(5 << 20, 32, 2, 1 << 30), 5120);
     }
 
     #[test]

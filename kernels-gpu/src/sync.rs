@@ -232,11 +232,6 @@ pub fn nth_rank(mask: u32, n: u32) -> u32 {
 /// `t < n` tells rank `peer_of(t)` that this rank arrived, then waits for
 /// that rank's word.
 ///
-/// Ordering: `bar.sync` orders the block's earlier writes before thread
-/// `t`'s release store (release is cumulative), so a peer that acquires the
-/// flag sees all of them; the acquire load plus the second `bar.sync` order
-/// every later read of the block after the peer's writes.
-///
 /// # Safety
 /// `pads` must hold the mapped signal pads of `rank` and of every
 /// `peer_of(t)`, `t < n`, each below `MAX_RANKS`.
@@ -252,21 +247,118 @@ unsafe fn barrier_with(
     n: u32,
     peer_of: impl Fn(u32) -> u32,
 ) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        arrive_with(pads, rank, slot, epoch, n, &peer_of);
+        await_with(pads, rank, slot, epoch, timeout_ns, to, n, &peer_of);
+    }
+}
+
+/// The first half of a barrier between block `blockIdx.x` of every rank:
+/// thread `t < W` tells rank `t` that this rank reached `epoch` at
+/// `slot`, and the block goes on without waiting. [`block_await`] is the
+/// other half; between them the block may do work that needs no peer
+/// (the bandwidth form pushes its next round there, NOTE [bandwidth
+/// all-reduce] in `bandwidth.rs`). Every thread of the block must call
+/// it.
+///
+/// # Safety
+/// `pads` must hold the mapped signal pads of ranks `0..W`; `rank < W`.
+#[inline(always)]
+pub unsafe fn block_arrive<const W: usize>(
+    pads: &[u64; MAX_RANKS],
+    rank: u32,
+    slot: usize,
+    epoch: u32,
+) {
+    // SAFETY: forwarded; thread t's peer is rank t < W.
+    unsafe { arrive_with(pads, rank, slot, epoch, W as u32, &|t| t) }
+}
+
+/// The second half of [`block_arrive`]: thread `t < W` waits until rank
+/// `t` reached `epoch` at `slot` (bounded, reported as every wait is),
+/// then the whole block goes on. Every thread of the block must call it.
+///
+/// # Safety
+/// `pads` must hold the mapped signal pads of ranks `0..W`; `rank < W`.
+#[inline(always)]
+pub unsafe fn block_await<const W: usize>(
+    pads: &[u64; MAX_RANKS],
+    rank: u32,
+    slot: usize,
+    epoch: u32,
+    timeout_ns: u64,
+    to: ReportTo,
+) {
+    // SAFETY: forwarded; thread t's peer is rank t < W.
+    unsafe { await_with(pads, rank, slot, epoch, timeout_ns, to, W as u32, &|t| t) }
+}
+
+/// Thread `t < n` stores `epoch` into this rank's word for `(slot,
+/// blockIdx.x)` on rank `peer_of(t)`'s pad.
+///
+/// Ordering: `bar.sync` orders the block's earlier writes before thread
+/// `t`'s release store (release is cumulative), so a peer that acquires the
+/// flag sees all of them, stores into its memory over NVLink included.
+///
+/// # Safety
+/// `pads` must hold the mapped signal pads of every `peer_of(t)`, `t < n`,
+/// each below `MAX_RANKS`; `rank < MAX_RANKS`.
+#[inline(always)]
+unsafe fn arrive_with(
+    pads: &[u64; MAX_RANKS],
+    rank: u32,
+    slot: usize,
+    epoch: u32,
+    n: u32,
+    peer_of: &impl Fn(u32) -> u32,
+) {
     ptx::sync_threads();
+    let t = ptx::thread_idx_x();
+    if t < n {
+        let peer_pad = pick(pads, peer_of(t)) as *mut u32;
+        // SAFETY: the pad is mapped (caller's promise) and the index is
+        // inside the layout (slot < SLOTS, block < MAX_BLOCKS, rank <
+        // MAX_RANKS: the host launches at most MAX_BLOCKS blocks).
+        unsafe {
+            ptx::st_release_sys_u32(
+                peer_pad.add(flag_index(slot, ptx::block_idx_x() as usize, rank as usize)),
+                epoch,
+            )
+        };
+    }
+}
+
+/// Thread `t < n` waits until rank `peer_of(t)`'s word for `(slot,
+/// blockIdx.x)` on this rank's pad reached `epoch`, reporting a wait that
+/// runs out; then the block meets at `bar.sync`.
+///
+/// Ordering: the acquire load plus the `bar.sync` order every later read
+/// of the block after the peer's writes.
+///
+/// # Safety
+/// `pads` must hold this rank's mapped signal pad; `rank` and every
+/// `peer_of(t)`, `t < n`, are below `MAX_RANKS`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn await_with(
+    pads: &[u64; MAX_RANKS],
+    rank: u32,
+    slot: usize,
+    epoch: u32,
+    timeout_ns: u64,
+    to: ReportTo,
+    n: u32,
+    peer_of: &impl Fn(u32) -> u32,
+) {
     let t = ptx::thread_idx_x();
     if t < n {
         let peer = peer_of(t);
         let block = ptx::block_idx_x();
-        let peer_pad = pick(pads, peer) as *mut u32;
         let own_pad = pick(pads, rank) as *const u32;
-        // SAFETY: both pads are mapped (caller's promise) and the indices
-        // are inside the layout (slot < SLOTS, block < MAX_BLOCKS, ranks <
-        // MAX_RANKS: the host launches at most MAX_BLOCKS blocks).
+        // SAFETY: the pad is mapped (caller's promise) and the index is
+        // inside the layout, as in `arrive_with`.
         unsafe {
-            ptx::st_release_sys_u32(
-                peer_pad.add(flag_index(slot, block as usize, rank as usize)),
-                epoch,
-            );
             let waited = wait_epoch(
                 own_pad.add(flag_index(slot, block as usize, peer as usize)),
                 epoch,

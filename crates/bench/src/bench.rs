@@ -31,7 +31,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1024)]
     pub min_bytes: usize,
     /// Largest message, bytes (default: 64 MiB free-running, 256 MiB
-    /// aligned).
+    /// aligned). `--max-bytes 1073741824` extends the sweep to 1 GiB
+    /// (256 MiB and 1 GiB after the default sizes), the large-message
+    /// range of the bandwidth form; free-running, the calls per size
+    /// shrink past 64 MiB (`--large-calls`).
     #[arg(long)]
     pub max_bytes: Option<usize>,
     /// Lined-up samples (`--aligned`) per configuration (the median is
@@ -46,7 +49,9 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 10_000)]
     pub calls: usize,
     /// Free-running: timed calls per configuration and mode above 4 MiB
-    /// (fewer, to keep a sweep to 64 MiB within minutes).
+    /// (fewer, to keep a sweep to 64 MiB within minutes); above 64 MiB,
+    /// this many times 64 MiB over the size (at least 20), so that each
+    /// size of a sweep to 1 GiB moves about as many bytes as 64 MiB.
     #[arg(long, default_value_t = 2_000)]
     pub large_calls: usize,
     /// Free-running: calls per graph, one graph mode each.

@@ -31,11 +31,20 @@ const DECODE_SPIN_NS: u64 = 20_000;
 const DECODE_HIDDEN: [usize; 2] = [4096, 8192];
 const DECODE_BATCH: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 
+/// Sizes above this take fewer calls than `--large-calls`, in proportion
+/// (`calls_for`): the sweep's default largest size, so the defaults time
+/// as before.
+const HUGE_BYTES: usize = 64 << 20;
+/// The fewest calls per configuration and mode past [`HUGE_BYTES`].
+const MIN_HUGE_CALLS: usize = 20;
+
 fn calls_for(args: &BenchArgs, bytes: usize) -> usize {
     if bytes <= 4 << 20 {
         args.calls
-    } else {
+    } else if bytes <= HUGE_BYTES {
         args.large_calls
+    } else {
+        (args.large_calls.saturating_mul(HUGE_BYTES) / bytes).max(MIN_HUGE_CALLS)
     }
     .max(1)
 }
@@ -127,10 +136,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let max_calls = args.calls.max(args.large_calls).max(1);
     // Graph modes log replays x (K + 1) <= 2 x calls stamps.
     let mut timer = Timer::new(&r, 2 * max_calls + 2 * SKEW_K + 256)?;
+    let decode_algos = decode_algos(args, &algos);
     let decode_configs = if args.no_decode {
         0
     } else {
-        DECODE_HIDDEN.len() * DECODE_BATCH.len() * (algos.len() + 1)
+        DECODE_HIDDEN.len() * DECODE_BATCH.len() * (decode_algos.len() + 1)
     };
     let mut progress = Progress::new(
         "intranode-bench bench (free-running)",
@@ -170,7 +180,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let decode = if args.no_decode {
         Vec::new()
     } else {
-        decode_mode(&mut r, args, &mut timer, &algos, &mut progress)?
+        decode_mode(&mut r, args, &mut timer, &decode_algos, &mut progress)?
     };
     progress.finish();
     if r.rank() == 0 {
@@ -183,6 +193,22 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         finish(args, file)?;
     }
     Ok(())
+}
+
+/// The decode-like mode's algorithms: the sweep's, less the bandwidth
+/// form unless `--algos` names it (a form for large messages; the decode
+/// sizes are 8 KiB to 1 MiB, and the default run stays as long as before
+/// it).
+fn decode_algos(args: &BenchArgs, algos: &[Option<AllReduceAlgo>]) -> Vec<Option<AllReduceAlgo>> {
+    let named = args
+        .algos
+        .iter()
+        .any(|a| a == AllReduceAlgo::Bandwidth.name());
+    algos
+        .iter()
+        .copied()
+        .filter(|a| named || *a != Some(AllReduceAlgo::Bandwidth))
+        .collect()
 }
 
 /// The row of one configuration: `graph_us` is the mean per call of the
@@ -563,6 +589,43 @@ fn largest_graph_mean(free: &[ModeStats]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decode_mode_takes_the_bandwidth_form_only_when_named() {
+        let algos = [
+            Some(AllReduceAlgo::Lamport),
+            Some(AllReduceAlgo::Bandwidth),
+            None,
+        ];
+        let mut a = BenchArgs::demo();
+        assert_eq!(
+            decode_algos(&a, &algos),
+            vec![Some(AllReduceAlgo::Lamport), None]
+        );
+        a.algos = vec!["bandwidth".into(), "auto".into()];
+        assert_eq!(decode_algos(&a, &algos), algos.to_vec());
+    }
+
+    #[test]
+    fn calls_shrink_past_64_mib_only() {
+        let mut a = BenchArgs::demo();
+        a.calls = 10_000;
+        a.large_calls = 2_000;
+        assert_eq!(calls_for(&a, 4 << 20), 10_000);
+        assert_eq!(calls_for(&a, 64 << 20), 2_000);
+        assert_eq!(calls_for(&a, 256 << 20), 500);
+        assert_eq!(calls_for(&a, 1 << 30), 125);
+        a.large_calls = 100;
+        assert_eq!(calls_for(&a, 1 << 30), MIN_HUGE_CALLS);
+        // The sweep to 1 GiB: the default sizes, then 256 MiB and 1 GiB.
+        a.max_bytes = Some(1 << 30);
+        a.min_bytes = 1024;
+        let sizes = crate::bench::sizes(&a);
+        assert_eq!(sizes.last(), Some(&(1 << 30)));
+        a.max_bytes = None;
+        assert_eq!(crate::bench::sizes(&a).last(), Some(&(64 << 20)));
+        assert_eq!(&sizes[..sizes.len() - 2], &crate::bench::sizes(&a)[..]);
+    }
 
     #[test]
     fn merge_takes_the_worst_rank() {

@@ -52,7 +52,7 @@ struct Look {
 /// Drawing (and legend) order: our explicit algorithms, then any
 /// algorithm not listed here (gray, dashed), then NCCL, then auto on top,
 /// where it hides the choice it follows.
-const LOOKS: [Look; 7] = [
+const LOOKS: [Look; 8] = [
     Look {
         algo: "lamport",
         label: "Lamport one-shot",
@@ -94,6 +94,14 @@ const LOOKS: [Look; 7] = [
         marker: Marker::None,
     },
     Look {
+        algo: "bandwidth",
+        label: "bandwidth",
+        color: RGBColor(0x8c, 0x56, 0x4b),
+        stroke_px: 2,
+        dashed: true,
+        marker: Marker::None,
+    },
+    Look {
         algo: "nccl",
         label: "NCCL",
         color: RGBColor(0x20, 0x20, 0x20),
@@ -113,7 +121,7 @@ const LOOKS: [Look; 7] = [
 
 /// Where algorithms without a [`Look`] go in the drawing order: before
 /// NCCL.
-const OTHER_POSITION: usize = 5;
+const OTHER_POSITION: usize = 6;
 
 const OTHER: Look = Look {
     algo: "",

@@ -167,7 +167,7 @@ impl Rank {
         let Some(intra) = self.comm.intra() else {
             return Vec::new();
         };
-        let mut v = vec![Lamport, LamportTwoShot, OneShot, TwoShot];
+        let mut v = vec![Lamport, LamportTwoShot, OneShot, TwoShot, Bandwidth];
         if intra.hcm_plan().is_ok() {
             v.push(Hcm);
         }
@@ -198,6 +198,22 @@ impl Rank {
         match algo {
             None => self.comm.all_reduce(send, recv, &op)?,
             Some(a) => self.comm.all_reduce_with(send, recv, &op, a)?,
+        };
+        Ok(())
+    }
+
+    /// One in-place all-reduce of `buf` through the communicator: `algo`,
+    /// or its own choice for `None`.
+    pub fn all_reduce_in_place<T: DType + NcclType>(
+        &self,
+        buf: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+        algo: Option<AllReduceAlgo>,
+    ) -> Result<()> {
+        let op = op.to_nccl();
+        match algo {
+            None => self.comm.all_reduce_in_place(buf, &op)?,
+            Some(a) => self.comm.all_reduce_in_place_with(buf, &op, a)?,
         };
         Ok(())
     }

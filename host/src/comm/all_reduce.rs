@@ -31,7 +31,39 @@ pub(super) const THREADS: usize = crate::config::MAX_THREADS_PER_BLOCK;
 /// signal-pad layout's bound).
 const ONE_SHOT_MAX_BLOCKS: usize = 24;
 const TWO_SHOT_MAX_BLOCKS: usize = 64;
-const _: () = assert!(ONE_SHOT_MAX_BLOCKS <= MAX_BLOCKS && TWO_SHOT_MAX_BLOCKS <= MAX_BLOCKS);
+/// Most blocks of the bandwidth form (NOTE [bandwidth all-reduce] in
+/// `kernels-gpu/src/bandwidth.rs`), of `THREADS` (512) threads each. Its SM
+/// footprint: at most this many SMs, 32 of an H100's or H200's 132 (a
+/// block of 512 threads at its 122 to 128 registers, `cargo xtask
+/// check-ptx`, fills an SM's 64 Ki registers, so one block per SM).
+/// NOT MEASURED: chosen as enough 16-byte accesses in flight for one
+/// direction of NVLink 4 (32 blocks x 512 threads x 4 loads x 16 bytes =
+/// 1 MiB in flight, against about 450 GB/s x 2 us), and as NCCL's
+/// channel count on such machines is of that order. Smaller messages get
+/// fewer blocks (one vector per thread and shard, as the two-shot), and a
+/// small symmetric buffer fewer still (a slot holds one vector at least).
+pub const BANDWIDTH_MAX_BLOCKS: usize = 32;
+const _: () = assert!(
+    ONE_SHOT_MAX_BLOCKS <= MAX_BLOCKS
+        && TWO_SHOT_MAX_BLOCKS <= MAX_BLOCKS
+        && BANDWIDTH_MAX_BLOCKS <= MAX_BLOCKS
+);
+
+/// Blocks of a bandwidth-form launch over a whole message of `vecs`
+/// 16-byte vectors with halves of `half_bytes`: one vector per thread and
+/// shard where the message is small, [`BANDWIDTH_MAX_BLOCKS`] at most, and
+/// no more than leave every slot of a round one vector
+/// (`kernels_gpu::math::bandwidth_slot_vecs`). The same on every rank
+/// (the kernels' flags are per block): it depends on the call and the
+/// buffer size only, which the rendezvous checks are equal. Zero when a
+/// half cannot hold one vector per rank.
+pub(crate) fn bandwidth_blocks(vecs: usize, world: usize, half_bytes: usize) -> usize {
+    let world = world.max(1);
+    let fit = half_bytes / kernels_gpu::math::VEC_BYTES / world;
+    vecs.div_ceil(world * THREADS)
+        .clamp(1, BANDWIDTH_MAX_BLOCKS)
+        .min(fit)
+}
 
 /// Blocks for a launch over `vecs` 16-byte vectors.
 fn blocks_for(algo: AllReduceAlgo, vecs: usize, world: usize) -> usize {
@@ -99,17 +131,21 @@ impl LamportLaunch {
     }
 }
 
-/// Blocks and threads of a launch over `vecs` 16-byte vectors.
+/// Blocks and threads of a launch over `vecs` 16-byte vectors (for the
+/// bandwidth form, the whole message; for the others, one chunk) with
+/// halves of `half_bytes`.
 fn launch_shape(
     algo: AllReduceAlgo,
     vecs: usize,
     world: usize,
+    half_bytes: usize,
     lamport: &LamportLaunch,
 ) -> (usize, usize) {
     match algo {
         AllReduceAlgo::Lamport | AllReduceAlgo::LamportTwoShot => {
             lamport.shape_for(algo, vecs, world)
         }
+        AllReduceAlgo::Bandwidth => (bandwidth_blocks(vecs, world, half_bytes), THREADS),
         _ => (blocks_for(algo, vecs, world), THREADS),
     }
 }
@@ -124,6 +160,7 @@ fn collective_kernel(algo: AllReduceAlgo, elem: ElemType, world: usize) -> Optio
         AllReduceAlgo::Hcm => Collective::Hcm,
         AllReduceAlgo::Lamport => Collective::Lamport,
         AllReduceAlgo::LamportTwoShot => Collective::LamportTwoShot,
+        AllReduceAlgo::Bandwidth => Collective::Bandwidth,
         AllReduceAlgo::Nccl => return None,
     };
     let kernel = Kernel::Collective {
@@ -242,7 +279,8 @@ impl IntraNodeComm {
         let algo = self.resolve(algo, elem, elems);
         let mut params = self.params_template();
         // Elements one launch's grid is sized for: one chunk (the kernel
-        // walks larger messages chunk by chunk, `run_chunks`).
+        // walks larger messages chunk by chunk, `run_chunks`); for the
+        // bandwidth form, the whole message (below).
         let mut chunk_elems = self.half_buffer_bytes() / elem.bytes();
         if algo == AllReduceAlgo::Hcm {
             let plan = self.hcm_plan().map_err(|why| {
@@ -253,6 +291,17 @@ impl IntraNodeComm {
             params.hcm_relay_first = u32::from(plan.relay_first);
             chunk_elems =
                 kernels_gpu::math::hcm_chunk_elems(self.half_buffer_bytes(), elem.bytes());
+        }
+        if algo == AllReduceAlgo::Bandwidth {
+            // The kernel walks the whole message in rounds of its own
+            // (`kernels_gpu::math::bandwidth_rounds`); a round is at most a
+            // half, and needs one vector per rank and block.
+            let half_vecs = self.half_buffer_bytes() / kernels_gpu::math::VEC_BYTES;
+            chunk_elems = if half_vecs >= self.world() {
+                elems.max(1)
+            } else {
+                0
+            };
         }
         if chunk_elems == 0 {
             return Err(Error::InvalidArgument(format!(
@@ -282,12 +331,20 @@ impl IntraNodeComm {
         let vecs = elems
             .min(chunk_elems)
             .div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
-        let (blocks, threads) = launch_shape(algo, vecs, self.world(), self.lamport_launch());
+        let (blocks, threads) = launch_shape(
+            algo,
+            vecs,
+            self.world(),
+            self.half_buffer_bytes(),
+            self.lamport_launch(),
+        );
         // SAFETY: every all-reduce kernel takes one AllReduceParams by
         // value; the caller vouches for input and output, the peers'
-        // buffers and pads live as long as `self`; `blocks_for` stays
-        // within MAX_BLOCKS for the kernels that count blocks in the pad
-        // (the Lamport ones do not).
+        // buffers and pads live as long as `self`; `blocks_for` and
+        // `bandwidth_blocks` stay within MAX_BLOCKS for the kernels that
+        // count blocks in the pad (the Lamport ones do not), and a
+        // bandwidth launch has at least one vector per slot (checked
+        // above: `bandwidth_blocks` leaves it so).
         unsafe {
             self.kernels()
                 .launch(kernel, Grid::new(blocks, threads), stream, (params,))
@@ -375,6 +432,7 @@ mod tests {
                     AllReduceAlgo::LamportTwoShot,
                     AllReduceAlgo::OneShot,
                     AllReduceAlgo::TwoShot,
+                    AllReduceAlgo::Bandwidth,
                 ] {
                     assert!(collective_kernel(algo, elem, world).is_some());
                 }
@@ -393,6 +451,8 @@ mod tests {
         );
         let k = collective_kernel(AllReduceAlgo::Hcm, ElemType::Bf16, 6);
         assert_eq!(k.map(|k| k.to_string()), Some("hcm_bf16_w6".into()));
+        let k = collective_kernel(AllReduceAlgo::Bandwidth, ElemType::F32, 8);
+        assert_eq!(k.map(|k| k.to_string()), Some("bandwidth_f32_w8".into()));
     }
 
     #[test]
@@ -480,5 +540,35 @@ mod tests {
         }
         assert_eq!(blocks_for(AllReduceAlgo::OneShot, 512, 4), 1);
         assert_eq!(blocks_for(AllReduceAlgo::OneShot, 513, 4), 2);
+    }
+
+    #[test]
+    fn bandwidth_blocks_fit_the_pad_and_leave_every_slot_a_vector() {
+        use kernels_gpu::math::{bandwidth_rounds, bandwidth_slot_vecs};
+        for world in 2..=8 {
+            for half_bytes in [2048usize, 32 << 10, 5 << 20] {
+                for vecs in [1usize, 7, 512, 4096, 1 << 20, 1 << 26] {
+                    let b = bandwidth_blocks(vecs, world, half_bytes);
+                    assert!(
+                        (1..=BANDWIDTH_MAX_BLOCKS).contains(&b),
+                        "{world} {half_bytes} {vecs}"
+                    );
+                    let l = bandwidth_slot_vecs(half_bytes, b, world, vecs);
+                    assert!(l >= 1 && bandwidth_rounds(vecs, b, world, l) >= 1);
+                }
+            }
+            // Large messages take every block; small ones one vector per
+            // thread and shard.
+            assert_eq!(
+                bandwidth_blocks(1 << 26, world, 5 << 20),
+                BANDWIDTH_MAX_BLOCKS
+            );
+            assert_eq!(bandwidth_blocks(world * THREADS, world, 5 << 20), 1);
+            assert_eq!(bandwidth_blocks(world * THREADS + 1, world, 5 << 20), 2);
+            // A half too small for one vector per rank: none (refused).
+            assert_eq!(bandwidth_blocks(1 << 20, world, 16 * world - 16), 0);
+        }
+        // A small buffer caps the blocks: 2 KiB halves hold 128 vectors.
+        assert_eq!(bandwidth_blocks(1 << 20, 8, 2048), 16);
     }
 }

@@ -98,7 +98,9 @@ impl HostErrorWord {
 /// Where a wait of barrier slot `slot` stood, for the error's text.
 fn phase_name(slot: u32) -> &'static str {
     match slot as usize {
-        SLOT_START => "at the barrier after every rank copied its input in",
+        SLOT_START => {
+            "at the barrier after every rank copied its input in (bandwidth: pushed its shards)"
+        }
         SLOT_MID => "at the barrier after the reduce-scatter (or HCM's relay)",
         SLOT_LAMPORT => "for a peer's data",
         SLOT_EXPLICIT => "at an explicit barrier",

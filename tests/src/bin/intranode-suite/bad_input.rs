@@ -235,14 +235,16 @@ fn normal() -> Result<()> {
     let empty = zeros::<f32>(&r, 0)?;
     let mut empty_out = zeros::<f32>(&r, 0)?;
     intra.all_reduce(&empty, &mut empty_out, sum, AllReduceAlgo::TwoShot, &s)?;
-    report.push("zero elements: accepted as a no-op".into());
+    intra.all_reduce(&empty, &mut empty_out, sum, AllReduceAlgo::Bandwidth, &s)?;
+    report.push("zero elements: accepted as a no-op (two-shot, bandwidth)".into());
 
     // The group still works: checked all-reduces on both paths.
     let mut checked = 0;
     for (call, algo) in [
         (1u64, Some(AllReduceAlgo::OneShot)),
         (2, Some(AllReduceAlgo::TwoShot)),
-        (3, None),
+        (3, Some(AllReduceAlgo::Bandwidth)),
+        (4, None),
     ] {
         let input = data::inputs::<bf16>(9, call, rank, n + 3);
         let d_in = r.stream.clone_htod(&input)?;

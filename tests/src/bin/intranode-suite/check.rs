@@ -37,15 +37,47 @@ pub struct CheckArgs {
     /// Seed of every input (all ranks must agree).
     #[arg(long, default_value_t = 0x1234_5678)]
     pub seed: u64,
+    /// Only these all-reduce algorithms in the sweep, the back-to-back
+    /// calls, the graph and the free-running stresses (names as
+    /// `INTRANODE_ALL_REDUCE_ALGO`, and `auto`; default every one the
+    /// group can run), for a quick check of one form.
+    #[arg(long, value_delimiter = ',')]
+    pub algos: Vec<String>,
 }
 
-/// One checked call: upload fresh inputs, poison the output, reduce,
-/// compare with the f64 reference and across ranks.
+/// The algorithms `args` asks for, of those the group can run (`None`:
+/// auto); an error naming a requested one it cannot run.
+fn algos(r: &Rank, args: &CheckArgs) -> Result<Vec<Option<AllReduceAlgo>>> {
+    let all = r.algos();
+    if args.algos.is_empty() {
+        return Ok(all);
+    }
+    let name = |a: &Option<AllReduceAlgo>| a.map_or("auto", AllReduceAlgo::name);
+    if let Some(unknown) = args
+        .algos
+        .iter()
+        .find(|x| !all.iter().any(|a| name(a) == x.as_str()))
+    {
+        bail!(
+            "--algos {unknown}: not one this group runs ({})",
+            all.iter().map(name).collect::<Vec<_>>().join(", ")
+        );
+    }
+    Ok(all
+        .into_iter()
+        .filter(|a| args.algos.iter().any(|x| x == name(a)))
+        .collect())
+}
+
+/// One checked call: upload fresh inputs, poison the output (or reduce
+/// the input in place), reduce, compare with the f64 reference and across
+/// ranks.
 struct Case {
     algo: AllReduceAlgo,
     op: ReduceOp,
     elems: usize,
     call: u64,
+    in_place: bool,
 }
 
 fn upload<T: DType>(stream: &Arc<CudaStream>, host: &[T]) -> Result<CudaSlice<T>> {
@@ -54,17 +86,25 @@ fn upload<T: DType>(stream: &Arc<CudaStream>, host: &[T]) -> Result<CudaSlice<T>
 
 fn run_case<T: DType + NcclType>(r: &mut Rank, seed: u64, case: &Case, auto: bool) -> Result<u64> {
     let input = data::inputs::<T>(seed, case.call, r.rank(), case.elems);
-    let d_in = upload(&r.stream, &input)?;
-    let mut d_out = upload(&r.stream, &vec![data::poison::<T>(); case.elems])?;
-    r.all_reduce(&d_in, &mut d_out, case.op, (!auto).then_some(case.algo))?;
-    let out = r.stream.clone_dtoh(&d_out)?;
+    let algo = (!auto).then_some(case.algo);
+    let out = if case.in_place {
+        let mut d_buf = upload(&r.stream, &input)?;
+        r.all_reduce_in_place(&mut d_buf, case.op, algo)?;
+        r.stream.clone_dtoh(&d_buf)?
+    } else {
+        let d_in = upload(&r.stream, &input)?;
+        let mut d_out = upload(&r.stream, &vec![data::poison::<T>(); case.elems])?;
+        r.all_reduce(&d_in, &mut d_out, case.op, algo)?;
+        r.stream.clone_dtoh(&d_out)?
+    };
     r.stream.synchronize()?;
     data::verify(&out, seed, case.call, r.world(), case.op).map_err(|e| {
         anyhow::anyhow!(
-            "rank {}: {} n={}: {e}",
+            "rank {}: {} n={}{}: {e}",
             r.rank(),
             if auto { "auto" } else { case.algo.name() },
-            case.elems
+            case.elems,
+            if case.in_place { " in place" } else { "" }
         )
     })?;
     Ok(data::fingerprint(&out))
@@ -87,13 +127,18 @@ fn sweep_lengths(buffer_elems: usize, lamport_elems: usize) -> [usize; 9] {
 }
 
 /// Cases of one element type's sweep.
-fn sweep_cases(r: &Rank) -> usize {
-    r.algos().len() * ReduceOp::ALL.len() * sweep_lengths(0, 0).len()
+fn sweep_cases(algos: &[Option<AllReduceAlgo>]) -> usize {
+    algos.len() * ReduceOp::ALL.len() * sweep_lengths(0, 0).len()
 }
 
+/// Every algorithm x op x length, out of place and in place by turns (an
+/// odd sum of the op's and the length's indices runs in place), so every
+/// algorithm runs both ways at every length and with every op, for every
+/// element type.
 fn sweep<T: DType + NcclType>(
     r: &mut Rank,
     args: &CheckArgs,
+    algos: &[Option<AllReduceAlgo>],
     call: &mut u64,
     progress: &mut Progress,
 ) -> Result<usize> {
@@ -107,28 +152,30 @@ fn sweep<T: DType + NcclType>(
         intranode::algo::lamport_two_shot_max_message_bytes(r.world()) / T::ELEM.bytes();
     let lengths = sweep_lengths(buffer_elems, lamport_elems);
     let mut cases = 0;
-    for algo in r.algos() {
-        for op in ReduceOp::ALL {
-            for &elems in &lengths {
+    for &algo in algos {
+        for (oi, op) in ReduceOp::ALL.into_iter().enumerate() {
+            for (li, &elems) in lengths.iter().enumerate() {
                 *call += 1;
                 let case = Case {
                     algo: algo.unwrap_or(AllReduceAlgo::Nccl),
                     op,
                     elems,
                     call: *call,
+                    in_place: (oi + li) % 2 == 1,
                 };
                 let fp = run_case::<T>(r, args.seed, &case, algo.is_none())?;
                 let all = r.all_gather(&fp)?;
+                let how = if case.in_place { " in place" } else { "" };
                 if all.iter().any(|&f| f != fp) {
                     bail!(
-                        "{:?} {op:?} n={elems} {}: outputs differ between ranks (fingerprints {all:x?})",
+                        "{:?} {op:?} n={elems}{how} {}: outputs differ between ranks (fingerprints {all:x?})",
                         T::ELEM,
                         algo.map_or("auto", AllReduceAlgo::name)
                     );
                 }
                 cases += 1;
                 progress.step(&format!(
-                    "{:?} {op:?} n={elems} {}",
+                    "{:?} {op:?} n={elems}{how} {}",
                     T::ELEM,
                     algo.map_or("auto", AllReduceAlgo::name)
                 ));
@@ -140,16 +187,17 @@ fn sweep<T: DType + NcclType>(
 
 /// Back-to-back calls without synchronizing in between, then a check of
 /// every one: catches barrier and double-buffering races.
+#[allow(clippy::too_many_arguments)]
 fn stress<T: DType + NcclType>(
     r: &mut Rank,
     args: &CheckArgs,
+    choices: &[Option<AllReduceAlgo>],
     calls: usize,
     max_elems: usize,
     call: &mut u64,
     rng: &mut u64,
 ) -> Result<()> {
     const BATCH: usize = 50;
-    let choices = r.algos();
     let mut remaining = calls;
     while remaining > 0 {
         let n_batch = remaining.min(BATCH);
@@ -185,7 +233,12 @@ fn stress<T: DType + NcclType>(
 }
 
 /// Captures 10 all-reduces in a CUDA graph and replays it with new inputs.
-fn graph<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) -> Result<()> {
+fn graph<T: DType + NcclType>(
+    r: &mut Rank,
+    args: &CheckArgs,
+    algos: &[Option<AllReduceAlgo>],
+    call: &mut u64,
+) -> Result<()> {
     let sizes = [
         1usize,
         7,
@@ -198,8 +251,12 @@ fn graph<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) ->
         200_003,
         1 << 20,
     ];
-    // Every algorithm of ours, then NCCL where it loaded (not auto).
-    let algos_cycle: Vec<AllReduceAlgo> = r.algos().into_iter().flatten().collect();
+    // Every algorithm of ours, then NCCL where it loaded (not auto; auto
+    // alone asked for: the communicator's choice for each size).
+    let algos_cycle: Vec<Option<AllReduceAlgo>> = match algos.iter().flatten().count() {
+        0 => vec![None],
+        _ => algos.iter().filter(|a| a.is_some()).copied().collect(),
+    };
     let ops = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg, ReduceOp::Min];
     let mut ins = Vec::new();
     let mut outs = Vec::new();
@@ -215,7 +272,7 @@ fn graph<T: DType + NcclType>(r: &mut Rank, args: &CheckArgs, call: &mut u64) ->
         .context("begin capture")?;
     for (k, (d_in, d_out)) in ins.iter().zip(outs.iter_mut()).enumerate() {
         let algo = algos_cycle[k % algos_cycle.len()];
-        r.all_reduce(d_in, d_out, ops[k % ops.len()], Some(algo))?;
+        r.all_reduce(d_in, d_out, ops[k % ops.len()], algo)?;
     }
     let graph = r
         .stream
@@ -330,8 +387,8 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         );
         return Ok(());
     }
+    let algos = algos(&r, args)?;
     if args.only_free {
-        let algos = r.algos();
         let t0 = std::time::Instant::now();
         let f = crate::check_free::run(&mut r, &algos, args.seed, args.free_replays.max(1))?;
         println!(
@@ -353,12 +410,12 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     // Three element types below.
     let mut progress = Progress::new(
         "intranode-suite check sweep",
-        3 * sweep_cases(&r),
+        3 * sweep_cases(&algos),
         r.rank() == 0,
     );
-    cases += sweep::<bf16>(&mut r, args, &mut call, &mut progress)?;
-    cases += sweep::<f16>(&mut r, args, &mut call, &mut progress)?;
-    cases += sweep::<f32>(&mut r, args, &mut call, &mut progress)?;
+    cases += sweep::<bf16>(&mut r, args, &algos, &mut call, &mut progress)?;
+    cases += sweep::<f16>(&mut r, args, &algos, &mut call, &mut progress)?;
+    cases += sweep::<f32>(&mut r, args, &algos, &mut call, &mut progress)?;
     progress.finish();
     let t_sweep = t0.elapsed();
     // Each stage starts with the ranks lined up on the host: the sweep's
@@ -369,10 +426,10 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     r.store_barrier()?;
     let mut rng = args.seed;
     let per_type = args.stress_calls / 3;
-    stress::<bf16>(&mut r, args, per_type, 70_000, &mut call, &mut rng)?;
-    stress::<f16>(&mut r, args, per_type, 70_000, &mut call, &mut rng)?;
+    stress::<bf16>(&mut r, args, &algos, per_type, 70_000, &mut call, &mut rng)?;
+    stress::<f16>(&mut r, args, &algos, per_type, 70_000, &mut call, &mut rng)?;
     let rest = args.stress_calls - 2 * per_type;
-    stress::<f32>(&mut r, args, rest, 70_000, &mut call, &mut rng)?;
+    stress::<f32>(&mut r, args, &algos, rest, 70_000, &mut call, &mut rng)?;
     // Messages of up to four symmetric buffers, back to back: every call
     // runs several chunks in one launch, where a block running ahead of
     // its peers would show any reuse race.
@@ -381,14 +438,13 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         .intra()
         .map_or(5 << 20, |c| c.symm().buffer_bytes() / 2)
         * 4;
-    stress::<bf16>(&mut r, args, 60, big, &mut call, &mut rng)?;
+    stress::<bf16>(&mut r, args, &algos, 60, big, &mut call, &mut rng)?;
     let t_stress = t0.elapsed() - t_sweep;
     r.store_barrier()?;
-    graph::<bf16>(&mut r, args, &mut call)?;
+    graph::<bf16>(&mut r, args, &algos, &mut call)?;
     let t_graph = t0.elapsed() - t_sweep - t_stress;
     r.store_barrier()?;
     let free_report = if args.free_replays > 0 {
-        let algos = r.algos();
         Some(crate::check_free::run(
             &mut r,
             &algos,

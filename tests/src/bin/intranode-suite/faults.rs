@@ -85,8 +85,8 @@ pub struct FaultArgs {
     /// The rank that SIGKILLs itself (default: the last rank).
     #[arg(long)]
     pub victim: Option<usize>,
-    /// Algorithm of the all-reduce phase (`lamport`, `one-shot`,
-    /// `two-shot` or `hcm`).
+    /// Algorithm of the all-reduce phase (`lamport`, `lamport-two-shot`,
+    /// `one-shot`, `two-shot`, `hcm` or `bandwidth`).
     #[arg(long, default_value = "two-shot")]
     pub algo: String,
     /// All-reduces every rank queues in the all-reduce phase.
@@ -162,7 +162,7 @@ pub fn run(args: &FaultArgs) -> Result<()> {
         .filter(|a| *a != AllReduceAlgo::Nccl)
         .with_context(|| {
             format!(
-                "--algo {:?}: expected lamport, one-shot, two-shot or hcm",
+                "--algo {:?}: expected lamport, lamport-two-shot, one-shot, two-shot, hcm or bandwidth",
                 args.algo
             )
         })?;

@@ -319,7 +319,7 @@ struct Counts {
     in_place: u64,
     elem: [u64; 3],
     op: [u64; 4],
-    algo: [u64; 6],
+    algo: [u64; 7],
     bytes: u128,
 }
 
@@ -345,6 +345,7 @@ impl Counts {
             Some(AllReduceAlgo::OneShot) => 2,
             Some(AllReduceAlgo::TwoShot) => 3,
             Some(AllReduceAlgo::LamportTwoShot) => 5,
+            Some(AllReduceAlgo::Bandwidth) => 6,
             Some(_) => 4,
         }] += 1;
         self.bytes += spec.bytes() as u128;
@@ -533,7 +534,7 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     let rate = done as f64 / elapsed.as_secs_f64();
     println!(
         "soak rank {rank}/{world}: {done} all-reduces in {:.1} s = {rate:.0} calls/s, every result checked on the GPU, 0 mismatches; \
-         {} eager, {} in {} graph replays, {} in place; bf16/f16/f32 {:?}; sum/avg/min/max {:?}; auto/lamport/one-shot/two-shot/hcm/lamport-two-shot {:?}; {:.1} GiB reduced; \
+         {} eager, {} in {} graph replays, {} in place; bf16/f16/f32 {:?}; sum/avg/min/max {:?}; auto/lamport/one-shot/two-shot/hcm/lamport-two-shot/bandwidth {:?}; {:.1} GiB reduced; \
          free device memory MiB [{}]; open fds [{}]",
         elapsed.as_secs_f64(),
         counts.eager,
