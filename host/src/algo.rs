@@ -2,6 +2,9 @@
 //! one-shot and two-shot, one-shot, two-shot, HCM, and the bandwidth form
 //! when forced) or NCCL's.
 //!
+//! (Over 700 lines: about half is the decision's unit tests, kept beside
+//! the rules they pin down.)
+//!
 //! [`decide_all_reduce`] makes the whole decision, from one
 //! [`AllReduceCall`] (element type, size, world, the intra-node path's
 //! topology and buffer, the op, whether NCCL loaded, a forced algorithm)
