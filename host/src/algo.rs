@@ -49,7 +49,7 @@ pub enum AllReduceAlgo {
     /// pipelined through the buffers (NOTE [bandwidth all-reduce] in
     /// `kernels-gpu/src/bandwidth.rs`); memory stays the symmetric buffer
     /// whatever the message. Not measured yet, so the size rule never
-    /// picks it: only a forced call runs it ([`FORCE_ALGO_ENV`],
+    /// picks it: only a forced call runs it (`config::FORCE_ALGO_ENV`,
     /// `Communicator::all_reduce_with`, the benchmark's `--algos`).
     Bandwidth,
     /// NCCL's all-reduce (the fallback).
