@@ -3,7 +3,7 @@
 # form and NCCL under capture: one H100, two ranks sharing it (correctness
 # only: time slices of ~2.3 ms), and a world of one for NCCL.
 export NCCL_NVLS_ENABLE=0 INTRANODE_BARRIER_TIMEOUT_MS=3000
-B=bundle/new
+B=/tmp/bnew; mkdir -p $B; for f in bundle/new/*.gz; do gunzip -c $f > $B/$(basename $f .gz); chmod +x $B/$(basename $f .gz); done
 SHARE="env INTRANODE_ALLOW_OVERLAPPING_DEVICES=1 INTRANODE_TEST_INTRA_NODE_COMM=1"
 R2="$B/intranode-run --nproc-per-node 2 --gpus 0,0 --timeout 170 --failure-wait-secs 20 --"
 R1="$B/intranode-run --nproc-per-node 1 --timeout 170 --"
@@ -24,3 +24,5 @@ echo "== decode, world of one, cudarc defaults: none, nccl (captured under track
 timeout 170 $R1 $B/intranode-bench decode --models llama3-8b --batches 1,8 --layers 4 --replays 20 --cudarc-defaults --variants none,nccl,ours,fused --out $OUT/decode_w1 2>&1 | tail -12
 echo "== decode, two ranks sharing: none, ours, fused"
 $SHARE timeout 170 $R2 $B/intranode-bench decode --models llama3-8b --batches 1 --layers 2 --replays 10 --variants none,ours,fused --out $OUT/decode_w2 2>&1 | tail -10
+echo "== bench, free-running, event tracking on, 64 KiB-1 MiB (two ranks sharing: time slices, correctness of the timed calls)"
+$SHARE timeout 150 $R2 $B/intranode-bench bench --cudarc-defaults --calls 64 --ks 1 --no-decode --no-skew --min-bytes 65536 --max-bytes 1048576 --algos lamport,bandwidth,auto --out $OUT/bench 2>&1 | grep -i "tail:\|auto within\|wrong\|error\|exact" | tail -8
