@@ -43,7 +43,7 @@ pub enum AllReduceAlgo {
     /// whatever the message. Not measured yet, so the size rule never
     /// picks it: only a forced call runs it (`config::FORCE_ALGO_ENV`,
     /// `Communicator::all_reduce_with`, the benchmark's `--algos`).
-    /// Messages above [`bandwidth_max_message_bytes`] (16 GiB) run as
+    /// Messages above `algo::bandwidth_max_message_bytes` (16 GiB) run as
     /// [`TwoShot`](Self::TwoShot).
     Bandwidth,
     /// NCCL's all-reduce (the fallback).
