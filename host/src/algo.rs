@@ -2,6 +2,9 @@
 //! one-shot and two-shot, one-shot, two-shot, HCM, and the bandwidth form
 //! when forced) or NCCL's.
 //!
+//! (Over 700 lines: about half is the decision's unit tests, kept beside
+//! the rules they pin down.)
+//!
 //! [`decide_all_reduce`] makes the whole decision, from one
 //! [`AllReduceCall`] (element type, size, world, the intra-node path's
 //! topology and buffer, the op, whether NCCL loaded, a forced algorithm)
@@ -11,6 +14,11 @@
 //! buffers. It is pure, and every path calls it: `Communicator`'s
 //! automatic choice, a forced algorithm (`config::FORCE_ALGO_ENV`), and
 //! `IntraNodeComm::all_reduce` with an explicit one.
+//!
+//! [`decide_norm`] likewise decides, for the all-reduce + residual add +
+//! RMSNorm of the decode step, between the fused kernel (NOTE [fused
+//! norm] in `kernels-gpu/src/fused_norm.rs`) and the unfused sequence
+//! (the all-reduce [`decide_all_reduce`] picks, then the norm kernel).
 
 use serde::{Deserialize, Serialize};
 
@@ -297,6 +305,91 @@ pub fn decide_all_reduce(call: &AllReduceCall, crossovers: &Crossovers) -> AllRe
     }
 }
 
+/// How `Communicator::all_reduce_residual_rmsnorm` runs (`decide_norm`
+/// picks it; `config::NORM_PATH_ENV` forces it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum NormPath {
+    /// One launch: the Lamport one-shot all-reduce with the residual add
+    /// and the RMSNorm folded in (NOTE [fused norm] in
+    /// `kernels-gpu/src/fused_norm.rs`).
+    Fused,
+    /// The all-reduce the communicator picks (ours or NCCL), then the
+    /// residual + RMSNorm kernel.
+    Unfused,
+}
+
+impl NormPath {
+    /// The name used by `config::NORM_PATH_ENV` and the tests.
+    pub const fn name(self) -> &'static str {
+        match self {
+            NormPath::Fused => "fused",
+            NormPath::Unfused => "unfused",
+        }
+    }
+
+    /// Parses a [`name`](Self::name).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Fused, Self::Unfused]
+            .into_iter()
+            .find(|p| p.name() == name.trim())
+    }
+}
+
+/// One all-reduce + residual + RMSNorm call, as [`decide_norm`] sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NormCall {
+    /// The all-reduce of the call: `rows x hidden` elements, sum
+    /// (`op_is_ours`), with the configuration's forced algorithm if any.
+    pub all_reduce: AllReduceCall,
+    /// Elements of a row (the weight's length).
+    pub hidden: usize,
+    /// Whether all four buffers (input, residual, weight, output) are
+    /// 16-byte aligned.
+    pub aligned: bool,
+    /// A path the caller or the configuration (`config::NORM_PATH_ENV`) forces.
+    pub forced: Option<NormPath>,
+}
+
+/// Whether the fused kernel can run `call` at all: an intra-node path
+/// whose every rank stores into every peer (fully connected), 2..=8
+/// ranks, rows of whole 16-byte vectors, aligned buffers, and a message
+/// that fits one slot of the Lamport buffers (the kernel trusts the host
+/// on this: a larger one would store past them into the peers' pads).
+pub fn fused_norm_runs(call: &NormCall) -> bool {
+    let ar = &call.all_reduce;
+    let lanes = kernels_gpu::math::elems_per_vec(ar.elem.bytes());
+    ar.intra
+        .is_some_and(|p| p.topology == Topology::FullyConnected)
+        && (2..=MAX_DEVICES).contains(&ar.world)
+        && call.hidden > 0
+        && lanes > 0
+        && call.hidden.is_multiple_of(lanes)
+        && call.aligned
+        && ar.bytes <= lamport_max_message_bytes(ar.world)
+}
+
+/// The path of `call`: never the fused kernel where it cannot run
+/// ([`fused_norm_runs`]), whatever is forced; otherwise a forced path,
+/// else fused exactly where the all-reduce alone would be the Lamport
+/// one-shot ([`decide_all_reduce`]: the fused kernel is that all-reduce
+/// with the norm folded in, so it pays at least where the one-shot does,
+/// and a forced all-reduce algorithm or a tuning file moves both alike).
+/// Above the one-shot's crossover, the fused one-shot against the
+/// Lamport two-shot followed by the norm kernel was not measured yet;
+/// there the unfused sequence runs.
+pub fn decide_norm(call: &NormCall, crossovers: &Crossovers) -> NormPath {
+    if call.forced == Some(NormPath::Unfused) || !fused_norm_runs(call) {
+        return NormPath::Unfused;
+    }
+    if call.forced == Some(NormPath::Fused) {
+        return NormPath::Fused;
+    }
+    match decide_all_reduce(&call.all_reduce, crossovers) {
+        AllReduceAlgo::Lamport => NormPath::Fused,
+        _ => NormPath::Unfused,
+    }
+}
+
 /// The size rule: what a call of `bytes` on `world` ranks should use.
 ///
 /// Ours needs a fully connected topology (HCM: the cube mesh) and a world
@@ -458,6 +551,123 @@ mod tests {
             let c = call(one + 16, world);
             assert_ne!(decide_all_reduce(&c, &lax), l);
         }
+    }
+
+    fn norm(rows: usize, hidden: usize, world: usize) -> NormCall {
+        NormCall {
+            all_reduce: call(rows * hidden * 2, world),
+            hidden,
+            aligned: true,
+            forced: None,
+        }
+    }
+
+    #[test]
+    fn norm_fuses_where_the_lamport_one_shot_runs() {
+        let x = Crossovers::default();
+        // Decode shapes on 2 GPUs: hidden 4096 to 16384, 1 to 64 rows of
+        // bf16, all within the one-shot's 1 MiB crossover but the largest.
+        for hidden in [4096, 8192, 16384] {
+            for rows in [1, 8, 32] {
+                assert_eq!(decide_norm(&norm(rows, hidden, 2), &x), NormPath::Fused);
+            }
+        }
+        assert_eq!(decide_norm(&norm(64, 8192, 2), &x), NormPath::Fused);
+        assert_eq!(decide_norm(&norm(64, 16384, 2), &x), NormPath::Unfused);
+        // Past the crossover a forced fused path still runs (it fits the
+        // buffers); past the buffers nothing forces it.
+        let forced = |mut c: NormCall, path| {
+            c.forced = Some(path);
+            c
+        };
+        let big = norm(64, 16384, 2);
+        assert_eq!(
+            decide_norm(&forced(big, NormPath::Fused), &x),
+            NormPath::Fused
+        );
+        let slot = lamport_max_message_bytes(4);
+        let huge = norm(slot / (2 * 4096) + 1, 4096, 4);
+        assert!(huge.all_reduce.bytes > slot);
+        assert_eq!(
+            decide_norm(&forced(huge, NormPath::Fused), &x),
+            NormPath::Unfused
+        );
+        let at_slot = norm(slot / (2 * 4096), 4096, 4);
+        assert_eq!(
+            decide_norm(&forced(at_slot, NormPath::Fused), &x),
+            NormPath::Fused
+        );
+        // Forced unfused wins everywhere.
+        let small = norm(1, 4096, 2);
+        assert_eq!(
+            decide_norm(&forced(small, NormPath::Unfused), &x),
+            NormPath::Unfused
+        );
+        // A forced all-reduce algorithm other than the Lamport one-shot
+        // turns fusion off; forcing that one turns it on past the
+        // crossover.
+        let mut nccl = small;
+        nccl.all_reduce.forced = Some(AllReduceAlgo::Nccl);
+        assert_eq!(decide_norm(&nccl, &x), NormPath::Unfused);
+        let mut lamport = big;
+        lamport.all_reduce.forced = Some(AllReduceAlgo::Lamport);
+        assert_eq!(decide_norm(&lamport, &x), NormPath::Fused);
+    }
+
+    #[test]
+    fn norm_falls_back_where_the_fused_kernel_cannot_run() {
+        let x = Crossovers::default();
+        let ok = NormCall {
+            forced: Some(NormPath::Fused),
+            ..norm(8, 4096, 4)
+        };
+        assert!(fused_norm_runs(&ok));
+        assert_eq!(decide_norm(&ok, &x), NormPath::Fused);
+        let mut cases = Vec::new();
+        // Rows that are not whole vectors (8 bf16 or f16, 4 f32).
+        cases.push(NormCall { hidden: 777, ..ok });
+        cases.push(NormCall { hidden: 4092, ..ok });
+        let mut f32_odd = NormCall { hidden: 4094, ..ok };
+        f32_odd.all_reduce.elem = ElemType::F32;
+        cases.push(f32_odd);
+        cases.push(NormCall {
+            aligned: false,
+            ..ok
+        });
+        cases.push(NormCall { hidden: 0, ..ok });
+        let mut no_intra = ok;
+        no_intra.all_reduce.intra = None;
+        cases.push(no_intra);
+        let mut cube = ok;
+        cube.all_reduce.world = 8;
+        cube.all_reduce.intra = Some(IntraPath {
+            topology: Topology::HybridCubeMesh,
+            buffer_bytes: 64 << 20,
+            hcm_runnable: true,
+        });
+        cases.push(cube);
+        for world in [1, MAX_DEVICES + 1] {
+            let mut w = ok;
+            w.all_reduce.world = world;
+            cases.push(w);
+        }
+        for c in cases {
+            assert!(!fused_norm_runs(&c), "{c:?}");
+            assert_eq!(decide_norm(&c, &x), NormPath::Unfused, "{c:?}");
+        }
+        // f32 rows of whole 4-lane vectors fuse.
+        let mut f32_ok = NormCall { hidden: 4092, ..ok };
+        f32_ok.all_reduce.elem = ElemType::F32;
+        f32_ok.all_reduce.bytes = 8 * 4092 * 4;
+        assert!(fused_norm_runs(&f32_ok));
+    }
+
+    #[test]
+    fn norm_path_names_round_trip() {
+        for p in [NormPath::Fused, NormPath::Unfused] {
+            assert_eq!(NormPath::from_name(p.name()), Some(p));
+        }
+        assert_eq!(NormPath::from_name("auto"), None);
     }
 
     #[test]

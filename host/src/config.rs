@@ -9,8 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::algo::AllReduceAlgo;
 pub use crate::algo::Crossovers;
+use crate::algo::{AllReduceAlgo, NormPath};
 use crate::comm::broadcast::BroadcastAlgo;
 use crate::rendezvous::BUFFER_GRANULARITY_BYTES;
 use crate::symm_mem::{Backend, DEFAULT_BUFFER_BYTES};
@@ -51,6 +51,12 @@ pub const DEFAULT_BARRIER_TIMEOUT_MS: u64 = 10_000;
 /// Forces an all-reduce algorithm: `lamport`, `lamport-two-shot`,
 /// `one-shot`, `two-shot`, `hcm`, `bandwidth` or `nccl`.
 pub const FORCE_ALGO_ENV: &str = "INTRANODE_ALL_REDUCE_ALGO";
+
+/// Forces the path of `Communicator::all_reduce_residual_rmsnorm`:
+/// `fused` (the one-launch kernel wherever it can run) or `unfused` (the
+/// all-reduce, then the norm kernel), for comparisons; unset, blank or
+/// `auto`: `algo::decide_norm` chooses.
+pub const NORM_PATH_ENV: &str = "INTRANODE_NORM_PATH";
 
 /// Forces the broadcast path: `symm-mem` or `nccl`.
 pub const FORCE_BROADCAST_ENV: &str = "INTRANODE_BROADCAST_ALGO";
@@ -215,6 +221,9 @@ pub struct CommConfig {
     pub forced_algo: Option<AllReduceAlgo>,
     /// The path every broadcast must take ([`FORCE_BROADCAST_ENV`]).
     pub forced_broadcast: Option<BroadcastAlgo>,
+    /// The path every all-reduce + residual + RMSNorm must take where it
+    /// can ([`NORM_PATH_ENV`]).
+    pub forced_norm: Option<NormPath>,
     /// Where each all-reduce algorithm takes over ([`TUNING_FILE_ENV`]).
     pub crossovers: Crossovers,
     /// Fixed launch shapes of the Lamport forms ([`LAMPORT_LAUNCH_ENV`]).
@@ -233,6 +242,7 @@ impl Default for CommConfig {
             barrier_timeout_ms: DEFAULT_BARRIER_TIMEOUT_MS,
             forced_algo: None,
             forced_broadcast: None,
+            forced_norm: None,
             crossovers: Crossovers::default(),
             lamport_shapes: LamportShapes::default(),
         }
@@ -346,6 +356,13 @@ impl CommConfig {
             BroadcastAlgo::from_name,
             "symm-mem or nccl",
         )?;
+        // `auto` is the decision's own choice, as unset.
+        let forced_norm = parse_named(
+            NORM_PATH_ENV,
+            var(NORM_PATH_ENV).filter(|v| !v.trim().eq_ignore_ascii_case("auto")),
+            NormPath::from_name,
+            "fused, unfused or auto",
+        )?;
         let crossovers = match set(var(TUNING_FILE_ENV)) {
             None => default.crossovers,
             Some(path) => read_crossovers(Path::new(&path))?,
@@ -373,6 +390,7 @@ impl CommConfig {
             barrier_timeout_ms,
             forced_algo,
             forced_broadcast,
+            forced_norm,
             crossovers,
             lamport_shapes,
         })
@@ -429,6 +447,7 @@ mod tests {
                     BARRIER_TIMEOUT_ENV => " 2500 ",
                     FORCE_ALGO_ENV => "lamport-two-shot",
                     FORCE_BROADCAST_ENV => "nccl",
+                    NORM_PATH_ENV => " unfused ",
                     LAMPORT_LAUNCH_ENV => "lamport=8x128",
                     _ => return None,
                 }
@@ -448,6 +467,7 @@ mod tests {
                 barrier_timeout_ms: 2500,
                 forced_algo: Some(AllReduceAlgo::LamportTwoShot),
                 forced_broadcast: Some(BroadcastAlgo::Nccl),
+                forced_norm: Some(NormPath::Unfused),
                 crossovers: Crossovers::default(),
                 lamport_shapes: LamportShapes {
                     one_shot: Some(LaunchShape {
@@ -464,6 +484,13 @@ mod tests {
             CommConfig::from_vars(empty).expect("empty"),
             CommConfig::default()
         );
+        let auto = |name: &str| (name == NORM_PATH_ENV).then(|| "Auto".to_owned());
+        assert_eq!(CommConfig::from_vars(auto).expect("auto").forced_norm, None);
+        let fused = |name: &str| (name == NORM_PATH_ENV).then(|| "fused".to_owned());
+        assert_eq!(
+            CommConfig::from_vars(fused).expect("fused").forced_norm,
+            Some(NormPath::Fused)
+        );
     }
 
     #[test]
@@ -478,6 +505,7 @@ mod tests {
             (BARRIER_TIMEOUT_ENV, "0"),
             (FORCE_ALGO_ENV, "lamprot"),
             (FORCE_BROADCAST_ENV, "symm"),
+            (NORM_PATH_ENV, "fuse"),
             (BUFFER_BYTES_ENV, "4097"),
             (BUFFER_BYTES_ENV, "-4096"),
             (BACKEND_ENV, "nvshmem"),

@@ -1,11 +1,17 @@
 //! intranode: fast all-reduce between the GPUs of one machine, with GPU
 //! kernels written in Rust.
 //!
-//! Main types: [`kernels::KernelModule`] (the embedded Rust-built PTX,
-//! loaded per device), [`dist_env::DistEnv`] (rank and world from the
-//! launcher's environment), [`topology`] (NVLink mesh and its class),
-//! [`ipc_channel::IpcChannel`] (file descriptors between ranks),
-//! [`ddp`] (`broadcast_coalesced`, gradient buckets, communication hooks).
+//! Start with [`Communicator`]: one per rank, built collectively through a
+//! key-value store; every method of `cudarc::nccl::Comm` with the same
+//! arguments, our kernels where they win and NCCL elsewhere, each call
+//! returning a [`Work`]. Around it: [`CommConfig`] (every setting, from
+//! the environment or by hand), [`types`] ([`ReduceOp`], [`DType`],
+//! [`AllReduceAlgo`]), [`Error`], [`dist_env::DistEnv`] (rank and world
+//! from the launcher's environment), [`topology`] (NVLink mesh and its
+//! class), [`ddp`] (`broadcast_coalesced`, gradient buckets,
+//! communication hooks), [`kernels::KernelModule`] (the embedded
+//! Rust-built PTX and its elementwise kernels), [`gpu`] (driver and
+//! devices).
 //! Every GPU entry point returns [`Error::NoDriver`] or
 //! [`Error::TooFewGpus`] on machines without GPUs instead of panicking.
 //!
@@ -127,5 +133,5 @@ pub(crate) use intranode_ipc as ipc_channel;
 pub use communicator::{Communicator, Group, RankIndex};
 pub use config::CommConfig;
 pub use error::{Error, Result};
-pub use types::{AllReduceAlgo, BroadcastAlgo, DType, ElemType, ReduceOp};
+pub use types::{AllReduceAlgo, BroadcastAlgo, DType, ElemType, NormPath, ReduceOp};
 pub use work::Work;

@@ -1,10 +1,11 @@
 //! The value types every layer shares: [`ElemType`] (what the kernels
 //! compute on), [`DType`] (the host types behind it), [`ReduceOp`], and
-//! the names of the algorithms ([`AllReduceAlgo`], [`BroadcastAlgo`]).
+//! the names of the algorithms ([`AllReduceAlgo`], [`BroadcastAlgo`],
+//! [`NormPath`]).
 //! Each is defined here once; the kernels' codes for them live in
 //! `kernels_gpu::layout`.
 
-pub use crate::algo::AllReduceAlgo;
+pub use crate::algo::{AllReduceAlgo, NormPath};
 pub use crate::comm::broadcast::BroadcastAlgo;
 
 use cudarc::driver::DeviceRepr;

@@ -33,11 +33,17 @@ fn entry_body(ptx: &str, name: &str) -> String {
 }
 
 /// Memory-access and ordering instructions of a body (parameter loads
-/// aside), first word only.
+/// aside), first word only (after a predicate guard such as `@p`).
 fn ordering_ops(body: &str) -> Vec<String> {
     body.lines()
         .map(str::trim)
-        .filter_map(|l| l.split_whitespace().next())
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            match words.next() {
+                Some(guard) if guard.starts_with('@') => words.next(),
+                first => first,
+            }
+        })
         .filter(|op| {
             (op.starts_with("ld.") && !op.starts_with("ld.param"))
                 || op.starts_with("st.")
@@ -147,4 +153,17 @@ fn block_counter_atomic_has_gpu_scope() {
         "atom_add_acq_rel_gpu_u32",
         "atom.add.acq_rel.gpu.global.u32",
     );
+}
+
+#[test]
+fn block_gather_goes_through_shared_memory_between_barriers() {
+    assert_probe("block_gather_warp_f32", "st.shared.f32");
+    assert_probe("block_gather_warp_f32", "ld.shared.v4.f32");
+    let body = entry_body(PTX, "probe_block_gather_warp_f32");
+    // A barrier before the store (the last round's loads are done) and
+    // one between the store and the loads.
+    let store = body.find("st.shared.f32").expect("store");
+    let load = body.find("ld.shared.v4.f32").expect("load");
+    assert!(body[..store].contains("bar.sync 0;"), "{body}");
+    assert!(body[store..load].contains("bar.sync 0;"), "{body}");
 }

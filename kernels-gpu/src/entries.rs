@@ -10,9 +10,10 @@
 //! spelled by `concat!` from the list); here, on the host, the same lists
 //! become [`Collective`] and [`BROADCAST_WORLDS`], from which [`Kernel`]
 //! spells every name. The few other kernels (`add_*`, `axpy_f32`,
-//! `cast_*`, `barrier`, `residual_rmsnorm_*`, `rmsnorm_*`, `silu_mul_*`)
-//! are one function each, named where they are defined and listed in
-//! [`Kernel`].
+//! `cast_*`, `barrier`, `residual_rmsnorm_*`, `rmsnorm_*`, `silu_mul_*`,
+//! and the fused norm's `lamport_rmsnorm_*_w*`, one per element type and
+//! world size, from a macro in `fused_norm.rs`) are named where they are
+//! defined and listed in [`Kernel`].
 //!
 //! The host resolves every [`Kernel`] once when it loads the PTX, into a
 //! table indexed by [`Kernel::index`], so a launch neither formats nor
@@ -157,6 +158,10 @@ mod table {
     }
     crate::entries::broadcast_kernels!(define_broadcast);
 
+    /// The world sizes with a fused all-reduce + residual + RMSNorm kernel
+    /// (`Kernel::FusedNorm`), ascending.
+    pub const FUSED_NORM_WORLDS: &[usize] = &[2, 3, 4, 5, 6, 7, 8];
+
     /// A kernel of the production PTX: the key of the host's kernel table.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Kernel {
@@ -178,6 +183,10 @@ mod table {
         RmsNorm(Elem),
         /// `silu_mul_<e>(gate_up, out, rows, cols)`.
         SiluMul(Elem),
+        /// `lamport_rmsnorm_<e>_w<world>(FusedNormParams)`: the fused
+        /// all-reduce + residual + RMSNorm (NOTE [fused norm] in
+        /// `fused_norm.rs`), named where it is defined.
+        FusedNorm { elem: Elem, world: usize },
         /// `<algo prefix>_<elem>_w<world>(AllReduceParams)`.
         Collective {
             algo: Collective,
@@ -198,7 +207,8 @@ mod table {
     const RESIDUAL_RMSNORM: usize = CAST_TO_F32 + 2;
     const RMSNORM: usize = RESIDUAL_RMSNORM + Elem::ALL.len();
     const SILU_MUL: usize = RMSNORM + Elem::ALL.len();
-    const COLLECTIVE: usize = SILU_MUL + Elem::ALL.len();
+    const FUSED_NORM: usize = SILU_MUL + Elem::ALL.len();
+    const COLLECTIVE: usize = FUSED_NORM + Elem::ALL.len() * FUSED_NORM_WORLDS.len();
 
     /// Where `algo`'s kernels start in the table.
     const fn collective_start(algo: Collective) -> usize {
@@ -263,6 +273,10 @@ mod table {
                 Kernel::ResidualRmsNorm(e) => Some(RESIDUAL_RMSNORM + e.index()),
                 Kernel::RmsNorm(e) => Some(RMSNORM + e.index()),
                 Kernel::SiluMul(e) => Some(SILU_MUL + e.index()),
+                Kernel::FusedNorm { elem, world } => match position(FUSED_NORM_WORLDS, world) {
+                    Some(k) => Some(FUSED_NORM + elem.index() * FUSED_NORM_WORLDS.len() + k),
+                    None => None,
+                },
                 Kernel::Collective { algo, elem, world } => match position(algo.worlds(), world) {
                     Some(k) => {
                         Some(collective_start(algo) + elem.index() * algo.worlds().len() + k)
@@ -290,6 +304,11 @@ mod table {
                 .chain(Elem::ALL.into_iter().map(Kernel::ResidualRmsNorm))
                 .chain(Elem::ALL.into_iter().map(Kernel::RmsNorm))
                 .chain(Elem::ALL.into_iter().map(Kernel::SiluMul))
+                .chain(Elem::ALL.into_iter().flat_map(|elem| {
+                    FUSED_NORM_WORLDS
+                        .iter()
+                        .map(move |&world| Kernel::FusedNorm { elem, world })
+                }))
                 .chain(Collective::ALL.iter().flat_map(|&algo| {
                     Elem::ALL.into_iter().flat_map(move |elem| {
                         algo.worlds().iter().map(move |&world| Kernel::Collective {
@@ -321,6 +340,9 @@ mod table {
                 Kernel::ResidualRmsNorm(e) => write!(f, "residual_rmsnorm_{}", e.name()),
                 Kernel::RmsNorm(e) => write!(f, "rmsnorm_{}", e.name()),
                 Kernel::SiluMul(e) => write!(f, "silu_mul_{}", e.name()),
+                Kernel::FusedNorm { elem, world } => {
+                    write!(f, "lamport_rmsnorm_{}_w{world}", elem.name())
+                }
                 Kernel::Collective { algo, elem, world } => {
                     write!(f, "{}_{}_w{world}", algo.prefix(), elem.name())
                 }
@@ -397,6 +419,7 @@ mod table {
     /// their bodies.
     pub const SCOPE_PROBES: &[&str] = &[
         "probe_atom_add_acq_rel_gpu_u32",
+        "probe_block_gather_warp_f32",
         "probe_fence_acq_rel_gpu",
         "probe_fence_acq_rel_sys",
         "probe_globaltimer_ns",
@@ -425,8 +448,9 @@ mod table {
                 all.iter().map(|k| k.to_string()).collect();
             assert_eq!(names.len(), Kernel::COUNT, "two kernels share a name");
             // 8 algorithms of 3 element types; HCM has 3 world sizes, the
-            // others 7; 7 broadcasts; 18 others.
-            assert_eq!(Kernel::COUNT, 3 * (7 * 7 + 3) + 7 + 18);
+            // others 7; 7 broadcasts; the fused norm's 3 types of 7 world
+            // sizes; 18 others.
+            assert_eq!(Kernel::COUNT, 3 * (7 * 7 + 3) + 7 + 3 * 7 + 18);
 
             let tests: Vec<TestKernel> = TestKernel::all().collect();
             assert_eq!(tests.len(), TestKernel::COUNT);
@@ -448,6 +472,13 @@ mod table {
             assert_eq!(collective(Collective::Hcm, 5).index(), None);
             assert!(collective(Collective::Hcm, 6).index().is_some());
             assert_eq!(Kernel::Broadcast { world: 1 }.index(), None);
+            let fused = |world| Kernel::FusedNorm {
+                elem: Elem::Bf16,
+                world,
+            };
+            assert_eq!(fused(1).index(), None);
+            assert_eq!(fused(9).index(), None);
+            assert!(fused(8).index().is_some());
             assert_eq!(Kernel::CastFromF32(Elem::F32).index(), None);
             assert_eq!(Kernel::CastToF32(Elem::F32).index(), None);
         }

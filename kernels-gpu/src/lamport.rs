@@ -99,7 +99,11 @@ fn arrived(v: &[u32; 4]) -> bool {
 /// `own` must be a Lamport buffer of W slots of `slot_bytes` that holds
 /// vector `i`.
 #[inline(always)]
-unsafe fn load_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) -> [[u32; 4]; W] {
+pub(crate) unsafe fn load_slots<const W: usize>(
+    own: u64,
+    slot_bytes: u64,
+    i: usize,
+) -> [[u32; 4]; W] {
     let mut raw = [[0u32; 4]; W];
     let mut r = 0;
     while r < W {
@@ -131,7 +135,7 @@ fn missing<const W: usize>(raw: &[[u32; 4]; W]) -> Option<u32> {
 /// # Safety
 /// As for [`load_slots`].
 #[inline(always)]
-unsafe fn zero_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) {
+pub(crate) unsafe fn zero_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) {
     let mut r = 0;
     while r < W {
         // SAFETY: forwarded from the caller.
@@ -191,7 +195,9 @@ unsafe fn take_each<const W: usize, const FORM: u32>(
 
 /// Decodes every slot's vector and reduces them in rank order.
 #[inline(always)]
-fn reduce_slots<T: Element, const W: usize, const OP: u32>(mut raw: [[u32; 4]; W]) -> Lanes {
+pub(crate) fn reduce_slots<T: Element, const W: usize, const OP: u32>(
+    mut raw: [[u32; 4]; W],
+) -> Lanes {
     let mut r = 0;
     while r < W {
         raw[r] = decode::<T>(raw[r]);
@@ -213,7 +219,7 @@ const fn kth_destination<const W: usize>(me: usize, k: usize) -> usize {
 /// Where this rank stores its slot of a Lamport area on every rank: the
 /// area at `area_off` in each pad, in the order of [`kth_destination`].
 #[inline(always)]
-fn slot_on_every_rank<const W: usize>(
+pub(crate) fn slot_on_every_rank<const W: usize>(
     p: &AllReduceParams,
     area_off: u64,
     slot_bytes: u64,
@@ -240,7 +246,7 @@ fn slot_on_every_rank<const W: usize>(
 /// # Safety
 /// As for [`load_slots`]; `p.error` is a mapped error word or 0.
 #[inline(always)]
-unsafe fn wait_slots<const W: usize, const FORM: u32>(
+pub(crate) unsafe fn wait_slots<const W: usize, const FORM: u32>(
     mut raw: [[u32; 4]; W],
     own: u64,
     slot_bytes: u64,
@@ -293,24 +299,25 @@ unsafe fn wait_slots<const W: usize, const FORM: u32>(
     raw
 }
 
+/// The one-shot's push (NOTE [lamport]): this thread's vectors `tid, tid
+/// + stride, ...` below `vecs` of `p.input` (`p.elems` elements), encoded,
+/// into this rank's slot of the buffer at `buffer_off` on every rank.
+///
 /// # Safety
-/// `p.pads` must hold the mapped pads of W ranks (`rank < W`), the caller
-/// buffers `p.elems` elements with `p.elems * T::BYTES` at most
-/// `lamport_slot_bytes(W)`; every rank passes the same `p.elems`.
+/// `p.pads` must hold the mapped pads of W ranks (`rank < W`); `p.input`
+/// holds `p.elems` elements in `vecs` vectors; W slots of `slot_bytes`
+/// (which hold `vecs` vectors) fit the buffer at `buffer_off`.
 #[inline(always)]
-pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
-    let own_pad = pick(&p.pads, p.rank) as *mut u32;
-    // SAFETY: the host passes this rank's mapped pad.
-    let epoch = unsafe { call_epoch(own_pad) };
-    let buffer_off = LAMPORT_OFFSET_BYTES as u64 + (epoch & 1) as u64 * LAMPORT_BUFFER_BYTES as u64;
+pub(crate) unsafe fn push_slots<T: Element, const W: usize>(
+    p: &AllReduceParams,
+    buffer_off: u64,
+    slot_bytes: u64,
+    vecs: usize,
+    aligned: bool,
+    tid: usize,
+    stride: usize,
+) {
     let elems = p.elems as usize;
-    let vecs = crate::math::div_ceil(elems, T::LANES);
-    let slot_bytes = lamport_stride_bytes(vecs) as u64;
-    let aligned = crate::math::all_vec_aligned(&[p.input as usize, p.output as usize]);
-    let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
-    let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
-
-    // Push: our slot on every rank, ourselves included.
     let dst = slot_on_every_rank::<W>(p, buffer_off, slot_bytes);
     let load = |i: usize| {
         if i < vecs {
@@ -338,6 +345,28 @@ pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllR
         (v0, v1, v2) = (v1, v2, v3);
         i += stride;
     }
+}
+
+/// # Safety
+/// `p.pads` must hold the mapped pads of W ranks (`rank < W`), the caller
+/// buffers `p.elems` elements with `p.elems * T::BYTES` at most
+/// `lamport_slot_bytes(W)`; every rank passes the same `p.elems`.
+#[inline(always)]
+pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+    let own_pad = pick(&p.pads, p.rank) as *mut u32;
+    // SAFETY: the host passes this rank's mapped pad.
+    let epoch = unsafe { call_epoch(own_pad) };
+    let buffer_off = LAMPORT_OFFSET_BYTES as u64 + (epoch & 1) as u64 * LAMPORT_BUFFER_BYTES as u64;
+    let elems = p.elems as usize;
+    let vecs = crate::math::div_ceil(elems, T::LANES);
+    let slot_bytes = lamport_stride_bytes(vecs) as u64;
+    let aligned = crate::math::all_vec_aligned(&[p.input as usize, p.output as usize]);
+    let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
+    let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
+
+    // Push: our slot on every rank, ourselves included.
+    // SAFETY: the slots hold the whole message (caller's promise).
+    unsafe { push_slots::<T, W>(p, buffer_off, slot_bytes, vecs, aligned, tid, stride) };
 
     // Poll our own buffer, reduce in rank order, zero what was read.
     let own = pick(&p.pads, p.rank) + buffer_off;

@@ -156,7 +156,10 @@ pub const FORM_BROADCAST: u32 = 6;
 pub const FORM_BARRIER: u32 = 7;
 pub const FORM_REDUCE_SCATTER: u32 = 8;
 pub const FORM_ALL_GATHER: u32 = 9;
-pub const FORM_BANDWIDTH: u32 = 10;
+/// The fused all-reduce + residual + RMSNorm (`fused_norm.rs`).
+pub const FORM_FUSED_NORM: u32 = 10;
+/// The bandwidth form (`bandwidth.rs`).
+pub const FORM_BANDWIDTH: u32 = 11;
 
 /// The name of a `FORM_*` code, as the host's algorithm names spell it.
 pub const fn form_name(form: u32) -> &'static str {
@@ -170,6 +173,7 @@ pub const fn form_name(form: u32) -> &'static str {
         FORM_BARRIER => "barrier",
         FORM_REDUCE_SCATTER => "reduce-scatter",
         FORM_ALL_GATHER => "all-gather",
+        FORM_FUSED_NORM => "all-reduce-residual-rmsnorm",
         FORM_BANDWIDTH => "bandwidth",
         _ => "unknown collective",
     }
@@ -284,6 +288,48 @@ pub struct NormParams {
     pub _pad: u32,
 }
 
+/// Parameters of the fused all-reduce + residual add + RMSNorm kernels
+/// (`fused_norm.rs`, NOTE [fused norm]): the Lamport one-shot's
+/// parameters in `ar` (pads, rank, wait bound, error and abort words;
+/// `input` this rank's partial sums, `output` where the all-reduced sum
+/// goes, which may be `input`; `elems` = `rows * hidden`; `op` is
+/// [`OP_SUM`]) and the norm's, as [`NormParams`] names them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FusedNormParams {
+    pub ar: AllReduceParams,
+    /// `rows x hidden` elements, updated in place.
+    pub residual: u64,
+    /// `hidden` elements.
+    pub weight: u64,
+    /// `rows x hidden` elements: the normed output.
+    pub normed: u64,
+    pub rows: u64,
+    pub hidden: u64,
+    pub eps: f32,
+    pub _pad: u32,
+}
+
+/// Most threads of a fused-norm block (its cross-warp sum holds one word
+/// per warp: `ptx::block_gather_warp_f32`).
+pub const FUSED_NORM_MAX_THREADS: usize = 512;
+
+/// Threads of a fused-norm block for rows of `row_vecs` 16-byte vectors
+/// (NOTE [fused norm] in `fused_norm.rs`): one vector per thread up to
+/// [`FUSED_NORM_MAX_THREADS`] (longer rows loop), whole warps, a power of
+/// two. A function of the row alone: the order of the sum of squares
+/// follows the block's shape, and every rank must get the same bits.
+pub const fn fused_norm_threads(row_vecs: usize) -> usize {
+    let threads = row_vecs.next_power_of_two();
+    if threads < 32 {
+        32
+    } else if threads > FUSED_NORM_MAX_THREADS {
+        FUSED_NORM_MAX_THREADS
+    } else {
+        threads
+    }
+}
+
 /// Parameters of `timing::probe_poll_storm`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -355,6 +401,7 @@ mod tests {
             FORM_BARRIER,
             FORM_REDUCE_SCATTER,
             FORM_ALL_GATHER,
+            FORM_FUSED_NORM,
             FORM_BANDWIDTH,
         ];
         for (i, a) in forms.iter().enumerate() {
@@ -365,6 +412,22 @@ mod tests {
         }
         // A zeroed word (no report yet) names no collective.
         assert_eq!(form_name(0), "unknown collective");
+    }
+
+    #[test]
+    fn fused_norm_blocks_are_whole_warps_of_the_row() {
+        assert_eq!(fused_norm_threads(0), 32);
+        assert_eq!(fused_norm_threads(1), 32);
+        assert_eq!(fused_norm_threads(33), 64);
+        // Hidden 4096, 8192, 16384 of bf16: 512, 1024, 2048 vectors.
+        assert_eq!(fused_norm_threads(512), 512);
+        assert_eq!(fused_norm_threads(1024), 512);
+        assert_eq!(fused_norm_threads(2048), 512);
+        for row_vecs in 0..5000 {
+            let t = fused_norm_threads(row_vecs);
+            assert!(t.is_power_of_two() && (32..=FUSED_NORM_MAX_THREADS).contains(&t));
+            assert!(row_vecs <= t || t == FUSED_NORM_MAX_THREADS, "{row_vecs}");
+        }
     }
 
     #[test]

@@ -23,7 +23,8 @@
 //! - [`pattern`]: the soak's input pattern and expected outputs (shared
 //!   with the host); `soak`: its fill and check kernels.
 //! - [`norm`]: RMSNorm, alone or after a residual add (the tail of an
-//!   all-reduce).
+//!   all-reduce); [`fused_norm`]: the Lamport one-shot all-reduce,
+//!   residual add and RMSNorm in one kernel (NOTE [fused norm]).
 //! - [`decode`]: the rest of a decode layer's elementwise steps (SiLU x
 //!   mul) and the decode benchmark's random fill ([`decode::uniform`],
 //!   shared with the host; its kernel is a test kernel).
@@ -84,6 +85,8 @@ pub mod broadcast;
 pub mod cast;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod elementwise;
+#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+pub mod fused_norm;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod lamport;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]

@@ -102,3 +102,14 @@ pub unsafe extern "ptx-kernel" fn probe_st_relaxed_sys_v4_u32(p: *mut [u32; 4], 
     // SAFETY: see the function's contract.
     unsafe { ptx::st_relaxed_sys_v4_u32(p, [v, v, v, v]) }
 }
+
+/// # Safety
+/// Never launched; `p` would have to be a valid global address.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn probe_block_gather_warp_f32(p: *mut f32) {
+    // SAFETY: see the function's contract; the whole block runs it.
+    unsafe {
+        let v = ptx::block_gather_warp_f32(*p);
+        *p.add(1) = v[0] + v[15];
+    }
+}

@@ -231,6 +231,64 @@ pub unsafe fn shfl_bfly_f32(v: f32, mask: u32) -> f32 {
     f32::from_bits(out)
 }
 
+/// Words of the scratch [`block_gather_warp_f32`] shares in a block: one
+/// per warp of the largest block it serves (512 threads).
+pub const BLOCK_GATHER_WARPS: usize = 16;
+
+/// Every thread of the block gets the value lane 0 of each warp passed:
+/// `bar.sync 0`, lane 0 of warp `w` stores `v` into word `w` of a scratch
+/// in shared memory (`st.shared.f32`), `bar.sync 0`, then every thread
+/// loads all [`BLOCK_GATHER_WARPS`] words (`ld.shared.v4.f32`). Words of
+/// warps the block lacks hold whatever was there. The scratch is declared
+/// inside the asm's own scope (rustc cannot place a static in shared
+/// memory), so each place this is inlined gets its own 64 bytes; the first
+/// barrier keeps a store of one call from overtaking a load of the
+/// previous call at the same place.
+///
+/// # Safety
+/// Every thread of the block must call it together (block-uniform control
+/// flow: it holds two block barriers), and the block must have at most
+/// `32 * BLOCK_GATHER_WARPS` threads.
+#[inline(always)]
+pub unsafe fn block_gather_warp_f32(v: f32) -> [f32; BLOCK_GATHER_WARPS] {
+    let (o0, o1, o2, o3, o4, o5, o6, o7): (f32, f32, f32, f32, f32, f32, f32, f32);
+    let (o8, o9, o10, o11, o12, o13, o14, o15): (f32, f32, f32, f32, f32, f32, f32, f32);
+    // SAFETY: touches only the scratch it declares; the barriers'
+    // convergence and the block size are the caller's promise.
+    unsafe {
+        asm!(
+            "{{",
+            ".shared .align 16 .b32 gather_scratch[16];",
+            ".reg .pred gather_lane0;",
+            ".reg .b32 gather_tid, gather_addr;",
+            "mov.u32 gather_tid, %tid.x;",
+            "bar.sync 0;",
+            "and.b32 gather_addr, gather_tid, 31;",
+            "setp.eq.u32 gather_lane0, gather_addr, 0;",
+            "shr.u32 gather_addr, gather_tid, 5;",
+            "shl.b32 gather_addr, gather_addr, 2;",
+            "mov.u32 gather_tid, gather_scratch;",
+            "add.u32 gather_addr, gather_addr, gather_tid;",
+            "@gather_lane0 st.shared.f32 [gather_addr], {v};",
+            "bar.sync 0;",
+            "ld.shared.v4.f32 {{{o0}, {o1}, {o2}, {o3}}}, [gather_scratch];",
+            "ld.shared.v4.f32 {{{o4}, {o5}, {o6}, {o7}}}, [gather_scratch+16];",
+            "ld.shared.v4.f32 {{{o8}, {o9}, {o10}, {o11}}}, [gather_scratch+32];",
+            "ld.shared.v4.f32 {{{o12}, {o13}, {o14}, {o15}}}, [gather_scratch+48];",
+            "}}",
+            v = in(reg32) v,
+            o0 = out(reg32) o0, o1 = out(reg32) o1, o2 = out(reg32) o2, o3 = out(reg32) o3,
+            o4 = out(reg32) o4, o5 = out(reg32) o5, o6 = out(reg32) o6, o7 = out(reg32) o7,
+            o8 = out(reg32) o8, o9 = out(reg32) o9, o10 = out(reg32) o10, o11 = out(reg32) o11,
+            o12 = out(reg32) o12, o13 = out(reg32) o13, o14 = out(reg32) o14, o15 = out(reg32) o15,
+            options(nostack),
+        );
+    }
+    [
+        o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15,
+    ]
+}
+
 /// `sqrt.rn.f32`: the square root, rounded to nearest (`core` has no
 /// `sqrt` without `std`).
 #[inline(always)]

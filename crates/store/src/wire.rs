@@ -1,6 +1,10 @@
 //! The TCP store's wire protocol: length-prefixed frames carrying one
 //! [`Request`] or [`Response`] each.
 //!
+//! (Over 700 lines: every request and response of the protocol with its
+//! encoding, one table to read when the version changes; a quarter is
+//! tests.)
+//!
 //! ```text
 //! frame    = len:u32le body[len]            len <= max_frame_bytes
 //! body     = opcode:u8 fields...            (no trailing bytes)

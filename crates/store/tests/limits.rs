@@ -4,6 +4,9 @@
 //! thread counts, the refusal message), never a time. Waits for the server
 //! to settle are bounded only to keep a broken server from hanging CI.
 //!
+//! (Over 700 lines: one attack per test against a real server process,
+//! sharing the process and measurement helpers at the bottom.)
+//!
 //! NOTE [rss bound]: the server's peak RSS (`VmHWM`) must stay within
 //! `idle + max_buffered_bytes + stored + connections x
 //! PER_CONNECTION_BYTES + SLACK_BYTES`: the bound of NOTE [memory budget]

@@ -15,8 +15,10 @@
 //! call, so it is for debugging only.
 //!
 //! Where the checks happen: `IntraNodeComm::all_reduce_raw` (every
-//! intra-node call funnels through it) and `Communicator` for the calls it
-//! sends to NCCL; both use the intra-node communicator's checker when there
+//! intra-node all-reduce funnels through it),
+//! `IntraNodeComm::all_reduce_residual_rmsnorm_raw` (the fused norm, as
+//! collective `all_reduce_residual_rmsnorm`) and `Communicator` for the
+//! calls it sends to NCCL; both use the intra-node communicator's checker when there
 //! is one, so a rank on the NCCL path and a rank on ours still meet in the
 //! same all-gather and see each other's fingerprint. A call captured into a
 //! CUDA graph is checked once, at capture; replays are not checked.

@@ -6,6 +6,7 @@
 pub mod all_reduce;
 pub mod broadcast;
 pub mod debug;
+pub mod fused_norm;
 pub mod hcm;
 mod health;
 pub mod scatter_gather;

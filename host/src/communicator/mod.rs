@@ -45,8 +45,8 @@ use cudarc::nccl::{Comm, NcclType, ReduceOp as NcclOp};
 use intranode_store::{Store, StoreExchange};
 
 use crate::algo::{
-    AllReduceAlgo, AllReduceCall, Crossovers, decide_all_reduce, scatter_gather_max_shard_bytes,
-    scatter_gather_uses_ours,
+    AllReduceAlgo, AllReduceCall, Crossovers, NormCall, NormPath, decide_all_reduce, decide_norm,
+    scatter_gather_max_shard_bytes, scatter_gather_uses_ours,
 };
 use crate::comm::broadcast::{BroadcastAlgo, select_broadcast_algo};
 use crate::comm::debug::{self, CallChecker, DebugLevel};
@@ -75,6 +75,9 @@ pub struct Communicator {
     crossovers: Crossovers,
     forced: Option<AllReduceAlgo>,
     forced_broadcast: Option<BroadcastAlgo>,
+    /// The path `all_reduce_residual_rmsnorm` must take where it can
+    /// (`config::NORM_PATH_ENV`).
+    forced_norm: Option<NormPath>,
     /// Call fingerprints of NCCL calls when there is no intra-node
     /// communicator (whose checker serves otherwise): NOTE [call
     /// fingerprints] in `comm/debug.rs`.
@@ -161,6 +164,7 @@ impl Communicator {
             crossovers: config.crossovers.clone(),
             forced: config.forced_algo,
             forced_broadcast: config.forced_broadcast,
+            forced_norm: config.forced_norm,
             call_checker,
             kernels: std::sync::OnceLock::new(),
             capture_side: std::sync::OnceLock::new(),

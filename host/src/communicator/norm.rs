@@ -9,10 +9,14 @@ impl Communicator {
     /// input` and `output = residual * rsqrt(mean(residual^2) + eps) *
     /// weight`, row by row, `hidden` being `weight.len()`. Each stored
     /// value is rounded once to `T`; the norm reads the residual as
-    /// stored. Works at every size: the all-reduce goes where
-    /// [`Communicator::all_reduce_in_place`] sends it (our kernels or
-    /// NCCL), then our residual + norm kernel runs (one warp per row); the
-    /// fused one-launch form is not written yet.
+    /// stored. Works at every size: where `algo::decide_norm` says so,
+    /// one launch of the fused kernel (NOTE \[fused norm\] in
+    /// `kernels-gpu/src/fused_norm.rs`); elsewhere the all-reduce goes
+    /// where [`Communicator::all_reduce_in_place`] sends it (our kernels
+    /// or NCCL), then our residual + norm kernel runs. Both give the same
+    /// `input` and `residual` bits; the normed output may differ in the
+    /// last place (the sum of squares is added in another order), and is
+    /// the same on every rank either way.
     pub fn all_reduce_residual_rmsnorm<T: DType + NcclType>(
         &self,
         input: &mut (impl DevicePtrMut<T> + DevicePtr<T>),
@@ -21,9 +25,118 @@ impl Communicator {
         eps: f32,
         output: &mut impl DevicePtrMut<T>,
     ) -> Result<Work> {
+        self.all_reduce_residual_rmsnorm_with(input, residual, weight, eps, output, None)
+    }
+
+    /// [`all_reduce_residual_rmsnorm`](Self::all_reduce_residual_rmsnorm)
+    /// with a path forced (tests and the benchmark; `None`: the
+    /// configuration's `INTRANODE_NORM_PATH`, else the decision). A forced
+    /// [`NormPath::Fused`] still falls back where the fused kernel cannot
+    /// run (`algo::fused_norm_runs`: rows of whole 16-byte vectors,
+    /// aligned buffers, a fully connected group, a message within a
+    /// Lamport slot), so
+    /// the call works at every size; [`norm_path_for`](Self::norm_path_for)
+    /// says which path a call takes.
+    pub fn all_reduce_residual_rmsnorm_with<T: DType + NcclType>(
+        &self,
+        input: &mut (impl DevicePtrMut<T> + DevicePtr<T>),
+        residual: &mut impl DevicePtrMut<T>,
+        weight: &impl DevicePtr<T>,
+        eps: f32,
+        output: &mut impl DevicePtrMut<T>,
+        path: Option<NormPath>,
+    ) -> Result<Work> {
         self.check_norm_args(input.len(), residual.len(), weight.len(), eps, output.len())?;
+        self.check_group("all_reduce_residual_rmsnorm")?;
+        let hidden = weight.len();
+        let rows = input.len() / hidden;
+        let forced = path.or(self.forced_norm);
+        // Decided first as if the buffers were aligned, so the unfused
+        // path takes no address it does not use; then again with their
+        // alignment, once the fused path has their addresses.
+        if let Some(intra) = &self.intra
+            && self.decide_norm::<T>(rows, hidden, true, forced) == NormPath::Fused
+        {
+            let mut bufs = intra.call_buffers(&self.stream)?;
+            let x = bufs.output(input, "norm input")?;
+            let res = bufs.output(residual, "residual")?;
+            let w = bufs.input(weight, "norm weight")?;
+            let out = bufs.output(output, "norm output")?;
+            let aligned = kernels_gpu::math::all_vec_aligned(&[
+                x as usize,
+                res as usize,
+                w as usize,
+                out as usize,
+            ]);
+            if self.decide_norm::<T>(rows, hidden, aligned, forced) == NormPath::Fused {
+                bufs.ready()?;
+                // SAFETY: the four buffers are live device buffers of the
+                // lengths checked above (`rows x hidden`, `weight`
+                // `hidden`), ordered with the stream by `bufs`; `input`,
+                // `residual` and `output` are `&mut`, so they overlap
+                // nothing else.
+                let work = unsafe {
+                    intra.all_reduce_residual_rmsnorm_raw(
+                        x,
+                        res,
+                        w,
+                        out,
+                        rows,
+                        hidden,
+                        T::ELEM,
+                        eps,
+                        &self.stream,
+                    )
+                }?;
+                bufs.finish()?;
+                return Ok(work);
+            }
+            // Misaligned views: nothing was launched; the guards record
+            // their (empty) use and the unfused path takes them again.
+            bufs.finish()?;
+        }
         self.all_reduce_in_place(input, &NcclOp::Sum)?;
         self.residual_rmsnorm(&*input, residual, weight, eps, output)
+    }
+
+    /// The path an [`all_reduce_residual_rmsnorm`] of `rows x hidden`
+    /// elements of `T` takes with aligned buffers (`path` as in
+    /// [`all_reduce_residual_rmsnorm_with`]).
+    ///
+    /// [`all_reduce_residual_rmsnorm`]: Self::all_reduce_residual_rmsnorm
+    /// [`all_reduce_residual_rmsnorm_with`]: Self::all_reduce_residual_rmsnorm_with
+    pub fn norm_path_for<T: DType>(
+        &self,
+        rows: usize,
+        hidden: usize,
+        path: Option<NormPath>,
+    ) -> NormPath {
+        self.decide_norm::<T>(rows, hidden, true, path.or(self.forced_norm))
+    }
+
+    fn decide_norm<T: DType>(
+        &self,
+        rows: usize,
+        hidden: usize,
+        aligned: bool,
+        forced: Option<NormPath>,
+    ) -> NormPath {
+        let elems = rows.saturating_mul(hidden);
+        let call = NormCall {
+            all_reduce: AllReduceCall {
+                elem: T::ELEM,
+                bytes: elems.saturating_mul(T::ELEM.bytes()),
+                world: self.world,
+                intra: self.intra.as_ref().map(IntraNodeComm::intra_path),
+                op_is_ours: true,
+                nccl_available: self.nccl.is_ok(),
+                forced: self.forced,
+            },
+            hidden,
+            aligned,
+            forced,
+        };
+        decide_norm(&call, &self.crossovers)
     }
 
     /// The residual add + RMSNorm of

@@ -10,7 +10,9 @@ use std::fmt::Display;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaStream, sys};
-use kernels_gpu::layout::{AllReduceParams, BarrierParams, BroadcastParams, NormParams};
+use kernels_gpu::layout::{
+    AllReduceParams, BarrierParams, BroadcastParams, FusedNormParams, NormParams,
+};
 
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
@@ -75,6 +77,7 @@ impl KernelParam for AllReduceParams {}
 impl KernelParam for BarrierParams {}
 impl KernelParam for BroadcastParams {}
 impl KernelParam for NormParams {}
+impl KernelParam for FusedNormParams {}
 #[cfg(feature = "test-kernels")]
 impl KernelParam for kernels_gpu::layout::PollStormParams {}
 #[cfg(feature = "test-kernels")]

@@ -155,6 +155,7 @@ fn launch_op(kernel: Kernel) -> &'static str {
         Kernel::ResidualRmsNorm(_) => "cuLaunchKernel(residual_rmsnorm)",
         Kernel::RmsNorm(_) => "cuLaunchKernel(rmsnorm)",
         Kernel::SiluMul(_) => "cuLaunchKernel(silu_mul)",
+        Kernel::FusedNorm { .. } => "cuLaunchKernel(all_reduce_residual_rmsnorm)",
         Kernel::Collective { algo, .. } => match algo {
             Collective::OneShot => "cuLaunchKernel(one_shot)",
             Collective::TwoShot => "cuLaunchKernel(two_shot)",

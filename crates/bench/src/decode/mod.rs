@@ -14,12 +14,13 @@
 //! launch; these do not.
 //!
 //! Variants: `none` (no communication: the floor), `nccl`
-//! (`ncclAllReduce` in place) and `ours` (`Communicator::all_reduce_in_place`,
-//! the algorithm it picks). Where issue 19's fused all-reduce + residual +
-//! RMSNorm and launch overlap (PDL) land, they become variants here: a
-//! fused variant takes the all-reduce and the following residual norm
-//! together (`Step::op`), and the rows carry a `pdl` key for the on/off
-//! pair.
+//! (`ncclAllReduce` in place), `ours` (`Communicator::all_reduce_in_place`,
+//! the algorithm it picks, then the residual + norm kernel) and `fused`
+//! (`Communicator::all_reduce_residual_rmsnorm` with the fused path
+//! forced: the all-reduce and the following residual norm in one launch
+//! wherever the fused kernel can run, NOTE [fused norm] in
+//! `kernels-gpu/src/fused_norm.rs`). Where launch overlap (PDL) lands,
+//! the rows carry a `pdl` key for the on/off pair.
 //!
 //! `--check` (on by default) runs layer 0 op by op against host
 //! references once per model, and after the timed replays compares every
@@ -38,6 +39,7 @@ use cudarc::driver::CudaGraph;
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::nccl::ReduceOp;
 use half::bf16;
+use intranode::NormPath;
 use intranode::kernels::TestKernelModule;
 use intranode_store::StoreExchange;
 
@@ -55,8 +57,13 @@ pub enum Variant {
     None,
     /// `ncclAllReduce` in place.
     Nccl,
-    /// `Communicator::all_reduce_in_place`, the algorithm it picks.
+    /// `Communicator::all_reduce_in_place`, the algorithm it picks, then
+    /// the residual + norm kernel.
     Ours,
+    /// `Communicator::all_reduce_residual_rmsnorm`, fused path forced:
+    /// one launch for the all-reduce, residual add and norm wherever the
+    /// fused kernel can run (else as `ours`).
+    Fused,
 }
 
 impl Variant {
@@ -65,6 +72,7 @@ impl Variant {
             Variant::None => "none",
             Variant::Nccl => "nccl",
             Variant::Ours => "ours",
+            Variant::Fused => "fused",
         }
     }
 }
@@ -86,7 +94,7 @@ pub struct DecodeArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "none,nccl,ours"
+        default_value = "none,nccl,ours,fused"
     )]
     pub variants: Vec<Variant>,
     /// Timed replays of each graph (the median, p99 and max are over them).
@@ -144,9 +152,11 @@ pub fn run(args: &DecodeArgs) -> Result<()> {
         notes.push(format!("nccl: skipped: NCCL cannot run here ({why})"));
         variants.retain(|&v| v != Variant::Nccl);
     }
-    if variants.contains(&Variant::Ours) && r.comm.intra().is_none() {
+    if (variants.contains(&Variant::Ours) || variants.contains(&Variant::Fused))
+        && r.comm.intra().is_none()
+    {
         notes.push(format!(
-            "ours: no intra-node path ({}), so the communicator sends every all-reduce to NCCL",
+            "ours, fused: no intra-node path ({}), so the communicator sends every all-reduce to NCCL, unfused",
             r.comm.intra_reason().unwrap_or("unknown")
         ));
     }
@@ -229,6 +239,21 @@ pub fn run(args: &DecodeArgs) -> Result<()> {
                         .algo_for::<bf16>(batch * shape.hidden, &ReduceOp::Sum)
                         .name()
                         .to_owned(),
+                    Variant::Fused => {
+                        match r.comm.norm_path_for::<bf16>(
+                            batch,
+                            shape.hidden,
+                            Some(NormPath::Fused),
+                        ) {
+                            NormPath::Fused => "fused lamport".to_owned(),
+                            NormPath::Unfused => format!(
+                                "unfused {}",
+                                r.comm
+                                    .algo_for::<bf16>(batch * shape.hidden, &ReduceOp::Sum)
+                                    .name()
+                            ),
+                        }
+                    }
                 };
                 if me == 0 {
                     println!(

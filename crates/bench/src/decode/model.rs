@@ -18,6 +18,7 @@ use anyhow::{Context, Result, bail};
 use cudarc::driver::{CudaSlice, DevicePtr};
 use cudarc::nccl::ReduceOp;
 use half::bf16;
+use intranode::NormPath;
 use intranode::kernels::TestKernelModule;
 
 use super::Variant;
@@ -377,6 +378,16 @@ impl Step<'_> {
             Op::Qkv => self.gemm(acts, l, Matrix::Qkv)?,
             Op::O => self.gemm(acts, l, Matrix::O)?,
             Op::AllReduceO => self.all_reduce(&mut acts.o)?,
+            Op::ResidualNorm1 if self.variant == Variant::Fused => {
+                r.comm.all_reduce_residual_rmsnorm_with(
+                    &mut acts.o,
+                    &mut acts.x,
+                    norm,
+                    EPS,
+                    &mut acts.h,
+                    Some(NormPath::Fused),
+                )?;
+            }
             Op::ResidualNorm1 => {
                 r.comm
                     .residual_rmsnorm(&acts.o, &mut acts.x, norm, EPS, &mut acts.h)?;
@@ -388,6 +399,16 @@ impl Step<'_> {
             }
             Op::Down => self.gemm(acts, l, Matrix::Down)?,
             Op::AllReduceDown => self.all_reduce(&mut acts.m)?,
+            Op::ResidualNorm2 if self.variant == Variant::Fused => {
+                r.comm.all_reduce_residual_rmsnorm_with(
+                    &mut acts.m,
+                    &mut acts.x,
+                    norm,
+                    EPS,
+                    &mut acts.h,
+                    Some(NormPath::Fused),
+                )?;
+            }
             Op::ResidualNorm2 => {
                 r.comm
                     .residual_rmsnorm(&acts.m, &mut acts.x, norm, EPS, &mut acts.h)?;
@@ -419,13 +440,12 @@ impl Step<'_> {
     }
 
     /// The variant's all-reduce (sum, in place) of a GEMM's partial sums.
-    /// A fused variant (all-reduce + residual + norm in one launch) would
-    /// take `AllReduceO` and `ResidualNorm1` (and the second pair)
-    /// together, through `Communicator::all_reduce_residual_rmsnorm`.
+    /// The fused variant has none here: its residual norm op
+    /// (`ResidualNorm1`, `ResidualNorm2`) all-reduces too.
     fn all_reduce(&self, buf: &mut CudaSlice<bf16>) -> Result<()> {
         let comm = &self.r.comm;
         match self.variant {
-            Variant::None => {}
+            Variant::None | Variant::Fused => {}
             Variant::Nccl => {
                 comm.all_reduce_in_place_with(buf, &ReduceOp::Sum, intranode::AllReduceAlgo::Nccl)?;
             }

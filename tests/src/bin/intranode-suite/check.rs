@@ -364,11 +364,14 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     };
     if args.only_norm {
         let t0 = std::time::Instant::now();
-        let cases = crate::check_norm::run(&r, args.seed)?;
+        let n = crate::check_norm::run(&mut r, args.seed)?;
         println!(
-            "check rank {}/{} ok (all-reduce + residual + RMSNorm only): {cases} calls, every element against the f64 reference ({:.1} s)",
+            "check rank {}/{} ok (all-reduce + residual + RMSNorm only): {} calls ({} fused; {} CUDA-graph replays), every element against the f64 reference, bitwise identical across ranks ({:.1} s)",
             r.rank(),
             r.world(),
+            n.calls,
+            n.fused,
+            n.replays,
             t0.elapsed().as_secs_f64()
         );
         return Ok(());
@@ -453,10 +456,13 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     };
     let t_free = t0.elapsed() - t_sweep - t_stress - t_graph;
     r.store_barrier()?;
-    let norm_cases = crate::check_norm::run(&r, args.seed)?;
+    let n = crate::check_norm::run(&mut r, args.seed)?;
     println!(
-        "check rank {}: all-reduce + residual + RMSNorm: {norm_cases} calls (every type, hidden 777 to 16384, 1 to 33 rows), every element against the f64 reference",
-        r.rank()
+        "check rank {}: all-reduce + residual + RMSNorm: {} calls ({} fused; {} CUDA-graph replays; every type, hidden 777 to 16384, 1 to 64 rows, as decided and each path forced), every element against the f64 reference, bitwise identical across ranks",
+        r.rank(),
+        n.calls,
+        n.fused,
+        n.replays
     );
     r.store_barrier()?;
     let sg_cases = crate::check_sg::run(&mut r, args.seed)?;

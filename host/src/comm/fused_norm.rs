@@ -1,0 +1,201 @@
+//! The fused all-reduce + residual add + RMSNorm (NOTE [fused norm] in
+//! `kernels-gpu/src/fused_norm.rs`): one launch of the Lamport one-shot
+//! with the norm folded in. `Communicator::all_reduce_residual_rmsnorm`
+//! decides when it runs (`algo::decide_norm`) and sends the rest down the
+//! unfused sequence.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+use kernels_gpu::entries::Kernel;
+use kernels_gpu::layout::{FusedNormParams, fused_norm_threads};
+
+use super::IntraNodeComm;
+use super::debug::CallFingerprint;
+use crate::algo::{AllReduceCall, NormCall, NormPath, fused_norm_runs};
+use crate::config::MAX_LAMPORT_BLOCKS;
+use crate::error::{Error, Result};
+use crate::kernels::Grid;
+use crate::types::{ElemType, ReduceOp};
+use crate::work::Work;
+
+/// The fused kernel of `elem` for a world of `world`, if there is one.
+fn kernel(elem: ElemType, world: usize) -> Option<Kernel> {
+    let kernel = Kernel::FusedNorm {
+        elem: elem.into(),
+        world,
+    };
+    kernel.index().map(|_| kernel)
+}
+
+/// Blocks and threads of a fused launch over `rows` rows of `row_vecs`
+/// 16-byte vectors on a GPU of `sms` SMs. Threads follow the row alone
+/// (`layout::fused_norm_threads`: the same on every rank, so every rank
+/// sums in the same order). Blocks: one per row, and at least enough for
+/// one vector per thread in the push (a single row of 16384 bf16 is
+/// pushed by 4 blocks, reduced by 1), at most one per SM (rows beyond
+/// loop; NOTE [lamport launch shape] in `all_reduce.rs` for why the
+/// Lamport forms spread over the SMs).
+pub(crate) fn launch_shape(rows: usize, row_vecs: usize, sms: usize) -> (usize, usize) {
+    let threads = fused_norm_threads(row_vecs);
+    let push_blocks = rows.saturating_mul(row_vecs).div_ceil(threads);
+    let blocks = rows
+        .max(push_blocks)
+        .clamp(1, sms.clamp(1, MAX_LAMPORT_BLOCKS));
+    (blocks, threads)
+}
+
+impl IntraNodeComm {
+    /// The fused call over raw addresses: `input` (`rows x hidden`, this
+    /// rank's partial sums) is all-reduced (sum) in place, `residual +=
+    /// input` (rounded), `output = residual * rsqrt(mean(residual^2) +
+    /// eps) * weight` (`weight` of `hidden` elements), in one launch on
+    /// `stream`. Errors where the fused kernel cannot run this call
+    /// (`algo::fused_norm_runs`: world, topology, row shape, alignment,
+    /// size), so callers decide first (`algo::decide_norm`).
+    ///
+    /// # Safety
+    /// `input`, `residual` and `output` must be device memory of this
+    /// comm's device holding `rows * hidden` elements of `elem`, `weight`
+    /// `hidden`, not overlapping one another, valid until the stream
+    /// passes the call.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn all_reduce_residual_rmsnorm_raw(
+        &self,
+        input: u64,
+        residual: u64,
+        weight: u64,
+        output: u64,
+        rows: usize,
+        hidden: usize,
+        elem: ElemType,
+        eps: f32,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Work> {
+        const WHAT: &str = "all_reduce_residual_rmsnorm";
+        self.check_call(WHAT, stream)?;
+        let elems = rows.saturating_mul(hidden);
+        let call = NormCall {
+            all_reduce: AllReduceCall {
+                elem,
+                bytes: elems.saturating_mul(elem.bytes()),
+                world: self.world(),
+                intra: Some(self.intra_path()),
+                op_is_ours: true,
+                nccl_available: false,
+                forced: None,
+            },
+            hidden,
+            aligned: kernels_gpu::math::all_vec_aligned(&[
+                input as usize,
+                residual as usize,
+                weight as usize,
+                output as usize,
+            ]),
+            forced: Some(NormPath::Fused),
+        };
+        // The kernel trusts the host on every one of these (a message
+        // past the slot would store into the peers' pads).
+        if !fused_norm_runs(&call) {
+            return Err(Error::InvalidArgument(format!(
+                "{WHAT} on rank {}: the fused kernel does not take {rows} x {hidden} {elem:?} on {} ranks ({:?}, buffers {}aligned to 16 bytes); the communicator sends such calls down the unfused path",
+                self.rank(),
+                self.world(),
+                self.topology(),
+                if call.aligned { "" } else { "not " },
+            )));
+        }
+        let kernel = kernel(elem, self.world()).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{WHAT} on rank {}: no kernel for a world of {}",
+                self.rank(),
+                self.world()
+            ))
+        })?;
+        if let Some(c) = self.call_checker() {
+            c.check(|n| CallFingerprint {
+                collective: WHAT.into(),
+                call: n,
+                elems: elems as u64,
+                elem: elem.suffix().into(),
+                op: ReduceOp::Sum.name().into(),
+                algo: NormPath::Fused.name().into(),
+            })?;
+        }
+        self.increment_usage_counter();
+        if elems == 0 {
+            return Ok(Work::new(stream.clone(), Some(self.health_arc())));
+        }
+        let mut ar = self.params_template();
+        ar.op = ReduceOp::Sum.code();
+        ar.input = input;
+        ar.output = input;
+        ar.elems = elems as u64;
+        let params = FusedNormParams {
+            ar,
+            residual,
+            weight,
+            normed: output,
+            rows: rows as u64,
+            hidden: hidden as u64,
+            eps,
+            _pad: 0,
+        };
+        let row_vecs = hidden / kernels_gpu::math::elems_per_vec(elem.bytes());
+        let (blocks, threads) = launch_shape(rows, row_vecs, self.lamport_launch().sms);
+        // SAFETY: the fused kernels take one FusedNormParams by value; the
+        // caller vouches for the four buffers; `fused_norm_runs` checked
+        // what the kernel trusts (whole vectors per row, alignment, the
+        // message within a Lamport slot); the block shape is the one every
+        // rank derives from `hidden`; these kernels keep no per-block
+        // flags.
+        unsafe {
+            self.kernels()
+                .launch(kernel, Grid::new(blocks, threads), stream, (params,))
+        }?;
+        Ok(Work::new(stream.clone(), Some(self.health_arc())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kernels_gpu::layout::MAX_RANKS;
+
+    use super::*;
+
+    #[test]
+    fn every_world_has_its_kernel() {
+        for elem in ElemType::ALL {
+            for world in 2..=MAX_RANKS {
+                assert!(kernel(elem, world).is_some());
+            }
+            assert!(kernel(elem, 1).is_none());
+            assert!(kernel(elem, MAX_RANKS + 1).is_none());
+        }
+    }
+
+    #[test]
+    fn launch_shape_holds_every_row_and_spreads_the_push() {
+        // bf16 rows of hidden 4096, 8192 and 16384 on a 132-SM H200.
+        assert_eq!(launch_shape(1, 512, 132), (1, 512));
+        assert_eq!(launch_shape(1, 2048, 132), (4, 512));
+        assert_eq!(launch_shape(8, 1024, 132), (16, 512));
+        assert_eq!(launch_shape(64, 512, 132), (64, 512));
+        assert_eq!(launch_shape(64, 2048, 132), (132, 512));
+        assert_eq!(launch_shape(1000, 512, 132), (132, 512));
+        // Small rows: a warp per block.
+        assert_eq!(launch_shape(3, 16, 132), (3, 32));
+        // Never an empty grid, never more blocks than SMs.
+        assert_eq!(launch_shape(0, 512, 132), (1, 512));
+        assert_eq!(launch_shape(5, 512, 0), (1, 512));
+        for sms in [1, 8, 132] {
+            for rows in [1, 7, 64, 200] {
+                for row_vecs in [1, 100, 512, 2048, 4096] {
+                    let (b, t) = launch_shape(rows, row_vecs, sms);
+                    assert!((1..=sms).contains(&b) && b >= rows.min(sms));
+                    assert_eq!(t, fused_norm_threads(row_vecs));
+                }
+            }
+        }
+    }
+}
