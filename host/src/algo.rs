@@ -51,6 +51,8 @@ pub enum AllReduceAlgo {
     /// whatever the message. Not measured yet, so the size rule never
     /// picks it: only a forced call runs it (`config::FORCE_ALGO_ENV`,
     /// `Communicator::all_reduce_with`, the benchmark's `--algos`).
+    /// Messages above `algo::bandwidth_max_message_bytes` (16 GiB) run as
+    /// [`TwoShot`](Self::TwoShot).
     Bandwidth,
     /// NCCL's all-reduce (the fallback).
     Nccl,
@@ -168,6 +170,13 @@ pub fn scatter_gather_uses_ours(total_bytes: usize, world: usize, crossovers: &C
         && total_bytes <= crossovers.lamport_two_shot_max_bytes[world]
 }
 
+/// The largest message the bandwidth form takes (its kernels index
+/// vectors in u32, `kernels_gpu::math::BANDWIDTH_MAX_VECS`); larger ones
+/// run as two-shot.
+pub const fn bandwidth_max_message_bytes() -> usize {
+    kernels_gpu::math::BANDWIDTH_MAX_VECS as usize * kernels_gpu::math::VEC_BYTES
+}
+
 /// The largest message the Lamport two-shot takes on `world` ranks;
 /// larger ones run as two-shot.
 pub const fn lamport_two_shot_max_message_bytes(world: usize) -> usize {
@@ -278,7 +287,8 @@ pub fn decide_all_reduce(call: &AllReduceCall, crossovers: &Crossovers) -> AllRe
     // The Lamport forms take messages up to their buffers and hand larger
     // ones to their barrier twins (the variants' documented contract). The
     // kernels trust the host on this: a larger one would store past the
-    // buffers into the peers' pads.
+    // buffers into the peers' pads. The bandwidth form hands messages past
+    // its u32 indices to the two-shot.
     match algo {
         AllReduceAlgo::Lamport if call.bytes > lamport_max_message_bytes(call.world) => {
             AllReduceAlgo::OneShot
@@ -286,6 +296,9 @@ pub fn decide_all_reduce(call: &AllReduceCall, crossovers: &Crossovers) -> AllRe
         AllReduceAlgo::LamportTwoShot
             if call.bytes > lamport_two_shot_max_message_bytes(call.world) =>
         {
+            AllReduceAlgo::TwoShot
+        }
+        AllReduceAlgo::Bandwidth if call.bytes > bandwidth_max_message_bytes() => {
             AllReduceAlgo::TwoShot
         }
         other => other,
@@ -494,6 +507,15 @@ mod tests {
                 assert_eq!(decide_all_reduce(&forced, &x), AllReduceAlgo::Bandwidth);
             }
         }
+        // Past its u32 indices, the two-shot.
+        let at = |bytes| AllReduceCall {
+            forced: Some(AllReduceAlgo::Bandwidth),
+            ..call(bytes, 2)
+        };
+        let most = bandwidth_max_message_bytes();
+        assert_eq!(most, 16 << 30);
+        assert_eq!(decide_all_reduce(&at(most), &x), AllReduceAlgo::Bandwidth);
+        assert_eq!(decide_all_reduce(&at(most + 2), &x), AllReduceAlgo::TwoShot);
     }
 
     #[test]

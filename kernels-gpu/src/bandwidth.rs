@@ -102,34 +102,37 @@ use crate::sync::{block_arrive, block_await, call_epoch, finish_call, pick};
 
 /// One call's geometry as this block sees it. Everything but the thread
 /// fields is the same on every rank: it follows from the message length,
-/// the half, the grid and W alone.
+/// the half, the grid and W alone. Vector indices are u32
+/// (`math::BANDWIDTH_MAX_VECS`): with 64-bit ones, ptxas wanted 168
+/// registers a thread and fit 128 only by luck (one kernel took 140);
+/// with u32 ones it gives 72 to 120.
 struct Plan {
     elems: usize,
-    vecs: usize,
-    slot_vecs: usize,
-    blocks: usize,
-    block: usize,
+    vecs: u32,
+    slot_vecs: u32,
+    blocks: u32,
+    block: u32,
     aligned: bool,
     /// Vectors below this are whole and 16-byte aligned in the caller's
     /// buffers (0 when they are not aligned): the loops with four
     /// accesses in flight take those, plain `ld`/`st` without the
-    /// element-wise path of `load_vec` (which took the kernels past 128
-    /// registers); the rest go one by one through `load_vec` and
-    /// `store_vec`.
-    whole: usize,
+    /// element-wise path of `load_vec` (four of which in flight cost
+    /// registers for nothing); the rest go one by one through `load_vec`
+    /// and `store_vec`.
+    whole: u32,
     /// `threadIdx.x` and `blockDim.x`: a block walks its slots alone.
-    tid: usize,
-    threads: usize,
+    tid: u32,
+    threads: u32,
 }
 
 impl Plan {
     /// The message vectors that `owner` reduces for this block in `round`.
     #[inline(always)]
-    fn shard<const W: usize>(&self, round: usize, owner: usize) -> (usize, usize) {
+    fn shard<const W: usize>(&self, round: u32, owner: u32) -> (u32, u32) {
         bandwidth_shard(
             self.vecs,
             self.blocks,
-            W,
+            W as u32,
             self.slot_vecs,
             round,
             self.block,
@@ -140,8 +143,8 @@ impl Plan {
     /// Byte offset in a rank's buffer of this block's slot `s` in the half
     /// of `epoch`.
     #[inline(always)]
-    fn slot_off<const W: usize>(&self, half_bytes: u64, epoch: u32, s: usize) -> u64 {
-        bandwidth_slot_offset(half_bytes, epoch, self.block, W, s, self.slot_vecs)
+    fn slot_off<const W: usize>(&self, half_bytes: u64, epoch: u32, s: u32) -> u64 {
+        bandwidth_slot_offset(half_bytes, epoch, self.block, W as u32, s, self.slot_vecs)
     }
 }
 
@@ -156,21 +159,19 @@ impl Plan {
 /// See [`bandwidth`]; the owners' slots of `epoch`'s half must be free
 /// (NOTE [bandwidth all-reduce]).
 #[inline(always)]
-unsafe fn push<T: Element, const W: usize>(
-    p: &AllReduceParams,
-    c: &Plan,
-    round: usize,
-    epoch: u32,
-) {
-    let me = p.rank as usize;
-    let src = p.input as *const [u32; 4];
+unsafe fn push<T: Element, const W: usize>(p: &AllReduceParams, c: &Plan, round: u32, epoch: u32) {
+    let me = p.rank;
     let s = c.threads;
     let mut k = 1;
-    while k < W {
-        let owner = (me + k) % W;
+    while k < W as u32 {
+        let owner = (me + k) % W as u32;
         let (start, end) = c.shard::<W>(round, owner);
-        let dst = (pick(&p.bufs, owner as u32) + c.slot_off::<W>(p.half_bytes, epoch, me))
-            as *mut [u32; 4];
+        // `dst.add(i)` is vector `i - start` of the slot: one index for
+        // both sides of the copy.
+        let dst = ((pick(&p.bufs, owner) + c.slot_off::<W>(p.half_bytes, epoch, me))
+            as *mut [u32; 4])
+            .wrapping_sub(start as usize);
+        let src = p.input as *const [u32; 4];
         let fast_end = if end < c.whole { end } else { c.whole };
         let mut i = start + c.tid;
         // SAFETY: vectors `[start, end)` lie in the input (they are below
@@ -178,19 +179,25 @@ unsafe fn push<T: Element, const W: usize>(
         // slot (`end - start <= slot_vecs`).
         unsafe {
             while i + 3 * s < fast_end {
-                let a = ptx::ld_global_v4_u32(src.add(i));
-                let b = ptx::ld_global_v4_u32(src.add(i + s));
-                let d = ptx::ld_global_v4_u32(src.add(i + 2 * s));
-                let e = ptx::ld_global_v4_u32(src.add(i + 3 * s));
-                ptx::st_global_v4_u32(dst.add(i - start), a);
-                ptx::st_global_v4_u32(dst.add(i + s - start), b);
-                ptx::st_global_v4_u32(dst.add(i + 2 * s - start), d);
-                ptx::st_global_v4_u32(dst.add(i + 3 * s - start), e);
+                let (i0, i1, i2, i3) = (
+                    i as usize,
+                    (i + s) as usize,
+                    (i + 2 * s) as usize,
+                    (i + 3 * s) as usize,
+                );
+                let a = ptx::ld_global_v4_u32(src.add(i0));
+                let b = ptx::ld_global_v4_u32(src.add(i1));
+                let d = ptx::ld_global_v4_u32(src.add(i2));
+                let e = ptx::ld_global_v4_u32(src.add(i3));
+                ptx::st_global_v4_u32(dst.add(i0), a);
+                ptx::st_global_v4_u32(dst.add(i1), b);
+                ptx::st_global_v4_u32(dst.add(i2), d);
+                ptx::st_global_v4_u32(dst.add(i3), e);
                 i += 4 * s;
             }
             while i < end {
-                let v = load_vec(p.input as *const T, i, c.elems, c.aligned);
-                ptx::st_global_v4_u32(dst.add(i - start), v);
+                let v = load_vec(p.input as *const T, i as usize, c.elems, c.aligned);
+                ptx::st_global_v4_u32(dst.add(i as usize), v);
                 i += s;
             }
         }
@@ -209,36 +216,36 @@ unsafe fn push<T: Element, const W: usize>(
 unsafe fn reduce<T: Element, const W: usize, const OP: u32>(
     p: &AllReduceParams,
     c: &Plan,
-    round: usize,
+    round: u32,
     epoch: u32,
 ) {
-    let me = p.rank as usize;
+    let me = p.rank;
     let (start, end) = c.shard::<W>(round, me);
-    let slots = pick(&p.bufs, p.rank) + c.slot_off::<W>(p.half_bytes, epoch, 0);
-    let slot_bytes = (c.slot_vecs * 16) as u64;
-    let own = (slots + me as u64 * slot_bytes) as *mut [u32; 4];
+    let slot_vecs = c.slot_vecs as usize;
+    // Slot `r`'s vector `i - start` is `slots.add(r * slot_vecs + i)`.
+    let slots = ((pick(&p.bufs, me) + c.slot_off::<W>(p.half_bytes, epoch, 0)) as *mut [u32; 4])
+        .wrapping_sub(start as usize);
     let mut i = start + c.tid;
     while i < end {
+        let iu = i as usize;
         // SAFETY: vector i lies in the input and output, and vector
         // `i - start` in every slot of this block.
         unsafe {
-            let mine = load_vec(p.input as *const T, i, c.elems, c.aligned);
+            let mine = load_vec(p.input as *const T, iu, c.elems, c.aligned);
             // All W loads in flight before combining, as in the two-shot.
             let mut raw = [[0u32; 4]; W];
             let mut r = 0;
             while r < W {
-                raw[r] = if r == me {
+                raw[r] = if r as u32 == me {
                     mine
                 } else {
-                    ptx::ld_global_v4_u32(
-                        ((slots + r as u64 * slot_bytes) as *const [u32; 4]).add(i - start),
-                    )
+                    ptx::ld_global_v4_u32(slots.add(r * slot_vecs + iu))
                 };
                 r += 1;
             }
             let v = T::narrow(finish_op::<OP>(combine_in_order::<T, W, OP>(&raw), W));
-            ptx::st_global_v4_u32(own.add(i - start), v);
-            store_vec(p.output as *mut T, i, c.elems, c.aligned, v);
+            ptx::st_global_v4_u32(slots.add(me as usize * slot_vecs + iu), v);
+            store_vec(p.output as *mut T, iu, c.elems, c.aligned, v);
         }
         i += c.threads;
     }
@@ -250,39 +257,41 @@ unsafe fn reduce<T: Element, const W: usize, const OP: u32>(
 /// # Safety
 /// See [`bandwidth`]; every owner's reduction of `round` must be visible.
 #[inline(always)]
-unsafe fn pull<T: Element, const W: usize>(
-    p: &AllReduceParams,
-    c: &Plan,
-    round: usize,
-    epoch: u32,
-) {
-    let me = p.rank as usize;
+unsafe fn pull<T: Element, const W: usize>(p: &AllReduceParams, c: &Plan, round: u32, epoch: u32) {
+    let me = p.rank;
     let out = p.output as *mut [u32; 4];
     let s = c.threads;
     let mut k = 1;
-    while k < W {
-        let owner = (me + k) % W;
+    while k < W as u32 {
+        let owner = (me + k) % W as u32;
         let (start, end) = c.shard::<W>(round, owner);
-        let src = (pick(&p.bufs, owner as u32) + c.slot_off::<W>(p.half_bytes, epoch, owner))
-            as *const [u32; 4];
+        let src = ((pick(&p.bufs, owner) + c.slot_off::<W>(p.half_bytes, epoch, owner))
+            as *const [u32; 4])
+            .wrapping_sub(start as usize);
         let fast_end = if end < c.whole { end } else { c.whole };
         let mut i = start + c.tid;
         // SAFETY: as in `push`, with the roles of input and slot swapped.
         unsafe {
             while i + 3 * s < fast_end {
-                let a = ptx::ld_global_v4_u32(src.add(i - start));
-                let b = ptx::ld_global_v4_u32(src.add(i + s - start));
-                let d = ptx::ld_global_v4_u32(src.add(i + 2 * s - start));
-                let e = ptx::ld_global_v4_u32(src.add(i + 3 * s - start));
-                ptx::st_global_v4_u32(out.add(i), a);
-                ptx::st_global_v4_u32(out.add(i + s), b);
-                ptx::st_global_v4_u32(out.add(i + 2 * s), d);
-                ptx::st_global_v4_u32(out.add(i + 3 * s), e);
+                let (i0, i1, i2, i3) = (
+                    i as usize,
+                    (i + s) as usize,
+                    (i + 2 * s) as usize,
+                    (i + 3 * s) as usize,
+                );
+                let a = ptx::ld_global_v4_u32(src.add(i0));
+                let b = ptx::ld_global_v4_u32(src.add(i1));
+                let d = ptx::ld_global_v4_u32(src.add(i2));
+                let e = ptx::ld_global_v4_u32(src.add(i3));
+                ptx::st_global_v4_u32(out.add(i0), a);
+                ptx::st_global_v4_u32(out.add(i1), b);
+                ptx::st_global_v4_u32(out.add(i2), d);
+                ptx::st_global_v4_u32(out.add(i3), e);
                 i += 4 * s;
             }
             while i < end {
-                let v = ptx::ld_global_v4_u32(src.add(i - start));
-                store_vec(p.output as *mut T, i, c.elems, c.aligned, v);
+                let v = ptx::ld_global_v4_u32(src.add(i as usize));
+                store_vec(p.output as *mut T, i as usize, c.elems, c.aligned, v);
                 i += s;
             }
         }
@@ -306,23 +315,28 @@ pub(crate) unsafe fn bandwidth<T: Element, const W: usize, const OP: u32>(p: &Al
     // SAFETY: the host passes this rank's mapped pad.
     let base = unsafe { call_epoch(own_pad) };
     let elems = p.elems as usize;
-    let vecs = math::div_ceil(elems, T::LANES);
-    let blocks = ptx::grid_dim_x() as usize;
-    let slot_vecs = bandwidth_slot_vecs(p.half_bytes as usize, blocks, W, vecs);
+    // At most BANDWIDTH_MAX_VECS (the host's promise), so u32 holds it.
+    let vecs = math::div_ceil(elems, T::LANES) as u32;
+    let blocks = ptx::grid_dim_x();
+    let slot_vecs = bandwidth_slot_vecs(p.half_bytes, blocks, W as u32, vecs);
     // At least one round, so that the flags and the call count move the
     // same way on every rank whatever the host passed.
-    let rounds = bandwidth_rounds(vecs, blocks, W, slot_vecs).max(1);
+    let rounds = bandwidth_rounds(vecs, blocks, W as u32, slot_vecs).max(1);
     let aligned = math::all_vec_aligned(&[p.input as usize, p.output as usize]);
     let c = Plan {
         elems,
         vecs,
         slot_vecs,
         blocks,
-        block: ptx::block_idx_x() as usize,
+        block: ptx::block_idx_x(),
         aligned,
-        whole: if aligned { elems / T::LANES } else { 0 },
-        tid: ptx::thread_idx_x() as usize,
-        threads: ptx::block_dim_x() as usize,
+        whole: if aligned {
+            (elems / T::LANES) as u32
+        } else {
+            0
+        },
+        tid: ptx::thread_idx_x(),
+        threads: ptx::block_dim_x(),
     };
     let to = report_to(p, FORM_BANDWIDTH);
     // SAFETY: forwarded from the caller; the order of phases and flags is
@@ -332,7 +346,7 @@ pub(crate) unsafe fn bandwidth<T: Element, const W: usize, const OP: u32>(p: &Al
         block_arrive::<W>(&p.pads, p.rank, SLOT_START, base);
         let mut j = 0;
         while j < rounds {
-            let epoch = base.wrapping_add(j as u32);
+            let epoch = base.wrapping_add(j);
             block_await::<W>(&p.pads, p.rank, SLOT_START, epoch, p.timeout_ns, to);
             reduce::<T, W, OP>(p, &c, j, epoch);
             block_arrive::<W>(&p.pads, p.rank, SLOT_MID, epoch);
@@ -345,6 +359,6 @@ pub(crate) unsafe fn bandwidth<T: Element, const W: usize, const OP: u32>(p: &Al
             pull::<T, W>(p, &c, j, epoch);
             j += 1;
         }
-        finish_call(own_pad, base.wrapping_add(rounds as u32 - 1));
+        finish_call(own_pad, base.wrapping_add(rounds - 1));
     }
 }

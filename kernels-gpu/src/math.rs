@@ -97,46 +97,61 @@ pub const fn lamport_decode_word(word: u32, elem_bytes: usize) -> u32 {
     word ^ lamport_sign_bits(elem_bytes)
 }
 
+/// The most 16-byte vectors one call of the bandwidth form takes (16 GiB):
+/// its index arithmetic is in u32, which keeps its kernels within their
+/// registers (NOTE [bandwidth all-reduce] in `bandwidth.rs`), and every
+/// index it forms stays below `2 x BANDWIDTH_MAX_VECS + blocks x world`
+/// (a round past the message at most), far from `u32::MAX`. The host hands
+/// larger messages to the two-shot (`algo::decide_all_reduce`).
+pub const BANDWIDTH_MAX_VECS: u32 = 1 << 30;
+
 /// Vectors per slot of the bandwidth form (NOTE [bandwidth all-reduce] in
 /// `bandwidth.rs`) for a message of `vecs` 16-byte vectors: a round lays
 /// `blocks x world` slots out in a half of `half_bytes`, so a slot holds
 /// at most `half_bytes / 16 / (blocks x world)` vectors; a message that
 /// needs fewer is spread over every block's slots in one round. Zero when
 /// the half cannot hold one vector per slot (the host refuses that).
-pub const fn bandwidth_slot_vecs(
-    half_bytes: usize,
-    blocks: usize,
-    world: usize,
-    vecs: usize,
-) -> usize {
+pub const fn bandwidth_slot_vecs(half_bytes: u64, blocks: u32, world: u32, vecs: u32) -> u32 {
     let slots = blocks.saturating_mul(world);
-    let most = match (half_bytes / VEC_BYTES).checked_div(slots) {
+    let most = match (half_bytes / VEC_BYTES as u64).checked_div(slots as u64) {
         Some(n) => n,
         None => 0,
     };
-    let wanted = div_ceil(vecs, slots);
-    if wanted < most { wanted } else { most }
+    let wanted = match slots {
+        0 => 0,
+        _ => vecs.div_ceil(slots),
+    };
+    if (wanted as u64) < most {
+        wanted
+    } else {
+        most as u32
+    }
 }
 
 /// Rounds of the bandwidth form over `vecs` vectors: each round covers
-/// `blocks x world x slot_vecs` of them.
-pub const fn bandwidth_rounds(vecs: usize, blocks: usize, world: usize, slot_vecs: usize) -> usize {
-    div_ceil(vecs, blocks.saturating_mul(world).saturating_mul(slot_vecs))
+/// `blocks x world x slot_vecs` of them (zero when that is zero).
+pub const fn bandwidth_rounds(vecs: u32, blocks: u32, world: u32, slot_vecs: u32) -> u32 {
+    match blocks.saturating_mul(world).saturating_mul(slot_vecs) {
+        0 => 0,
+        per_round => vecs.div_ceil(per_round),
+    }
 }
 
 /// The message vectors `[start, end)` that rank `owner` reduces for block
 /// `block` in round `round` of the bandwidth form: round by round, block
 /// by block, owner by owner, `slot_vecs` each, cut at `vecs` (empty past
 /// the message). Every rank computes the same ranges from the same call.
+/// For rounds below [`bandwidth_rounds`] and `vecs` at most
+/// [`BANDWIDTH_MAX_VECS`], nothing overflows.
 pub const fn bandwidth_shard(
-    vecs: usize,
-    blocks: usize,
-    world: usize,
-    slot_vecs: usize,
-    round: usize,
-    block: usize,
-    owner: usize,
-) -> (usize, usize) {
+    vecs: u32,
+    blocks: u32,
+    world: u32,
+    slot_vecs: u32,
+    round: u32,
+    block: u32,
+    owner: u32,
+) -> (u32, u32) {
     let start = ((round * blocks + block) * world + owner) * slot_vecs;
     let end = start + slot_vecs;
     (
@@ -152,12 +167,13 @@ pub const fn bandwidth_shard(
 pub const fn bandwidth_slot_offset(
     half_bytes: u64,
     epoch: u32,
-    block: usize,
-    world: usize,
-    slot: usize,
-    slot_vecs: usize,
+    block: u32,
+    world: u32,
+    slot: u32,
+    slot_vecs: u32,
 ) -> u64 {
-    (epoch & 1) as u64 * half_bytes + ((block * world + slot) * slot_vecs * VEC_BYTES) as u64
+    (epoch & 1) as u64 * half_bytes
+        + (block as u64 * world as u64 + slot as u64) * slot_vecs as u64 * VEC_BYTES as u64
 }
 
 /// `ceil(a / b)`, zero when `b == 0`.
@@ -263,18 +279,18 @@ mod tests {
 
     #[test]
     fn bandwidth_shards_cover_the_message_once_and_fit_the_half() {
-        for half in [2048usize, 4096, 5 << 20] {
-            for blocks in [1usize, 3, 32] {
-                for world in 2..=8 {
-                    if half / VEC_BYTES < blocks * world {
+        for half in [2048u64, 4096, 5 << 20] {
+            for blocks in [1u32, 3, 32] {
+                for world in 2..=8u32 {
+                    if half / (VEC_BYTES as u64) < (blocks * world) as u64 {
                         assert_eq!(bandwidth_slot_vecs(half, blocks, world, 1), 0);
                         continue;
                     }
-                    for vecs in [1usize, 7, 511, 4096, 1 << 20, (1 << 22) + 3] {
+                    for vecs in [1u32, 7, 511, 4096, 1 << 20, (1 << 22) + 3] {
                         let l = bandwidth_slot_vecs(half, blocks, world, vecs);
                         assert!(l >= 1);
                         // A round's slots fit the half.
-                        assert!(blocks * world * l * VEC_BYTES <= half);
+                        assert!((blocks * world * l) as u64 * VEC_BYTES as u64 <= half);
                         let rounds = bandwidth_rounds(vecs, blocks, world, l);
                         // A message that fits one round is spread over all
                         // blocks: no round more than needed.
@@ -307,17 +323,16 @@ mod tests {
             }
         }
         // Slots never overlap and stay inside their half.
-        for (half, blocks, world, vecs) in [
-            (2048u64, 3usize, 5usize, 1usize << 20),
-            (5 << 20, 32, 8, 1 << 30),
-        ] {
-            let l = bandwidth_slot_vecs(half as usize, blocks, world, vecs);
+        for (half, blocks, world, vecs) in
+            [(2048u64, 3u32, 5u32, 1u32 << 20), (5 << 20, 32, 8, 1 << 30)]
+        {
+            let l = bandwidth_slot_vecs(half, blocks, world, vecs);
             for epoch in [6u32, 7] {
                 let mut spans: Vec<(u64, u64)> = Vec::new();
                 for block in 0..blocks {
                     for slot in 0..world {
                         let at = bandwidth_slot_offset(half, epoch, block, world, slot, l);
-                        let end = at + (l * VEC_BYTES) as u64;
+                        let end = at + l as u64 * VEC_BYTES as u64;
                         let half_start = (epoch & 1) as u64 * half;
                         assert!(at >= half_start && end <= half_start + half);
                         assert!(at.is_multiple_of(VEC_BYTES as u64));
@@ -329,8 +344,33 @@ mod tests {
             }
         }
         assert_eq!(bandwidth_slot_vecs(4096, 0, 2, 10), 0);
+        assert_eq!(bandwidth_rounds(10, 0, 2, 1), 0);
         assert_eq!(bandwidth_slot_vecs(5 << 20, 32, 2, 100), 2);
         assert_eq!(bandwidth_slot_vecs(5 << 20, 32, 2, 1 << 30), 5120);
+        // A half larger than u32 vectors still gives a slot that fits u32.
+        assert_eq!(bandwidth_slot_vecs(1 << 40, 1, 2, 1 << 30), 1 << 29);
+    }
+
+    #[test]
+    fn bandwidth_indices_stay_in_u32_up_to_the_largest_message() {
+        // The largest message, the smallest and the largest geometry: the
+        // last round's last shard ends below u32::MAX (no overflow).
+        let vecs = BANDWIDTH_MAX_VECS;
+        for (half, blocks, world) in [
+            (2048u64, 1u32, 2u32),
+            (1 << 40, 32, 8),
+            (5 << 20, 32, 8),
+            (4096, 16, 8),
+        ] {
+            let l = bandwidth_slot_vecs(half, blocks, world, vecs);
+            let rounds = bandwidth_rounds(vecs, blocks, world, l);
+            let last = ((rounds as u64 * blocks as u64 - 1) * world as u64 + world as u64 - 1)
+                * l as u64
+                + l as u64;
+            assert!(last < u32::MAX as u64, "{half} {blocks} {world}");
+            let (s, e) = bandwidth_shard(vecs, blocks, world, l, rounds - 1, blocks - 1, world - 1);
+            assert!(s <= e && e == vecs);
+        }
     }
 
     #[test]

@@ -33,9 +33,10 @@ const ONE_SHOT_MAX_BLOCKS: usize = 24;
 const TWO_SHOT_MAX_BLOCKS: usize = 64;
 /// Most blocks of the bandwidth form (NOTE [bandwidth all-reduce] in
 /// `kernels-gpu/src/bandwidth.rs`), of `THREADS` (512) threads each. Its SM
-/// footprint: at most this many SMs, 32 of an H100's or H200's 132 (a
-/// block of 512 threads at its 122 to 128 registers, `cargo xtask
-/// check-ptx`, fills an SM's 64 Ki registers, so one block per SM).
+/// footprint: at most this many SMs, 32 of an H100's or H200's 132 (on an
+/// idle GPU the blocks go to distinct SMs); each block holds a quarter of
+/// an SM's threads and, at 64 to 80 registers a thread (`cargo xtask
+/// check-ptx`), 32 to 40 Ki of its 64 Ki registers.
 /// NOT MEASURED: chosen as enough 16-byte accesses in flight for one
 /// direction of NVLink 4 (32 blocks x 512 threads x 4 loads x 16 bytes =
 /// 1 MiB in flight, against about 450 GB/s x 2 us), and as NCCL's
@@ -553,8 +554,9 @@ mod tests {
                         (1..=BANDWIDTH_MAX_BLOCKS).contains(&b),
                         "{world} {half_bytes} {vecs}"
                     );
-                    let l = bandwidth_slot_vecs(half_bytes, b, world, vecs);
-                    assert!(l >= 1 && bandwidth_rounds(vecs, b, world, l) >= 1);
+                    let (b, w, v) = (b as u32, world as u32, vecs as u32);
+                    let l = bandwidth_slot_vecs(half_bytes as u64, b, w, v);
+                    assert!(l >= 1 && bandwidth_rounds(v, b, w, l) >= 1);
                 }
             }
             // Large messages take every block; small ones one vector per
