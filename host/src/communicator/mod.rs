@@ -128,7 +128,20 @@ impl Communicator {
         rank: usize,
         world: usize,
     ) -> Result<Self> {
-        let config = CommConfig::from_env()?;
+        Self::with_config(stream, store, rank, world, &CommConfig::from_env()?)
+    }
+
+    /// [`Communicator::new`] with settings made by hand instead of read
+    /// from the environment (every rank must pass settings that agree
+    /// where the rendezvous checks them: buffer size, backend, debug level).
+    pub fn with_config(
+        stream: Arc<CudaStream>,
+        store: Arc<dyn Store>,
+        rank: usize,
+        world: usize,
+        config: &CommConfig,
+    ) -> Result<Self> {
+        let config = config.clone();
         let ctx = stream.context().clone();
         let (intra, intra_reason) =
             match IntraNodeComm::rendezvous(&ctx, store.clone(), rank, world, &config) {

@@ -1,6 +1,6 @@
 //! Typed launches of the soak's fill and check kernels
 //! (`kernels-gpu/src/soak.rs`; the pattern is `kernels_gpu::pattern`):
-//! `intranode-bench soak` writes every call's inputs and checks every
+//! `intranode-suite soak` writes every call's inputs and checks every
 //! output on the GPU, so a million checked all-reduces cost the host
 //! nothing but launches.
 
