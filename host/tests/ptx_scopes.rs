@@ -181,9 +181,16 @@ fn collectives_wait_for_the_kernel_ahead_before_touching_memory() {
         return;
     }
     let collective = |name: &str| {
-        ["one_shot_", "two_shot_", "hcm_", "lamport", "broadcast_w", "bandwidth_"]
-            .iter()
-            .any(|p| name.starts_with(p))
+        [
+            "one_shot_",
+            "two_shot_",
+            "hcm_",
+            "lamport",
+            "broadcast_w",
+            "bandwidth_",
+        ]
+        .iter()
+        .any(|p| name.starts_with(p))
             || name == "barrier"
     };
     let mut waiting = 0;
