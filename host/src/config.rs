@@ -74,6 +74,11 @@ pub const TUNING_FILE_ENV: &str = "INTRANODE_TUNING_FILE";
 /// algorithms keep their fixed shapes, which the pad layout counts on.
 pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
 
+/// `0` turns off launch overlap (programmatic dependent launch of the
+/// collectives, NOTE [launch overlap] in `kernels/launch.rs`); on by
+/// default where the GPU has it (sm_90 and later).
+pub const LAUNCH_OVERLAP_ENV: &str = "INTRANODE_LAUNCH_OVERLAP";
+
 /// Turns a GPU test's skip into a failure: the number of GPUs a device
 /// run promises (`INTRANODE_REQUIRE_GPUS=4`). Read by [`required_gpus`].
 pub const REQUIRE_GPUS_ENV: &str = "INTRANODE_REQUIRE_GPUS";
@@ -228,6 +233,8 @@ pub struct CommConfig {
     pub crossovers: Crossovers,
     /// Fixed launch shapes of the Lamport forms ([`LAMPORT_LAUNCH_ENV`]).
     pub lamport_shapes: LamportShapes,
+    /// Whether collectives may launch overlapped ([`LAUNCH_OVERLAP_ENV`]).
+    pub launch_overlap: bool,
 }
 
 impl Default for CommConfig {
@@ -245,6 +252,7 @@ impl Default for CommConfig {
             forced_norm: None,
             crossovers: Crossovers::default(),
             lamport_shapes: LamportShapes::default(),
+            launch_overlap: true,
         }
     }
 }
@@ -393,6 +401,11 @@ impl CommConfig {
             forced_norm,
             crossovers,
             lamport_shapes,
+            launch_overlap: parse_bool(
+                LAUNCH_OVERLAP_ENV,
+                var(LAUNCH_OVERLAP_ENV),
+                default.launch_overlap,
+            )?,
         })
     }
 
@@ -449,6 +462,7 @@ mod tests {
                     FORCE_BROADCAST_ENV => "nccl",
                     NORM_PATH_ENV => " unfused ",
                     LAMPORT_LAUNCH_ENV => "lamport=8x128",
+                    LAUNCH_OVERLAP_ENV => "off",
                     _ => return None,
                 }
                 .to_owned(),
@@ -476,6 +490,7 @@ mod tests {
                     }),
                     two_shot: None,
                 },
+                launch_overlap: false,
             }
         );
         // Empty values mean unset.

@@ -84,6 +84,42 @@ pub unsafe fn launch(
     }
 }
 
+/// [`launch`] with programmatic stream serialization: `f` may start
+/// before the stream's previous kernel ends, and waits for it with
+/// `griddepcontrol.wait` (NOTE [launch overlap] in `kernels/launch.rs`).
+///
+/// # Safety
+/// As for [`launch`]; besides, `f` must execute `griddepcontrol.wait`
+/// before it touches any memory the previous kernels of `stream` write.
+pub unsafe fn launch_overlapped(
+    f: sys::CUfunction,
+    grid: u32,
+    block: u32,
+    shared_bytes: u32,
+    stream: sys::CUstream,
+    params: &mut [*mut c_void],
+) -> Result<(), DriverError> {
+    // SAFETY: plain C data; every field is set below or zero is valid.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: shared_bytes,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: `config` and `attr` outlive the call; the rest is forwarded
+    // from the caller.
+    unsafe { sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()).result() }
+}
+
 // ---------------------------------------------------------------------------
 // Virtual memory management (VMM): the calls behind symmetric memory
 // (`crate::symm_mem`), CUDA driver API "Virtual Memory Management" group.

@@ -167,3 +167,56 @@ fn block_gather_goes_through_shared_memory_between_barriers() {
     assert!(body[..store].contains("bar.sync 0;"), "{body}");
     assert!(body[store..load].contains("bar.sync 0;"), "{body}");
 }
+
+/// NOTE [launch overlap] (`host/src/kernels/launch.rs`): every collective
+/// of the production PTX begins with `griddepcontrol.wait` (then
+/// `griddepcontrol.launch_dependents`) before any load or store, so a
+/// launch that overlaps the kernel ahead reads nothing early; the kernels
+/// launched plainly (elementwise, norms) do not wait.
+#[test]
+fn collectives_wait_for_the_kernel_ahead_before_touching_memory() {
+    let ptx = intranode::kernels::PTX;
+    if !ptx.contains(".target sm_9") {
+        // Built for an older architecture: no griddepcontrol, no overlap.
+        return;
+    }
+    let collective = |name: &str| {
+        [
+            "one_shot_",
+            "two_shot_",
+            "hcm_",
+            "lamport",
+            "broadcast_w",
+            "bandwidth_",
+        ]
+        .iter()
+        .any(|p| name.starts_with(p))
+            || name == "barrier"
+    };
+    let mut waiting = 0;
+    for line in ptx.lines().filter(|l| l.contains(".entry ")) {
+        let name = line
+            .split(".entry ")
+            .nth(1)
+            .and_then(|r| r.split('(').next())
+            .expect("entry name");
+        let body = entry_body(ptx, name);
+        let first_wait = body.find("griddepcontrol.wait;");
+        if !collective(name) {
+            assert!(first_wait.is_none(), "{name} waits but is launched plainly");
+            continue;
+        }
+        let wait = first_wait.unwrap_or_else(|| panic!("{name} does not wait"));
+        let trigger = body
+            .find("griddepcontrol.launch_dependents;")
+            .unwrap_or_else(|| panic!("{name} never lets its dependents launch"));
+        assert!(wait < trigger, "{name}: launch_dependents before wait");
+        for op in ["ld.global", "st.global", "ld.shared", "st.shared", "atom."] {
+            if let Some(at) = body.find(op) {
+                assert!(wait < at, "{name}: {op} before griddepcontrol.wait");
+            }
+        }
+        waiting += 1;
+    }
+    assert!(waiting > 100, "only {waiting} collectives found");
+}

@@ -562,6 +562,8 @@ macro_rules! collective_kernel {
             /// See the algorithm's function; launched only by the host crate.
             #[unsafe(export_name = $name)]
             pub unsafe extern "ptx-kernel" fn kernel(p: AllReduceParams) {
+                ptx::griddepcontrol_wait();
+                ptx::griddepcontrol_launch_dependents();
                 // SAFETY: the host upholds the algorithm's contract.
                 unsafe {
                     match p.op {
@@ -586,6 +588,8 @@ crate::entries::collective_kernels!(define_collective_kernels);
 /// `p.pads` must hold the mapped pads of every rank in the mask.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn barrier(p: crate::layout::BarrierParams) {
+    crate::ptx::griddepcontrol_wait();
+    crate::ptx::griddepcontrol_launch_dependents();
     // SAFETY: forwarded from the host.
     unsafe {
         let to = crate::sync::ReportTo {

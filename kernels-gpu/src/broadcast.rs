@@ -174,6 +174,8 @@ macro_rules! define_broadcast_kernels {
             /// See [`broadcast`]; launched only by the host crate.
             #[unsafe(export_name = concat!($prefix, "_w", $w))]
             pub unsafe extern "ptx-kernel" fn kernel(p: BroadcastParams) {
+                crate::ptx::griddepcontrol_wait();
+                crate::ptx::griddepcontrol_launch_dependents();
                 // SAFETY: the host upholds `broadcast`'s contract.
                 unsafe { broadcast::<$w>(&p) }
             }

@@ -203,6 +203,8 @@ macro_rules! fused_norm_kernels {
         /// See [`lamport_rmsnorm`]; launched only by the host crate.
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(p: FusedNormParams) {
+            crate::ptx::griddepcontrol_wait();
+            crate::ptx::griddepcontrol_launch_dependents();
             // SAFETY: the host upholds the contract.
             unsafe { lamport_rmsnorm::<$ty, $w>(&p) }
         }

@@ -48,6 +48,37 @@ pub fn sync_threads() {
     unsafe { nvptx::_syncthreads() }
 }
 
+/// `griddepcontrol.wait`: waits until the grids this one depends on
+/// programmatically (launched with programmatic stream serialization, NOTE
+/// [launch overlap] in `host/src/kernels/launch.rs`) have completed and
+/// their writes are visible; at once for a launch without such a
+/// dependency. The collective kernels call it before touching any memory.
+/// Built only for sm_90 and later (`intranode_pdl`, set by `ptx-builder`);
+/// elsewhere the host never asks for the overlap, so nothing is to wait for.
+#[inline(always)]
+pub fn griddepcontrol_wait() {
+    // SAFETY: a wait on the launch's dependencies; it touches no memory of
+    // ours. Not `nomem`: loads must not move above it.
+    #[cfg(intranode_pdl)]
+    unsafe {
+        asm!("griddepcontrol.wait;", options(nostack))
+    }
+}
+
+/// `griddepcontrol.launch_dependents`: the next kernel of the stream, if
+/// launched for overlap, may be scheduled once every block of this grid
+/// has run this (it still waits for this grid's end at its own
+/// `griddepcontrol_wait`). So every block of this grid is resident before
+/// a dependent takes SM room: no dependent can starve it.
+#[inline(always)]
+pub fn griddepcontrol_launch_dependents() {
+    // SAFETY: a scheduling hint; it touches no memory.
+    #[cfg(intranode_pdl)]
+    unsafe {
+        asm!("griddepcontrol.launch_dependents;", options(nostack))
+    }
+}
+
 /// Stops the kernel; the launch fails with an illegal-instruction error.
 #[inline(always)]
 pub fn trap() -> ! {

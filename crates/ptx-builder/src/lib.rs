@@ -263,6 +263,8 @@ pub fn build_ptx(build: &PtxBuild) -> Result<String, PtxBuildError> {
         .arg(&target_dir)
         .args(["--", "--emit=asm"])
         .arg(format!("-Ctarget-cpu={}", build.arch))
+        // `griddepcontrol` (launch overlap) exists from sm_90 on.
+        .args(pdl_cfg(&build.arch))
         // One codegen unit: one `.s` file, and every generic helper
         // inlined into the kernel that uses it.
         .args(["-Ccodegen-units=1", "-Copt-level=3"]);
@@ -276,6 +278,21 @@ pub fn build_ptx(build: &PtxBuild) -> Result<String, PtxBuildError> {
     let deps = target_dir.join(TARGET).join("release").join("deps");
     let ptx_path = newest_asm(&deps)?;
     std::fs::read_to_string(&ptx_path).map_err(|e| PtxBuildError::Io(ptx_path, e))
+}
+
+/// `--cfg intranode_pdl` for architectures with `griddepcontrol` (sm_90
+/// and later), so the kernels wait on programmatic dependencies there.
+fn pdl_cfg(arch: &str) -> &'static [&'static str] {
+    let sm: u32 = arch
+        .trim_start_matches("sm_")
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic())
+        .parse()
+        .unwrap_or(0);
+    if sm >= 90 {
+        &["--cfg", "intranode_pdl"]
+    } else {
+        &[]
+    }
 }
 
 /// The most recently written `kernels_gpu-*.s` in `deps`.

@@ -15,6 +15,20 @@ use kernels_gpu::layout::{
 };
 
 use crate::driver_ext;
+
+// NOTE [launch overlap] (programmatic dependent launch, issue 19): a
+// collective launched with programmatic stream serialization may be
+// scheduled before the kernel ahead of it on the stream (a GEMM, in a
+// decode step) has finished: its blocks are resident and past their launch
+// when that kernel's last blocks drain. Every collective kernel begins
+// with `griddepcontrol.wait` (which returns once the kernels ahead have
+// completed and their writes are visible, at once without the attribute)
+// and then `griddepcontrol.launch_dependents`, so the result is the same
+// as a serialized launch and only the launch latency overlaps. Only
+// kernels that begin so are launched this way (`Kernel::waits_first`),
+// only where the PTX has the instructions (sm_90 and later) and the device
+// is one (compute capability 9), and `INTRANODE_LAUNCH_OVERLAP=0` turns it
+// off (`config::CommConfig::launch_overlap`).
 use crate::error::{DriverContext, Error, Result};
 
 /// A PTX image loaded into one context, unloaded when dropped.
@@ -167,12 +181,17 @@ impl Module {
     /// `stream` passes the kernel; `grid` must be one the kernel is
     /// written for (the kernels with flags per block in the signal pad
     /// take at most `layout::MAX_BLOCKS` blocks).
+    ///
+    /// With `overlap`, the launch may start before the stream's previous
+    /// kernel ends (NOTE [launch overlap]); `f` must then wait for it with
+    /// `griddepcontrol.wait` before touching memory.
     pub(crate) unsafe fn launch(
         &self,
         f: Function,
         op: &'static str,
         grid: Grid,
         stream: &CudaStream,
+        overlap: bool,
         mut args: impl KernelArgs,
     ) -> Result<()> {
         let device = Some(self.ctx.ordinal());
@@ -186,14 +205,25 @@ impl Module {
             // stay valid and that `grid` suits the kernel is the caller's
             // promise.
             unsafe {
-                driver_ext::launch(
-                    f.0,
-                    grid.blocks,
-                    grid.threads,
-                    grid.shared_bytes,
-                    stream.cu_stream(),
-                    params,
-                )
+                if overlap {
+                    driver_ext::launch_overlapped(
+                        f.0,
+                        grid.blocks,
+                        grid.threads,
+                        grid.shared_bytes,
+                        stream.cu_stream(),
+                        params,
+                    )
+                } else {
+                    driver_ext::launch(
+                        f.0,
+                        grid.blocks,
+                        grid.threads,
+                        grid.shared_bytes,
+                        stream.cu_stream(),
+                        params,
+                    )
+                }
             }
         })
         .ctx(op, device)

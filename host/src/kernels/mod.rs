@@ -15,10 +15,10 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, sys};
 use kernels_gpu::entries::{Collective, Elem, Kernel};
 
-use crate::error::{Error, Result};
+use crate::error::{DriverContext, Error, Result};
 pub(crate) use launch::Grid;
 use launch::{Function, KernelArgs, Module};
 pub use ptx_builder::entry_names;
@@ -68,14 +68,41 @@ pub struct KernelModule {
     module: Module,
     /// Every `Kernel`, at `Kernel::index`.
     functions: Box<[Function]>,
+    /// Whether collectives launch overlapped (NOTE [launch overlap] in
+    /// `launch.rs`).
+    overlap: bool,
 }
 
 impl KernelModule {
     /// Loads [`PTX`] into `ctx` and resolves every kernel entry point.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
+        Self::load_with(ctx, false)
+    }
+
+    /// [`KernelModule::load`], its collectives launched overlapped where
+    /// `overlap` asks for it and the PTX and device allow it (sm_90 and
+    /// later, NOTE [launch overlap] in `launch.rs`).
+    pub(crate) fn load_with(ctx: &Arc<CudaContext>, overlap: bool) -> Result<Self> {
         let module = Module::load(ctx, PTX)?;
         let functions = module.resolve(Kernel::all())?;
-        Ok(KernelModule { module, functions })
+        let ptx_sm: u32 = PTX_ARCH
+            .trim_start_matches("sm_")
+            .trim_end_matches(|c: char| c.is_ascii_alphabetic())
+            .parse()
+            .unwrap_or(0);
+        let device_major = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+            .ctx("cuDeviceGetAttribute", Some(ctx.ordinal()))?;
+        Ok(KernelModule {
+            module,
+            functions,
+            overlap: overlap && ptx_sm >= 90 && device_major >= 9,
+        })
+    }
+
+    /// Whether this module's collectives launch overlapped.
+    pub fn launch_overlap(&self) -> bool {
+        self.overlap
     }
 
     /// The context the module lives in.
@@ -105,9 +132,12 @@ impl KernelModule {
             })?;
         // SAFETY: forwarded from the caller; `f` is `kernel`'s entry point
         // (the table is in `Kernel::index` order).
+        let overlap = self.overlap && waits_first(kernel);
+        // SAFETY: as above; a kernel launched overlapped begins with
+        // `griddepcontrol.wait` (`waits_first`).
         unsafe {
             self.module
-                .launch(*f, launch_op(kernel), grid, stream, args)
+                .launch(*f, launch_op(kernel), grid, stream, overlap, args)
         }
     }
 
@@ -142,6 +172,20 @@ impl KernelModule {
         // `_r*` guards record that).
         unsafe { self.launch(Kernel::Add(T::ELEM.into()), grid, stream, (pa, pb, po, n)) }
     }
+}
+
+/// Whether `kernel` begins with `griddepcontrol.wait` (and
+/// `launch_dependents`), so it may be launched overlapped: the collectives,
+/// whose entry points are generated with it (`kernels-gpu`: `all_reduce.rs`,
+/// `broadcast.rs`, `fused_norm.rs`, the barrier).
+fn waits_first(kernel: Kernel) -> bool {
+    matches!(
+        kernel,
+        Kernel::Barrier
+            | Kernel::Broadcast { .. }
+            | Kernel::FusedNorm { .. }
+            | Kernel::Collective { .. }
+    )
 }
 
 /// How a launch of `kernel` is named in errors.

@@ -72,7 +72,7 @@ impl TestKernelModule {
         };
         // SAFETY: forwarded from the caller; `f` is `kernel`'s entry point
         // (the table is in `TestKernel::index` order).
-        unsafe { self.module.launch(*f, op, grid, stream, args) }
+        unsafe { self.module.launch(*f, op, grid, stream, false, args) }
     }
 }
 

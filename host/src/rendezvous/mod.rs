@@ -217,7 +217,7 @@ pub fn run(
         Err(u) => Err(u.into()),
         Ok(group) => multiprocessors(ctx)
             .map(|sms| LamportLaunch::new(sms, config.lamport_shapes))
-            .and_then(|l| KernelModule::load(ctx).map(|k| (k, l)))
+            .and_then(|l| KernelModule::load_with(ctx, config.launch_overlap).map(|k| (k, l)))
             .and_then(|(k, l)| {
                 HostErrorWord::new(ctx, config.barrier_timeout()).map(|h| (group, k, h, l))
             })
