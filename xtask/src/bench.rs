@@ -39,14 +39,7 @@ pub fn run(root: &Path, out: Option<&Path>, bench_args: &[String]) -> Result<()>
         );
         return Ok(());
     }
-    // The jobs run in the workspace root; a relative --out means the
-    // caller's directory.
-    let out = match out {
-        Some(p) => std::env::current_dir()
-            .context("reading the current directory")?
-            .join(p),
-        None => root.join("target").join("bench-out"),
-    };
+    let out = crate::job_out_dir(root, out, "bench-out")?;
     let out_str = out.to_str().context("output path is not UTF-8")?;
     crate::build_launcher_and_bench(root)?;
     let mut jsons = Vec::new();

@@ -24,14 +24,7 @@ pub fn run(root: &Path, out: Option<&Path>, decode_args: &[String]) -> Result<()
         );
         return Ok(());
     }
-    // The job runs in the workspace root; a relative --out means the
-    // caller's directory.
-    let out = match out {
-        Some(p) => std::env::current_dir()
-            .context("reading the current directory")?
-            .join(p),
-        None => root.join("target").join("decode-out"),
-    };
+    let out = crate::job_out_dir(root, out, "decode-out")?;
     let out_str = out.to_str().context("output path is not UTF-8")?;
     crate::build_launcher_and_bench(root)?;
     let n = gpus.to_string();

@@ -356,6 +356,17 @@ fn demo() -> Result<()> {
 
 /// Release builds of `intranode-run` and `intranode-bench`, the binaries
 /// `demo`, `bench` and `decode` start.
+/// Where a job run in the workspace root writes: `out` relative to the
+/// caller's directory, else `target/<default>`.
+fn job_out_dir(root: &Path, out: Option<&Path>, default: &str) -> Result<PathBuf> {
+    Ok(match out {
+        Some(p) => std::env::current_dir()
+            .context("reading the current directory")?
+            .join(p),
+        None => root.join("target").join(default),
+    })
+}
+
 fn build_launcher_and_bench(root: &Path) -> Result<()> {
     let cargo = ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
