@@ -15,6 +15,7 @@ fn config() -> ClientConfig {
         connect_timeout: Duration::from_secs(10),
         timeout: Duration::from_secs(20),
         token: None,
+        ..ClientConfig::default()
     }
 }
 
