@@ -137,8 +137,7 @@ impl ClientConfig {
         let token = var(crate::TOKEN_ENV);
         check_token(token.as_deref())?;
         let timeout = millis_var(&var, STORE_TIMEOUT_ENV, DEFAULT_TIMEOUT)?;
-        let handshake_timeout =
-            millis_var(&var, HANDSHAKE_TIMEOUT_ENV, DEFAULT_HANDSHAKE_TIMEOUT)?;
+        let handshake_timeout = millis_var(&var, HANDSHAKE_TIMEOUT_ENV, DEFAULT_HANDSHAKE_TIMEOUT)?;
         Ok(Self {
             timeout,
             connect_timeout: timeout,

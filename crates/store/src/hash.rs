@@ -65,7 +65,8 @@ struct State {
 /// free pages back ([`crate::malloc::trim`]): often enough that a store
 /// emptied of millions of tiny keys shrinks, rarely enough that the walk
 /// over malloc's arenas (milliseconds for a large heap) costs nothing.
-const TRIM_AFTER_BYTES: usize = 64 << 20;
+const TRIM_AFTER_BYTES: usize = 16 << 20;
+const TRIM_WHEN_EMPTY_BYTES: usize = 1 << 20;
 
 /// A table with more than this many slots per key, and more than
 /// `MIN_SHRINK_SLOTS` slots, is shrunk after a delete: a table grown for
@@ -279,7 +280,10 @@ impl MemTable {
             state.map.shrink_to(keep);
         }
         state.freed_since_trim = state.freed_since_trim.saturating_add(freed);
-        let trim = state.freed_since_trim >= TRIM_AFTER_BYTES;
+        // Also when the table has just been emptied, so that a store that
+        // is done with its keys gives back their memory.
+        let trim = state.freed_since_trim >= TRIM_AFTER_BYTES
+            || (state.map.is_empty() && state.freed_since_trim >= TRIM_WHEN_EMPTY_BYTES);
         if trim {
             state.freed_since_trim = 0;
         }

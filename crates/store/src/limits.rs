@@ -64,8 +64,7 @@ use crate::StoreError;
 pub const ENTRY_OVERHEAD_BYTES: usize = TABLE_BYTES_PER_KEY + alloc_bytes(ARC_VEC_BYTES);
 
 /// One slot of the table: the key, the value's `Arc`, a control byte.
-const TABLE_SLOT_BYTES: usize =
-    std::mem::size_of::<(String, std::sync::Arc<Vec<u8>>)>() + 1;
+const TABLE_SLOT_BYTES: usize = std::mem::size_of::<(String, std::sync::Arc<Vec<u8>>)>() + 1;
 
 /// Peak table bytes per key (NOTE [entry cost]): 3 x 8/7 slots.
 const TABLE_BYTES_PER_KEY: usize = (3 * 8 * TABLE_SLOT_BYTES).div_ceil(7);
@@ -85,7 +84,9 @@ pub(crate) const fn alloc_bytes(bytes: usize) -> usize {
     if bytes == 0 {
         0
     } else if bytes >= crate::malloc::MMAP_THRESHOLD_BYTES {
-        (bytes.saturating_add(2 * HEADER)).div_ceil(PAGE).saturating_mul(PAGE)
+        (bytes.saturating_add(2 * HEADER))
+            .div_ceil(PAGE)
+            .saturating_mul(PAGE)
     } else {
         let chunk = (bytes + HEADER).div_ceil(GRANULE) * GRANULE;
         if chunk < MIN_CHUNK { MIN_CHUNK } else { chunk }

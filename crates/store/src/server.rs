@@ -8,9 +8,8 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, BufWriter, Read, Write};
-use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
@@ -397,8 +396,22 @@ impl Drop for TcpStoreServer {
     }
 }
 
+/// `poll(2)` over `fds`, waiting at most `timeout_ms` (-1: no limit).
+fn poll_fds(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> io::Result<()> {
+    let count = libc::nfds_t::try_from(fds.len()).map_err(io::Error::other)?;
+    // SAFETY: `fds` is a live, exclusive slice of `count` pollfd structs,
+    // which poll only reads (fd, events) and writes (revents) within; the
+    // descriptors in it are borrowed from live sockets by the callers.
+    let rc = unsafe { libc::poll(fds.as_mut_ptr(), count, timeout_ms) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, woken: &UnixStream) {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsRawFd;
     while !shared.is_shutting_down() {
         match listener.accept() {
             Ok((stream, peer)) => {
@@ -417,12 +430,14 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, woken: &UnixStream)
         }
         // The queue is empty: sleep in the kernel until a client connects
         // or shutdown closes the other end of `woken`.
-        let mut fds = [
-            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
-            PollFd::new(woken.as_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+        let mut fds = [listener.as_raw_fd(), woken.as_raw_fd()].map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        match poll_fds(&mut fds, -1) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 tracing::warn!(error = %e, "store server poll failed");
                 thread::sleep(ACCEPT_ERROR_PAUSE);
@@ -936,16 +951,16 @@ fn strs(keys: &[String]) -> Vec<&str> {
 /// so both get the same answer: a refusal saying why, then close.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn peer_is_there(stream: &TcpStream) -> bool {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    let rdhup = PollFlags::from_bits_retain(libc::POLLRDHUP);
-    let mut fds = [PollFd::new(stream.as_fd(), PollFlags::POLLIN | rdhup)];
-    match poll(&mut fds, PollTimeout::ZERO) {
-        Ok(_) => {
-            let gone = rdhup | PollFlags::POLLHUP | PollFlags::POLLERR;
-            !fds[0].revents().is_some_and(|r| r.intersects(gone))
-        }
-        // Interrupted: ask again at the next poll.
-        Err(nix::errno::Errno::EINTR) => true,
+    use std::os::fd::AsRawFd;
+    let mut fds = [libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLIN | libc::POLLRDHUP,
+        revents: 0,
+    }];
+    match poll_fds(&mut fds, 0) {
+        Ok(()) => fds[0].revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0,
+        // Interrupted: ask again at the next check.
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
         Err(_) => false,
     }
 }
