@@ -716,7 +716,8 @@ fn a_hijacked_default_dir_falls_back() {
     }
     let euid = geteuid().as_raw();
     let name = format!("intranode-{euid}");
-    let cases: [(&str, &dyn Fn(&Path)); 4] = [
+    type Plant<'a> = &'a dyn Fn(&Path);
+    let cases: [(&str, Plant); 4] = [
         ("symlink", &|p: &Path| {
             let target = p.with_file_name("elsewhere");
             fs::create_dir(&target).expect("mkdir target");
