@@ -78,7 +78,7 @@ const MIN_SHRINK_SLOTS: usize = 4096;
 /// blocks of the key and of the value (its capacity, which `APPEND` may
 /// grow past its length) and the fixed overhead of NOTE [entry cost] in
 /// `limits.rs`.
-pub(crate) fn entry_bytes(key_bytes: usize, value: &[u8], capacity: usize) -> usize {
+fn entry_bytes(key_bytes: usize, value: &[u8], capacity: usize) -> usize {
     alloc_bytes(key_bytes)
         .saturating_add(alloc_bytes(value.len().max(capacity)))
         .saturating_add(ENTRY_OVERHEAD_BYTES)

@@ -533,6 +533,10 @@ enum Disconnect {
     Gone(io::Error),
     /// Peer sent something we refuse: answer with this and close.
     Refuse(String),
+    /// Peer hung up while its request was parked (NOTE [hung-up
+    /// waiters]): answered like a refusal, but the usual end of a rank
+    /// killed while it waited, so not worth a warning.
+    HungUp(String),
 }
 
 fn serve_client(shared: &Shared, stream: &TcpStream, peer: SocketAddr, accepted_at: Instant) {
@@ -546,6 +550,10 @@ fn serve_client(shared: &Shared, stream: &TcpStream, peer: SocketAddr, accepted_
         }
         Err(Disconnect::Refuse(message)) => {
             tracing::warn!(%peer, %message, "store server dropping client");
+            refuse(stream, message);
+        }
+        Err(Disconnect::HungUp(message)) => {
+            tracing::debug!(%peer, "store client hung up while its request was parked");
             refuse(stream, message);
         }
     }
@@ -1006,7 +1014,7 @@ fn parked(
         ))),
         // NOTE [hung-up waiters]: a closed client gets the refusal into the
         // void; a half-closed one learns why.
-        Err(WaitFailure::ClientGone) => Err(Disconnect::Refuse(
+        Err(WaitFailure::ClientGone) => Err(Disconnect::HungUp(
             "the connection was closed for sending while a request was parked; \
              keep it open both ways until the reply arrives"
                 .into(),
