@@ -747,7 +747,9 @@ impl Supervisor<'_> {
                 }
             };
             // Readable again: what the scan shows is the truth.
-            unreadable = None;
+            if unreadable.take().is_some() {
+                log("/proc is readable again; looking for what the ranks left running");
+            }
             if found.is_empty() {
                 break;
             }

@@ -233,8 +233,8 @@ fn sigquit_stops_the_job_and_its_children() {
 /// Attack 4: with its descriptors exhausted (here by a flood of
 /// connections to its store) the launcher could not read `/proc` as the
 /// job ended, swept nothing, said nothing and exited 0 while the rank's
-/// child ran on. Now it signals every rank's group blind, says so and
-/// exits non-zero.
+/// child ran on. Now it signals every rank's group blind, says so, and
+/// exits non-zero unless a later look at `/proc` shows nothing left.
 #[test]
 fn an_unreadable_proc_is_reported_and_groups_are_still_stopped() {
     let go = go_file("noproc");
@@ -302,11 +302,15 @@ fn an_unreadable_proc_is_reported_and_groups_are_still_stopped() {
     drop(flood);
     let (stdout, stderr) = (reader.join().unwrap(), stderr.join().unwrap());
     eprintln!("--- stdout\n{stdout}--- stderr\n{stderr}---");
-    assert_eq!(status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("cannot read /proc") && stderr.contains("could not look for processes"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("cannot read /proc"), "{stderr}");
+    // Killing the rank's group frees the descriptors its child held, so
+    // the launcher may see /proc again and verify the sweep (exit 0), or
+    // stay blind to the end and say so (exit 1); never silence.
+    match status.code() {
+        Some(1) => assert!(stderr.contains("could not look for processes"), "{stderr}"),
+        Some(0) => assert!(stderr.contains("/proc is readable again"), "{stderr}"),
+        other => panic!("exit {other:?}: {stderr}"),
+    }
     assert_dead_soon(pid);
 }
 
