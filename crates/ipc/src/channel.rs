@@ -16,7 +16,7 @@ use nix::errno::Errno;
 use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr, sockopt};
 use nix::unistd::{geteuid, getuid};
 
-use crate::socket_dir::{ensure_private_dir, remove_stale_socket};
+use crate::socket_dir::{choose_dir, remove_dead_sockets, remove_stale_socket};
 use crate::wire::{Kind, Message};
 use crate::{IpcError, MAX_PAYLOAD_BYTES, MAX_WORLD};
 
@@ -46,6 +46,9 @@ pub struct IpcChannel {
     /// (device, inode) of the socket file we bound, so that `Drop` removes
     /// the path only while it is still ours.
     bound_inode: (u64, u64),
+    /// The job's own directory when the default one was refused (NOTE
+    /// [hijacked socket directory]); `Drop` removes it once empty.
+    fallback_dir: Option<PathBuf>,
     /// Our real uid: `SCM_CREDENTIALS` carries the sender's real uid.
     uid: u32,
     allowed_pids: Option<HashSet<i32>>,
@@ -68,7 +71,13 @@ impl IpcChannel {
     ///
     /// `dir` is created (mode 0700, parents included) when absent, and
     /// refused when it is not a directory owned by us with no group or other
-    /// permission bits. A stale socket file at our path is removed first.
+    /// permission bits. When `dir` is [`IpcChannel::default_dir`], whose
+    /// name anyone can predict and take first, such a directory is not an
+    /// error: the channel binds in a directory of the job's own beside it,
+    /// `intranode-<euid>-<job_id>` (NOTE [hijacked socket directory] in
+    /// `socket_dir.rs`), which all ranks of the job name alike. Socket
+    /// files of dead jobs in the directory, and a stale one at our path,
+    /// are removed first.
     /// `timeout` bounds every later call (each send retry loop and each
     /// wait); it is clamped to one year.
     ///
@@ -100,15 +109,17 @@ impl IpcChannel {
             )));
         }
 
-        ensure_private_dir(dir, rank)?;
+        let fall_back = dir == Self::default_dir();
+        let (dir, fallback_dir) = choose_dir(dir, job_id, rank, fall_back)?;
         // Every rank must name the peers' paths exactly as they bound them
         // (the sender-address check compares paths), so use one spelling.
-        let dir = fs::canonicalize(dir).map_err(|source| IpcError::Io {
+        let dir = fs::canonicalize(&dir).map_err(|source| IpcError::Io {
             rank,
             op: "canonicalize",
-            path: dir.to_path_buf(),
+            path: dir.clone(),
             source,
         })?;
+        remove_dead_sockets(&dir);
         let peer_paths: Vec<PathBuf> = (0..world)
             .map(|r| dir.join(format!("{job_id}-{r}.sock")))
             .collect();
@@ -185,6 +196,7 @@ impl IpcChannel {
             peer_addrs,
             socket,
             bound_inode,
+            fallback_dir,
             uid: getuid().as_raw(),
             allowed_pids: None,
             next_round: 0,
@@ -492,6 +504,11 @@ impl Drop for IpcChannel {
                 }
             }
             _ => {}
+        }
+        // The last rank's drop removes the job's own directory; the others
+        // find it not empty, which is fine.
+        if let Some(dir) = &self.fallback_dir {
+            let _ = fs::remove_dir(dir);
         }
     }
 }

@@ -35,10 +35,13 @@
 //! - **Private directory.** `dir` is created with mode 0700 when absent and
 //!   refused when it exists but belongs to another user or is reachable by
 //!   group or others: nobody else may bind or connect there. Each socket
-//!   file is made 0600 as well. A socket file
-//!   left by a dead process is removed before binding; one that a live
-//!   process still holds is an error ([`IpcError::SocketInUse`]), as it means
-//!   two channels claim the same job id and rank.
+//!   file is made 0600 as well. The default directory has a predictable
+//!   name that anyone can take first; when it is refused, the ranks bind in
+//!   a directory of the job's own beside it instead (NOTE [hijacked socket
+//!   directory] in `socket_dir.rs`). Socket files that no live socket
+//!   holds (killed jobs) are removed when a channel binds; one at our path
+//!   that a live process still holds is an error ([`IpcError::SocketInUse`]),
+//!   as it means two channels claim the same job id and rank.
 //! - **Who may send.** The socket has `SO_PASSCRED`, so the kernel attaches
 //!   the sender's pid and uid (`SCM_CREDENTIALS`) to every datagram. A
 //!   message is accepted only when that uid is ours and, once the caller has

@@ -14,6 +14,18 @@
 //! ends, however it ends, both kinds get SIGTERM, then SIGKILL after the
 //! grace period, and the summary names them.
 //!
+//! While the job runs, orphans that exit are reaped as they go (on every
+//! SIGCHLD: [`reap_orphans`]), so a rank that starts thousands of
+//! short-lived background jobs leaves no zombies piling up under the
+//! launcher (they counted against the user's process limit). Ranks
+//! themselves are never reaped there: the caller passes their pids, and
+//! holds the same lock while it starts a rank, so a rank that exits at once
+//! is known as one before the reaper can see it.
+//!
+//! When `/proc` cannot be read (out of descriptors, a restricted mount),
+//! [`scan`] says so instead of reporting nothing, and the sweep falls back
+//! to signalling every rank's group and reports that it could not look.
+//!
 //! On other systems the waiter reaps as before and nothing is swept.
 
 use crate::supervise::RankExit;
@@ -79,12 +91,11 @@ mod imp {
         Some((state, ppid, pgrp))
     }
 
-    pub(crate) fn scan(launcher: u32, groups: &[u32], ranks: &[u32]) -> Scan {
+    pub(crate) fn scan(launcher: u32, groups: &[u32], ranks: &[u32]) -> std::io::Result<Scan> {
         let mut found = Scan::default();
-        let Ok(dir) = std::fs::read_dir("/proc") else {
-            return found;
-        };
-        for entry in dir.flatten() {
+        let dir = std::fs::read_dir("/proc")?;
+        for entry in dir {
+            let entry = entry?;
             let Some(pid) = entry
                 .file_name()
                 .to_str()
@@ -119,7 +130,37 @@ mod imp {
         }
         found.members.sort_unstable();
         found.strays.sort_unstable();
-        found
+        Ok(found)
+    }
+
+    /// Reaps the exited children of this process that are not in `ranks`.
+    /// Children are listed from `/proc/self/task/<pid>/children`: ranks are
+    /// started from the main thread, and orphans are re-parented to it (the
+    /// first live thread of the subreaper). Where that file is missing,
+    /// the whole process table is read instead.
+    pub(crate) fn reap_orphans(ranks: &[u32]) {
+        let me = std::process::id();
+        let children: Vec<u32> =
+            match std::fs::read_to_string(format!("/proc/self/task/{me}/children")) {
+                Ok(text) => text
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect(),
+                // `scan` reaps our exited non-rank children as it goes.
+                Err(_) => {
+                    let _ = scan(me, &[], ranks);
+                    return;
+                }
+            };
+        for pid in children {
+            if ranks.contains(&pid) {
+                continue;
+            }
+            if let Ok(raw) = i32::try_from(pid) {
+                // Our own child, not a rank: it cannot be anyone else's.
+                let _ = waitpid(Pid::from_raw(raw), Some(WaitPidFlag::WNOHANG));
+            }
+        }
     }
 }
 
@@ -152,9 +193,12 @@ mod imp {
         }
     }
 
-    pub(crate) fn scan(_launcher: u32, _groups: &[u32], _ranks: &[u32]) -> Scan {
-        Scan::default()
+    pub(crate) fn scan(_launcher: u32, _groups: &[u32], _ranks: &[u32]) -> std::io::Result<Scan> {
+        Ok(Scan::default())
     }
+
+    /// Without a subreaper no orphan comes to us.
+    pub(crate) fn reap_orphans(_ranks: &[u32]) {}
 }
 
 /// Makes orphaned descendants of the ranks children of the launcher.
@@ -170,9 +214,14 @@ pub(crate) fn wait_for_exit(pid: u32) -> RankExit {
 
 /// Live processes in `groups` (rank leaders `ranks` excluded) and live
 /// children of `launcher` that are not ranks; reaps exited ones of the
-/// latter.
-pub(crate) fn scan(launcher: u32, groups: &[u32], ranks: &[u32]) -> Scan {
+/// latter. Fails when the process table cannot be read.
+pub(crate) fn scan(launcher: u32, groups: &[u32], ranks: &[u32]) -> std::io::Result<Scan> {
     imp::scan(launcher, groups, ranks)
+}
+
+/// Reaps exited children that are not `ranks` (re-parented orphans).
+pub(crate) fn reap_orphans(ranks: &[u32]) {
+    imp::reap_orphans(ranks);
 }
 
 #[cfg(all(test, target_os = "linux"))]
@@ -199,9 +248,9 @@ mod tests {
         let pid = child.id();
         let me = std::process::id();
         // The leader is excluded as a rank; as a group member it is found.
-        let found = super::scan(me, &[pid], &[]);
+        let found = super::scan(me, &[pid], &[]).unwrap();
         assert_eq!(found.members, vec![(pid, pid)]);
-        let found = super::scan(me, &[pid], &[pid]);
+        let found = super::scan(me, &[pid], &[pid]).unwrap();
         assert!(found.members.is_empty(), "{found:?}");
         child.kill().unwrap();
         child.wait().unwrap();

@@ -62,7 +62,7 @@ pub enum LaunchError {
         #[source]
         source: intranode_store::StoreError,
     },
-    #[error("cannot install the SIGINT/SIGTERM handlers")]
+    #[error("cannot install the signal handlers (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD)")]
     Signals(#[source] io::Error),
     #[error("cannot start the signal-handling thread")]
     SignalThread(#[source] io::Error),

@@ -10,12 +10,13 @@
 //!
 //! - every rank exits 0: [`Outcome::Success`];
 //! - something goes wrong first (a rank fails or cannot start, the timeout
-//!   passes, the launcher gets SIGINT or SIGTERM): every rank still running
+//!   passes, the launcher gets SIGINT, SIGTERM, SIGHUP or SIGQUIT, during
+//!   start-up too, which then stops starting ranks): every rank still running
 //!   gets SIGTERM (after a rank failure, only once `--failure-wait-secs`
 //!   has passed without them all exiting by themselves: NOTE [failure
 //!   wait]) (or the launcher's own signal, forwarded) to its process
 //!   group, and SIGKILL when it is still there after the grace period;
-//! - a second SIGINT/SIGTERM during that grace period sends SIGKILL at once.
+//! - a second such signal during that grace period sends SIGKILL at once.
 //!
 //! When the job is over, however it ended, whatever the ranks left running
 //! in their process groups (or orphaned) is stopped and reported: NOTE
@@ -33,14 +34,15 @@ use std::fmt;
 use std::io::{self, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::leftovers::{self, Scan};
@@ -60,6 +62,12 @@ const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 
 /// How often the sweep of leftover processes looks again.
 const SWEEP_POLL: Duration = Duration::from_millis(20);
+
+/// When `/proc` cannot be read, how long the sweep goes on after sending
+/// SIGKILL to every rank's group: long enough for `/proc` to become
+/// readable again (descriptors freed), short because it cannot see
+/// whether the groups are empty.
+const BLIND_KILL_WAIT: Duration = Duration::from_secs(1);
 
 /// `now + after`, capped at a year from now: options are validated to at
 /// most a year, but a [`JobConfig`] built by hand may hold anything, and
@@ -129,6 +137,24 @@ fn signal_exit_code(signal: i32) -> u8 {
     u8::try_from(128 + signal.clamp(1, 127)).unwrap_or(u8::MAX)
 }
 
+/// The signals that end a job: each is forwarded to the ranks, and the
+/// launcher exits with 128 + its number. SIGHUP (the terminal went away)
+/// and SIGQUIT (Ctrl-\\) ended the launcher without any cleanup before.
+const STOP_SIGNALS: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
+
+/// Pids of the ranks started so far. Held while a rank is being started,
+/// so the orphan reaper never takes a rank that exits at once for an
+/// orphan (NOTE [leftover processes]).
+#[derive(Debug, Default, Clone)]
+struct RankPids(Arc<Mutex<Vec<u32>>>);
+
+impl RankPids {
+    fn lock(&self) -> MutexGuard<'_, Vec<u32>> {
+        // A list of pids cannot be left half-updated.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// Why the job ended: success, or the first thing that went wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -192,17 +218,23 @@ pub struct Report {
     /// Orphaned processes outside every rank's group (they made a group of
     /// their own) that the launcher stopped when the job ended.
     pub strays: Vec<u32>,
+    /// Why the launcher could not look for what the ranks left running
+    /// (the process table could not be read); it signalled every rank's
+    /// group instead, and exits non-zero even when the ranks succeeded.
+    pub sweep_error: Option<String>,
 }
 
 impl Report {
-    /// Whether every rank exited 0.
+    /// Whether every rank exited 0 and nothing they left behind escaped
+    /// the launcher's notice.
     pub fn success(&self) -> bool {
-        self.outcome == Outcome::Success
+        self.outcome == Outcome::Success && self.sweep_error.is_none()
     }
 
     /// The launcher's exit code (see the `--help` text).
     pub fn exit_code(&self) -> u8 {
         match &self.outcome {
+            Outcome::Success if self.sweep_error.is_some() => 1,
             Outcome::Success => 0,
             Outcome::RankFailed { exit, .. } => exit.launcher_code(),
             Outcome::SpawnFailed { kind, .. } => match kind {
@@ -222,7 +254,11 @@ impl Report {
         if self.success() {
             return self.leftover_lines();
         }
-        let mut lines = vec![format!("job failed: {}", self.outcome)];
+        let mut lines = if self.outcome == Outcome::Success {
+            vec![format!("job failed: {}, but see below", self.outcome)]
+        } else {
+            vec![format!("job failed: {}", self.outcome)]
+        };
         for (rank, record) in self.ranks.iter().enumerate() {
             let what = match (&record.pid, &record.exit) {
                 (None, _) => "not started".to_owned(),
@@ -270,6 +306,11 @@ impl Report {
                 pids(&self.strays)
             ));
         }
+        if let Some(why) = &self.sweep_error {
+            lines.push(format!(
+                "could not look for processes the ranks left running ({why}); sent SIGTERM, then SIGKILL, to every rank's process group instead; processes that left their group may still run"
+            ));
+        }
         lines
     }
 }
@@ -304,18 +345,25 @@ pub fn run_ranks(job: &JobConfig, master_port: u16, token: &str) -> Result<Repor
         ));
     }
     let (tx, events) = mpsc::channel();
+    let rank_pids = RankPids::default();
     // Installed before the first rank starts, so a Ctrl-C at any time
-    // reaches the ranks that exist.
-    let mut signals = Signals::new([SIGINT, SIGTERM]).map_err(LaunchError::Signals)?;
+    // reaches the ranks that exist. SIGCHLD reaps orphans while the job
+    // runs (NOTE [leftover processes]).
+    let mut signals = Signals::new(STOP_SIGNALS.iter().copied().chain([SIGCHLD]))
+        .map_err(LaunchError::Signals)?;
     let signal_handle = signals.handle();
     let signal_tx = tx.clone();
+    let reaper_pids = rank_pids.clone();
     let signal_thread = thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             for signal in signals.forever() {
-                if signal_tx.send(Event::Signal(signal)).is_err() {
-                    break;
+                if signal == SIGCHLD {
+                    leftovers::reap_orphans(&reaper_pids.lock());
+                    continue;
                 }
+                // After the job, when nobody listens, keep reaping.
+                let _ = signal_tx.send(Event::Signal(signal));
             }
         })
         .map_err(LaunchError::SignalThread)?;
@@ -327,6 +375,7 @@ pub fn run_ranks(job: &JobConfig, master_port: u16, token: &str) -> Result<Repor
         events,
         ranks: vec![RankRecord::default(); job.nproc],
         children: (0..job.nproc).map(|_| None).collect(),
+        rank_pids,
         running: 0,
         output_threads: Vec::new(),
     };
@@ -349,6 +398,8 @@ struct Supervisor<'a> {
     ranks: Vec<RankRecord>,
     /// Each started rank, reaped once the job is over (NOTE [pid reuse]).
     children: Vec<Option<Child>>,
+    /// The same ranks' pids, shared with the orphan reaper.
+    rank_pids: RankPids,
     /// Ranks started whose exit is not recorded yet.
     running: usize,
     output_threads: Vec<JoinHandle<()>>,
@@ -359,6 +410,12 @@ impl Supervisor<'_> {
         let deadline = self.job.timeout.map(deadline_in);
         let mut outcome = None;
         for rank in 0..self.job.nproc {
+            // A signal or a failed rank ends start-up: a Ctrl-C was ignored
+            // until all ranks had started before (11.7 s for 1024).
+            outcome = self.startup_event();
+            if outcome.is_some() {
+                break;
+            }
             if let Err(err) = self.start_rank(rank) {
                 let program = self.job.command[0].to_string_lossy().into_owned();
                 outcome = Some(Outcome::SpawnFailed {
@@ -389,7 +446,7 @@ impl Supervisor<'_> {
                 Next::Disconnected => {
                     let running = self.running;
                     self.signal_running(Signal::SIGKILL);
-                    self.sweep_leftovers();
+                    let _ = self.sweep_leftovers();
                     self.reap();
                     return Err(LaunchError::WaitersGone { running });
                 }
@@ -403,14 +460,32 @@ impl Supervisor<'_> {
         if self.running > 0 {
             self.shut_down(&outcome, forwarded);
         }
-        let strays = self.sweep_leftovers();
+        let (strays, sweep_error) = self.sweep_leftovers();
         self.reap();
         self.drain_output();
         Ok(Report {
             outcome,
             ranks: self.ranks.clone(),
             strays,
+            sweep_error,
         })
+    }
+
+    /// Takes what has happened so far while ranks are being started: exits
+    /// are recorded, and the first failure or stop signal is returned.
+    fn startup_event(&mut self) -> Option<Outcome> {
+        loop {
+            match self.events.try_recv() {
+                Ok(Event::Exited { rank, exit }) => {
+                    self.record(rank, exit.clone());
+                    if !exit.success() {
+                        return Some(Outcome::RankFailed { rank, exit });
+                    }
+                }
+                Ok(Event::Signal(signal)) => return Some(Outcome::Interrupted { signal }),
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => return None,
+            }
+        }
     }
 
     /// NOTE [failure wait]: when a rank dies, the others usually find out
@@ -569,8 +644,12 @@ impl Supervisor<'_> {
             cmd.env(name, value);
         }
         die_with_launcher(&mut cmd);
+        let rank_pids = self.rank_pids.clone();
+        let mut pids = rank_pids.lock();
         let mut child = cmd.spawn()?;
         let pid = child.id();
+        pids.push(pid);
+        drop(pids);
         if let Some(record) = self.ranks.get_mut(rank) {
             record.pid = Some(pid);
         }
@@ -621,31 +700,65 @@ impl Supervisor<'_> {
     /// NOTE [leftover processes]: stops whatever the ranks left running,
     /// in their groups or orphaned to the launcher: SIGTERM, then SIGKILL
     /// after the grace period. Records the pids per rank; returns the
-    /// strays.
-    fn sweep_leftovers(&mut self) -> Vec<u32> {
+    /// strays, and why the process table could not be read if it could
+    /// not (then every rank's group is signalled blind, and that is
+    /// reported rather than taken for a clean sweep).
+    fn sweep_leftovers(&mut self) -> (Vec<u32>, Option<String>) {
         let launcher = std::process::id();
         let leaders: Vec<u32> = self.ranks.iter().filter_map(|r| r.pid).collect();
         let mut strays: Vec<u32> = Vec::new();
         let mut announced = false;
+        let mut unreadable: Option<String> = None;
         let term_deadline = deadline_in(self.job.grace);
         let kill_deadline = deadline_in(self.job.grace.saturating_add(KILL_WAIT));
+        // Blind, a group's emptiness cannot be seen: SIGKILL it once, then
+        // stop after this long.
+        let mut blind_kill_sent: Option<Instant> = None;
         loop {
-            let found = leftovers::scan(launcher, &leaders, &leaders);
+            let now = Instant::now();
+            let signal = if now < term_deadline {
+                Signal::SIGTERM
+            } else {
+                Signal::SIGKILL
+            };
+            let found = match leftovers::scan(launcher, &leaders, &leaders) {
+                Ok(found) => found,
+                Err(err) => {
+                    if unreadable.is_none() {
+                        log(&format!(
+                            "cannot read /proc to look for processes the ranks left running ({err}); \
+                             sending SIGTERM to every rank's process group, SIGKILL after {} s",
+                            self.job.grace.as_secs_f64()
+                        ));
+                    }
+                    unreadable = Some(format!("cannot read /proc: {err}"));
+                    if let Some(sent) = blind_kill_sent {
+                        if sent.elapsed() >= BLIND_KILL_WAIT {
+                            break;
+                        }
+                    } else {
+                        self.signal_all_groups(signal);
+                        if signal == Signal::SIGKILL {
+                            blind_kill_sent = Some(now);
+                        }
+                    }
+                    thread::sleep(SWEEP_POLL);
+                    continue;
+                }
+            };
+            // Readable again: what the scan shows is the truth.
+            if unreadable.take().is_some() {
+                log("/proc is readable again; looking for what the ranks left running");
+            }
             if found.is_empty() {
                 break;
             }
-            let now = Instant::now();
             if now >= kill_deadline {
                 log(&format!(
                     "processes left by the ranks survive SIGKILL: {found:?}"
                 ));
                 break;
             }
-            let signal = if now < term_deadline {
-                Signal::SIGTERM
-            } else {
-                Signal::SIGKILL
-            };
             let fresh = self.note_leftovers(&found, &mut strays);
             if fresh && !announced {
                 announced = true;
@@ -660,7 +773,17 @@ impl Supervisor<'_> {
             thread::sleep(SWEEP_POLL);
         }
         strays.sort_unstable();
-        strays
+        (strays, unreadable)
+    }
+
+    /// Sends `signal` to every rank's process group, exited ranks included
+    /// (their zombies hold the group ids: NOTE [pid reuse]).
+    fn signal_all_groups(&self, signal: Signal) {
+        for (rank, record) in self.ranks.iter().enumerate() {
+            if let Some(pid) = record.pid {
+                signal_group(rank, pid, signal);
+            }
+        }
     }
 
     /// Adds what `found` names to the records; whether anything was new.
@@ -793,6 +916,7 @@ mod tests {
             outcome,
             ranks: vec![RankRecord::default()],
             strays: Vec::new(),
+            sweep_error: None,
         }
     }
 
@@ -873,6 +997,7 @@ mod tests {
                 RankRecord::default(),
             ],
             strays: vec![30],
+            sweep_error: None,
         };
         assert_eq!(
             report.summary(),

@@ -603,6 +603,7 @@ fn ranks_reach_the_store_with_their_token() {
     let config = |token: &str| ClientConfig {
         timeout: Duration::from_secs(10),
         connect_timeout: Duration::from_secs(10),
+        handshake_timeout: intranode_store::DEFAULT_HANDSHAKE_TIMEOUT,
         token: Some(token.to_owned()),
     };
     let store = TcpStore::connect(addr.as_str(), config(token)).unwrap();

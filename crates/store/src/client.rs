@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::StoreError;
-use crate::server::{check_token, token_from_env};
+use crate::server::{TOO_MANY_CONNECTIONS, check_token, token_from_env};
 use crate::store::{DEFAULT_TIMEOUT, Store, TimeoutCell, owned_keys};
 use crate::wire::{self, FrameError, PROTOCOL_VERSION, Request, Response};
 
@@ -21,6 +21,11 @@ const IO_GRACE: Duration = Duration::from_secs(5);
 const BACKOFF_START: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
+/// Default of [`ClientConfig::handshake_timeout`]: a store answers the
+/// hello as soon as it reads it (its own login deadline is 10 s), so a
+/// server silent this long is not one, or is hung.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Settings of a [`TcpStore`] client.
 #[derive(Clone)]
 pub struct ClientConfig {
@@ -28,6 +33,11 @@ pub struct ClientConfig {
     pub timeout: Duration,
     /// How long [`TcpStore::connect`] keeps retrying before giving up.
     pub connect_timeout: Duration,
+    /// How long a server that accepted the connection has to answer the
+    /// hello ([`DEFAULT_HANDSHAKE_TIMEOUT`]). A silent server is not
+    /// retried: the connect fails with [`StoreError::Silent`], naming the
+    /// address, instead of holding the client for `connect_timeout`.
+    pub handshake_timeout: Duration,
     /// Shared secret to present to the server, if it wants one.
     pub token: Option<String>,
 }
@@ -37,6 +47,7 @@ impl Default for ClientConfig {
         Self {
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_TIMEOUT,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             token: None,
         }
     }
@@ -47,6 +58,7 @@ impl fmt::Debug for ClientConfig {
         f.debug_struct("ClientConfig")
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("handshake_timeout", &self.handshake_timeout)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .finish()
     }
@@ -56,6 +68,30 @@ impl fmt::Debug for ClientConfig {
 /// milliseconds (default [`DEFAULT_TIMEOUT`]): how long a rank waits for a
 /// peer that never arrives before the collective names it as missing.
 pub const STORE_TIMEOUT_ENV: &str = "INTRANODE_STORE_TIMEOUT_MS";
+
+/// How long a server that accepted the connection has to answer the hello,
+/// in milliseconds (default [`DEFAULT_HANDSHAKE_TIMEOUT`]).
+pub const HANDSHAKE_TIMEOUT_ENV: &str = "INTRANODE_STORE_HANDSHAKE_TIMEOUT_MS";
+
+/// A positive number of milliseconds from `name`, `default` when unset or
+/// blank.
+fn millis_var(
+    var: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: Duration,
+) -> Result<Duration, StoreError> {
+    match var(name) {
+        Some(v) if !v.trim().is_empty() => match v.trim().parse::<u64>() {
+            Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+            _ => Err(StoreError::Config {
+                var: name,
+                value: v,
+                expected: "a positive number of milliseconds",
+            }),
+        },
+        _ => Ok(default),
+    }
+}
 
 impl ClientConfig {
     /// The defaults, with the token read from [`crate::TOKEN_ENV`] and the
@@ -100,22 +136,12 @@ impl ClientConfig {
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, StoreError> {
         let token = var(crate::TOKEN_ENV);
         check_token(token.as_deref())?;
-        let timeout = match var(STORE_TIMEOUT_ENV) {
-            Some(v) if !v.trim().is_empty() => match v.trim().parse::<u64>() {
-                Ok(ms) if ms > 0 => Duration::from_millis(ms),
-                _ => {
-                    return Err(StoreError::Config {
-                        var: STORE_TIMEOUT_ENV,
-                        value: v,
-                        expected: "a positive number of milliseconds",
-                    });
-                }
-            },
-            _ => DEFAULT_TIMEOUT,
-        };
+        let timeout = millis_var(&var, STORE_TIMEOUT_ENV, DEFAULT_TIMEOUT)?;
+        let handshake_timeout = millis_var(&var, HANDSHAKE_TIMEOUT_ENV, DEFAULT_HANDSHAKE_TIMEOUT)?;
         Ok(Self {
             timeout,
             connect_timeout: timeout,
+            handshake_timeout,
             token,
         })
     }
@@ -136,6 +162,7 @@ pub struct TcpStore {
     resolved: Vec<SocketAddr>,
     token: Option<String>,
     connect_timeout: Duration,
+    handshake_timeout: Duration,
     timeout: TimeoutCell,
     conn: Mutex<Option<TcpStream>>,
 }
@@ -159,9 +186,12 @@ impl TcpStore {
     /// `SocketAddr`), retrying with backoff until `config.connect_timeout`
     /// so clients may start before the server, then handshakes.
     ///
-    /// A refused handshake (wrong token, other protocol version, server at
-    /// its connection limit) fails at once; it would not get better by
-    /// retrying. An empty token fails before connecting.
+    /// A refused handshake (wrong token, other protocol version) fails at
+    /// once; it would not get better by retrying. A server at its
+    /// connection limit is retried like an absent one, until the connect
+    /// timeout. A server that accepts but does not answer the hello within
+    /// `config.handshake_timeout` fails at once ([`StoreError::Silent`]).
+    /// An empty token fails before connecting.
     pub fn connect<A>(addr: A, config: ClientConfig) -> Result<Self, StoreError>
     where
         A: ToSocketAddrs + fmt::Display,
@@ -173,6 +203,7 @@ impl TcpStore {
             || addr.to_socket_addrs().map(Iterator::collect),
             config.token.as_deref(),
             config.connect_timeout,
+            config.handshake_timeout,
         )?;
         tracing::debug!(addr = %name, "connected to store");
         Ok(Self {
@@ -180,6 +211,7 @@ impl TcpStore {
             resolved,
             token: config.token,
             connect_timeout: config.connect_timeout,
+            handshake_timeout: config.handshake_timeout,
             timeout: TimeoutCell::new(config.timeout),
             conn: Mutex::new(Some(stream)),
         })
@@ -220,6 +252,7 @@ impl TcpStore {
                     || Ok(resolved.clone()),
                     self.token.as_deref(),
                     window,
+                    self.handshake_timeout,
                 )
                 .map_err(|e| StoreError::Broken {
                     addr: self.addr.clone(),
@@ -318,6 +351,7 @@ fn open(
     resolve: impl Fn() -> io::Result<Vec<SocketAddr>>,
     token: Option<&str>,
     window: Duration,
+    handshake_timeout: Duration,
 ) -> Result<(TcpStream, Vec<SocketAddr>), StoreError> {
     let start = Instant::now();
     let deadline = start.checked_add(window);
@@ -344,11 +378,20 @@ fn open(
                     // Cap one attempt so a black-holed address does not eat
                     // the whole window before the next one is tried.
                     match TcpStream::connect_timeout(sa, remaining.min(Duration::from_secs(5))) {
-                        Ok(stream) => match handshake(name, stream, token, remaining) {
-                            Ok(stream) => return Ok((stream, addrs)),
-                            Err(Handshake::Refused(e)) => return Err(e),
-                            Err(Handshake::Io(e)) => last_err = e,
-                        },
+                        Ok(stream) => {
+                            // At least a second, so a nearly spent window
+                            // still gets an answer.
+                            let answer_within =
+                                handshake_timeout.min(remaining.max(Duration::from_secs(1)));
+                            match handshake(name, stream, token, answer_within) {
+                                Ok(stream) => return Ok((stream, addrs)),
+                                Err(Handshake::Refused(e)) => return Err(e),
+                                Err(Handshake::Busy(reason)) => {
+                                    last_err = io::Error::other(reason);
+                                }
+                                Err(Handshake::Io(e)) => last_err = e,
+                            }
+                        }
                         Err(e) => last_err = e,
                     }
                 }
@@ -370,8 +413,10 @@ fn open(
 }
 
 enum Handshake {
-    /// The server said no: do not retry.
+    /// The server said no, or said nothing in time: do not retry.
     Refused(StoreError),
+    /// The server is at its connection limit: retry.
+    Busy(String),
     /// The connection failed: retry.
     Io(io::Error),
 }
@@ -380,7 +425,7 @@ fn handshake(
     name: &str,
     mut stream: TcpStream,
     token: Option<&str>,
-    window: Duration,
+    answer_within: Duration,
 ) -> Result<TcpStream, Handshake> {
     let refused = |reason: String| {
         Handshake::Refused(StoreError::Handshake {
@@ -393,15 +438,28 @@ fn handshake(
         token: token.map(|t| t.as_bytes().to_vec()),
     };
     let body = wire::encode_request(&hello).map_err(|e| refused(e.to_string()))?;
-    // At least a second, so a nearly spent window still gets an answer.
-    let io_timeout = window.max(Duration::from_secs(1));
     stream.set_nodelay(true).map_err(Handshake::Io)?;
-    let reply = exchange(&mut stream, &body, io_timeout).map_err(Handshake::Io)?;
+    let reply = exchange(&mut stream, &body, answer_within).map_err(|e| {
+        if matches!(
+            e.kind(),
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+        ) {
+            Handshake::Refused(StoreError::Silent {
+                addr: name.to_owned(),
+                waited: answer_within,
+            })
+        } else {
+            Handshake::Io(e)
+        }
+    })?;
     match wire::decode_response(&reply) {
         Ok(Response::Hello { version }) if version == PROTOCOL_VERSION => Ok(stream),
         Ok(Response::Hello { version }) => Err(refused(format!(
             "server speaks protocol version {version}, client speaks {PROTOCOL_VERSION}"
         ))),
+        Ok(Response::Refused(reason)) if reason.starts_with(TOO_MANY_CONNECTIONS) => {
+            Err(Handshake::Busy(reason))
+        }
         Ok(Response::Error(reason) | Response::Refused(reason)) => Err(refused(reason)),
         Ok(other) => Err(refused(format!("unexpected reply {other:?}"))),
         Err(e) => Err(refused(format!("malformed reply: {e}"))),

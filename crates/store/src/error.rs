@@ -44,6 +44,21 @@ pub enum StoreError {
         reason: String,
     },
 
+    /// The server accepted the connection but did not answer the hello in
+    /// time: not an intranode store, or a hung one.
+    #[error(
+        "store at {addr} accepted the connection but did not answer the hello within {} ms \
+         (handshake timeout, {}): is another kind of server listening there?",
+        waited.as_millis(),
+        crate::HANDSHAKE_TIMEOUT_ENV
+    )]
+    Silent {
+        /// The server address.
+        addr: String,
+        /// How long the client waited for the answer.
+        waited: Duration,
+    },
+
     /// Reading from or writing to the server failed after connecting.
     #[error("i/o error with store at {addr} during {op}: {source}")]
     Io {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::StoreError;
-use crate::limits::ENTRY_OVERHEAD_BYTES;
+use crate::limits::{ENTRY_OVERHEAD_BYTES, alloc_bytes};
 use crate::store::{DEFAULT_TIMEOUT, Store, TimeoutCell, add_to_counter, owned_keys};
 
 /// A stored value, shared with the replies that carry it so that a reply
@@ -57,14 +57,30 @@ struct State {
     waiters: HashMap<String, Vec<WaiterSlot>>,
     next_waiter_id: u64,
     closed: bool,
+    /// Bytes of entries deleted since malloc last gave free pages back.
+    freed_since_trim: usize,
 }
 
-/// What a key and its value count against `max_stored_bytes`: the key, the
-/// value's allocation (its capacity, which `APPEND` may grow past its
-/// length) and a fixed overhead.
+/// After deleting this many counted bytes the table asks malloc to give
+/// free pages back ([`crate::malloc::trim`]): often enough that a store
+/// emptied of millions of tiny keys shrinks, rarely enough that the walk
+/// over malloc's arenas (milliseconds for a large heap) costs nothing.
+const TRIM_AFTER_BYTES: usize = 16 << 20;
+const TRIM_WHEN_EMPTY_BYTES: usize = 1 << 20;
+
+/// A table with more than this many slots per key, and more than
+/// `MIN_SHRINK_SLOTS` slots, is shrunk after a delete: a table grown for
+/// millions of keys keeps its slots otherwise.
+const SHRINK_WHEN_SLOTS_PER_KEY: usize = 4;
+const MIN_SHRINK_SLOTS: usize = 4096;
+
+/// What a key and its value count against `max_stored_bytes`: the heap
+/// blocks of the key and of the value (its capacity, which `APPEND` may
+/// grow past its length) and the fixed overhead of NOTE [entry cost] in
+/// `limits.rs`.
 fn entry_bytes(key_bytes: usize, value: &[u8], capacity: usize) -> usize {
-    key_bytes
-        .saturating_add(value.len().max(capacity))
+    alloc_bytes(key_bytes)
+        .saturating_add(alloc_bytes(value.len().max(capacity)))
         .saturating_add(ENTRY_OVERHEAD_BYTES)
 }
 
@@ -251,14 +267,34 @@ impl MemTable {
 
     pub(crate) fn delete(&self, key: &str) -> bool {
         let mut state = self.lock();
-        match state.map.remove(key) {
-            Some(v) => {
-                let freed = value_entry_bytes(key, &v);
-                state.stored_bytes = state.stored_bytes.saturating_sub(freed);
-                true
-            }
-            None => false,
+        let Some(v) = state.map.remove(key) else {
+            return false;
+        };
+        let freed = value_entry_bytes(key, &v);
+        state.stored_bytes = state.stored_bytes.saturating_sub(freed);
+        let slots = state.map.capacity();
+        if slots > MIN_SHRINK_SLOTS
+            && slots > state.map.len().saturating_mul(SHRINK_WHEN_SLOTS_PER_KEY)
+        {
+            let keep = state.map.len().saturating_mul(2);
+            state.map.shrink_to(keep);
         }
+        state.freed_since_trim = state.freed_since_trim.saturating_add(freed);
+        // Also when the table has just been emptied, so that a store that
+        // is done with its keys gives back their memory.
+        let trim = state.freed_since_trim >= TRIM_AFTER_BYTES
+            || (state.map.is_empty() && state.freed_since_trim >= TRIM_WHEN_EMPTY_BYTES);
+        if trim {
+            state.freed_since_trim = 0;
+        }
+        // The value may still be shared with a reply; it goes when that
+        // does. Trim without the lock: it walks every arena.
+        drop(state);
+        drop(v);
+        if trim {
+            crate::malloc::trim();
+        }
+        true
     }
 
     pub(crate) fn num_keys(&self) -> i64 {
@@ -595,10 +631,11 @@ mod tests {
         let cap = 4 * ENTRY_OVERHEAD_BYTES;
         let t = limited(1 << 20, cap);
         t.set("a".into(), vec![0; 100]).unwrap();
-        assert_eq!(t.stored_bytes(), 1 + 100 + ENTRY_OVERHEAD_BYTES);
+        // Key and value as malloc chunks: 32 and 112 bytes.
+        assert_eq!(t.stored_bytes(), 32 + 112 + ENTRY_OVERHEAD_BYTES);
         // Replacing a value counts the difference only.
         t.set("a".into(), vec![0; 50]).unwrap();
-        assert_eq!(t.stored_bytes(), 1 + 50 + ENTRY_OVERHEAD_BYTES);
+        assert_eq!(t.stored_bytes(), 32 + 64 + ENTRY_OVERHEAD_BYTES);
         let err = t.set("b".into(), vec![0; cap]).unwrap_err();
         assert!(err.to_string().contains("store is full"), "{err}");
         // Empty keys are not free.

@@ -48,7 +48,9 @@ mod server;
 mod store;
 pub mod wire;
 
-pub use client::{ClientConfig, STORE_TIMEOUT_ENV, TcpStore};
+pub use client::{
+    ClientConfig, DEFAULT_HANDSHAKE_TIMEOUT, HANDSHAKE_TIMEOUT_ENV, STORE_TIMEOUT_ENV, TcpStore,
+};
 pub use error::StoreError;
 pub use exchange::StoreExchange;
 pub use hash::HashStore;

@@ -10,8 +10,8 @@
 //!     buffer of at most max_hello_bytes)
 //!   + max_buffered_bytes (every request body being read or decoded, every
 //!     reply being written, every parked request, all connections together)
-//!   + the stored data (max_stored_bytes as counted: keys, value capacities
-//!     and ENTRY_OVERHEAD_BYTES per key)
+//!   + the stored data (max_stored_bytes as counted: the allocations of
+//!     keys and values and ENTRY_OVERHEAD_BYTES per key, NOTE [entry cost])
 //! ```
 //!
 //! which with the defaults is about 64 MiB plus the stored data
@@ -47,10 +47,51 @@ use std::time::Duration;
 
 use crate::StoreError;
 
-/// Bytes each key costs in [`ServerLimits::max_stored_bytes`] beyond its
-/// key and value bytes: the hash-map slot, the `String`, the `Arc` and the
-/// allocator's headers. It keeps a flood of empty keys from being free.
-pub const ENTRY_OVERHEAD_BYTES: usize = 128;
+/// Bytes each key costs in [`ServerLimits::max_stored_bytes`] beyond the
+/// allocations of its key and value (as glibc's malloc sizes them): its share of the
+/// hash table and the `Arc` that holds the value.
+///
+/// NOTE [entry cost]: a table slot is a `(String, Arc<Vec<u8>>)` and one
+/// control byte, 33 bytes. The table holds at most 7 keys per 8 slots and
+/// doubles when full; while it grows, the old table and the new one (three
+/// times the old slots) exist together, so at the peak each key stands for
+/// 3 x 8/7 slots, 114 bytes. The `Arc`'s block (two counts and the `Vec`,
+/// 40 bytes) takes a 48-byte chunk of glibc's malloc. The old figure, 128
+/// bytes per key on top of the bare key and value lengths, let 7.9 M tiny
+/// keys reach 1,356 MiB of RSS under a 1 GiB limit; `tests/limits.rs`
+/// (`tiny_keys_stay_within_max_stored_bytes`) now fills the store with
+/// tiny keys and checks the peak RSS against the limit.
+pub const ENTRY_OVERHEAD_BYTES: usize = TABLE_BYTES_PER_KEY + alloc_bytes(ARC_VEC_BYTES);
+
+/// One slot of the table: the key, the value's `Arc`, a control byte.
+const TABLE_SLOT_BYTES: usize = std::mem::size_of::<(String, std::sync::Arc<Vec<u8>>)>() + 1;
+
+/// Peak table bytes per key (NOTE [entry cost]): 3 x 8/7 slots.
+const TABLE_BYTES_PER_KEY: usize = (3 * 8 * TABLE_SLOT_BYTES).div_ceil(7);
+
+/// The block an `Arc<Vec<u8>>` allocates: two counts and the `Vec`.
+const ARC_VEC_BYTES: usize = 2 * std::mem::size_of::<usize>() + std::mem::size_of::<Vec<u8>>();
+
+/// What a heap block of `bytes` costs, as glibc's malloc lays it out: an
+/// 8-byte header, 16-byte granules, 32 bytes at least; blocks from 256 KiB
+/// up (`malloc.rs` fixes that threshold) are mapped on their own, in
+/// pages. Nothing for an empty `Vec` or `String`, which allocates nothing.
+pub(crate) const fn alloc_bytes(bytes: usize) -> usize {
+    const HEADER: usize = 8;
+    const GRANULE: usize = 16;
+    const MIN_CHUNK: usize = 32;
+    const PAGE: usize = 4096;
+    if bytes == 0 {
+        0
+    } else if bytes >= crate::malloc::MMAP_THRESHOLD_BYTES {
+        (bytes.saturating_add(2 * HEADER))
+            .div_ceil(PAGE)
+            .saturating_mul(PAGE)
+    } else {
+        let chunk = (bytes + HEADER).div_ceil(GRANULE) * GRANULE;
+        if chunk < MIN_CHUNK { MIN_CHUNK } else { chunk }
+    }
+}
 
 /// Stack of each client thread. The server never recurses; 256 KiB is
 /// ample, and only the pages a thread touches cost memory.
@@ -98,9 +139,10 @@ pub struct ServerLimits {
     /// Bytes of requests and replies in flight on all connections together
     /// (64 MiB); a connection waits for its share (up to `frame_timeout`).
     pub max_buffered_bytes: usize,
-    /// Bytes the table may hold, counting keys, value capacities and
-    /// [`ENTRY_OVERHEAD_BYTES`] per key (1 GiB). Writes past it fail with
-    /// an error ("store is full").
+    /// Bytes the table may hold, counting the allocations of keys and
+    /// values (as malloc sizes them) and [`ENTRY_OVERHEAD_BYTES`] per key
+    /// (1 GiB; NOTE [entry cost]). Writes past it fail with an error
+    /// ("store is full").
     pub max_stored_bytes: usize,
 }
 

@@ -13,7 +13,7 @@
 
 /// Blocks at least this large are mapped on their own and unmapped on
 /// free.
-const MMAP_THRESHOLD_BYTES: i32 = 256 * 1024;
+pub(crate) const MMAP_THRESHOLD_BYTES: usize = 256 * 1024;
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod imp {
@@ -25,13 +25,26 @@ mod imp {
     unsafe extern "C" {
         /// glibc's `mallopt(3)`; std already links glibc.
         fn mallopt(param: c_int, value: c_int) -> c_int;
+        /// glibc's `malloc_trim(3)`.
+        fn malloc_trim(pad: usize) -> c_int;
     }
 
-    pub(super) fn set_mmap_threshold(bytes: i32) -> bool {
+    pub(super) fn set_mmap_threshold(bytes: usize) -> bool {
+        let Ok(bytes) = c_int::try_from(bytes) else {
+            return false;
+        };
         // SAFETY: mallopt takes two ints and returns one; it is
         // thread-safe (it takes the arena locks) and M_MMAP_THRESHOLD with
         // a value under HEAP_MAX_SIZE / 2 is a documented, valid setting.
         unsafe { mallopt(M_MMAP_THRESHOLD, bytes) == 1 }
+    }
+
+    pub(super) fn trim() {
+        // SAFETY: malloc_trim(3) takes a size_t and is thread-safe (it
+        // takes each arena's lock in turn); 0 asks it to keep no padding.
+        unsafe {
+            malloc_trim(0);
+        }
     }
 }
 
@@ -39,9 +52,11 @@ mod imp {
 mod imp {
     /// Other allocators (musl's, the BSDs') unmap large blocks on their
     /// own; nothing to do.
-    pub(super) fn set_mmap_threshold(_bytes: i32) -> bool {
+    pub(super) fn set_mmap_threshold(_bytes: usize) -> bool {
         true
     }
+
+    pub(super) fn trim() {}
 }
 
 /// Applies the setting once per process.
@@ -52,4 +67,13 @@ pub(crate) fn return_large_frees_to_the_system() {
             tracing::warn!("mallopt(M_MMAP_THRESHOLD) failed; freed buffers may stay resident");
         }
     });
+}
+
+/// Gives the free pages inside malloc's heaps back to the system. Freed
+/// small blocks (the keys and values of many tiny entries) stay resident
+/// otherwise: only the top of a heap is trimmed by itself. It walks every
+/// arena, so the table calls it only after freeing many megabytes
+/// (`hash.rs`, NOTE [entry cost] in `limits.rs`).
+pub(crate) fn trim() {
+    imp::trim();
 }

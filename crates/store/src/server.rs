@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, BufWriter, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
@@ -22,11 +23,12 @@ use crate::wire::{self, DecodeLimits, PROTOCOL_VERSION, Request, Response, WireE
 /// Environment variable holding the shared secret of server and clients.
 pub const TOKEN_ENV: &str = "INTRANODE_STORE_TOKEN";
 
-/// How often the acceptor looks at the shutdown flag while no client
-/// connects. The listener is non-blocking so that shutdown never depends on
-/// waking a blocked `accept` (a self-connect can fail); 10 ms keeps idle
-/// cost negligible and adds at most that much to a connect.
-const ACCEPT_POLL: Duration = Duration::from_millis(10);
+/// Pause after `accept` fails for a reason other than an empty queue
+/// (out of descriptors, mostly), so the acceptor does not spin on a
+/// listener that stays readable. Only that error path sleeps: the acceptor
+/// otherwise blocks in `poll(2)` until a client connects or shutdown wakes
+/// it, so a login never waits on a timer.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 
 /// After an error reply, how long the server keeps reading (and
 /// discarding) what the client still sends before closing. Closing a
@@ -55,6 +57,10 @@ const REFUSER_STACK_BYTES: usize = 64 * 1024;
 /// Replies up to this size are built in one buffer and sent in one write;
 /// larger ones are written piece by piece straight from the stored values.
 const SMALL_REPLY_BYTES: usize = 64 * 1024;
+
+/// How a refusal for being over `max_connections` starts; the client
+/// retries on it (within its connect timeout) instead of giving up.
+pub(crate) const TOO_MANY_CONNECTIONS: &str = "too many connections";
 
 /// Settings of a [`TcpStoreServer`].
 #[derive(Clone)]
@@ -292,6 +298,9 @@ pub struct TcpStoreServer {
     local_addr: SocketAddr,
     shared: Arc<Shared>,
     acceptor: Option<JoinHandle<()>>,
+    /// Dropped by shutdown: the acceptor polls the other end, which then
+    /// reads as closed and wakes it.
+    wake_acceptor: Option<UnixStream>,
 }
 
 impl TcpStoreServer {
@@ -307,6 +316,7 @@ impl TcpStoreServer {
         let listener = TcpListener::bind(want).map_err(bind_err)?;
         let local_addr = listener.local_addr().map_err(bind_err)?;
         listener.set_nonblocking(true).map_err(bind_err)?;
+        let (wake_acceptor, woken) = UnixStream::pair().map_err(bind_err)?;
         let limits = config.limits;
         let shared = Arc::new(Shared {
             table: MemTable::new(TableLimits {
@@ -328,7 +338,7 @@ impl TcpStoreServer {
             let shared = Arc::clone(&shared);
             thread::Builder::new()
                 .name(format!("store-accept-{}", local_addr.port()))
-                .spawn(move || accept_loop(&shared, &listener))
+                .spawn(move || accept_loop(&shared, &listener, &woken))
                 .map_err(bind_err)?
         };
         tracing::debug!(%local_addr, "store server listening");
@@ -336,6 +346,7 @@ impl TcpStoreServer {
             local_addr,
             shared,
             acceptor: Some(acceptor),
+            wake_acceptor: Some(wake_acceptor),
         })
     }
 
@@ -356,6 +367,7 @@ impl TcpStoreServer {
         self.shared.shutting_down.store(true, Ordering::Release);
         self.shared.table.close();
         self.shared.budget.freed.notify_all();
+        drop(self.wake_acceptor.take());
         if let Some(acceptor) = self.acceptor.take()
             && acceptor.join().is_err()
         {
@@ -384,17 +396,51 @@ impl Drop for TcpStoreServer {
     }
 }
 
-fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
+/// `poll(2)` over `fds`, waiting at most `timeout_ms` (-1: no limit).
+fn poll_fds(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> io::Result<()> {
+    let count = libc::nfds_t::try_from(fds.len()).map_err(io::Error::other)?;
+    // SAFETY: `fds` is a live, exclusive slice of `count` pollfd structs,
+    // which poll only reads (fd, events) and writes (revents) within; the
+    // descriptors in it are borrowed from live sockets by the callers.
+    let rc = unsafe { libc::poll(fds.as_mut_ptr(), count, timeout_ms) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, woken: &UnixStream) {
+    use std::os::fd::AsRawFd;
     while !shared.is_shutting_down() {
         match listener.accept() {
-            Ok((stream, peer)) => spawn_client(shared, stream, peer, Instant::now()),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Ok((stream, peer)) => {
+                spawn_client(shared, stream, peer, Instant::now());
+                continue;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 // E.g. out of file descriptors: keep serving the clients we
                 // have and try again shortly.
                 tracing::warn!(error = %e, "store server accept failed");
-                thread::sleep(ACCEPT_POLL);
+                thread::sleep(ACCEPT_ERROR_PAUSE);
+                continue;
+            }
+        }
+        // The queue is empty: sleep in the kernel until a client connects
+        // or shutdown closes the other end of `woken`.
+        let mut fds = [listener.as_raw_fd(), woken.as_raw_fd()].map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        match poll_fds(&mut fds, -1) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "store server poll failed");
+                thread::sleep(ACCEPT_ERROR_PAUSE);
             }
         }
     }
@@ -462,7 +508,7 @@ fn refuse_over_cap(
         return None;
     }
     let message = format!(
-        "too many connections: this store serves at most {max} at once (max_connections); close idle clients or raise the limit"
+        "{TOO_MANY_CONNECTIONS}: this store serves at most {max} at once (max_connections); close idle clients or raise the limit"
     );
     let thread_shared = Arc::clone(shared);
     let spawned = thread::Builder::new()
@@ -487,6 +533,10 @@ enum Disconnect {
     Gone(io::Error),
     /// Peer sent something we refuse: answer with this and close.
     Refuse(String),
+    /// Peer hung up while its request was parked (NOTE [hung-up
+    /// waiters]): answered like a refusal, but the usual end of a rank
+    /// killed while it waited, so not worth a warning.
+    HungUp(String),
 }
 
 fn serve_client(shared: &Shared, stream: &TcpStream, peer: SocketAddr, accepted_at: Instant) {
@@ -500,6 +550,10 @@ fn serve_client(shared: &Shared, stream: &TcpStream, peer: SocketAddr, accepted_
         }
         Err(Disconnect::Refuse(message)) => {
             tracing::warn!(%peer, %message, "store server dropping client");
+            refuse(stream, message);
+        }
+        Err(Disconnect::HungUp(message)) => {
+            tracing::debug!(%peer, "store client hung up while its request was parked");
             refuse(stream, message);
         }
     }
@@ -803,7 +857,14 @@ fn send(shared: &Shared, stream: &TcpStream, reply: Reply) -> Result<(), Disconn
         .budget
         .reserve(body_bytes, out.deadline, &shared.shutting_down)
         .ok_or_else(|| {
-            Disconnect::Gone(io::Error::other("no buffer space for the reply in time"))
+            if shared.is_shutting_down() {
+                return Disconnect::Gone(io::Error::other("store is shutting down"));
+            }
+            // The refusal itself is a few bytes and needs no reservation.
+            Disconnect::Refuse(format!(
+                "server busy: no room for a {body_bytes}-byte reply in {} ms (max_buffered_bytes)",
+                shared.limits.frame_timeout.as_millis()
+            ))
         })?;
     let header = u32::try_from(body_bytes)
         .map_err(|e| Disconnect::Gone(io::Error::other(e)))?
@@ -884,8 +945,37 @@ fn strs(keys: &[String]) -> Vec<&str> {
     keys.iter().map(String::as_str).collect()
 }
 
-/// Whether the client is still connected: a closed socket reads as end of
-/// stream. Bytes waiting (a client that sent more) count as there.
+/// Whether the client may still read a reply and send more: `false` once
+/// it has shut down its sending side (`close` or `shutdown(SHUT_WR)`: a
+/// FIN arrived) or the connection failed.
+///
+/// NOTE [hung-up waiters]: this must not look at unread input. A client
+/// that pipelines a request (or one stray byte) behind a `WAIT` and then
+/// closes leaves bytes in our receive queue; a check that peeks saw them
+/// and counted the client as present forever, so two such waits holding
+/// the whole buffer budget wedged the store. `POLLRDHUP` reports the FIN
+/// whatever is still queued. A half-closed client (SHUT_WR, still
+/// reading) cannot be told apart from a closed one without writing to it,
+/// so both get the same answer: a refusal saying why, then close.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn peer_is_there(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut fds = [libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLIN | libc::POLLRDHUP,
+        revents: 0,
+    }];
+    match poll_fds(&mut fds, 0) {
+        Ok(()) => fds[0].revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0,
+        // Interrupted: ask again at the next check.
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
+        Err(_) => false,
+    }
+}
+
+/// Elsewhere there is no `POLLRDHUP`: a closed socket reads as end of
+/// stream, but bytes waiting count as there (see NOTE [hung-up waiters]).
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
 fn peer_is_there(stream: &TcpStream) -> bool {
     if stream.set_nonblocking(true).is_err() {
         return false;
@@ -922,10 +1012,13 @@ fn parked(
         Err(WaitFailure::Closed) => Ok(Reply::Plain(Response::Refused(
             StoreError::Closed.to_string(),
         ))),
-        Err(WaitFailure::ClientGone) => Err(Disconnect::Gone(io::Error::new(
-            io::ErrorKind::ConnectionAborted,
-            "client closed its connection while its request was parked",
-        ))),
+        // NOTE [hung-up waiters]: a closed client gets the refusal into the
+        // void; a half-closed one learns why.
+        Err(WaitFailure::ClientGone) => Err(Disconnect::HungUp(
+            "the connection was closed for sending while a request was parked; \
+             keep it open both ways until the reply arrives"
+                .into(),
+        )),
     }
 }
 

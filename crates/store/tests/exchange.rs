@@ -85,6 +85,7 @@ fn tcp_client(addr: SocketAddr) -> Arc<dyn Store> {
         timeout: Duration::from_secs(20),
         connect_timeout: Duration::from_secs(10),
         token: None,
+        ..ClientConfig::default()
     };
     Arc::new(TcpStore::connect(addr, config).unwrap())
 }

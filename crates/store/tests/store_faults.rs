@@ -86,6 +86,7 @@ fn config(token: Option<&str>, timeout: Duration) -> ClientConfig {
         timeout,
         connect_timeout: timeout,
         token: token.map(str::to_owned),
+        ..ClientConfig::default()
     }
 }
 

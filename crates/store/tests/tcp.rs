@@ -8,13 +8,17 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use intranode_store::wire::{self, PROTOCOL_VERSION, Request, Response};
-use intranode_store::{ClientConfig, ServerConfig, Store, StoreError, TcpStore, TcpStoreServer};
+use intranode_store::{
+    ClientConfig, DEFAULT_HANDSHAKE_TIMEOUT, HANDSHAKE_TIMEOUT_ENV, ServerConfig, Store,
+    StoreError, TcpStore, TcpStoreServer,
+};
 
 fn config() -> ClientConfig {
     ClientConfig {
         connect_timeout: Duration::from_secs(10),
         timeout: Duration::from_secs(20),
         token: None,
+        ..ClientConfig::default()
     }
 }
 
@@ -401,4 +405,72 @@ fn shutdown_wakes_parked_requests_and_drop_does_not_hang() {
     assert!(idle.set("x", b"2").is_err());
     let err = idle.set("x", b"3").unwrap_err();
     assert!(err.to_string().contains(&addr.to_string()), "{err}");
+}
+
+/// Issue 29 item 4: a server that accepts connections but never answers
+/// (another protocol, a hung process) fails the connect within the
+/// handshake timeout, naming the address, instead of holding the client
+/// for its whole connect timeout (300 s by default).
+#[test]
+fn a_silent_server_fails_the_connect_within_the_handshake_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let held = thread::spawn(move || {
+        // Accept and hold, never write: the client must give up by itself.
+        let (conn, _) = listener.accept().unwrap();
+        let mut sink = Vec::new();
+        let _ = (&conn).read_to_end(&mut sink);
+    });
+    let start = Instant::now();
+    let err = TcpStore::connect(
+        addr,
+        ClientConfig {
+            connect_timeout: Duration::from_secs(300),
+            handshake_timeout: Duration::from_millis(300),
+            ..config()
+        },
+    )
+    .expect_err("a silent server");
+    // A hang guard only: without the fix this took 300 s.
+    assert!(start.elapsed() < Duration::from_secs(60), "{err}");
+    assert!(matches!(err, StoreError::Silent { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&addr.to_string()) && text.contains(HANDSHAKE_TIMEOUT_ENV),
+        "{text}"
+    );
+    held.join().unwrap();
+
+    // The variable sets it; a bad value is refused naming the variable.
+    let from = |v: &str| {
+        ClientConfig::from_vars(|name| (name == HANDSHAKE_TIMEOUT_ENV).then(|| v.to_owned()))
+    };
+    assert_eq!(
+        from("1500").unwrap().handshake_timeout,
+        Duration::from_millis(1500)
+    );
+    assert_eq!(
+        from("").unwrap().handshake_timeout,
+        DEFAULT_HANDSHAKE_TIMEOUT
+    );
+    let bad = from("soon").unwrap_err().to_string();
+    assert!(bad.contains(HANDSHAKE_TIMEOUT_ENV), "{bad}");
+}
+
+/// Logins are served as they arrive: the acceptor sleeps in `poll(2)`,
+/// not on a timer (it slept 10 ms between looks before). Prints the time
+/// of sequential logins; speed itself belongs in the benchmark.
+#[test]
+fn sequential_logins_are_served() {
+    let server = TcpStoreServer::bind(ServerConfig::default()).unwrap();
+    let start = Instant::now();
+    for i in 0..100 {
+        let store = client(server.local_addr());
+        store.set(&format!("login/{i}"), b"1").unwrap();
+    }
+    println!(
+        "100 sequential logins: {:.2} ms each",
+        start.elapsed().as_secs_f64() * 10.0
+    );
+    assert_eq!(client(server.local_addr()).num_keys().unwrap(), 100);
 }

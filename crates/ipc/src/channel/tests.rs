@@ -677,3 +677,140 @@ fn separate_processes_exchange_fds() {
         );
     }
 }
+
+/// Set in the child process of [`a_hijacked_default_dir_falls_back`].
+const HIJACK_CHILD_ENV: &str = "INTRANODE_IPC_HIJACK_CHILD";
+
+/// Two ranks exchanging a descriptor through the default directory of
+/// this process (`TMPDIR` set by the parent), then reporting where they
+/// bound and whether the job's own directory went away afterwards.
+#[test]
+fn hijacked_default_dir_child() {
+    if std::env::var_os(HIJACK_CHILD_ENV).is_none() {
+        return;
+    }
+    let dir = IpcChannel::default_dir();
+    let job = format!("hijack-{}", std::process::id());
+    let scratch = std::env::temp_dir();
+    let bound = with_ranks(&dir, &job, 2, LONG, |ch| {
+        let file = marker_file(&scratch, &format!("rank {}", ch.rank()));
+        let fds = ch.all_gather_fds(file.as_fd()).expect("all_gather_fds");
+        let (_, text) = read_marker(fds.into_iter().nth(1 - ch.rank()).expect("peer fd"));
+        assert_eq!(text, format!("rank {}", 1 - ch.rank()));
+        ch.socket_path().parent().expect("dir").to_path_buf()
+    });
+    assert_eq!(bound[0], bound[1]);
+    println!("bound-in {}", bound[0].display());
+    println!("left-behind {}", bound[0].exists());
+}
+
+/// Issue 30, attack 5: another user (or a careless one) pre-creates the
+/// predictable default directory, as their own, as a symbolic link, open
+/// to everyone, or as a file. Every job used to fail; now the ranks bind
+/// in a directory of the job's own and remove it when done (NOTE
+/// [hijacked socket directory]), and the planted entry is left alone.
+#[test]
+fn a_hijacked_default_dir_falls_back() {
+    if std::env::var_os(HIJACK_CHILD_ENV).is_some() {
+        return;
+    }
+    let euid = geteuid().as_raw();
+    let name = format!("intranode-{euid}");
+    type Plant<'a> = &'a dyn Fn(&Path);
+    let cases: [(&str, Plant); 4] = [
+        ("symlink", &|p: &Path| {
+            let target = p.with_file_name("elsewhere");
+            fs::create_dir(&target).expect("mkdir target");
+            std::os::unix::fs::symlink(&target, p).expect("symlink");
+        }),
+        ("open to all", &|p: &Path| {
+            fs::create_dir(p).expect("mkdir");
+            fs::set_permissions(p, fs::Permissions::from_mode(0o777)).expect("chmod");
+        }),
+        ("a file", &|p: &Path| {
+            fs::write(p, b"planted").expect("write")
+        }),
+        ("another user's", &|p: &Path| {
+            fs::create_dir(p).expect("mkdir");
+            fs::set_permissions(p, fs::Permissions::from_mode(0o700)).expect("chmod");
+            if geteuid().is_root() {
+                std::os::unix::fs::chown(p, Some(65534), None).expect("chown");
+            }
+        }),
+    ];
+    for (what, plant) in cases {
+        if what == "another user's" && !geteuid().is_root() {
+            let _ = writeln!(
+                io::stderr(),
+                "SKIPPED the case of another user's directory: chown needs root"
+            );
+            continue;
+        }
+        let base = TestDir::new("hijack");
+        let planted = base.0.join(&name);
+        plant(&planted);
+        let before = fs::symlink_metadata(&planted).expect("planted");
+        let out = std::process::Command::new(std::env::current_exe().expect("exe"))
+            .args([
+                "--exact",
+                "channel::tests::hijacked_default_dir_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(HIJACK_CHILD_ENV, "1")
+            .env("TMPDIR", &base.0)
+            .env_remove("XDG_RUNTIME_DIR")
+            .output()
+            .expect("run child");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{what}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bound = stdout
+            .lines()
+            // The harness prints the test's name on the same line.
+            .find_map(|l| l.split_once("bound-in ").map(|(_, p)| p))
+            .unwrap_or_else(|| panic!("{what}: {stdout}"));
+        let own = fs::canonicalize(&base.0)
+            .expect("canon")
+            .join(format!("{name}-hijack-"));
+        assert!(
+            bound.starts_with(own.to_str().expect("utf-8")),
+            "{what}: bound in {bound}"
+        );
+        assert!(stdout.contains("left-behind false"), "{what}: {stdout}");
+        let after = fs::symlink_metadata(&planted).expect("planted entry still there");
+        assert_eq!(
+            (before.ino(), before.uid()),
+            (after.ino(), after.uid()),
+            "{what}"
+        );
+    }
+}
+
+/// Socket files of killed jobs no longer pile up: binding in a directory
+/// removes those no live socket holds, and leaves live ones.
+#[test]
+fn sockets_of_dead_jobs_are_removed() {
+    let dir = TestDir::new("dead");
+    let dead: Vec<PathBuf> = (0..3)
+        .map(|r| dir.0.join(format!("killed-job-{r}.sock")))
+        .collect();
+    for p in &dead {
+        drop(UnixDatagram::bind(p).expect("bind"));
+    }
+    let live_path = dir.0.join("running-job-0.sock");
+    let live = UnixDatagram::bind(&live_path).expect("bind live");
+    let other = dir.0.join("notes.txt");
+    fs::write(&other, b"keep").expect("write");
+    let ch = IpcChannel::new(&dir.0, "fresh", 0, 1, LONG).expect("channel");
+    for p in &dead {
+        assert!(!p.exists(), "{} survived", p.display());
+    }
+    assert!(live_path.exists(), "a live socket was removed");
+    assert!(other.exists(), "a file that is not a socket was removed");
+    drop(ch);
+    drop(live);
+}
