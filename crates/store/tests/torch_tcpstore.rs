@@ -59,7 +59,10 @@ fn torch_available() -> bool {
         Err(e) => e.to_string(),
     };
     let required = std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1");
-    assert!(!required, "{REQUIRE_ENV}=1 but torch is not importable: {why}");
+    assert!(
+        !required,
+        "{REQUIRE_ENV}=1 but torch is not importable: {why}"
+    );
     eprintln!(
         "SKIPPED: the real-TCPStore test needs {} with torch ({why}); \
          the fake-server tests in torch_fake.rs still ran",
@@ -122,7 +125,10 @@ fn round_trip(backend: &str) {
     );
     assert_eq!(store.compare_set("rust/cs", b"", b"one").unwrap(), b"one");
     assert_eq!(store.compare_set("rust/cs", b"x", b"two").unwrap(), b"one");
-    assert_eq!(store.compare_set("rust/cs", b"one", b"two").unwrap(), b"two");
+    assert_eq!(
+        store.compare_set("rust/cs", b"one", b"two").unwrap(),
+        b"two"
+    );
     store.set("rust/deleted", b"x").unwrap();
     assert!(store.delete_key("rust/deleted").unwrap());
     assert!(!store.delete_key("rust/deleted").unwrap());
