@@ -31,6 +31,8 @@ struct State {
     rejected: Mutex<Vec<String>>,
     /// Queries served, in order, for tests that check what was sent.
     queries: Mutex<Vec<TorchQuery>>,
+    /// Every key a query wrote, in order.
+    written: Mutex<Vec<String>>,
 }
 
 struct FakeTorchStore {
@@ -64,6 +66,10 @@ impl FakeTorchStore {
 
     fn queries(&self) -> Vec<TorchQuery> {
         self.state.queries.lock().unwrap().clone()
+    }
+
+    fn written(&self) -> Vec<String> {
+        self.state.written.lock().unwrap().clone()
     }
 
     fn keys(&self) -> Vec<String> {
@@ -170,6 +176,7 @@ fn session(s: &mut TcpStream, state: &State) -> Result<(), End> {
             TorchQuery::Set | TorchQuery::Append => {
                 let key = key_of(s)?;
                 let value = bytes_of(s, TORCH_MAX_VALUE_BYTES, "value")?;
+                state.written.lock().unwrap().push(key.clone());
                 if query == TorchQuery::Set {
                     table.insert(key, value);
                 } else {
@@ -203,6 +210,7 @@ fn session(s: &mut TcpStream, state: &State) -> Result<(), End> {
             TorchQuery::Add => {
                 let key = key_of(s)?;
                 let delta = u64_of(s)? as i64;
+                state.written.lock().unwrap().push(key.clone());
                 let current: i64 = match table.get(&key) {
                     Some(v) => std::str::from_utf8(v)
                         .ok()
@@ -250,6 +258,7 @@ fn session(s: &mut TcpStream, state: &State) -> Result<(), End> {
                 for _ in 0..count {
                     let key = key_of(s)?;
                     let value = bytes_of(s, TORCH_MAX_VALUE_BYTES, "value")?;
+                    state.written.lock().unwrap().push(key.clone());
                     table.insert(key, value);
                 }
                 state.changed.notify_all();
@@ -514,4 +523,60 @@ fn the_fake_server_is_strict() {
     many.extend_from_slice(&(TORCH_MAX_KEYS as u64 + 1).to_le_bytes());
     let (closed, why) = closes_on(&many);
     assert!(closed && why[0].contains("keys over"), "{why:?}");
+}
+
+#[test]
+fn ranks_under_torchrun_variables_rendezvous_through_the_torch_store() {
+    let fake = FakeTorchStore::start();
+    let port = fake.port.to_string();
+    let ranks: Vec<_> = (0..3)
+        .map(|rank| {
+            let port = port.clone();
+            thread::spawn(move || {
+                let rank_text = rank.to_string();
+                // What torchrun's agent gives each worker.
+                let vars = [
+                    ("RANK", rank_text.as_str()),
+                    ("WORLD_SIZE", "3"),
+                    ("LOCAL_RANK", rank_text.as_str()),
+                    ("LOCAL_WORLD_SIZE", "3"),
+                    ("GROUP_RANK", "0"),
+                    ("TORCHELASTIC_RUN_ID", "none"),
+                    ("TORCHELASTIC_RESTART_COUNT", "1"),
+                    ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+                    ("MASTER_ADDR", "127.0.0.1"),
+                    ("MASTER_PORT", port.as_str()),
+                ];
+                let env = intranode_dist_env::DistEnv::from_vars(|name| {
+                    vars.iter()
+                        .find(|(n, _)| *n == name)
+                        .map(|(_, v)| (*v).to_owned())
+                })
+                .unwrap();
+                assert_eq!(env.store.protocol, StoreProtocol::Torch);
+                let store = intranode_store::connect_env(&env).unwrap();
+                let mut exchange = intranode_store::StoreExchange::new("intranode/test");
+                let all: Vec<usize> = exchange
+                    .all_gather(store.as_ref(), env.rank, env.world_size, &(env.rank * 10))
+                    .unwrap();
+                exchange
+                    .barrier(store.as_ref(), env.rank, env.world_size)
+                    .unwrap();
+                all
+            })
+        })
+        .collect();
+    for rank in ranks {
+        assert_eq!(rank.join().unwrap(), vec![0, 10, 20]);
+    }
+    // Every key the ranks wrote sits under this attempt's prefix.
+    let written = fake.written();
+    assert!(!written.is_empty());
+    assert!(
+        written
+            .iter()
+            .all(|k| k.starts_with("/worker/attempt_1/intranode/test/")),
+        "{written:?}"
+    );
+    assert_eq!(fake.rejected(), Vec::<String>::new());
 }
