@@ -26,7 +26,8 @@
 #   exact, "exit 0".
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export INTRANODE_BARRIER_TIMEOUT_MS=3000 INTRANODE_STORE_TIMEOUT_MS=60000
+# A rank without its GPU fails instead of skipping.
+export INTRANODE_BARRIER_TIMEOUT_MS=3000 INTRANODE_STORE_TIMEOUT_MS=60000 INTRANODE_REQUIRE_GPUS=1
 SRC=${1:?usage: torchrun.sh BUNDLE_DIR}
 OUT=${OUT:?OUT must name the output folder}
 exec > >(tee "$OUT/torchrun.log") 2>&1
