@@ -35,7 +35,7 @@ use intranode::ddp::{
 use intranode::dist_env::DistEnv;
 use intranode::kernels::{ElemType, KernelModule};
 use intranode_examples::mlp::{self, SHAPES, numel};
-use intranode_store::{ClientConfig, Store, StoreExchange, TcpStore};
+use intranode_store::{Store, StoreExchange};
 
 /// Seed of the teacher every rank's data comes from.
 const TEACHER_SEED: u64 = 5;
@@ -136,6 +136,7 @@ fn download(stream: &Arc<CudaStream>, params: &[CudaSlice<f32>]) -> Result<Vec<V
 }
 
 fn main() {
+    intranode_examples::init_logging();
     if let Err(e) = try_main() {
         eprintln!("01_data_parallel: {e:#}");
         std::process::exit(1);
@@ -151,11 +152,10 @@ fn try_main() -> Result<()> {
         return Ok(());
     }
     let (rank, world) = (env.rank, env.world_size);
-    let addr = env.store_addr()?;
-    let store: Arc<dyn Store> = Arc::new(
-        TcpStore::connect(addr.as_str(), ClientConfig::from_env())
-            .with_context(|| format!("connecting to the store at {addr}"))?,
-    );
+    // intranode-run's store, or torchrun's TCPStore (NOTE [store protocol
+    // decision] in intranode_dist_env).
+    let store: Arc<dyn Store> =
+        intranode_store::connect_env(&env).context("joining the rendezvous store")?;
     let ctx = intranode::gpu::context(device)?;
     let stream = ctx.new_stream()?;
     let comm = Communicator::new(stream.clone(), store.clone(), rank, world)

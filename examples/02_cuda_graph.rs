@@ -35,7 +35,7 @@ use cudarc::nccl::ReduceOp;
 use intranode::Communicator;
 use intranode::dist_env::DistEnv;
 use intranode::kernels::TestKernelModule;
-use intranode_store::{ClientConfig, Store, TcpStore};
+use intranode_store::Store;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -78,6 +78,7 @@ fn check(out: &[f32], world: usize, j: usize, replay: usize, what: &str) -> Resu
 }
 
 fn main() -> Result<()> {
+    intranode_examples::init_logging();
     let args = Args::parse();
     let env =
         DistEnv::from_env().context("reading the rank environment (run under intranode-run)")?;
@@ -86,11 +87,10 @@ fn main() -> Result<()> {
     if !intranode::gpu::gpus_or_skip(device + 1, "02_cuda_graph")? {
         return Ok(());
     }
-    let addr = env.store_addr()?;
-    let store: Arc<dyn Store> = Arc::new(
-        TcpStore::connect(addr.as_str(), ClientConfig::from_env())
-            .with_context(|| format!("connecting to the store at {addr}"))?,
-    );
+    // intranode-run's store, or torchrun's TCPStore (NOTE [store protocol
+    // decision] in intranode_dist_env).
+    let store: Arc<dyn Store> =
+        intranode_store::connect_env(&env).context("joining the rendezvous store")?;
     // cudarc's defaults: with two streams the context tracks every
     // buffer's reads and writes with events.
     let ctx = intranode::gpu::context(device)?;

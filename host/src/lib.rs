@@ -18,25 +18,21 @@
 //! # Example
 //!
 //! One process per GPU (started by `intranode-run --nproc-per-node 4 --
-//! ./your-program`, or torchrun, Open MPI, Slurm): each builds a
+//! ./your-program`, or torchrun, Open MPI, Slurm; under torchrun the store
+//! is torchrun's PyTorch `TCPStore`): each builds a
 //! [`Communicator`] and all-reduces on its own stream, as with
 //! `cudarc::nccl::Comm`. Sizes where NCCL is faster go to NCCL.
 //!
 //! ```no_run
-//! use std::sync::Arc;
-//!
 //! use cudarc::nccl::ReduceOp;
 //! use intranode::Communicator;
 //! use intranode::dist_env::DistEnv;
-//! use intranode_store::{ClientConfig, TcpStore};
 //!
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     // Rank, world size and store address from the launcher's variables.
+//!     // Rank, world size and store address from the launcher's variables;
+//!     // the store in the protocol its launcher speaks.
 //!     let env = DistEnv::from_env()?;
-//!     let store = Arc::new(TcpStore::connect(
-//!         env.store_addr()?,
-//!         ClientConfig::from_env(),
-//!     )?);
+//!     let store = intranode_store::connect_env(&env)?;
 //!     // Error::NoDriver or Error::TooFewGpus where there is no such GPU.
 //!     let ctx = intranode::gpu::context(env.device.unwrap_or(env.local_rank))?;
 //!     let stream = ctx.new_stream()?;

@@ -31,11 +31,12 @@ pub fn run(root: &Path, out: Option<&Path>, bench_args: &[String]) -> Result<()>
     {
         bail!("give the output directory as `cargo xtask bench --out DIR`, before `--`");
     }
-    let gpus = crate::local_gpu_count();
-    let worlds = world_sizes(gpus);
+    let count = crate::local_gpu_count();
+    let worlds = world_sizes(*count.as_ref().unwrap_or(&0));
     if worlds.is_empty() {
         println!(
-            "intranode bench: {gpus} NVIDIA GPU(s) found (nvidia-smi -L); the all-reduce benchmark needs at least 2 GPUs of one machine. Nothing to run. (Saved results plot anywhere: `cargo run -p intranode-bench -- plot --json FILE --out FILE.png`.)"
+            "intranode bench: {}; the all-reduce benchmark needs at least 2 GPUs of one machine. Nothing to run. (Saved results plot anywhere: `cargo run -p intranode-bench -- plot --json FILE --out FILE.png`.)",
+            crate::gpu_shortage(&count)
         );
         return Ok(());
     }

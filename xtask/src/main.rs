@@ -312,31 +312,50 @@ fn ci(opts: &Opts) -> Result<()> {
     Ok(())
 }
 
-/// GPUs on this machine, from `nvidia-smi -L` (0 when it is missing).
-pub(crate) fn local_gpu_count() -> usize {
-    Command::new("nvidia-smi")
+/// GPUs on this machine, from `nvidia-smi -L`; `Err` says why they could
+/// not be counted (no `nvidia-smi`, or it failed), which is not the same
+/// as counting none.
+pub(crate) fn local_gpu_count() -> Result<usize, String> {
+    let out = Command::new("nvidia-smi")
         .arg("-L")
         .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter(|l| l.starts_with("GPU "))
-                .count()
-        })
-        .unwrap_or(0)
+        .map_err(|e| format!("cannot run nvidia-smi: {e}"))?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "nvidia-smi -L failed ({}): {}",
+            out.status,
+            stderr.trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("GPU "))
+        .count())
+}
+
+/// What a job that needs `needed` GPUs says before it runs nothing:
+/// how many were found, or why they could not be counted.
+pub(crate) fn gpu_shortage(count: &Result<usize, String>) -> String {
+    match count {
+        Ok(gpus) => format!("{gpus} NVIDIA GPU(s) found (nvidia-smi -L)"),
+        Err(why) => format!("could not count the NVIDIA GPUs ({why})"),
+    }
 }
 
 fn demo() -> Result<()> {
     let root = root()?;
-    let gpus = local_gpu_count();
-    if gpus < 2 {
-        println!(
-            "intranode demo: {gpus} NVIDIA GPU(s) found (nvidia-smi -L); the all-reduce demo needs at least 2 GPUs of one machine. Nothing to run."
-        );
-        return Ok(());
-    }
+    let count = local_gpu_count();
+    let gpus = match count {
+        Ok(gpus) if gpus >= 2 => gpus,
+        _ => {
+            println!(
+                "intranode demo: {}; the all-reduce demo needs at least 2 GPUs of one machine. Nothing to run.",
+                gpu_shortage(&count)
+            );
+            return Ok(());
+        }
+    };
     build_launcher_and_bench(&root)?;
     let n = gpus.to_string();
     run(

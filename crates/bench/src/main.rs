@@ -83,6 +83,7 @@ fn plot(args: &PlotArgs) -> Result<()> {
 }
 
 fn main() {
+    intranode_harness::logging::init();
     let cli = Cli::parse();
     let result: Result<()> = match cli.cmd {
         Cmd::Bench(args) => bench::run(&args),

@@ -52,6 +52,15 @@ pub enum DistEnvError {
     },
     #[error("MASTER_ADDR is set but empty")]
     EmptyMasterAddr,
-    #[error("no store address: {missing} is not set")]
+    #[error(
+        "no store address: {missing} is not set (intranode-run and torchrun set it; under \
+         mpirun or srun, export MASTER_ADDR and MASTER_PORT of a store the job hosts)"
+    )]
     NoStoreAddr { missing: &'static str },
+    #[error(
+        "TORCHELASTIC_USE_AGENT_STORE={value:?}: torchrun expects rank 0 to host a PyTorch \
+         TCPStore, which intranode ranks do not; let the agent share its store (unset \
+         TORCH_DISABLE_SHARE_RDZV_TCP_STORE) or set INTRANODE_STORE_PROTOCOL"
+    )]
+    NoAgentStore { value: String },
 }

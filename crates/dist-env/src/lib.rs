@@ -42,14 +42,19 @@
 //! NOTE [foreign rank variables] in `crates/launcher/src/rank_env.rs`).
 //!
 //! `MASTER_ADDR`, `MASTER_PORT` and `INTRANODE_DEVICE` are read whatever
-//! the source; [`DistEnv::store_addr`] joins the first two.
+//! the source; [`DistEnv::store_addr`] joins the first two, and
+//! [`DistEnv::store`] says which protocol the store there speaks
+//! ([`StoreChoice`]: intranode's own, or PyTorch's `TCPStore` under
+//! torchrun; NOTE [store protocol decision]).
 
 mod error;
+pub mod store_protocol;
 #[cfg(test)]
 mod tests;
 pub mod vars;
 
 pub use error::DistEnvError;
+pub use store_protocol::{StoreChoice, StoreProtocol};
 pub use vars::EnvSource;
 use vars::{Names, SLURM, TASK_LAUNCHERS};
 
@@ -72,6 +77,8 @@ pub struct DistEnv {
     pub device: Option<usize>,
     /// Which launcher's variables gave the rank.
     pub source: EnvSource,
+    /// Which protocol the store at `MASTER_ADDR:MASTER_PORT` speaks.
+    pub store: StoreChoice,
 }
 
 /// A value together with the variable it came from, for error messages.
@@ -149,6 +156,7 @@ impl DistEnv {
             Some(text) => Some(parse_usize(vars::DEVICE, &text, "device index")?),
             None => None,
         };
+        let store = StoreChoice::from_vars(&var)?;
         Ok(Self {
             rank: first.rank.value,
             world_size: first.size.value,
@@ -158,6 +166,7 @@ impl DistEnv {
             master_port,
             device,
             source: first.source,
+            store,
         })
     }
 
@@ -305,7 +314,11 @@ fn parse_var(
 }
 
 /// A decimal number; surrounding whitespace is allowed, a sign is not.
-fn parse_usize(var: &'static str, text: &str, what: &'static str) -> Result<usize, DistEnvError> {
+pub(crate) fn parse_usize(
+    var: &'static str,
+    text: &str,
+    what: &'static str,
+) -> Result<usize, DistEnvError> {
     let trimmed = text.trim();
     if trimmed.starts_with('+') {
         return Err(parse_error(var, text, what));

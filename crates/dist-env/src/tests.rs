@@ -42,6 +42,11 @@ fn torchrun() {
             master_port: Some(29500),
             device: None,
             source: EnvSource::Torchrun,
+            store: StoreChoice {
+                protocol: StoreProtocol::Intranode,
+                key_prefix: None,
+                reason: "no torchrun variables",
+            },
         }
     );
     assert_eq!(env.store_addr().unwrap(), "10.1.2.3:29500");
@@ -449,14 +454,16 @@ fn ranks_out_of_range() {
 #[test]
 fn store_addr_needs_both_halves() {
     let env = read(&[("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "h")]).unwrap();
-    assert_eq!(
-        env.store_addr().unwrap_err().to_string(),
-        "no store address: MASTER_PORT is not set"
+    let err = env.store_addr().unwrap_err().to_string();
+    assert!(
+        err.starts_with("no store address: MASTER_PORT is not set"),
+        "{err}"
     );
     let env = read(&[("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_PORT", "1")]).unwrap();
-    assert_eq!(
-        env.store_addr().unwrap_err().to_string(),
-        "no store address: MASTER_ADDR is not set"
+    let err = env.store_addr().unwrap_err().to_string();
+    assert!(
+        err.starts_with("no store address: MASTER_ADDR is not set"),
+        "{err}"
     );
 }
 
@@ -512,4 +519,85 @@ fn var_names_are_what_the_reader_reads() {
         assert_eq!(env.source, source, "{names:?}");
         assert_eq!((env.rank, env.world_size), (1, 2), "{names:?}");
     }
+}
+
+/// torchrun's worker variables as PyTorch 2.x's elastic agent sets them.
+const TORCHRUN_WORKER: &[(&str, &str)] = &[
+    ("RANK", "1"),
+    ("WORLD_SIZE", "2"),
+    ("LOCAL_RANK", "1"),
+    ("LOCAL_WORLD_SIZE", "2"),
+    ("GROUP_RANK", "0"),
+    ("TORCHELASTIC_RUN_ID", "none"),
+    ("TORCHELASTIC_RESTART_COUNT", "0"),
+    ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+    ("MASTER_ADDR", "127.0.0.1"),
+    ("MASTER_PORT", "29500"),
+];
+
+#[test]
+fn torchrun_workers_join_the_agents_torch_store() {
+    let env = read(TORCHRUN_WORKER).unwrap();
+    assert_eq!(env.store.protocol, StoreProtocol::Torch);
+    assert_eq!(env.store.key_prefix.as_deref(), Some("/worker/attempt_0"));
+    assert_eq!(env.store.reason, "TORCHELASTIC_RUN_ID");
+    // A restarted attempt gets keys of its own.
+    let mut vars = TORCHRUN_WORKER.to_vec();
+    vars.retain(|(name, _)| *name != "TORCHELASTIC_RESTART_COUNT");
+    vars.push(("TORCHELASTIC_RESTART_COUNT", "3"));
+    let env = read(&vars).unwrap();
+    assert_eq!(env.store.key_prefix.as_deref(), Some("/worker/attempt_3"));
+    // GROUP_RANK alone is enough to recognise torchrun.
+    let env = read(&[("RANK", "0"), ("WORLD_SIZE", "1"), ("GROUP_RANK", "0")]).unwrap();
+    assert_eq!(env.store.protocol, StoreProtocol::Torch);
+    assert_eq!(env.store.key_prefix, None);
+}
+
+#[test]
+fn the_protocol_variable_overrides_detection() {
+    let mut vars = TORCHRUN_WORKER.to_vec();
+    vars.push(("INTRANODE_STORE_PROTOCOL", "intranode"));
+    let env = read(&vars).unwrap();
+    assert_eq!(env.store.protocol, StoreProtocol::Intranode);
+    assert_eq!(env.store.key_prefix, None);
+    assert_eq!(env.store.reason, "INTRANODE_STORE_PROTOCOL");
+    // Without torchrun: no attempt prefix, whatever the protocol.
+    let env = read(&[
+        ("OMPI_COMM_WORLD_RANK", "0"),
+        ("OMPI_COMM_WORLD_SIZE", "2"),
+        ("INTRANODE_STORE_PROTOCOL", " Torch "),
+    ])
+    .unwrap();
+    assert_eq!(env.store.protocol, StoreProtocol::Torch);
+    assert_eq!(env.store.key_prefix, None);
+    assert_eq!(env.store.protocol.to_string(), "torch");
+    let err = message(&[
+        ("RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("INTRANODE_STORE_PROTOCOL", "gloo"),
+    ]);
+    assert!(
+        err.contains("INTRANODE_STORE_PROTOCOL=\"gloo\" is not a valid store protocol"),
+        "{err}"
+    );
+}
+
+#[test]
+fn torchrun_without_an_agent_store_is_refused_with_the_reason() {
+    let mut vars = TORCHRUN_WORKER.to_vec();
+    vars.retain(|(name, _)| *name != "TORCHELASTIC_USE_AGENT_STORE");
+    vars.push(("TORCHELASTIC_USE_AGENT_STORE", "False"));
+    let err = message(&vars);
+    assert!(err.contains("rank 0 to host a PyTorch TCPStore"), "{err}");
+    vars.push(("INTRANODE_STORE_PROTOCOL", "intranode"));
+    assert_eq!(
+        read(&vars).unwrap().store.protocol,
+        StoreProtocol::Intranode
+    );
+    vars.pop();
+    vars.retain(|(name, _)| *name != "TORCHELASTIC_RESTART_COUNT");
+    vars.retain(|(name, _)| *name != "TORCHELASTIC_USE_AGENT_STORE");
+    vars.push(("TORCHELASTIC_RESTART_COUNT", "-1"));
+    let err = message(&vars);
+    assert!(err.contains("TORCHELASTIC_RESTART_COUNT=\"-1\""), "{err}");
 }

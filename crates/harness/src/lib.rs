@@ -10,7 +10,9 @@
 //!   the f64 reference, tolerances and the checks of outputs;
 //! - [`free`]: free-running timing on the device (stamp logs, graph and
 //!   eager modes, skew, per-call distributions);
-//! - [`progress`]: rank 0's progress bar or lines.
+//! - [`progress`]: rank 0's progress bar or lines;
+//! - [`logging`]: the `tracing` subscriber both install (`RUST_LOG`,
+//!   warnings by default).
 //!
 //! Test and benchmark machinery, not product: nothing here belongs in the
 //! `intranode` crate's API. Errors are `anyhow` because the only callers
@@ -18,6 +20,7 @@
 
 pub mod data;
 pub mod free;
+pub mod logging;
 pub mod progress;
 pub mod rank;
 

@@ -13,7 +13,7 @@ use intranode::config::CommConfig;
 use intranode::dist_env::DistEnv;
 use intranode::kernels::DType;
 use intranode::{Communicator, ReduceOp};
-use intranode_store::{ClientConfig, Store, StoreExchange, TcpStore};
+use intranode_store::{ClientConfig, Store, StoreExchange};
 
 /// One rank's process state, before any communicator: what the fault and
 /// bad-input cases need, which build (or fail to build) their own.
@@ -56,10 +56,10 @@ impl Proc {
         let config = ClientConfig::try_from_env()?;
         let store_timeout = config.timeout;
         let addr = env.store_addr()?;
-        let store: Arc<dyn Store> = Arc::new(
-            TcpStore::connect(addr.as_str(), config)
-                .with_context(|| format!("connecting to the store at {addr}"))?,
-        );
+        // intranode-run's store, or torchrun's TCPStore (NOTE [store
+        // protocol decision] in intranode_dist_env).
+        let store = intranode_store::connect(&addr, &env.store, config)
+            .with_context(|| format!("joining the rendezvous store at {addr}"))?;
         let ctx = intranode::gpu::context(device)?;
         // The suite hands raw buffers to graphs and two paths; cudarc's
         // per-buffer event tracking would only add host time (and its

@@ -17,8 +17,16 @@ pub const MAX_NPROC: usize = 1024;
 pub const MAX_SECS: u64 = 365 * 24 * 3600;
 
 const AFTER_HELP: &str = "\
+torchrun's spellings work too: --nproc_per_node, --master_addr (every option
+takes its underscore form), --nproc-per-node gpu or auto (one rank per visible
+GPU: CUDA_VISIBLE_DEVICES, else NVML's count), a program without -- (everything
+from the first word that is not an option on is the program and its
+arguments), and --standalone, --nnodes 1, --node-rank 0 and --no-python, which
+change nothing here (one node, its own store, programs started directly).
+
 Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT, INTRANODE_STORE_TOKEN, INTRANODE_DEVICE (its GPU from --gpus),
+MASTER_PORT, INTRANODE_STORE_TOKEN, INTRANODE_STORE_PROTOCOL=intranode,
+INTRANODE_DEVICE (its GPU from --gpus),
 and NCCL_NVLS_ENABLE=0 with the other switches that keep NVLink multicast off.
 Rank variables of other launchers (SLURM_PROCID, OMPI_COMM_WORLD_RANK, ...)
 are removed. Every output line of a rank is prefixed with [rank].
@@ -36,7 +44,7 @@ left running; 127 when the command cannot be found;
 2 when the launcher cannot run the job at all (bad arguments, store address in
 use).";
 
-/// `intranode-run --nproc-per-node N [OPTIONS] -- CMD ARGS...`
+/// `intranode-run --nproc-per-node N [OPTIONS] [--] CMD ARGS...`
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "intranode-run",
@@ -45,20 +53,26 @@ use).";
     after_help = AFTER_HELP
 )]
 pub struct Args {
-    /// Number of ranks to start on this node.
-    #[arg(long, value_name = "N")]
-    pub nproc_per_node: usize,
+    /// Number of ranks to start on this node, or `gpu`/`auto`: one per
+    /// visible GPU.
+    #[arg(long, alias = "nproc_per_node", value_name = "N|gpu|auto")]
+    pub nproc_per_node: String,
 
     /// GPU index for each local rank, comma separated (default: local rank i uses GPU i).
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub gpus: Option<Vec<usize>>,
 
     /// Address the rendezvous store listens on, passed to the ranks as MASTER_ADDR.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    #[arg(
+        long,
+        alias = "master_addr",
+        value_name = "ADDR",
+        default_value = "127.0.0.1"
+    )]
     pub master_addr: String,
 
     /// Port of the rendezvous store (0: pick a free one).
-    #[arg(long, value_name = "PORT", default_value_t = 0)]
+    #[arg(long, alias = "master_port", value_name = "PORT", default_value_t = 0)]
     pub master_port: u16,
 
     /// Stop the job when it has run this many seconds (default: no limit).
@@ -66,17 +80,95 @@ pub struct Args {
     pub timeout: Option<String>,
 
     /// Seconds between SIGTERM and SIGKILL when stopping ranks.
-    #[arg(long, value_name = "SECS", default_value = "5")]
+    #[arg(long, alias = "grace_secs", value_name = "SECS", default_value = "5")]
     pub grace_secs: String,
 
     /// After the first rank fails, seconds the others may take to exit on
     /// their own before they are stopped (0: stop them at once).
-    #[arg(long, value_name = "SECS", default_value = "0")]
+    #[arg(
+        long,
+        alias = "failure_wait_secs",
+        value_name = "SECS",
+        default_value = "0"
+    )]
     pub failure_wait_secs: String,
 
-    /// The command each rank runs, with its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// torchrun's single-node mode; the only mode here (accepted, no effect).
+    #[arg(long)]
+    pub standalone: bool,
+
+    /// Number of nodes: only 1 (torchrun's spelling, for copied command lines).
+    #[arg(long, value_name = "1", default_value = "1")]
+    pub nnodes: String,
+
+    /// Rank of this node: only 0 (torchrun's spelling).
+    #[arg(long, alias = "node_rank", value_name = "0", default_value_t = 0)]
+    pub node_rank: usize,
+
+    /// Start the command directly, not under python: always so here
+    /// (accepted, no effect).
+    #[arg(long, alias = "no_python")]
+    pub no_python: bool,
+
+    /// The command each rank runs, with its arguments: after `--`, or from
+    /// the first word that is not an option on.
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+/// `--nproc-per-node` as given: a number, or one rank per visible GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nproc {
+    /// This many ranks.
+    Count(usize),
+    /// `gpu` or `auto`: as many ranks as visible GPUs.
+    PerGpu,
+}
+
+impl Nproc {
+    /// Parses `N`, `gpu` or `auto` (torchrun's `cpu` and `xpu` have no
+    /// meaning for an all-reduce between GPUs, and are refused).
+    pub fn parse(text: &str) -> Result<Self, LaunchError> {
+        let trimmed = text.trim();
+        match trimmed.to_ascii_lowercase().as_str() {
+            "gpu" | "auto" => return Ok(Self::PerGpu),
+            _ => {}
+        }
+        if trimmed.starts_with('+') {
+            return Err(LaunchError::BadNproc {
+                value: text.to_owned(),
+            });
+        }
+        match trimmed.parse::<u64>() {
+            Ok(n) => Ok(Self::Count(usize::try_from(n).unwrap_or(usize::MAX))),
+            Err(_) => Err(LaunchError::BadNproc {
+                value: text.to_owned(),
+            }),
+        }
+    }
+}
+
+/// GPUs this job can use: the entries of `CUDA_VISIBLE_DEVICES` where it
+/// is set (CUDA numbers what it lists from 0, as the ranks will see them),
+/// else NVML's device count. `Err` says why they could not be counted.
+pub fn count_visible_gpus() -> Result<usize, String> {
+    if let Some(visible) = std::env::var_os("CUDA_VISIBLE_DEVICES") {
+        let visible = visible.to_string_lossy();
+        return Ok(count_listed_devices(&visible));
+    }
+    let nvml = nvml_wrapper::Nvml::init().map_err(|e| format!("NVML: {e}"))?;
+    let count = nvml.device_count().map_err(|e| format!("NVML: {e}"))?;
+    Ok(count as usize)
+}
+
+/// Devices a `CUDA_VISIBLE_DEVICES` value lists. CUDA stops at the first
+/// entry that names no device; `-1` is the common way to hide them all.
+pub fn count_listed_devices(visible: &str) -> usize {
+    visible
+        .split(',')
+        .map(str::trim)
+        .take_while(|entry| !entry.is_empty() && !entry.starts_with('-'))
+        .count()
 }
 
 /// A validated job: what [`crate::launch`] runs.
@@ -104,26 +196,56 @@ pub struct JobConfig {
 }
 
 impl JobConfig {
-    /// Checks the command line and resolves the master address.
+    /// Checks the command line and resolves the master address; `gpu` and
+    /// `auto` count the GPUs with [`count_visible_gpus`].
     pub fn from_args(args: Args) -> Result<Self, LaunchError> {
-        if args.nproc_per_node == 0 {
+        Self::from_args_with(args, count_visible_gpus)
+    }
+
+    /// [`JobConfig::from_args`] with the GPUs counted by `count_gpus`.
+    pub fn from_args_with(
+        args: Args,
+        count_gpus: impl FnOnce() -> Result<usize, String>,
+    ) -> Result<Self, LaunchError> {
+        let nnodes = args.nnodes.trim();
+        if nnodes != "1" && nnodes != "1:1" {
+            return Err(LaunchError::MultiNode {
+                what: "--nnodes",
+                value: args.nnodes.clone(),
+            });
+        }
+        if args.node_rank != 0 {
+            return Err(LaunchError::MultiNode {
+                what: "--node-rank",
+                value: args.node_rank.to_string(),
+            });
+        }
+        let nproc = match Nproc::parse(&args.nproc_per_node)? {
+            Nproc::Count(n) => n,
+            Nproc::PerGpu => match count_gpus() {
+                Ok(0) => return Err(LaunchError::NoGpus),
+                Ok(n) => n,
+                Err(why) => return Err(LaunchError::CannotCountGpus { why }),
+            },
+        };
+        if nproc == 0 {
             return Err(LaunchError::NoRanks);
         }
-        if args.nproc_per_node > MAX_NPROC {
+        if nproc > MAX_NPROC {
             return Err(LaunchError::TooManyRanks {
-                nproc: args.nproc_per_node,
+                nproc,
                 max: MAX_NPROC,
             });
         }
         let devices = match args.gpus {
-            Some(gpus) if gpus.len() != args.nproc_per_node => {
+            Some(gpus) if gpus.len() != nproc => {
                 return Err(LaunchError::GpuCountMismatch {
                     gpus: gpus.len(),
-                    nproc: args.nproc_per_node,
+                    nproc,
                 });
             }
             Some(gpus) => gpus,
-            None => (0..args.nproc_per_node).collect(),
+            None => (0..nproc).collect(),
         };
         let timeout = match args.timeout {
             Some(text) => {
@@ -145,7 +267,7 @@ impl JobConfig {
             args.master_addr
         };
         Ok(Self {
-            nproc: args.nproc_per_node,
+            nproc,
             devices,
             master_addr,
             bind_ip,
@@ -346,20 +468,131 @@ mod tests {
         assert!(err.to_string().contains("--nproc-per-node 1025"), "{err}");
         let err = job(&["--nproc-per-node", "100000000000", "--", "true"]).unwrap_err();
         assert!(err.to_string().contains("--nproc-per-node"), "{err}");
-        // Not an integer at all: clap names the flag.
-        let err = args(&["--nproc-per-node", "1e11", "--", "true"]).unwrap_err();
-        assert!(err.to_string().contains("--nproc-per-node"), "{err}");
+        // Not an integer at all: the error names the flag.
+        for bad in ["1e11", "-1", "+2", "x", "cpu", "99999999999999999999999"] {
+            let arg = format!("--nproc-per-node={bad}");
+            let err = job(&[&arg, "--", "true"]).unwrap_err();
+            assert!(matches!(err, LaunchError::BadNproc { .. }), "{bad}: {err}");
+            assert!(err.to_string().contains("--nproc-per-node"), "{err}");
+        }
         job(&["--nproc-per-node", "1024", "--", "true"]).unwrap();
     }
 
     #[test]
-    fn command_is_required_after_double_dash() {
+    fn a_command_is_required() {
         assert!(args(&["--nproc-per-node", "1"]).is_err());
         assert!(args(&["--nproc-per-node", "1", "--"]).is_err());
-        assert!(args(&["--nproc-per-node", "1", "echo"]).is_err());
         assert!(args(&["--", "echo"]).is_err());
-        assert!(args(&["--nproc-per-node", "x", "--", "echo"]).is_err());
+        assert!(args(&["echo"]).is_err());
         assert!(args(&["--nproc-per-node", "1", "--gpus", "a,b", "--", "echo"]).is_err());
+        // An option the launcher does not know, before the program, is an
+        // error, not the program.
+        let err = args(&["--nproc-per-node", "1", "--bogus", "echo"]).unwrap_err();
+        assert!(err.to_string().contains("--bogus"), "{err}");
+    }
+
+    #[test]
+    fn torchrun_spellings() {
+        // Underscores, `=`, and the program without `--`: everything from
+        // the first word that is not an option on belongs to the program.
+        let job = job(&[
+            "--nproc_per_node=2",
+            "--master_addr",
+            "localhost",
+            "--master_port",
+            "29501",
+            "--standalone",
+            "--nnodes",
+            "1",
+            "--node_rank",
+            "0",
+            "--no_python",
+            "prog",
+            "--nproc_per_node",
+            "7",
+            "--",
+            "-x",
+        ])
+        .unwrap();
+        assert_eq!(job.nproc, 2);
+        assert_eq!(job.master_addr, "localhost");
+        assert_eq!(job.master_port, 29501);
+        let want: Vec<OsString> = ["prog", "--nproc_per_node", "7", "--", "-x"]
+            .into_iter()
+            .map(OsString::from)
+            .collect();
+        assert_eq!(job.command, want);
+        // The dashed forms, torchrun's `--nnodes 1:1`, and `--` before the
+        // program all still work.
+        let job = super::JobConfig::from_args(
+            args(&[
+                "--nproc-per-node",
+                "3",
+                "--nnodes=1:1",
+                "--node-rank=0",
+                "--no-python",
+                "--grace_secs",
+                "1",
+                "--failure_wait_secs",
+                "2",
+                "--",
+                "prog",
+            ])
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(job.nproc, 3);
+        assert_eq!(job.grace, Duration::from_secs(1));
+        assert_eq!(job.failure_wait, Duration::from_secs(2));
+        assert_eq!(job.command, vec![OsString::from("prog")]);
+    }
+
+    #[test]
+    fn more_than_one_node_is_refused() {
+        for extra in [["--nnodes", "2"], ["--nnodes", "1:2"], ["--node-rank", "1"]] {
+            let mut argv = vec!["--nproc-per-node", "1"];
+            argv.extend(extra);
+            argv.push("true");
+            let err = job(&argv).unwrap_err();
+            assert!(matches!(err, LaunchError::MultiNode { .. }), "{err}");
+            assert!(err.to_string().contains("one node"), "{err}");
+        }
+    }
+
+    fn with_gpus(nproc: &str, count: Result<usize, String>) -> Result<JobConfig, LaunchError> {
+        let args = args(&["--nproc-per-node", nproc, "prog"]).unwrap();
+        JobConfig::from_args_with(args, || count)
+    }
+
+    #[test]
+    fn gpu_and_auto_start_one_rank_per_visible_gpu() {
+        for spelling in ["gpu", "auto", "GPU", " auto "] {
+            let job = with_gpus(spelling, Ok(4)).unwrap();
+            assert_eq!(job.nproc, 4, "{spelling}");
+            assert_eq!(job.devices, vec![0, 1, 2, 3]);
+        }
+        let err = with_gpus("gpu", Ok(0)).unwrap_err();
+        assert!(matches!(err, LaunchError::NoGpus), "{err}");
+        let err = with_gpus("gpu", Err("NVML: library not found".into())).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("cannot count the GPUs"), "{text}");
+        assert!(text.contains("NVML: library not found"), "{text}");
+        assert!(text.contains("give the number of ranks"), "{text}");
+        // A number never counts GPUs.
+        let job = with_gpus("2", Err("unused".into())).unwrap();
+        assert_eq!(job.nproc, 2);
+    }
+
+    #[test]
+    fn visible_devices_are_counted_as_cuda_does() {
+        assert_eq!(count_listed_devices("0,1,2"), 3);
+        assert_eq!(count_listed_devices("3"), 1);
+        assert_eq!(count_listed_devices(" 1 , 0 "), 2);
+        assert_eq!(count_listed_devices("GPU-8f1e,GPU-22aa"), 2);
+        assert_eq!(count_listed_devices(""), 0);
+        assert_eq!(count_listed_devices("-1"), 0);
+        assert_eq!(count_listed_devices("0,-1,2"), 1);
+        assert_eq!(count_listed_devices("0,,1"), 1);
     }
 
     #[test]
@@ -373,7 +606,7 @@ mod tests {
             "7",
         ])
         .unwrap();
-        assert_eq!(args.nproc_per_node, 1);
+        assert_eq!(args.nproc_per_node, "1");
         assert_eq!(args.command.len(), 3);
     }
 }

@@ -35,6 +35,16 @@ pub use supervise::{Outcome, RankExit, Report};
 pub enum LaunchError {
     #[error("--nproc-per-node must be at least 1")]
     NoRanks,
+    #[error("--nproc-per-node {value:?} is not a number of ranks, `gpu` or `auto`")]
+    BadNproc { value: String },
+    #[error(
+        "--nproc-per-node gpu: cannot count the GPUs ({why}); give the number of ranks instead"
+    )]
+    CannotCountGpus { why: String },
+    #[error("--nproc-per-node gpu: no GPU is visible (CUDA_VISIBLE_DEVICES, NVML)")]
+    NoGpus,
+    #[error("{what} {value}: intranode-run starts the ranks of one node only")]
+    MultiNode { what: &'static str, value: String },
     #[error("--nproc-per-node {nproc} is over the limit of {max} ranks on one node")]
     TooManyRanks { nproc: usize, max: usize },
     #[error("--gpus lists {gpus} GPUs but --nproc-per-node is {nproc}: give one GPU per rank")]

@@ -10,6 +10,7 @@ use clap::Parser;
 use intranode_launcher::{Args, JobConfig, launch};
 
 fn main() -> ExitCode {
+    init_logging();
     match try_main() {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
@@ -17,6 +18,25 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The launcher's own `tracing` events (its store server's) on stderr:
+/// `RUST_LOG` when set and valid, warnings otherwise. The ranks inherit
+/// `RUST_LOG` and install their own.
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(value) if !value.trim().is_empty() => EnvFilter::try_new(&value).unwrap_or_else(|e| {
+            eprintln!("intranode-run: warning: RUST_LOG={value:?} does not parse ({e}); logging warnings only");
+            EnvFilter::new("warn")
+        }),
+        _ => EnvFilter::new("warn"),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
 }
 
 fn try_main() -> anyhow::Result<u8> {

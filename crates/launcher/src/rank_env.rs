@@ -8,7 +8,8 @@
 //! every rank's environment. Both lists come from `intranode_dist_env`, so
 //! what we set and remove is what the ranks read.
 
-use intranode_dist_env::{EnvSource, vars};
+use intranode_dist_env::store_protocol::STORE_PROTOCOL;
+use intranode_dist_env::{EnvSource, StoreProtocol, vars};
 
 use crate::JobConfig;
 
@@ -41,6 +42,10 @@ pub fn rank_vars(
         (vars::MASTER_ADDR, job.master_addr.clone()),
         (vars::MASTER_PORT, master_port.to_string()),
         (TOKEN_ENV, token.to_owned()),
+        // Our store speaks intranode's protocol, whatever torchrun
+        // variables an outer launcher left behind (NOTE [store protocol
+        // decision] in intranode_dist_env).
+        (STORE_PROTOCOL, StoreProtocol::Intranode.to_string()),
         (vars::DEVICE, device.to_string()),
         // NOTE [no NVLink multicast]: multicast stays off in NCCL, PyTorch
         // and NVSHMEM on every machine we run on: a program that uses it can
@@ -86,6 +91,7 @@ mod tests {
         assert_eq!(vars["MASTER_ADDR"], "10.0.0.7");
         assert_eq!(vars["MASTER_PORT"], "4242");
         assert_eq!(vars[TOKEN_ENV], "abc");
+        assert_eq!(vars["INTRANODE_STORE_PROTOCOL"], "intranode");
         assert_eq!(vars["INTRANODE_DEVICE"], "2");
         assert_eq!(vars["NCCL_NVLS_ENABLE"], "0");
         assert_eq!(vars["TORCH_SYMM_MEM_DISABLE_MULTICAST"], "1");

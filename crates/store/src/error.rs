@@ -275,6 +275,14 @@ pub enum StoreError {
         /// The limit.
         max_bytes: usize,
     },
+
+    /// The launcher's variables name no store this rank can join.
+    #[error("no rendezvous store for this rank: {source}")]
+    Env {
+        /// What is missing or wrong.
+        #[source]
+        source: Box<intranode_dist_env::DistEnvError>,
+    },
 }
 #[cfg(test)]
 mod size_tests {

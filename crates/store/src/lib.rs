@@ -12,13 +12,19 @@
 //!   a shared token ([`TOKEN_ENV`]). The server's memory stays within the
 //!   bounds of [`ServerLimits`] whatever its clients send (NOTE [memory
 //!   budget]; `docs/SECURITY.md` for the threat model).
+//! - [`TorchStore`]: a client of PyTorch's `TCPStore` (its wire protocol,
+//!   NOTE [torch store protocol]), for ranks started by torchrun.
+//! - [`connect_env`]: the store of this rank's job, [`TcpStore`] or
+//!   [`TorchStore`] as `intranode_dist_env` decides (NOTE [store protocol
+//!   decision]).
 //! - [`StoreExchange`]: `all_gather`, `broadcast` and `barrier` of
 //!   serde values (bincode 2), cleaning up their keys as they go; a rank
 //!   that never arrives is named ([`StoreError::MissingRanks`]).
 //! - [`StoreError`]: the one error type.
 //!
 //! Architecture Invariant: this crate knows nothing of CUDA; it only moves
-//! bytes between processes.
+//! bytes between processes. It reads the launcher's variables only through
+//! `intranode_dist_env`.
 //!
 //! ```
 //! use intranode_store::{ClientConfig, ServerConfig, Store, StoreExchange, TcpStore, TcpStoreServer};
@@ -38,6 +44,7 @@
 //! ```
 
 mod client;
+mod connect;
 mod error;
 mod exchange;
 mod hash;
@@ -46,11 +53,13 @@ mod malloc;
 mod prefix;
 mod server;
 mod store;
+pub mod torch;
 pub mod wire;
 
 pub use client::{
     ClientConfig, DEFAULT_HANDSHAKE_TIMEOUT, HANDSHAKE_TIMEOUT_ENV, STORE_TIMEOUT_ENV, TcpStore,
 };
+pub use connect::{connect, connect_env};
 pub use error::StoreError;
 pub use exchange::StoreExchange;
 pub use hash::HashStore;
@@ -58,4 +67,5 @@ pub use limits::{ENTRY_OVERHEAD_BYTES, ServerLimits};
 pub use prefix::PrefixStore;
 pub use server::{ServerConfig, TOKEN_ENV, TcpStoreServer};
 pub use store::{DEFAULT_TIMEOUT, Store};
+pub use torch::TorchStore;
 pub use wire::WireError;

@@ -42,7 +42,7 @@ use intranode::config::CommConfig;
 use intranode::dist_env::DistEnv;
 use intranode::symm_mem::{self, Backend};
 use intranode::{Error, gpu};
-use intranode_store::{ClientConfig, Store, TcpStore};
+use intranode_store::Store;
 use intranode_tests::{first_difference, open_fd_count, pattern};
 
 const USAGE: &str =
@@ -94,6 +94,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args> {
 }
 
 fn main() -> ExitCode {
+    intranode_harness::logging::init();
     let rank_label = std::env::var("RANK").unwrap_or_else(|_| "?".into());
     match try_main() {
         Ok(code) => code,
@@ -109,11 +110,8 @@ fn try_main() -> Result<ExitCode> {
     let env = DistEnv::from_env().context("reading the launcher's environment")?;
     let (rank, world) = (env.rank, env.world_size);
     let who = format!("symm_check rank {rank}/{world}");
-    let store_addr = env.store_addr().context("store address")?;
-    let store: Arc<dyn Store> = Arc::new(
-        TcpStore::connect(store_addr.as_str(), ClientConfig::try_from_env()?)
-            .with_context(|| format!("connecting to the store at {store_addr}"))?,
-    );
+    let store: Arc<dyn Store> =
+        intranode_store::connect_env(&env).context("joining the rendezvous store")?;
     let device = env.device.unwrap_or(env.local_rank);
     if !gpu::gpus_or_skip(device + 1, &who)? {
         println!("SKIPPED {who}: no GPU {device} on this machine");

@@ -56,6 +56,7 @@ enum Cmd {
 }
 
 fn main() {
+    intranode_harness::logging::init();
     let cli = Cli::parse();
     let result: Result<()> = match cli.cmd {
         Cmd::Check(args) => check::run(&args),
