@@ -49,16 +49,20 @@ pub(super) fn nccl_type_name<T: NcclType>() -> &'static str {
     }
 }
 
+/// The two element types of a wrapper (neither owned: `fn() ->` keeps the
+/// wrapper `Send` and `Sync` whatever they are).
+type Types<T, U> = PhantomData<(fn() -> T, fn() -> U)>;
+
 /// A buffer of `T` read as one of `U` (same NCCL data type and size).
 pub(super) struct AsElem<'p, P, T, U> {
     inner: &'p P,
-    _types: PhantomData<(fn() -> T, fn() -> U)>,
+    _types: Types<T, U>,
 }
 
 /// A buffer of `T` written as one of `U` (same NCCL data type and size).
 pub(super) struct AsElemMut<'p, P, T, U> {
     inner: &'p mut P,
-    _types: PhantomData<(fn() -> T, fn() -> U)>,
+    _types: Types<T, U>,
 }
 
 impl<'p, P: DevicePtr<T>, T: NcclType, U: DType> AsElem<'p, P, T, U> {
