@@ -5,10 +5,13 @@
 //! topology works; broadcasts go where `select_broadcast_algo` says.
 //!
 //! Its API is that of `cudarc::nccl::Comm` (NOTE [nccl parity]): every
-//! method of `Comm` exists here with the same arguments, so code written
-//! for it switches by changing the type. Our kernels serve `all_reduce`,
-//! `all_reduce_in_place` and `broadcast_in_place`; the rest goes to NCCL
-//! through the `Comm` the communicator owns.
+//! method of `Comm` exists here with the same arguments and type
+//! parameters, for every `NcclType`, so code written for it switches by
+//! changing the type. Our kernels serve `all_reduce` and
+//! `all_reduce_in_place` (bf16, f16, f32: `decide_all_reduce` sends the
+//! other types to NCCL), `broadcast_in_place` (any type), and
+//! `all_gather` / `reduce_scatter` (bf16, f16, f32, up to a size); the
+//! rest goes to NCCL through the `Comm` the communicator owns.
 //!
 //! NOTE [nccl parity]: the differences from `cudarc::nccl::Comm`, all of
 //! them such that a caller's `comm.method(args)?;` compiles either way
