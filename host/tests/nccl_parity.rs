@@ -13,7 +13,7 @@
 //! and peers (the GPU checks live in `intranode-suite`); the one test
 //! says so and only takes their addresses.
 //!
-//! What differs (NOTE [nccl parity] in `host/src/communicator.rs`): the
+//! What differs (NOTE [nccl parity] in `host/src/communicator/mod.rs`): the
 //! `Ok` value (`Work` or `()` where cudarc gives an `NcclStatus` or `()`),
 //! the error type, and construction (`Communicator::new` over a store).
 

@@ -499,6 +499,8 @@ impl Communicator {
             .and_then(IntraNodeComm::call_checker)
             .or(self.call_checker.as_ref());
         match checker {
+            // The element as NCCL names it (any `NcclType`, not only the
+            // kernels' three; the same names for those three).
             Some(c) => c.check(|call| debug::CallFingerprint {
                 elem: nccl_type_name::<T>().into(),
                 ..debug::all_reduce_fingerprint(
