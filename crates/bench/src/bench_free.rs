@@ -10,7 +10,8 @@
 //! decode table, and writes the results file.
 
 use anyhow::{Context, Result, bail};
-use half::bf16;
+use cudarc::driver::CudaSlice;
+use half::{bf16, f16};
 use intranode::ReduceOp;
 use intranode::algo::{AllReduceAlgo, scatter_gather_uses_ours};
 use intranode::comm::scatter_gather::ScatterGather;
@@ -19,9 +20,6 @@ use intranode_harness::data;
 use intranode_harness::free::{self, Dist, Timer};
 use intranode_harness::progress::Progress;
 use intranode_harness::rank::Rank;
-
-use cudarc::driver::CudaSlice;
-use half::f16;
 
 use crate::bench::{BenchArgs, enqueue, finish, sizes};
 use crate::elem::{self, BenchElem, Dtype, Op};
