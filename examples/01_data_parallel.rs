@@ -161,14 +161,8 @@ fn try_main() -> Result<()> {
     let comm = Communicator::new(stream.clone(), store.clone(), rank, world)
         .with_context(|| format!("rank {rank}: building the communicator"))?;
     let mut exchange = StoreExchange::new("intranode/examples/01");
-    let own_kernels;
-    let kernels = match comm.intra() {
-        Some(intra) => intra.kernels(),
-        None => {
-            own_kernels = KernelModule::load(&ctx)?;
-            &own_kernels
-        }
-    };
+    // The optimizer step's kernel (an application would have its own).
+    let kernels = KernelModule::load(&ctx)?;
 
     // Every rank starts from its own draw; rank 0's wins.
     let mut params = mlp::init_params(1000 + rank as u64)
@@ -203,10 +197,10 @@ fn try_main() -> Result<()> {
     if rank == 0 {
         println!(
             "01_data_parallel: {world} ranks, path {}, hook {:?}, {} buckets of <= {} bytes",
-            comm.intra().map_or("nccl".to_owned(), |i| format!(
-                "intra-node {:?}",
-                i.topology()
-            )),
+            match comm.intra_reason() {
+                None => format!("intra-node {:?}", comm.topology()),
+                Some(why) => format!("nccl (no intra-node path: {why})"),
+            },
             args.hook,
             buckets.len(),
             args.bucket_bytes

@@ -239,7 +239,9 @@ pub struct IntraPath {
 /// One all-reduce call, as the decision sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AllReduceCall {
-    pub elem: ElemType,
+    /// `None` for element types only NCCL reduces (every `NcclType` but
+    /// bf16, f16 and f32: integers, f64).
+    pub elem: Option<ElemType>,
     pub bytes: usize,
     pub world: usize,
     /// `None` when the group has no intra-node path.
@@ -257,7 +259,7 @@ pub fn decide_all_reduce(call: &AllReduceCall, crossovers: &Crossovers) -> AllRe
     let Some(intra) = call.intra else {
         return AllReduceAlgo::Nccl;
     };
-    if !call.op_is_ours {
+    if !call.op_is_ours || call.elem.is_none() {
         return AllReduceAlgo::Nccl;
     }
     let algo = match call.forced {
@@ -357,7 +359,9 @@ pub struct NormCall {
 /// on this: a larger one would store past them into the peers' pads).
 pub fn fused_norm_runs(call: &NormCall) -> bool {
     let ar = &call.all_reduce;
-    let lanes = kernels_gpu::math::elems_per_vec(ar.elem.bytes());
+    let lanes = ar
+        .elem
+        .map_or(0, |e| kernels_gpu::math::elems_per_vec(e.bytes()));
     ar.intra
         .is_some_and(|p| p.topology == Topology::FullyConnected)
         && (2..=MAX_DEVICES).contains(&ar.world)
@@ -433,7 +437,7 @@ mod tests {
 
     fn call(bytes: usize, world: usize) -> AllReduceCall {
         AllReduceCall {
-            elem: ElemType::Bf16,
+            elem: Some(ElemType::Bf16),
             bytes,
             world,
             intra: Some(IntraPath {
@@ -466,6 +470,13 @@ mod tests {
                 ..c
             };
             assert_eq!(decide_all_reduce(&prod, &x), AllReduceAlgo::Nccl);
+            // An element type only NCCL reduces (integers, f64).
+            let int = AllReduceCall {
+                elem: None,
+                forced,
+                ..c
+            };
+            assert_eq!(decide_all_reduce(&int, &x), AllReduceAlgo::Nccl);
         }
         // Above every crossover: NCCL, or two-shot where NCCL is missing.
         let big = call(1 << 30, 2);
@@ -628,7 +639,7 @@ mod tests {
         cases.push(NormCall { hidden: 777, ..ok });
         cases.push(NormCall { hidden: 4092, ..ok });
         let mut f32_odd = NormCall { hidden: 4094, ..ok };
-        f32_odd.all_reduce.elem = ElemType::F32;
+        f32_odd.all_reduce.elem = Some(ElemType::F32);
         cases.push(f32_odd);
         cases.push(NormCall {
             aligned: false,
@@ -657,7 +668,7 @@ mod tests {
         }
         // f32 rows of whole 4-lane vectors fuse.
         let mut f32_ok = NormCall { hidden: 4092, ..ok };
-        f32_ok.all_reduce.elem = ElemType::F32;
+        f32_ok.all_reduce.elem = Some(ElemType::F32);
         f32_ok.all_reduce.bytes = 8 * 4092 * 4;
         assert!(fused_norm_runs(&f32_ok));
     }

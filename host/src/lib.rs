@@ -127,6 +127,12 @@ pub use intranode_ipc as ipc_channel;
 pub(crate) use intranode_ipc as ipc_channel;
 
 pub use communicator::{Communicator, Group, RankIndex};
+
+/// The README's Rust blocks, compiled as doc tests: its "Using it"
+/// snippet compiles as shown.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
 pub use config::CommConfig;
 pub use error::{Error, Result};
 pub use types::{AllReduceAlgo, BroadcastAlgo, DType, ElemType, NormPath, ReduceOp};

@@ -240,6 +240,44 @@ fn copy_dir(src: &Path, dst: &Path) -> Result<()> {
     Ok(())
 }
 
+/// How to install the example's tool chain.
+const TOOLCHAIN_HINT: &str = "`rustup toolchain install 1.95.0 --profile minimal`";
+
+/// Checks that `examples/candle-tp/Cargo.lock` resolves the example's
+/// manifests as they are (`cargo metadata --locked`), without building
+/// candle: a lock that lacks a crate the workspace added fails here, in
+/// CI, rather than at the start of a 10-minute build. The first run
+/// fetches candle-core (the patched copy the manifest points at) into
+/// `.cache/`; later runs need no network.
+pub fn check_lock(root: &Path) -> Result<()> {
+    patched_candle_core(root)?;
+    let manifest = root.join("examples").join("candle-tp").join("Cargo.toml");
+    let mut cmd = Command::new("rustup");
+    cmd.args(["run", TOOLCHAIN, "cargo", "metadata", "--locked"])
+        .args(["--format-version", "1", "--manifest-path"])
+        .arg(&manifest)
+        .current_dir(root);
+    crate::stable::scrub(&mut cmd);
+    eprintln!(
+        "xtask: $ rustup run {TOOLCHAIN} cargo metadata --locked --format-version 1 \
+         --manifest-path {}",
+        manifest.display()
+    );
+    let out = cmd
+        .output()
+        .with_context(|| format!("starting rustup (the tool chain: {TOOLCHAIN_HINT})"))?;
+    if !out.status.success() {
+        bail!(
+            "examples/candle-tp/Cargo.lock does not resolve the example's manifests ({}): \
+             refresh it with `cargo update --workspace` in examples/candle-tp\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim_end()
+        );
+    }
+    eprintln!("xtask: examples/candle-tp/Cargo.lock resolves (--locked)");
+    Ok(())
+}
+
 /// Builds `examples/candle-tp` (release, stable Rust, the wheels'
 /// toolkit) and prints the binary's path. With `out`, also copies the
 /// stripped binary, `libcudart.so.13` it links against, and the launcher
@@ -266,11 +304,14 @@ pub fn example(root: &Path, out: Option<&Path>) -> Result<()> {
         cuda_root.display(),
         target_dir.display()
     );
-    let status = cmd.status().context("starting rustup")?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("starting rustup (the tool chain: {TOOLCHAIN_HINT})"))?;
     if !status.success() {
         bail!(
-            "building examples/candle-tp failed ({status}); the tool chain: `rustup toolchain \
-             install {TOOLCHAIN} --profile minimal`"
+            "`cargo build --release --locked` of examples/candle-tp failed ({status}): cargo's \
+             message above says what (a lock file that no longer matches the manifests: \
+             `cargo xtask candle-lock` checks it without building candle)"
         );
     }
     let bin = target_dir.join("release").join("candle-tp");

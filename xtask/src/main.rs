@@ -16,8 +16,8 @@
 //!   errors, out-of-line calls (`.extern .func`), spills or stack frames;
 //!   prints registers per kernel.
 //! - `ci`: everything CI checks (fmt, committed PTX, clippy for host and
-//!   kernel targets (both kernel sets), tests, doc, build-ptx, check-ptx,
-//!   stable-embed).
+//!   kernel targets (both kernel sets), the examples alone, the candle
+//!   example's lock, tests, doc, build-ptx, check-ptx, stable-embed).
 //! - `device-bundle [--out DIR]`: release binaries and test executables,
 //!   stripped, for a GPU machine that has no Rust tool chain.
 //! - `demo`: the main job: one process per local GPU under `intranode-run`,
@@ -31,6 +31,9 @@
 //! - `cuda-toolkit`: the CUDA 13.0 compiler from PyPI wheels, unpacked
 //!   into `.cache/cuda-13.0` when absent; prints the variables that make a
 //!   build use it.
+//! - `candle-lock`: checks that `examples/candle-tp/Cargo.lock` resolves
+//!   the example's manifests with `--locked`, without building candle
+//!   (fetches candle-core into `.cache/` once).
 //! - `candle-example [--out DIR]`: the release build of
 //!   `examples/candle-tp` (candle 0.11 with CUDA, stable Rust) with that
 //!   toolkit; with `--out`, the stripped binary, `libcudart.so.13` and
@@ -60,6 +63,10 @@ fn main() {
 fn try_main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (task, rest) = args.split_first().context(USAGE)?;
+    if matches!(task.as_str(), "-h" | "--help" | "help") {
+        println!("{USAGE}\n\n{HELP}");
+        return Ok(());
+    }
     let opts = Opts::parse(rest)?;
     if !opts.passthrough.is_empty() && task != "bench" && task != "decode" {
         bail!("only `bench` and `decode` take arguments after `--`\n{USAGE}");
@@ -106,13 +113,31 @@ fn try_main() -> Result<()> {
             );
             println!("export CUDA_COMPUTE_CAP=90");
         }
+        "candle-lock" => candle::check_lock(&root()?)?,
         "candle-example" => candle::example(&root()?, opts.out.as_deref())?,
         other => bail!("unknown task {other:?}\n{USAGE}"),
     }
     Ok(())
 }
 
-const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|doc|ci|device-bundle|demo|bench|decode|cuda-toolkit|candle-example> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench or decode]";
+const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|doc|ci|device-bundle|demo|bench|decode|cuda-toolkit|candle-lock|candle-example> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench or decode]";
+
+/// The tasks, for `--help` (the module docs say more).
+const HELP: &str = "\
+tasks:
+  build-ptx [--write]   build the kernels to PTX (--write: regenerate host/ptx/)
+  check-committed-ptx   fail when host/ptx/ differs from the kernel source
+  check-ptx             assemble the PTX with ptxas (fetched from PyPI when absent)
+  stable-embed          build and run a user's crate with the stable tool chain
+  doc                   cargo doc of the public crates, warnings denied
+  ci                    everything CI checks
+  device-bundle         stripped release binaries for a GPU machine
+  demo                  all-reduce sweep on the local GPUs (writes target/demo-out/)
+  bench                 the full benchmark (default out: target/bench-out/)
+  decode                the tensor-parallel decode benchmark (default out: target/decode-out/)
+  cuda-toolkit          CUDA 13.0 from PyPI wheels into .cache/
+  candle-lock           check examples/candle-tp/Cargo.lock with --locked
+  candle-example        build examples/candle-tp (stable Rust, CUDA toolkit)";
 
 #[derive(Debug)]
 struct Opts {
@@ -289,6 +314,21 @@ fn ci(opts: &Opts) -> Result<()> {
         args.extend_from_slice(&["--", "-D", "warnings"]);
         run(&root, cargo, &args)?;
     }
+    // The examples alone: in the workspace, other crates' features (the
+    // suites' `internals`) would hide an example that uses more than the
+    // public API.
+    run(
+        &root,
+        cargo,
+        &[
+            "check",
+            "-p",
+            "intranode-examples",
+            "--examples",
+            "--locked",
+        ],
+    )?;
+    candle::check_lock(&root)?;
     run(&root, cargo, &["test", "--workspace", "--locked"])?;
     doc(&root)?;
     // The default architecture (or `--arch`), then the other one the
@@ -358,16 +398,23 @@ fn demo() -> Result<()> {
     };
     build_launcher_and_bench(&root)?;
     let n = gpus.to_string();
+    // The demo writes its results (`bench-out/`) where it runs: under
+    // `target/`, not in the repository.
+    let dir = job_out_dir(&root, None, "demo-out")?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let release = root.join("target").join("release");
+    let launcher = release.join("intranode-run");
+    let bench = release.join("intranode-bench");
     run(
-        &root,
-        "target/release/intranode-run",
+        &dir,
+        launcher.to_str().context("path is not UTF-8")?,
         &[
             "--nproc-per-node",
             &n,
             "--timeout",
             "600",
             "--",
-            "target/release/intranode-bench",
+            bench.to_str().context("path is not UTF-8")?,
             "demo",
         ],
     )

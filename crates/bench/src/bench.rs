@@ -23,6 +23,7 @@ use intranode_harness::data;
 use intranode_harness::progress::Progress;
 use intranode_harness::rank::Rank;
 
+use crate::elem::{Dtype, Op};
 use crate::results::{BenchFile, Row, fmt_bytes};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -84,6 +85,17 @@ pub struct BenchArgs {
     /// Skip the eager measurements.
     #[arg(long)]
     pub graph_only: bool,
+    /// Element type of the free-running all-reduce sweep: bf16, f16 and
+    /// f32 go where the communicator decides (ours or NCCL), the others
+    /// (f64 and the integers) to NCCL, as `Communicator::all_reduce` sends
+    /// them. The decode-like mode, `--aligned` and the reduce-scatter and
+    /// all-gather sweeps time bf16 sums only.
+    #[arg(long, value_enum, default_value_t = Dtype::Bf16)]
+    pub dtype: Dtype,
+    /// Reduction op of the free-running all-reduce sweep (`prod`: NCCL
+    /// only; `avg`: floating-point types only).
+    #[arg(long, value_enum, default_value_t = Op::Sum)]
+    pub op: Op,
 }
 
 impl BenchArgs {
@@ -105,6 +117,8 @@ impl BenchArgs {
             out: PathBuf::from("bench-out"),
             tune: None,
             graph_only: true,
+            dtype: Dtype::Bf16,
+            op: Op::Sum,
         }
     }
 }
@@ -277,14 +291,53 @@ pub(crate) fn algos(r: &Rank, args: &BenchArgs) -> Vec<Option<AllReduceAlgo>> {
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
-    if args.aligned && args.collective != Collective::AllReduce {
-        anyhow::bail!("--aligned times the all-reduce only");
-    }
+    check_args(args)?;
     if args.aligned {
         run_aligned(args)
     } else {
         crate::bench_free::run(args)
     }
+}
+
+/// The combinations of switches the sweeps do not have, refused before
+/// any GPU work.
+fn check_args(args: &BenchArgs) -> Result<()> {
+    if args.aligned && args.collective != Collective::AllReduce {
+        anyhow::bail!("--aligned times the all-reduce only");
+    }
+    let bf16_sum = args.dtype == Dtype::Bf16 && args.op == Op::Sum;
+    if !bf16_sum && (args.aligned || args.collective != Collective::AllReduce) {
+        anyhow::bail!(
+            "--dtype and --op choose the free-running all-reduce sweep's type and op; \
+             --aligned and --collective reduce-scatter/all-gather time bf16 sums only"
+        );
+    }
+    if args.op == Op::Avg && !args.dtype.is_float() {
+        anyhow::bail!(
+            "--op avg: only floating-point types are averaged here (NCCL's integer \
+             average truncates, which this benchmark does not check)"
+        );
+    }
+    let ours = args.dtype.ours() && args.op.ours();
+    if !ours && args.tune.is_some() {
+        anyhow::bail!(
+            "--tune: {} {} runs on NCCL only, so there is no crossover to measure",
+            args.dtype.name(),
+            args.op.name()
+        );
+    }
+    if let Some(a) = args
+        .algos
+        .iter()
+        .find(|a| !ours && !matches!(a.as_str(), "nccl" | "auto"))
+    {
+        anyhow::bail!(
+            "--algos {a}: {} {} is reduced by NCCL only (nccl and auto time it)",
+            args.dtype.name(),
+            args.op.name()
+        );
+    }
+    Ok(())
 }
 
 fn run_aligned(args: &BenchArgs) -> Result<()> {
@@ -352,6 +405,7 @@ fn run_aligned(args: &BenchArgs) -> Result<()> {
                 busbw_gbps: crate::results::busbw_gbps(world, bytes, graph_us),
                 graph_vs_nccl: None,
                 eager_vs_nccl: None,
+                wrong: 0,
                 free: Vec::new(),
             });
             progress.step(&format!("{} {name}", fmt_bytes(bytes)));

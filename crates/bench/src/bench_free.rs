@@ -10,7 +10,8 @@
 //! decode table, and writes the results file.
 
 use anyhow::{Context, Result, bail};
-use half::bf16;
+use cudarc::driver::CudaSlice;
+use half::{bf16, f16};
 use intranode::ReduceOp;
 use intranode::algo::{AllReduceAlgo, scatter_gather_uses_ours};
 use intranode::comm::scatter_gather::ScatterGather;
@@ -21,6 +22,7 @@ use intranode_harness::progress::Progress;
 use intranode_harness::rank::Rank;
 
 use crate::bench::{BenchArgs, enqueue, finish, sizes};
+use crate::elem::{self, BenchElem, Dtype, Op};
 use crate::results::{BenchFile, DecodeRow, ModeStats, Row, fmt_bytes};
 
 /// Calls per graph in the skew and decode-like modes.
@@ -129,15 +131,63 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if let Some(what) = args.collective.scatter_gather() {
         return run_scatter_gather(&mut r, args, what);
     }
+    match args.dtype {
+        Dtype::Bf16 => sweep::<bf16>(&mut r, args),
+        Dtype::F16 => sweep::<f16>(&mut r, args),
+        Dtype::F32 => sweep::<f32>(&mut r, args),
+        Dtype::F64 => sweep::<f64>(&mut r, args),
+        Dtype::I8 => sweep::<i8>(&mut r, args),
+        Dtype::U8 => sweep::<u8>(&mut r, args),
+        Dtype::I32 => sweep::<i32>(&mut r, args),
+        Dtype::U32 => sweep::<u32>(&mut r, args),
+        Dtype::I64 => sweep::<i64>(&mut r, args),
+        Dtype::U64 => sweep::<u64>(&mut r, args),
+    }
+}
+
+/// The timed call of the sweep: `T` reduced by `op` through the
+/// communicator, by `algo` (`None`: as it decides).
+fn enqueue_typed<T: BenchElem>(
+    r: &Rank,
+    d_in: &CudaSlice<T>,
+    d_out: &mut CudaSlice<T>,
+    op: &cudarc::nccl::ReduceOp,
+    algo: Option<AllReduceAlgo>,
+) -> Result<()> {
+    match algo {
+        None => r.comm.all_reduce(d_in, d_out, op)?,
+        Some(a) => r.comm.all_reduce_with(d_in, d_out, op, a)?,
+    };
+    Ok(())
+}
+
+/// The all-reduce sweep in `T` with `args.op`: the decode-like mode only
+/// for bf16 sums (a layer's all-reduce), and our algorithms only where
+/// they reduce `T` with the op.
+fn sweep<T: BenchElem>(r: &mut Rank, args: &BenchArgs) -> Result<()> {
     let world = r.world();
     let seed = 0xBE7C_u64;
-    let algos = crate::bench::algos(&r, args);
-    let sizes = sizes(args);
+    let ours = args.dtype.ours() && args.op.ours();
+    let algos: Vec<_> = crate::bench::algos(r, args)
+        .into_iter()
+        .filter(|a| ours || matches!(a, None | Some(AllReduceAlgo::Nccl)))
+        .collect();
+    let bf16_sum = args.dtype == Dtype::Bf16 && args.op == Op::Sum;
+    let run_decode = !args.no_decode && bf16_sum;
+    if !args.no_decode && !bf16_sum && r.rank() == 0 {
+        println!("decode-like mode skipped: it times bf16 sums (a layer's all-reduce)");
+    }
+    let op = args.op.nccl();
+    let elem_bytes = std::mem::size_of::<T>();
+    let sizes: Vec<usize> = sizes(args)
+        .into_iter()
+        .filter(|b| *b >= elem_bytes)
+        .collect();
     let max_calls = args.calls.max(args.large_calls).max(1);
     // Graph modes log replays x (K + 1) <= 2 x calls stamps.
-    let mut timer = Timer::new(&r, 2 * max_calls + 2 * SKEW_K + 256)?;
+    let mut timer = Timer::new(r, 2 * max_calls + 2 * SKEW_K + 256)?;
     let decode_algos = decode_algos(args, &algos);
-    let decode_configs = if args.no_decode {
+    let decode_configs = if !run_decode {
         0
     } else {
         DECODE_HIDDEN.len() * DECODE_BATCH.len() * (decode_algos.len() + 1)
@@ -149,50 +199,102 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     );
     let mut rows: Vec<Row> = Vec::new();
     for (si, &bytes) in sizes.iter().enumerate() {
-        let elems = bytes / 2;
+        let elems = bytes / elem_bytes;
+        let bytes = elems * elem_bytes;
         let call = si as u64;
         let d_in = r
             .stream
-            .clone_htod(&data::inputs::<bf16>(seed, call, r.rank(), elems))?;
+            .clone_htod(&elem::inputs::<T>(args.op, call, r.rank(), elems))?;
         for &algo in &algos {
-            let mut d_out = r.stream.clone_htod(&vec![data::poison::<bf16>(); elems])?;
+            let mut d_out = r.stream.clone_htod(&vec![elem::poison::<T>(); elems])?;
             let config_seed = data::mix(seed ^ bytes as u64 ^ ((rows.len() as u64) << 40));
             let mine = {
-                let mut call = |r: &Rank, _j: usize| enqueue(r, &d_in, &mut d_out, algo);
-                measure(&r, args, &mut timer, bytes, &mut call, config_seed)?
+                let mut call = |r: &Rank, _j: usize| enqueue_typed(r, &d_in, &mut d_out, &op, algo);
+                measure(r, args, &mut timer, bytes, &mut call, config_seed)?
             };
             let out = r.stream.clone_dtoh(&d_out)?;
             r.stream.synchronize()?;
-            data::verify(&out, seed, call, world, ReduceOp::Sum).map_err(|e| {
-                anyhow::anyhow!(
-                    "rank {}: {} at {bytes} bytes gave a wrong result: {e}",
+            // Counted, not fatal at once (nccl-tests' #wrong): the run
+            // fails once the tables are out.
+            let (wrong, first) = elem::wrong(&out, args.op, call, world);
+            if let Some(first) = first {
+                eprintln!(
+                    "rank {}: {} {} {} at {bytes} bytes: {wrong} wrong elements; first {first}",
                     r.rank(),
+                    T::NAME,
+                    args.op.name(),
                     name(algo)
-                )
-            })?;
-            let all = r.all_gather(&mine)?;
-            let modes = merge(&all);
-            rows.push(row(&r, world, bytes, algo, modes));
+                );
+            }
+            let all = r.all_gather(&(mine, wrong as u64))?;
+            let dists: Vec<RankDists> = all.iter().map(|(d, _)| d.clone()).collect();
+            let modes = merge(&dists);
+            let mut row = row::<T>(r, world, bytes, algo, &op, modes);
+            row.wrong = all.iter().map(|(_, w)| w).sum();
+            rows.push(row);
             progress.step(&format!("{} {}", fmt_bytes(bytes), name(algo)));
         }
         crate::results::fill_nccl_ratios(&mut rows, bytes);
     }
-    let decode = if args.no_decode {
-        Vec::new()
+    let decode = if run_decode {
+        decode_mode(r, args, &mut timer, &decode_algos, &mut progress)?
     } else {
-        decode_mode(&mut r, args, &mut timer, &decode_algos, &mut progress)?
+        Vec::new()
     };
     progress.finish();
+    let wrong: u64 = rows.iter().map(|row| row.wrong).sum();
     if r.rank() == 0 {
         print_free_table(&rows);
+        print_nccl_tests_table(&rows, T::NAME, args.op, elem_bytes);
         print_tail_check(&rows, &decode);
         print_decode_table(&decode);
-        let mut file = BenchFile::new(world, r.ctx.name().ok(), "bf16", rows);
+        let mut file = BenchFile::new(world, r.ctx.name().ok(), T::NAME, rows);
+        file.op = args.op.name().into();
         file.timing = "free".into();
         file.decode = decode;
         finish(args, file)?;
     }
+    if wrong > 0 {
+        bail!(
+            "{wrong} wrong output elements over the sweep ({} {}; see #wrong above)",
+            T::NAME,
+            args.op.name()
+        );
+    }
     Ok(())
+}
+
+/// The sweep as nccl-tests prints it (out of place: the sweep times
+/// `all_reduce` from one buffer into another). `time` is the mean per
+/// call of the largest graph without stamps (`mean_us` above); algbw is
+/// bytes over time, busbw nccl-tests' all-reduce convention (algbw x
+/// 2 (n-1)/n); `#wrong` counts output elements off the reference, over
+/// every rank.
+fn print_nccl_tests_table(rows: &[Row], dtype: &str, op: Op, elem_bytes: usize) {
+    println!("as nccl-tests prints it (out of place):");
+    println!(
+        "{:>12} {:>12} {:>6} {:>6} {:>16} {:>9} {:>8} {:>8} {:>7}",
+        "size", "count", "type", "redop", "algo", "time", "algbw", "busbw", "#wrong"
+    );
+    println!(
+        "{:>12} {:>12} {:>6} {:>6} {:>16} {:>9} {:>8} {:>8} {:>7}",
+        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", ""
+    );
+    for r in rows {
+        let algbw = r.bytes as f64 / (r.graph_us * 1e3);
+        println!(
+            "{:>12} {:>12} {:>6} {:>6} {:>16} {:>9.2} {:>8.2} {:>8.2} {:>7}",
+            r.bytes,
+            r.bytes / elem_bytes,
+            dtype,
+            op.name(),
+            r.algo,
+            r.graph_us,
+            algbw,
+            r.busbw_gbps,
+            r.wrong
+        );
+    }
 }
 
 /// The decode-like mode's algorithms: the sweep's, less the bandwidth
@@ -213,11 +315,12 @@ fn decode_algos(args: &BenchArgs, algos: &[Option<AllReduceAlgo>]) -> Vec<Option
 
 /// The row of one configuration: `graph_us` is the mean per call of the
 /// largest graph (no stamps), `eager_us` the eager mean.
-fn row(
+fn row<T: BenchElem>(
     r: &Rank,
     world: usize,
     bytes: usize,
     algo: Option<AllReduceAlgo>,
+    op: &cudarc::nccl::ReduceOp,
     free: Vec<ModeStats>,
 ) -> Row {
     let graph_us = largest_graph_mean(&free);
@@ -229,7 +332,7 @@ fn row(
         Some(a) => a.name().to_owned(),
         None => r
             .comm
-            .algo_for::<bf16>(bytes / 2, &cudarc::nccl::ReduceOp::Sum)
+            .algo_for::<T>(bytes / std::mem::size_of::<T>(), op)
             .name()
             .to_owned(),
     };
@@ -244,6 +347,7 @@ fn row(
         busbw_gbps: crate::results::busbw_gbps(world, bytes, graph_us),
         graph_vs_nccl: None,
         eager_vs_nccl: None,
+        wrong: 0,
         free,
     }
 }
@@ -552,6 +656,7 @@ fn run_scatter_gather(r: &mut Rank, args: &BenchArgs, what: ScatterGather) -> Re
                 busbw_gbps: (world as f64 - 1.0) / world as f64 * bytes as f64 / (graph_us * 1e3),
                 graph_vs_nccl: None,
                 eager_vs_nccl: None,
+                wrong: 0,
                 free: modes,
             });
             progress.step(&format!("{} {} {algo}", fmt_bytes(bytes), what.name()));

@@ -17,6 +17,7 @@
 mod bench;
 mod bench_free;
 mod decode;
+mod elem;
 mod plot;
 mod poll_storm;
 mod results;

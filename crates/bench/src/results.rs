@@ -34,6 +34,10 @@ pub struct Row {
     pub busbw_gbps: f64,
     pub graph_vs_nccl: Option<f64>,
     pub eager_vs_nccl: Option<f64>,
+    /// Output elements that differ from the reference, summed over ranks
+    /// (nccl-tests' `#wrong`; older files: not recorded, 0).
+    #[serde(default)]
+    pub wrong: u64,
     /// Free-running per-call distributions by mode (`bench_free.rs`), the
     /// slowest rank's; empty for lined-up runs and older files.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -138,6 +142,9 @@ pub struct BenchFile {
     pub gpu: Option<String>,
     /// Element type of every message.
     pub dtype: String,
+    /// Reduction op of every all-reduce (older files: sum).
+    #[serde(default = "sum_name")]
+    pub op: String,
     pub rows: Vec<Row>,
     /// Tolerance [`AutoCheck::within_tolerance`] was judged against.
     pub auto_tolerance: f64,
@@ -154,6 +161,10 @@ pub struct BenchFile {
     /// The decode-like mode's rows (free-running runs only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub decode: Vec<DecodeRow>,
+}
+
+fn sum_name() -> String {
+    "sum".into()
 }
 
 fn all_reduce_name() -> String {
@@ -185,6 +196,7 @@ impl BenchFile {
             world,
             gpu,
             dtype: dtype.to_owned(),
+            op: sum_name(),
             rows,
             auto_tolerance: AUTO_TOLERANCE,
             auto_check,
@@ -351,6 +363,7 @@ pub(crate) mod tests {
             busbw_gbps: busbw_gbps(world, bytes, graph_us),
             graph_vs_nccl: None,
             eager_vs_nccl: None,
+            wrong: 0,
             free: Vec::new(),
         }
     }

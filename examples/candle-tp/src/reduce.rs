@@ -36,7 +36,7 @@ impl AllReduce {
     /// The stream every call is enqueued on.
     pub fn stream(&self) -> Arc<CudaStream> {
         match self {
-            AllReduce::Intranode(c) => c.stream().clone(),
+            AllReduce::Intranode(c) => c.stream(),
             AllReduce::Nccl(c) => c.stream(),
         }
     }

@@ -178,7 +178,7 @@ impl IntraNodeComm {
     /// form hands messages larger than its buffers to its barrier twin).
     pub fn resolve(&self, algo: AllReduceAlgo, elem: ElemType, elems: usize) -> AllReduceAlgo {
         let call = AllReduceCall {
-            elem,
+            elem: Some(elem),
             bytes: elems.saturating_mul(elem.bytes()),
             world: self.world(),
             intra: Some(self.intra_path()),

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtrMut, DeviceRepr};
+use cudarc::driver::{CudaStream, DevicePtrMut};
 use kernels_gpu::entries::Kernel;
 use kernels_gpu::layout::{BroadcastParams, MAX_BLOCKS};
 use kernels_gpu::math::VEC_BYTES;
@@ -93,7 +93,7 @@ impl IntraNodeComm {
     /// Broadcasts `buf` from `root` to every rank, in place, on `stream`:
     /// the root's elements are read, every other rank's overwritten. Every
     /// rank must call it with the same length and root.
-    pub fn broadcast<T: DeviceRepr>(
+    pub fn broadcast<T>(
         &self,
         buf: &mut impl DevicePtrMut<T>,
         root: usize,

@@ -77,7 +77,7 @@ impl IntraNodeComm {
         let elems = rows.saturating_mul(hidden);
         let call = NormCall {
             all_reduce: AllReduceCall {
-                elem,
+                elem: Some(elem),
                 bytes: elems.saturating_mul(elem.bytes()),
                 world: self.world(),
                 intra: Some(self.intra_path()),

@@ -5,10 +5,13 @@
 //! topology works; broadcasts go where `select_broadcast_algo` says.
 //!
 //! Its API is that of `cudarc::nccl::Comm` (NOTE [nccl parity]): every
-//! method of `Comm` exists here with the same arguments, so code written
-//! for it switches by changing the type. Our kernels serve `all_reduce`,
-//! `all_reduce_in_place` and `broadcast_in_place`; the rest goes to NCCL
-//! through the `Comm` the communicator owns.
+//! method of `Comm` exists here with the same arguments and type
+//! parameters, for every `NcclType`, so code written for it switches by
+//! changing the type. Our kernels serve `all_reduce` and
+//! `all_reduce_in_place` (bf16, f16, f32: `decide_all_reduce` sends the
+//! other types to NCCL), `broadcast_in_place` (any type), and
+//! `all_gather` / `reduce_scatter` (bf16, f16, f32, up to a size); the
+//! rest goes to NCCL through the `Comm` the communicator owns.
 //!
 //! NOTE [nccl parity]: the differences from `cudarc::nccl::Comm`, all of
 //! them such that a caller's `comm.method(args)?;` compiles either way
@@ -32,13 +35,14 @@ mod group;
 mod layer;
 mod nccl_only;
 mod norm;
+mod retype;
 
 pub use group::Group;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::{
-    CudaContext, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop,
+    CudaContext, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, SyncOnDrop,
 };
 use cudarc::nccl::result::NcclError;
 use cudarc::nccl::{Comm, NcclType, ReduceOp as NcclOp};
@@ -62,6 +66,7 @@ use crate::types::ReduceOp;
 use crate::types::{DType, ElemType};
 use crate::work::Work;
 use kernels_gpu::layout::NormParams;
+use retype::{AsElem, AsElemMut, elem_of, nccl_type_name};
 
 /// The application-facing communicator of one rank.
 pub struct Communicator {
@@ -207,9 +212,10 @@ impl Communicator {
         self.stream.context().ordinal()
     }
 
-    /// The stream every call is enqueued on.
-    pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
+    /// The stream every call is enqueued on, like
+    /// `cudarc::nccl::Comm::stream` (a clone of the `Arc`).
+    pub fn stream(&self) -> Arc<CudaStream> {
+        self.stream.clone()
     }
 
     /// The intra-node communicator, when the rendezvous allowed one
@@ -234,11 +240,12 @@ impl Communicator {
         self.nccl.as_ref().map_err(String::as_str)
     }
 
-    /// The algorithm a call of `elems` elements of `T` with `op` would use.
-    pub fn algo_for<T: DType>(&self, elems: usize, op: &NcclOp) -> AllReduceAlgo {
+    /// The algorithm a call of `elems` elements of `T` with `op` would use
+    /// (NCCL for the types and ops only NCCL reduces).
+    pub fn algo_for<T: NcclType>(&self, elems: usize, op: &NcclOp) -> AllReduceAlgo {
         let call = AllReduceCall {
-            elem: T::ELEM,
-            bytes: elems.saturating_mul(T::ELEM.bytes()),
+            elem: elem_of::<T>(),
+            bytes: elems.saturating_mul(std::mem::size_of::<T>()),
             world: self.world,
             intra: self.intra.as_ref().map(IntraNodeComm::intra_path),
             op_is_ours: ReduceOp::from_nccl(op).is_some(),
@@ -248,21 +255,24 @@ impl Communicator {
         decide_all_reduce(&call, &self.crossovers)
     }
 
-    /// `recv = op(send of every rank)`, like `cudarc::nccl::Comm::all_reduce`.
-    pub fn all_reduce<T: DType + NcclType>(
+    /// `recv = op(send of every rank)`, like `cudarc::nccl::Comm::all_reduce`:
+    /// every `NcclType`, on our kernels where [`Communicator::algo_for`]
+    /// says (bf16, f16 and f32 with sum, avg, min or max), else NCCL.
+    pub fn all_reduce<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
         &self,
-        send: &impl DevicePtr<T>,
-        recv: &mut impl DevicePtrMut<T>,
+        send: &S,
+        recv: &mut R,
         op: &NcclOp,
     ) -> Result<Work> {
         let algo = self.algo_for::<T>(send.len(), op);
         self.all_reduce_with(send, recv, op, algo)
     }
 
-    /// In-place all-reduce, like `cudarc::nccl::Comm::all_reduce_in_place`.
-    pub fn all_reduce_in_place<T: DType + NcclType>(
+    /// In-place all-reduce, like `cudarc::nccl::Comm::all_reduce_in_place`
+    /// (every `NcclType`; ours or NCCL's as for [`Communicator::all_reduce`]).
+    pub fn all_reduce_in_place<R: DevicePtrMut<T>, T: NcclType>(
         &self,
-        buf: &mut impl DevicePtrMut<T>,
+        buf: &mut R,
         op: &NcclOp,
     ) -> Result<Work> {
         let algo = self.algo_for::<T>(buf.len(), op);
@@ -270,17 +280,20 @@ impl Communicator {
     }
 
     /// In-place all-reduce with an explicit algorithm (tests and the
-    /// benchmark); an algorithm of ours that this group or op cannot run
-    /// goes to NCCL.
-    pub fn all_reduce_in_place_with<T: DType + NcclType>(
+    /// benchmark); an algorithm of ours that this group, op or element
+    /// type cannot run goes to NCCL.
+    pub fn all_reduce_in_place_with<R: DevicePtrMut<T>, T: NcclType>(
         &self,
-        buf: &mut impl DevicePtrMut<T>,
+        buf: &mut R,
         op: &NcclOp,
         algo: AllReduceAlgo,
     ) -> Result<Work> {
         self.check_group("all_reduce_in_place")?;
-        match (algo, &self.intra, ReduceOp::from_nccl(op)) {
-            (AllReduceAlgo::Nccl, _, _) | (_, None, _) | (_, _, None) => {
+        match (algo, &self.intra, ReduceOp::from_nccl(op), elem_of::<T>()) {
+            (AllReduceAlgo::Nccl, _, _, _)
+            | (_, None, _, _)
+            | (_, _, None, _)
+            | (_, _, _, None) => {
                 let comm = self.nccl_or_err()?;
                 self.check_health()?;
                 self.check_nccl_call::<T>(buf.len(), op)?;
@@ -291,24 +304,45 @@ impl Communicator {
                 bufs.finish()?;
                 self.nccl_done("ncclAllReduce", r)
             }
-            (algo, Some(intra), Some(iop)) => {
-                intra.all_reduce_in_place(buf, iop, algo, &self.stream)
+            (algo, Some(intra), Some(iop), Some(elem)) => {
+                let stream = &self.stream;
+                match elem {
+                    ElemType::Bf16 => intra.all_reduce_in_place(
+                        &mut as_elem_mut::<_, _, half::bf16>(buf)?,
+                        iop,
+                        algo,
+                        stream,
+                    ),
+                    ElemType::F16 => intra.all_reduce_in_place(
+                        &mut as_elem_mut::<_, _, half::f16>(buf)?,
+                        iop,
+                        algo,
+                        stream,
+                    ),
+                    ElemType::F32 => intra.all_reduce_in_place(
+                        &mut as_elem_mut::<_, _, f32>(buf)?,
+                        iop,
+                        algo,
+                        stream,
+                    ),
+                }
             }
         }
     }
 
-    /// All-reduce with an explicit algorithm (tests and the benchmark).
-    pub fn all_reduce_with<T: DType + NcclType>(
+    /// All-reduce with an explicit algorithm (tests and the benchmark):
+    /// an error where this group, op or element type cannot run it.
+    pub fn all_reduce_with<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
         &self,
-        send: &impl DevicePtr<T>,
-        recv: &mut impl DevicePtrMut<T>,
+        send: &S,
+        recv: &mut R,
         op: &NcclOp,
         algo: AllReduceAlgo,
     ) -> Result<Work> {
         args::same_len("all_reduce", self.rank, send.len(), recv.len())?;
         self.check_group("all_reduce")?;
-        match (algo, &self.intra, ReduceOp::from_nccl(op)) {
-            (AllReduceAlgo::Nccl, _, _) => {
+        match (algo, &self.intra, ReduceOp::from_nccl(op), elem_of::<T>()) {
+            (AllReduceAlgo::Nccl, _, _, _) => {
                 let comm = self.nccl_or_err()?;
                 self.check_health()?;
                 self.check_nccl_call::<T>(send.len(), op)?;
@@ -320,17 +354,47 @@ impl Communicator {
                 bufs.finish()?;
                 self.nccl_done("ncclAllReduce", r)
             }
-            (_, None, _) => Err(Error::InvalidArgument(format!(
+            (_, None, _, _) => Err(Error::InvalidArgument(format!(
                 "all_reduce on rank {}: {} needs the intra-node path, which is unavailable: {}",
                 self.rank,
                 algo.name(),
                 self.intra_reason.as_deref().unwrap_or("unknown")
             ))),
-            (_, _, None) => Err(Error::InvalidArgument(format!(
+            (_, _, None, _) => Err(Error::InvalidArgument(format!(
                 "all_reduce on rank {}: product is only served by nccl",
                 self.rank
             ))),
-            (algo, Some(intra), Some(iop)) => intra.all_reduce(send, recv, iop, algo, &self.stream),
+            (_, _, _, None) => Err(Error::InvalidArgument(format!(
+                "all_reduce on rank {}: {} elements are only reduced by nccl",
+                self.rank,
+                nccl_type_name::<T>()
+            ))),
+            (algo, Some(intra), Some(iop), Some(elem)) => {
+                let stream = &self.stream;
+                match elem {
+                    ElemType::Bf16 => intra.all_reduce(
+                        &as_elem::<_, _, half::bf16>(send)?,
+                        &mut as_elem_mut::<_, _, half::bf16>(recv)?,
+                        iop,
+                        algo,
+                        stream,
+                    ),
+                    ElemType::F16 => intra.all_reduce(
+                        &as_elem::<_, _, half::f16>(send)?,
+                        &mut as_elem_mut::<_, _, half::f16>(recv)?,
+                        iop,
+                        algo,
+                        stream,
+                    ),
+                    ElemType::F32 => intra.all_reduce(
+                        &as_elem::<_, _, f32>(send)?,
+                        &mut as_elem_mut::<_, _, f32>(recv)?,
+                        iop,
+                        algo,
+                        stream,
+                    ),
+                }
+            }
         }
     }
 
@@ -348,9 +412,9 @@ impl Communicator {
     /// the group has it, else NCCL. Every rank must call it with the same
     /// length and root. `root` is an `i32` as in cudarc, or a `usize`
     /// ([`RankIndex`]).
-    pub fn broadcast_in_place<T: DeviceRepr + NcclType>(
+    pub fn broadcast_in_place<R: DevicePtrMut<T>, T: NcclType>(
         &self,
-        buf: &mut impl DevicePtrMut<T>,
+        buf: &mut R,
         root: impl RankIndex,
     ) -> Result<Work> {
         let root = args::rank_in_world("broadcast", self.rank, self.world, "root", root)?;
@@ -359,9 +423,9 @@ impl Communicator {
 
     /// Broadcast with an explicit path (tests); an error where that path
     /// does not exist.
-    pub fn broadcast_in_place_with<T: DeviceRepr + NcclType>(
+    pub fn broadcast_in_place_with<R: DevicePtrMut<T>, T: NcclType>(
         &self,
-        buf: &mut impl DevicePtrMut<T>,
+        buf: &mut R,
         root: usize,
         algo: BroadcastAlgo,
     ) -> Result<Work> {
@@ -428,18 +492,21 @@ impl Communicator {
     /// Under `INTRANODE_DEBUG=detail`, the fingerprint check of a call
     /// that goes to NCCL (calls to our kernels are checked inside
     /// [`IntraNodeComm`], through the same checker).
-    fn check_nccl_call<T: DType>(&self, elems: usize, op: &NcclOp) -> Result<()> {
+    fn check_nccl_call<T: NcclType>(&self, elems: usize, op: &NcclOp) -> Result<()> {
         let checker = self
             .intra
             .as_ref()
             .and_then(IntraNodeComm::call_checker)
             .or(self.call_checker.as_ref());
         match checker {
-            Some(c) => c.check(|call| {
-                debug::all_reduce_fingerprint(
+            // The element as NCCL names it (any `NcclType`, not only the
+            // kernels' three; the same names for those three).
+            Some(c) => c.check(|call| debug::CallFingerprint {
+                elem: nccl_type_name::<T>().into(),
+                ..debug::all_reduce_fingerprint(
                     call,
                     elems,
-                    T::ELEM,
+                    ElemType::F32,
                     ReduceOp::from_nccl(op).map_or("prod", ReduceOp::name),
                     AllReduceAlgo::Nccl,
                 )
@@ -547,15 +614,26 @@ impl Communicator {
     }
 }
 
-/// Our element type for an NCCL one; `None` for those only NCCL moves.
-fn elem_of<T: NcclType>() -> Option<ElemType> {
-    use cudarc::nccl::sys::ncclDataType_t as D;
-    match T::as_nccl_type() {
-        D::ncclBfloat16 => Some(ElemType::Bf16),
-        D::ncclFloat16 => Some(ElemType::F16),
-        D::ncclFloat32 => Some(ElemType::F32),
-        _ => None,
-    }
+/// `buf` as a buffer of `U`, which [`elem_of`] said `T` is.
+fn as_elem<P: DevicePtr<T>, T: NcclType, U: DType>(buf: &P) -> Result<AsElem<'_, P, T, U>> {
+    AsElem::new(buf).ok_or_else(|| not_ours::<T, U>())
+}
+
+/// `buf` as a buffer of `U`, which [`elem_of`] said `T` is.
+fn as_elem_mut<P: DevicePtrMut<T>, T: NcclType, U: DType>(
+    buf: &mut P,
+) -> Result<AsElemMut<'_, P, T, U>> {
+    AsElemMut::new(buf).ok_or_else(|| not_ours::<T, U>())
+}
+
+/// Unreachable after [`elem_of`] matched; an error rather than a panic.
+fn not_ours<T: NcclType, U: DType>() -> Error {
+    Error::InvalidArgument(format!(
+        "elements of NCCL type {} ({} bytes) are not {:?}",
+        nccl_type_name::<T>(),
+        std::mem::size_of::<T>(),
+        U::ELEM
+    ))
 }
 
 /// A root or peer as NCCL takes it (`i32`, what `cudarc::nccl::Comm`'s

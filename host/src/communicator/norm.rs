@@ -124,7 +124,7 @@ impl Communicator {
         let elems = rows.saturating_mul(hidden);
         let call = NormCall {
             all_reduce: AllReduceCall {
-                elem: T::ELEM,
+                elem: Some(T::ELEM),
                 bytes: elems.saturating_mul(T::ELEM.bytes()),
                 world: self.world,
                 intra: self.intra.as_ref().map(IntraNodeComm::intra_path),

@@ -186,9 +186,9 @@ fn compress_round_trip<H: DType + NcclType>(
     let mut wire = scratch.try_slice_mut(..n).ok_or_else(|| {
         Error::InvalidArgument("compression scratch smaller than the bucket".into())
     })?;
-    kernels.cast(stream, grads, &mut wire)?;
+    kernels.cast(&stream, grads, &mut wire)?;
     comm.all_reduce_in_place(&mut wire, &NcclOp::Avg)?;
-    kernels.cast(stream, &wire, grads)
+    kernels.cast(&stream, &wire, grads)
 }
 
 impl CommHook for CompressHook<'_> {

@@ -34,6 +34,10 @@ pub struct CheckArgs {
     /// Run only the all-reduce + residual + RMSNorm checks.
     #[arg(long)]
     pub only_norm: bool,
+    /// Run only the element-type checks (every `NcclType` through every
+    /// collective: ours or NCCL as the communicator decides).
+    #[arg(long)]
+    pub only_types: bool,
     /// Seed of every input (all ranks must agree).
     #[arg(long, default_value_t = 0x1234_5678)]
     pub seed: u64,
@@ -376,6 +380,17 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         );
         return Ok(());
     }
+    if args.only_types {
+        let t0 = std::time::Instant::now();
+        let (calls, how) = crate::check_types::run(&mut r)?;
+        println!(
+            "check rank {}/{} ok (element types only): {calls} calls, {how}, every element checked ({:.1} s)",
+            r.rank(),
+            r.world(),
+            t0.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     if args.only_scatter_gather {
         let t0 = std::time::Instant::now();
         let cases = crate::check_sg::run(&mut r, args.seed)?;
@@ -468,6 +483,12 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     let sg_cases = crate::check_sg::run(&mut r, args.seed)?;
     println!(
         "check rank {}: reduce-scatter and all-gather: {sg_cases} calls (every type, op and shard length, ours forced and as decided), every element checked",
+        r.rank()
+    );
+    r.store_barrier()?;
+    let (type_calls, how) = crate::check_types::run(&mut r)?;
+    println!(
+        "check rank {}: element types: {type_calls} calls, {how}, every element checked",
         r.rank()
     );
     let barrier_report = barriers(&mut r)?;
