@@ -24,6 +24,11 @@ pub enum Error {
     MissingKernel { name: String },
     /// A setting (an environment switch, a tuning file) the library
     /// cannot use.
+    /// The embedded kernel image could not be used (unpacking failed, or
+    /// `INTRANODE_KERNEL_IMAGE=cubin` on a device without machine code).
+    #[error("kernel image: {0}")]
+    KernelImage(String),
+
     #[error("configuration: {0}")]
     Config(#[from] crate::config::ConfigError),
     /// The caller passed arguments the operation cannot accept.

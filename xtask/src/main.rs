@@ -3,9 +3,10 @@
 //! - `build-ptx [--arch sm_90] [--out DIR]`: builds the kernels to PTX, the
 //!   production kernels and the test kernels (`ptx_builder::KernelSet`),
 //!   and prints the files' paths. `build-ptx --write` regenerates the
-//!   committed PTX the host crate embeds (`host/ptx/`, both sets for every
-//!   committed architecture, and the source stamp): run it after changing
-//!   the kernels.
+//!   committed kernels the host crate embeds (`host/ptx/`: both PTX sets
+//!   for every committed architecture, the production PTX gzipped, the
+//!   production cubins assembled by the pinned ptxas, and the source
+//!   stamp): run it after changing the kernels.
 //! - `check-committed-ptx`: fails when `host/ptx/` differs from what the
 //!   kernel source emits now.
 //! - `stable-embed`: builds and runs `tests/stable-embed` (a user's crate
@@ -13,8 +14,10 @@
 //! - `doc`: `cargo doc -p intranode --no-deps` with warnings denied.
 //! - `check-ptx [--arch sm_90]`: assembles both PTX files with `ptxas -v`
 //!   (fetched from PyPI into `.cache/` when absent) and fails on assembler
-//!   errors, out-of-line calls (`.extern .func`), spills or stack frames;
-//!   prints registers per kernel.
+//!   errors, out-of-line calls (`.extern .func`), spills or stack frames,
+//!   or a committed production cubin (`host/ptx/kernels-<arch>.cubin.gz`)
+//!   that differs from the machine code ptxas made; prints registers per
+//!   kernel.
 //! - `ci`: everything CI checks (fmt, committed PTX, clippy for host and
 //!   kernel targets (both kernel sets), tests, doc, build-ptx, check-ptx,
 //!   stable-embed).
@@ -86,9 +89,13 @@ fn try_main() -> Result<()> {
         "stable-embed" => stable::run(&root()?)?,
         "doc" => doc(&root()?)?,
         "check-ptx" => {
+            let root = root()?;
             for set in KernelSet::ALL {
                 let path = build_ptx(&opts, set)?;
-                ptxas::check(&root()?, &path, &opts.arch)?;
+                let cubin = ptxas::check(&root, &path, &opts.arch)?;
+                if set == KernelSet::Production {
+                    committed::check_cubin(&root, &opts.arch, &cubin)?;
+                }
             }
         }
         "ci" => ci(&opts)?,
@@ -304,7 +311,10 @@ fn ci(opts: &Opts) -> Result<()> {
                 None => build_ptx_for(&root, arch, set, None)?,
             };
             println!("{}", path.display());
-            ptxas::check(&root, &path, arch)?;
+            let cubin = ptxas::check(&root, &path, arch)?;
+            if set == KernelSet::Production {
+                committed::check_cubin(&root, arch, &cubin)?;
+            }
         }
     }
     stable::run(&root)?;

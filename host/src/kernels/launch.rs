@@ -31,7 +31,8 @@ use crate::driver_ext;
 // off (`config::CommConfig::launch_overlap`).
 use crate::error::{DriverContext, Error, Result};
 
-/// A PTX image loaded into one context, unloaded when dropped.
+/// A kernel image (PTX or cubin) loaded into one context, unloaded when
+/// dropped.
 #[derive(Debug)]
 pub(crate) struct Module {
     ctx: Arc<CudaContext>,
@@ -132,6 +133,26 @@ impl Module {
         // SAFETY: the context was made current just above.
         let raw =
             unsafe { driver_ext::module_load_data(&image) }.ctx("cuModuleLoadData", device)?;
+        Ok(Module {
+            ctx: ctx.clone(),
+            raw,
+        })
+    }
+
+    /// Loads the machine code `image` (a cubin: an ELF image) into `ctx`.
+    pub(crate) fn load_image(ctx: &Arc<CudaContext>, image: &[u8]) -> Result<Self> {
+        let device = Some(ctx.ordinal());
+        if !image.starts_with(b"\x7fELF") {
+            return Err(Error::KernelImage(
+                "the embedded cubin is not an ELF image".into(),
+            ));
+        }
+        crate::error::bind(ctx, device)?;
+        // SAFETY: the context was made current just above; `image` is a
+        // whole ELF image (checked magic; the bytes ptxas wrote, checked
+        // against it in CI) that outlives the call.
+        let raw = unsafe { driver_ext::module_load_image(image) }
+            .ctx("cuModuleLoadData(cubin)", device)?;
         Ok(Module {
             ctx: ctx.clone(),
             raw,
