@@ -253,16 +253,13 @@ impl Module {
 
 impl Drop for Module {
     fn drop(&mut self) {
-        // NOTE [drop errors] in `error.rs`.
-        if crate::error::bind_for_drop(&self.ctx, "cuCtxSetCurrent before cuModuleUnload") {
-            // SAFETY: loaded in `load`, unloaded only here; kernels already
-            // enqueued keep their code alive per the driver's rules for
-            // module unload after synchronization, so wait first.
-            let result = self
-                .ctx
-                .synchronize()
-                .and_then(|()| unsafe { driver_ext::module_unload(self.raw) });
-            if let Err(e) = result {
+        // NOTE [drop errors] in `error.rs`. Kernels already enqueued keep
+        // running from the module's code: wait for them first (an error
+        // recorded earlier must not skip the wait, nor the unload).
+        if crate::error::sync_for_drop(&self.ctx, "cuCtxSetCurrent before cuModuleUnload") {
+            // SAFETY: loaded in `load`, unloaded only here; the context is
+            // current and idle (just synchronized).
+            if let Err(e) = unsafe { driver_ext::module_unload(self.raw) } {
                 crate::error::record_drop_error(&self.ctx, "cuModuleUnload", e);
             }
         }

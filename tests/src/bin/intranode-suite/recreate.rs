@@ -5,7 +5,8 @@
 //! ours and one of NCCL's, drop) may not shrink free device memory
 //! (`cuMemGetInfo`) by more than `--memory-slack-mib`, nor grow the open
 //! file descriptors (`/proc/self/fd`) or threads (`/proc/self/task`) by
-//! more than `--fd-slack` / `--thread-slack`.
+//! more than `--fd-slack` / `--thread-slack`, nor leave an error
+//! recorded on the context.
 //!
 //! With `--pieces N`, first N cycles of each part alone (the kernel
 //! module, the intra-node communicator, the NCCL communicator), with what
@@ -163,6 +164,15 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
         Ok((took, comm))
     };
 
+    // An error left recorded on the context after a cycle is one the
+    // application's next call would get (and, before issue 26's fix, one
+    // that made the next communicator's teardown skip its releases).
+    let mut pending: Vec<String> = Vec::new();
+    let mut check_pending = |p: &Proc, i: usize| {
+        if let Err(e) = p.ctx.check_err() {
+            pending.push(format!("cycle {i}: {e}"));
+        }
+    };
     let (first, comm) = cycle(&mut p, 0)?;
     println!(
         "recreate rank {rank}: warm-up Communicator::new {:.1} ms: {}",
@@ -170,6 +180,7 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
         comm.setup_times()
     );
     drop(comm);
+    check_pending(&p, 0);
     p.store_barrier()?;
     let before = Held::now(&p, "before the cycles")?;
     let mut times = Vec::with_capacity(args.cycles);
@@ -179,6 +190,7 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
         times.push(took);
         last = Some(comm.setup_times().to_string());
         drop(comm);
+        check_pending(&p, i);
     }
     p.store_barrier()?;
     let after = Held::now(&p, "after the cycles")?;
@@ -204,6 +216,13 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
     if let Some(last) = last {
         println!("recreate rank {rank}: last cycle's set-up: {last}");
     }
+    if !pending.is_empty() {
+        println!(
+            "recreate rank {rank}: {} cycles left an error recorded on the context, first: {}",
+            pending.len(),
+            pending[0]
+        );
+    }
     ensure!(
         mib <= args.memory_slack_mib as f64,
         "rank {rank}: {} create/drop cycles lost {mib:.1} MiB of device memory (slack {} MiB)",
@@ -221,6 +240,13 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
         "rank {rank}: {} create/drop cycles left {threads} more threads (slack {})",
         args.cycles,
         args.thread_slack
+    );
+    ensure!(
+        pending.is_empty(),
+        "rank {rank}: {} cycles left an error recorded on the context (the next call \
+         would return it), first: {}",
+        pending.len(),
+        pending[0]
     );
     println!("recreate rank {rank}: PASS");
     Ok(())
