@@ -81,11 +81,17 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
             from_source |= set == KernelSet::Production;
             build_from_source(&workspace_root, &arch, set, &format!("{REBUILD_ENV}=1"))?
         } else if !committed.exists() {
-            let why = format!(
-                "no committed PTX for {arch} in {} (committed there: {})",
-                committed_dir.display(),
-                ptx_builder::COMMITTED_ARCHS.join(", ")
-            );
+            let why = if ptx_builder::COMMITTED_ARCHS.contains(&arch.as_str()) {
+                format!(
+                    "{} is missing (a checkout or package without the committed kernels)",
+                    committed.display()
+                )
+            } else {
+                format!(
+                    "no kernels are committed for {arch}, only for {}",
+                    ptx_builder::COMMITTED_ARCHS.join(", ")
+                )
+            };
             from_source |= set == KernelSet::Production;
             build_from_source(&workspace_root, &arch, set, &why)?
         } else if let Some(why) = &stale {

@@ -11,6 +11,10 @@
 //!   kernel source emits now.
 //! - `stable-embed`: builds and runs `tests/stable-embed` (a user's crate
 //!   outside the workspace) with the stable tool chain.
+//! - `package`: `cargo package` of the crates a user's build needs
+//!   (`stable::PACKAGED`), each under crates.io's 10 MiB, then a stable
+//!   build and run of a crate that depends on `intranode = "0.1.0"`
+//!   patched to the unpacked packages (`tests/stable-embed`'s program).
 //! - `doc`: `cargo doc -p intranode --no-deps` with warnings denied.
 //! - `check-ptx [--arch sm_90]`: assembles both PTX files with `ptxas -v`
 //!   (fetched from PyPI into `.cache/` when absent) and fails on assembler
@@ -20,7 +24,7 @@
 //!   kernel.
 //! - `ci`: everything CI checks (fmt, committed PTX, clippy for host and
 //!   kernel targets (both kernel sets), tests, doc, build-ptx, check-ptx,
-//!   stable-embed).
+//!   stable-embed, package).
 //! - `device-bundle [--out DIR]`: release binaries and test executables,
 //!   stripped, for a GPU machine that has no Rust tool chain.
 //! - `demo`: the main job: one process per local GPU under `intranode-run`,
@@ -87,6 +91,7 @@ fn try_main() -> Result<()> {
             committed::check(&root, |arch, set| build_ptx_for(&root, arch, set, None))?;
         }
         "stable-embed" => stable::run(&root()?)?,
+        "package" => stable::run_packaged(&root()?)?,
         "doc" => doc(&root()?)?,
         "check-ptx" => {
             let root = root()?;
@@ -119,7 +124,7 @@ fn try_main() -> Result<()> {
     Ok(())
 }
 
-const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|doc|ci|device-bundle|demo|bench|decode|cuda-toolkit|candle-example> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench or decode]";
+const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|package|doc|ci|device-bundle|demo|bench|decode|cuda-toolkit|candle-example> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench or decode]";
 
 #[derive(Debug)]
 struct Opts {
@@ -318,6 +323,7 @@ fn ci(opts: &Opts) -> Result<()> {
         }
     }
     stable::run(&root)?;
+    stable::run_packaged(&root)?;
     eprintln!("xtask: ci passed");
     Ok(())
 }

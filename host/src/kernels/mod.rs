@@ -28,7 +28,6 @@ use kernels_gpu::entries::{Collective, Elem, Kernel};
 use crate::error::{DriverContext, Error, Result};
 pub(crate) use launch::Grid;
 use launch::{Function, KernelArgs, Module};
-pub use ptx_builder::entry_names;
 
 pub use crate::types::{DType, ElemType};
 
@@ -73,6 +72,15 @@ pub const CUBIN_ARCH: &str = env!("INTRANODE_EMBEDDED_CUBIN_ARCH");
 pub fn ptx() -> Result<String> {
     let bytes = unpack(PTX_IMAGE, "the embedded PTX")?;
     String::from_utf8(bytes).map_err(|_| Error::KernelImage("the embedded PTX is not UTF-8".into()))
+}
+
+/// Kernel entry points (`.visible .entry NAME(`) declared in a PTX text.
+pub fn entry_names(ptx: &str) -> Vec<&str> {
+    ptx.lines()
+        .filter_map(|l| l.trim_start().strip_prefix(".visible .entry "))
+        .filter_map(|rest| rest.split('(').next())
+        .map(str::trim)
+        .collect()
 }
 
 /// `image` unpacked where it is gzipped (by its magic bytes; PTX text
@@ -458,6 +466,13 @@ mod tests {
                 .contains(".extern .func"),
             "the PTX calls into core out of line"
         );
+    }
+
+    #[test]
+    fn entries() {
+        let ptx =
+            ".visible .entry add_f32(\n.param .u64 a\n)\n{\n}\n.visible .entry probe_x()\n{\n}\n";
+        assert_eq!(entry_names(ptx), ["add_f32", "probe_x"]);
     }
 
     #[test]
