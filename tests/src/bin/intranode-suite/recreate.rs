@@ -45,6 +45,9 @@ pub struct RecreateArgs {
     pub thread_slack: usize,
 }
 
+/// One create/drop cycle of a part of a communicator.
+type PieceCycle<'a> = dyn Fn(&mut Proc) -> Result<()> + 'a;
+
 /// What a process holds at one moment.
 #[derive(Clone, Copy, Debug)]
 struct Held {
@@ -88,7 +91,7 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
     let mut recv: CudaSlice<f32> = p.stream.alloc_zeros(elems)?;
 
     if args.pieces > 0 {
-        let pieces: [(&str, &dyn Fn(&mut Proc) -> Result<()>); 3] = [
+        let pieces: [(&str, &PieceCycle); 3] = [
             ("kernel module", &|p: &mut Proc| {
                 let k = KernelModule::load(&p.ctx)?;
                 drop(k);
