@@ -52,9 +52,11 @@
 //!
 //! # Building
 //!
-//! The crate builds on stable Rust: it embeds committed PTX
-//! (`host/ptx/kernels-sm_90.ptx`, for H100/H200 and later), which CI
-//! checks against what the `kernels-gpu` source emits. Two build-time
+//! The crate builds on stable Rust: it embeds the committed kernels, PTX
+//! (`host/ptx/kernels-sm_90.ptx.gz`, for H100/H200 and later) and its
+//! machine code for sm_90 (`host/ptx/kernels-sm_90.cubin.gz`, which
+//! H100/H200 load without a JIT compile), which CI checks against what the
+//! `kernels-gpu` source emits and what the pinned ptxas makes of it. Two build-time
 //! environment variables change what is embedded (both need the
 //! workspace's nightly tool chain, since they build the kernels from
 //! source):

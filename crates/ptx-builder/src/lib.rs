@@ -13,9 +13,10 @@
 //! (feature `test-kernels` of `kernels-gpu`), which only the test suites
 //! and the benchmark load (feature `test-kernels` of the host crate).
 //!
-//! The PTX users build against is committed (`host/ptx/kernels-<arch>.ptx`
+//! The PTX users build against is committed (`host/ptx/kernels-<arch>.ptx.gz`
 //! and `host/ptx/test-kernels-<arch>.ptx`, one pair per
-//! [`COMMITTED_ARCHS`], written by `cargo xtask build-ptx --write`), so
+//! [`COMMITTED_ARCHS`], and the production cubin per [`CUBIN_ARCHS`],
+//! written by `cargo xtask build-ptx --write`), so
 //! depending on the host crate needs no nightly tool chain.
 //! [`source_stamp`] fingerprints what the PTX is built from; the host's
 //! build script rebuilds only when the stamp committed with the PTX
