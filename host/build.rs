@@ -3,9 +3,12 @@
 //! `test-kernels`, `src/kernels/test_kernels.rs` also the test kernels'
 //! PTX named in `INTRANODE_EMBEDDED_TEST_PTX`).
 //!
-//! Normally that is the committed `ptx/kernels-<arch>.ptx` (and
-//! `ptx/test-kernels-<arch>.ptx`): no nightly tool chain is needed, so the
-//! crate builds on stable Rust. The kernels are
+//! Normally that is the committed `ptx/kernels-<arch>.ptx.gz` (and
+//! `ptx/test-kernels-<arch>.ptx`), and beside it the machine code
+//! assembled from it, `ptx/kernels-<arch>.cubin.gz`, named in
+//! `INTRANODE_EMBEDDED_CUBIN` (an empty file where there is none): no
+//! nightly tool chain and no ptxas are needed, so the crate builds on
+//! stable Rust. The kernels are
 //! built from source (nightly, `-Zbuild-std`, through `ptx-builder`) only
 //! when
 //! - the kernel sources differ from what the committed PTX was built from
@@ -16,7 +19,8 @@
 //! - `INTRANODE_PTX_REBUILD=1` asks for it.
 //!
 //! Where the kernel sources are absent (a packaged crate), the committed
-//! PTX is used as it is.
+//! PTX is used as it is. The PTX built from source is embedded as text and
+//! without a cubin.
 
 use std::path::{Path, PathBuf};
 
@@ -43,7 +47,9 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
         .parent()
         .ok_or("host crate has no parent directory")?
         .to_owned();
-    let committed_dir = workspace_root.join(ptx_builder::COMMITTED_DIR);
+    // `ptx/` beside this manifest: `host/ptx` in the workspace, and the
+    // same directory inside a packaged crate.
+    let committed_dir = manifest_dir.join("ptx");
     println!("cargo:rerun-if-env-changed={ARCH_ENV}");
     println!("cargo:rerun-if-env-changed={REBUILD_ENV}");
     // Only paths that exist: cargo reruns the script on every build for a
@@ -68,17 +74,28 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::var_os("CARGO_FEATURE_TEST_KERNELS").is_some() {
         sets.push((KernelSet::Test, "INTRANODE_EMBEDDED_TEST_PTX"));
     }
+    let mut from_source = false;
     for (set, env) in sets {
-        let committed = committed_dir.join(set.file_name(&arch));
+        let committed = committed_dir.join(set.committed_file_name(&arch));
         let embedded = if forced {
+            from_source |= set == KernelSet::Production;
             build_from_source(&workspace_root, &arch, set, &format!("{REBUILD_ENV}=1"))?
         } else if !committed.exists() {
-            let why = format!(
-                "no committed PTX for {arch} (committed: {})",
-                ptx_builder::COMMITTED_ARCHS.join(", ")
-            );
+            let why = if ptx_builder::COMMITTED_ARCHS.contains(&arch.as_str()) {
+                format!(
+                    "{} is missing (a checkout or package without the committed kernels)",
+                    committed.display()
+                )
+            } else {
+                format!(
+                    "no kernels are committed for {arch}, only for {}",
+                    ptx_builder::COMMITTED_ARCHS.join(", ")
+                )
+            };
+            from_source |= set == KernelSet::Production;
             build_from_source(&workspace_root, &arch, set, &why)?
         } else if let Some(why) = &stale {
+            from_source |= set == KernelSet::Production;
             if !warned {
                 println!(
                     "cargo:warning=built the kernels from source: {why}; \
@@ -93,6 +110,26 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rustc-env={env}={}", embedded.display());
     }
     println!("cargo:rustc-env=INTRANODE_EMBEDDED_PTX_ARCH={arch}");
+
+    // The machine code of the embedded PTX, where it is committed and is
+    // that PTX's (not when the PTX came from source: the cubin would hold
+    // the old kernels); otherwise an empty file, and every device JIT
+    // compiles the PTX.
+    let cubin = committed_dir.join(ptx_builder::cubin_file_name(&arch));
+    let (cubin, cubin_arch) =
+        if !from_source && ptx_builder::CUBIN_ARCHS.contains(&arch.as_str()) && cubin.exists() {
+            (cubin, arch.as_str())
+        } else {
+            let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+            let empty = out_dir.join("no-cubin");
+            std::fs::write(&empty, b"")?;
+            (empty, "")
+        };
+    println!(
+        "cargo:rustc-env=INTRANODE_EMBEDDED_CUBIN={}",
+        cubin.display()
+    );
+    println!("cargo:rustc-env=INTRANODE_EMBEDDED_CUBIN_ARCH={cubin_arch}");
     Ok(())
 }
 

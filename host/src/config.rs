@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 pub use crate::algo::Crossovers;
 use crate::algo::{AllReduceAlgo, NormPath};
 use crate::comm::broadcast::BroadcastAlgo;
+use crate::kernels::KernelImage;
 use crate::rendezvous::BUFFER_GRANULARITY_BYTES;
 use crate::symm_mem::{Backend, DEFAULT_BUFFER_BYTES};
 
@@ -78,6 +79,18 @@ pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
 /// collectives, NOTE [launch overlap] in `kernels/launch.rs`); on by
 /// default where the GPU has it (sm_90 and later).
 pub const LAUNCH_OVERLAP_ENV: &str = "INTRANODE_LAUNCH_OVERLAP";
+
+/// Which embedded kernel image to load: `auto` (default: the machine
+/// code where the device runs it, else the PTX), `cubin` (an error where
+/// the device cannot run it) or `ptx` (the driver JIT compiles the PTX,
+/// as before cubins were embedded: for comparisons).
+pub const KERNEL_IMAGE_ENV: &str = "INTRANODE_KERNEL_IMAGE";
+
+/// `1` prints each communicator's set-up times (`SetupTimes`: rendezvous,
+/// topology, kernel load, symmetric memory, NCCL) to stderr, one line per
+/// rank; off by default (they are always a `tracing` debug event, and
+/// `Communicator::setup_times`).
+pub const TIMING_ENV: &str = "INTRANODE_TIMING";
 
 /// Turns a GPU test's skip into a failure: the number of GPUs a device
 /// run promises (`INTRANODE_REQUIRE_GPUS=4`). Read by [`required_gpus`].
@@ -235,6 +248,10 @@ pub struct CommConfig {
     pub lamport_shapes: LamportShapes,
     /// Whether collectives may launch overlapped ([`LAUNCH_OVERLAP_ENV`]).
     pub launch_overlap: bool,
+    /// Which embedded kernel image to load ([`KERNEL_IMAGE_ENV`]).
+    pub kernel_image: KernelImage,
+    /// Whether to print the set-up times to stderr ([`TIMING_ENV`]).
+    pub print_setup_times: bool,
 }
 
 impl Default for CommConfig {
@@ -253,6 +270,8 @@ impl Default for CommConfig {
             crossovers: Crossovers::default(),
             lamport_shapes: LamportShapes::default(),
             launch_overlap: true,
+            kernel_image: KernelImage::Auto,
+            print_setup_times: false,
         }
     }
 }
@@ -406,6 +425,14 @@ impl CommConfig {
                 var(LAUNCH_OVERLAP_ENV),
                 default.launch_overlap,
             )?,
+            kernel_image: parse_named(
+                KERNEL_IMAGE_ENV,
+                var(KERNEL_IMAGE_ENV),
+                |v| v.trim().to_ascii_lowercase().parse().ok(),
+                "auto, cubin or ptx",
+            )?
+            .unwrap_or(default.kernel_image),
+            print_setup_times: parse_bool(TIMING_ENV, var(TIMING_ENV), default.print_setup_times)?,
         })
     }
 
@@ -463,6 +490,8 @@ mod tests {
                     NORM_PATH_ENV => " unfused ",
                     LAMPORT_LAUNCH_ENV => "lamport=8x128",
                     LAUNCH_OVERLAP_ENV => "off",
+                    KERNEL_IMAGE_ENV => " PTX ",
+                    TIMING_ENV => "1",
                     _ => return None,
                 }
                 .to_owned(),
@@ -491,6 +520,8 @@ mod tests {
                     two_shot: None,
                 },
                 launch_overlap: false,
+                kernel_image: KernelImage::Ptx,
+                print_setup_times: true,
             }
         );
         // Empty values mean unset.

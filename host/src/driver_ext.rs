@@ -22,6 +22,22 @@ pub unsafe fn module_load_data(ptx: &CStr) -> Result<sys::CUmodule, DriverError>
     }
 }
 
+/// Loads a module from a machine-code image (cubin or fatbin).
+///
+/// # Safety
+/// A context must be current on this thread, and `image` must be a whole
+/// cubin or fatbin: the driver reads it by the lengths in its own headers.
+pub unsafe fn module_load_image(image: &[u8]) -> Result<sys::CUmodule, DriverError> {
+    let mut module = MaybeUninit::uninit();
+    // SAFETY: `image` outlives the call and is a whole image (caller's
+    // promise); the out pointer is valid; a current context is the
+    // caller's promise.
+    unsafe {
+        sys::cuModuleLoadData(module.as_mut_ptr(), image.as_ptr() as *const c_void).result()?;
+        Ok(module.assume_init())
+    }
+}
+
 /// Looks a kernel up by name.
 ///
 /// # Safety

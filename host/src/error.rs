@@ -24,6 +24,11 @@ pub enum Error {
     MissingKernel { name: String },
     /// A setting (an environment switch, a tuning file) the library
     /// cannot use.
+    /// The embedded kernel image could not be used (unpacking failed, or
+    /// `INTRANODE_KERNEL_IMAGE=cubin` on a device without machine code).
+    #[error("kernel image: {0}")]
+    KernelImage(String),
+
     #[error("configuration: {0}")]
     Config(#[from] crate::config::ConfigError),
     /// The caller passed arguments the operation cannot accept.
@@ -131,7 +136,10 @@ impl<T> DriverContext<T> for std::result::Result<T, DriverError> {
 // release checks (and clears) an error recorded earlier, so
 // `bind_for_drop` puts that one back: otherwise one failed release would
 // make every later release of the same teardown skip its work (a leak)
-// and the error would be lost.
+// and the error would be lost. For the same reason a release that must
+// wait for the context first waits through `sync_for_drop` (the driver's
+// own synchronize), never cudarc's `CudaContext::synchronize`, which
+// returns a recorded error instead of waiting.
 
 /// Records an error met in a `Drop` on `ctx` (NOTE [drop errors]): logged,
 /// kept for the context's next call, never a panic.
@@ -141,6 +149,28 @@ pub(crate) fn record_drop_error(ctx: &CudaContext, op: &'static str, error: Driv
         ctx.ordinal()
     );
     ctx.record_err::<()>(Err(error));
+}
+
+/// Makes `ctx` current and waits for all of its work, for a `Drop` that
+/// releases what kernels may still use (NOTE [drop errors]). An error
+/// recorded earlier stays recorded and does not stop the wait: cudarc's
+/// `CudaContext::synchronize` would return that error instead of waiting,
+/// and a release behind it would be skipped (a kernel module, 10 MB of
+/// machine code, leaked on every communicator dropped while an error was
+/// pending: issue 26). False (after recording the failure) when the
+/// context could not be bound or the wait failed; the caller then leaks
+/// rather than free what a kernel may still touch.
+pub(crate) fn sync_for_drop(ctx: &CudaContext, op: &'static str) -> bool {
+    if !bind_for_drop(ctx, op) {
+        return false;
+    }
+    match cudarc::driver::result::ctx::synchronize() {
+        Ok(()) => true,
+        Err(e) => {
+            record_drop_error(ctx, "cuCtxSynchronize in Drop", e);
+            false
+        }
+    }
 }
 
 /// Makes `ctx` current for a `Drop`, keeping an error recorded earlier

@@ -48,9 +48,11 @@
 //!
 //! # Building
 //!
-//! The crate builds on stable Rust: it embeds committed PTX
-//! (`host/ptx/kernels-sm_90.ptx`, for H100/H200 and later), which CI
-//! checks against what the `kernels-gpu` source emits. Two build-time
+//! The crate builds on stable Rust: it embeds the committed kernels, PTX
+//! (`host/ptx/kernels-sm_90.ptx.gz`, for H100/H200 and later) and its
+//! machine code for sm_90 (`host/ptx/kernels-sm_90.cubin.gz`, which
+//! H100/H200 load without a JIT compile), which CI checks against what the
+//! `kernels-gpu` source emits and what the pinned ptxas makes of it. Two build-time
 //! environment variables change what is embedded (both need the
 //! workspace's nightly tool chain, since they build the kernels from
 //! source):
@@ -83,6 +85,7 @@ pub mod ddp;
 pub mod error;
 pub mod gpu;
 pub mod kernels;
+pub mod setup_times;
 pub mod topology;
 pub mod types;
 
@@ -135,5 +138,6 @@ pub use communicator::{Communicator, Group, RankIndex};
 struct ReadmeDoctests;
 pub use config::CommConfig;
 pub use error::{Error, Result};
+pub use setup_times::SetupTimes;
 pub use types::{AllReduceAlgo, BroadcastAlgo, DType, ElemType, NormPath, ReduceOp};
 pub use work::Work;

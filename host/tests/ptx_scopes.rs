@@ -106,7 +106,8 @@ fn globaltimer_is_read() {
 
 #[test]
 fn no_out_of_line_calls() {
-    for ptx in [PTX, intranode::kernels::PTX] {
+    let production = intranode::kernels::ptx().expect("the embedded PTX unpacks");
+    for ptx in [PTX, production.as_str()] {
         assert!(
             !ptx.contains(".extern .func"),
             "the PTX calls into core out of line"
@@ -119,7 +120,7 @@ fn no_out_of_line_calls() {
 /// function no kernel uses any more checks nothing).
 #[test]
 fn every_probed_instruction_is_used_by_the_production_kernels() {
-    let production = intranode::kernels::PTX;
+    let production = intranode::kernels::ptx().expect("the embedded PTX unpacks");
     for (probe, op) in [
         ("probe_ld_acquire_sys_u32", "ld.acquire.sys.global.u32"),
         ("probe_ld_relaxed_sys_u32", "ld.relaxed.sys.global.u32"),
@@ -175,7 +176,7 @@ fn block_gather_goes_through_shared_memory_between_barriers() {
 /// launched plainly (elementwise, norms) do not wait.
 #[test]
 fn collectives_wait_for_the_kernel_ahead_before_touching_memory() {
-    let ptx = intranode::kernels::PTX;
+    let ptx = intranode::kernels::ptx().expect("the embedded PTX unpacks");
     if !ptx.contains(".target sm_9") {
         // Built for an older architecture: no griddepcontrol, no overlap.
         return;
@@ -200,7 +201,7 @@ fn collectives_wait_for_the_kernel_ahead_before_touching_memory() {
             .nth(1)
             .and_then(|r| r.split('(').next())
             .expect("entry name");
-        let body = entry_body(ptx, name);
+        let body = entry_body(&ptx, name);
         let first_wait = body.find("griddepcontrol.wait;");
         if !collective(name) {
             assert!(first_wait.is_none(), "{name} waits but is launched plainly");

@@ -2,7 +2,7 @@
 //! `intranode-run` (see `src/bin/`), and helpers they share.
 //!
 //! - `intranode-suite`: the GPU test suites (`check`, `ddp-check`,
-//!   `faults`, `bad-input`, `faults-suite`, `soak`); what they share with
+//!   `faults`, `bad-input`, `faults-suite`, `soak`, `recreate`); what they share with
 //!   the benchmark is `intranode-harness`.
 //! - `symm_check`: symmetric memory across ranks (every rank reads and
 //!   writes every peer's block through its mapping), `get_buffer` bounds,
@@ -41,6 +41,11 @@ pub fn open_fd_count() -> std::io::Result<usize> {
     Ok(std::fs::read_dir("/proc/self/fd")?
         .count()
         .saturating_sub(1))
+}
+
+/// Number of threads of this process (entries of `/proc/self/task`).
+pub fn thread_count() -> std::io::Result<usize> {
+    Ok(std::fs::read_dir("/proc/self/task")?.count())
 }
 
 #[cfg(test)]

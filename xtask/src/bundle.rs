@@ -1,6 +1,8 @@
 //! `device-bundle`: what a GPU machine without a Rust tool chain needs to
 //! run the project: the release binaries and every test executable,
-//! stripped, plus a `run-tests.sh` that runs the tests in order.
+//! stripped and gzipped (a device run carries at most 64 MiB), plus
+//! `unpack.sh DIR`, which unpacks them into `DIR` with `run-tests.sh`, the
+//! script that runs the tests in order.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -41,7 +43,7 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
     for bin in BINARIES {
         let src = root.join("target").join("release").join(bin);
         if src.is_file() {
-            copy_stripped(&src, &out.join(bin))?;
+            copy_stripped_gz(&src, &out.join(bin))?;
         }
     }
     for example in EXAMPLES {
@@ -50,7 +52,7 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
             .join("release")
             .join("examples")
             .join(example);
-        copy_stripped(&src, &out.join(example))?;
+        copy_stripped_gz(&src, &out.join(example))?;
     }
 
     // Test executables: cargo names them in its JSON messages.
@@ -90,7 +92,7 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
             continue;
         }
         let file = format!("test-{}", name.replace('-', "_"));
-        copy_stripped(Path::new(exe), &out.join(&file))?;
+        copy_stripped_gz(Path::new(exe), &out.join(&file))?;
         tests.push(file);
     }
     tests.sort();
@@ -116,7 +118,58 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
     let script_path = out.join("run-tests.sh");
     std::fs::write(&script_path, script)?;
     make_executable(&script_path)?;
-    println!("{}", out.display());
+    let unpack_path = out.join("unpack.sh");
+    std::fs::write(&unpack_path, UNPACK)?;
+    make_executable(&unpack_path)?;
+    let mut bytes = 0u64;
+    for entry in std::fs::read_dir(&out)? {
+        bytes += entry?.metadata()?.len();
+    }
+    let mib = bytes as f64 / f64::from(1u32 << 20);
+    if bytes > CARRY_LIMIT_BYTES {
+        eprintln!(
+            "xtask: warning: the bundle is {mib:.1} MiB, over the {} MiB a device run carries",
+            CARRY_LIMIT_BYTES >> 20
+        );
+    }
+    println!("{} ({mib:.1} MiB)", out.display());
+    Ok(())
+}
+
+/// What one device run can carry to a GPU machine.
+const CARRY_LIMIT_BYTES: u64 = 64 << 20;
+
+/// `unpack.sh DIR`: the gzipped binaries, unpacked and executable, and
+/// `run-tests.sh`, in `DIR`.
+const UNPACK: &str = "#!/bin/sh
+# Unpacks the bundle's gzipped binaries into DIR (default
+# /tmp/intranode-bundle), with run-tests.sh; then: cd DIR && ./run-tests.sh
+set -eu
+here=$(cd \"$(dirname \"$0\")\" && pwd)
+dir=${1:-/tmp/intranode-bundle}
+mkdir -p \"$dir\"
+for f in \"$here\"/*.gz; do
+  n=$(basename \"$f\" .gz)
+  gunzip -c \"$f\" > \"$dir/$n\"
+  chmod +x \"$dir/$n\"
+done
+cp \"$here/run-tests.sh\" \"$dir/\"
+echo \"$dir\"
+";
+
+/// `src`, stripped, gzipped as `dst` + `.gz`.
+fn copy_stripped_gz(src: &Path, dst: &Path) -> Result<()> {
+    copy_stripped(src, dst)?;
+    let bytes = std::fs::read(dst).with_context(|| format!("reading {}", dst.display()))?;
+    let gz = dst.with_file_name(format!(
+        "{}.gz",
+        dst.file_name()
+            .and_then(|n| n.to_str())
+            .context("bundle file name is not UTF-8")?
+    ));
+    std::fs::write(&gz, crate::committed::gzip(&bytes)?)
+        .with_context(|| format!("writing {}", gz.display()))?;
+    std::fs::remove_file(dst).with_context(|| format!("removing {}", dst.display()))?;
     Ok(())
 }
 

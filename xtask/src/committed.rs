@@ -1,8 +1,12 @@
-//! The committed PTX (`host/ptx/`): `build-ptx --write` regenerates it,
-//! `check-committed-ptx` (part of `ci`) fails when it differs from what
-//! the kernel source emits now. The host crate embeds it, so users build
-//! it without a nightly tool chain (`host/build.rs`).
+//! The committed kernels (`host/ptx/`: the PTX, gzipped for the
+//! production set, and the production cubins): `build-ptx --write`
+//! regenerates them, `check-committed-ptx` (part of `ci`) fails when the
+//! PTX differs from what the kernel source emits now, and `check-ptx`
+//! when a committed cubin differs from what the pinned ptxas makes of
+//! that PTX. The host crate embeds them, so users build it without a
+//! nightly tool chain or ptxas (`host/build.rs`).
 
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -12,8 +16,9 @@ use ptx_builder::KernelSet;
 pub const REGENERATE: &str = "cargo xtask build-ptx --write";
 
 /// Builds both kernel sets for every committed architecture and writes
-/// their PTX and the source stamp under `host/ptx/`; returns the paths
-/// written.
+/// their PTX (the production PTX gzipped), the production cubins
+/// (`ptx_builder::CUBIN_ARCHS`, assembled by the pinned ptxas, gzipped)
+/// and the source stamp under `host/ptx/`; returns the paths written.
 pub fn write(root: &Path) -> Result<Vec<PathBuf>> {
     let dir = root.join(ptx_builder::COMMITTED_DIR);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -21,17 +26,70 @@ pub fn write(root: &Path) -> Result<Vec<PathBuf>> {
     for arch in ptx_builder::COMMITTED_ARCHS {
         for set in KernelSet::ALL {
             let built = crate::build_ptx_for(root, arch, set, None)?;
-            let dest = dir.join(set.file_name(arch));
-            std::fs::copy(&built, &dest)
-                .with_context(|| format!("copying {} to {}", built.display(), dest.display()))?;
+            let dest = dir.join(set.committed_file_name(arch));
+            let text =
+                std::fs::read(&built).with_context(|| format!("reading {}", built.display()))?;
+            let bytes = if is_gzip_name(&dest) {
+                gzip(&text)?
+            } else {
+                text
+            };
+            std::fs::write(&dest, bytes).with_context(|| format!("writing {}", dest.display()))?;
             written.push(dest);
+            if set == KernelSet::Production && ptx_builder::CUBIN_ARCHS.contains(arch) {
+                let cubin = crate::ptxas::assemble(root, &built, arch)?;
+                let dest = dir.join(ptx_builder::cubin_file_name(arch));
+                std::fs::write(&dest, gzip(&cubin)?)
+                    .with_context(|| format!("writing {}", dest.display()))?;
+                written.push(dest);
+            }
         }
+    }
+    if let Some(arch) = ptx_builder::CUBIN_ARCHS
+        .iter()
+        .find(|a| !ptx_builder::COMMITTED_ARCHS.contains(a))
+    {
+        bail!("a cubin for {arch} needs its PTX committed (ptx_builder::COMMITTED_ARCHS)");
     }
     let stamp = dir.join(ptx_builder::STAMP_FILE);
     std::fs::write(&stamp, format!("{}\n", current_stamp(root)?))
         .with_context(|| format!("writing {}", stamp.display()))?;
     written.push(stamp);
     Ok(written)
+}
+
+/// Fails, naming the file and [`REGENERATE`], when the committed cubin of
+/// `arch` differs from `fresh_cubin` (what the pinned ptxas made of the
+/// current production PTX), or is missing while `arch` is one of
+/// `ptx_builder::CUBIN_ARCHS`. Nothing to check for other architectures.
+pub fn check_cubin(root: &Path, arch: &str, fresh_cubin: &Path) -> Result<()> {
+    if !ptx_builder::CUBIN_ARCHS.contains(&arch) {
+        return Ok(());
+    }
+    let path = root
+        .join(ptx_builder::COMMITTED_DIR)
+        .join(ptx_builder::cubin_file_name(arch));
+    let committed = std::fs::read(&path)
+        .with_context(|| format!("reading {} (run `{REGENERATE}`)", path.display()))
+        .and_then(|gz| gunzip(&gz).with_context(|| format!("unpacking {}", path.display())))?;
+    let fresh =
+        std::fs::read(fresh_cubin).with_context(|| format!("reading {}", fresh_cubin.display()))?;
+    if committed != fresh {
+        bail!(
+            "{} ({} bytes unpacked) differs from what the pinned ptxas makes of the current \
+             PTX ({}, {} bytes); run `{REGENERATE}` and commit {}/",
+            path.display(),
+            committed.len(),
+            fresh_cubin.display(),
+            fresh.len(),
+            ptx_builder::COMMITTED_DIR
+        );
+    }
+    eprintln!(
+        "xtask: committed cubin {} equals what ptxas makes of the current PTX",
+        path.display()
+    );
+    Ok(())
 }
 
 /// Fails, naming the file, the first differing line and [`REGENERATE`],
@@ -46,8 +104,8 @@ pub fn check(root: &Path, mut built: impl FnMut(&str, KernelSet) -> Result<PathB
             let fresh_path = built(arch, set)?;
             let fresh = std::fs::read_to_string(&fresh_path)
                 .with_context(|| format!("reading {}", fresh_path.display()))?;
-            let committed_path = dir.join(set.file_name(arch));
-            match std::fs::read_to_string(&committed_path) {
+            let committed_path = dir.join(set.committed_file_name(arch));
+            match read_committed_text(&committed_path) {
                 Ok(committed) if committed == fresh => {}
                 Ok(committed) => stale.push(format!(
                     "{} differs from what the kernel source emits now ({})",
@@ -82,6 +140,39 @@ pub fn check(root: &Path, mut built: impl FnMut(&str, KernelSet) -> Result<PathB
     Ok(())
 }
 
+/// Whether a committed file is stored gzipped (by its name).
+fn is_gzip_name(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "gz")
+}
+
+/// A committed PTX file's text, unpacked where it is stored gzipped.
+fn read_committed_text(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path)?;
+    let bytes = if is_gzip_name(path) {
+        gunzip(&bytes)?
+    } else {
+        bytes
+    };
+    String::from_utf8(bytes).context("not UTF-8")
+}
+
+/// `bytes` gzipped at the best compression, with no name and time in the
+/// header, so the same input gives the same file.
+pub fn gzip(bytes: &[u8]) -> Result<Vec<u8>> {
+    let mut encoder = flate2::GzBuilder::new()
+        .mtime(0)
+        .write(Vec::new(), flate2::Compression::best());
+    encoder.write_all(bytes)?;
+    Ok(encoder.finish()?)
+}
+
+/// The contents of a gzip stream.
+pub fn gunzip(gz: &[u8]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(gz).read_to_end(&mut out)?;
+    Ok(out)
+}
+
 fn current_stamp(root: &Path) -> Result<String> {
     ptx_builder::source_stamp(root).context("fingerprinting the kernel sources")
 }
@@ -105,6 +196,16 @@ fn first_difference(committed: &str, fresh: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gzip_round_trip_is_deterministic() {
+        let text = b"//\n.version 8.7\n.target sm_90\n".repeat(1000);
+        let a = gzip(&text).unwrap();
+        assert_eq!(a, gzip(&text).unwrap());
+        assert!(a.len() < text.len() / 10);
+        assert_eq!(gunzip(&a).unwrap(), text);
+        assert!(gunzip(b"not gzip").is_err());
+    }
 
     #[test]
     fn names_the_first_differing_line() {

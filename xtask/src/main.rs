@@ -3,21 +3,29 @@
 //! - `build-ptx [--arch sm_90] [--out DIR]`: builds the kernels to PTX, the
 //!   production kernels and the test kernels (`ptx_builder::KernelSet`),
 //!   and prints the files' paths. `build-ptx --write` regenerates the
-//!   committed PTX the host crate embeds (`host/ptx/`, both sets for every
-//!   committed architecture, and the source stamp): run it after changing
-//!   the kernels.
+//!   committed kernels the host crate embeds (`host/ptx/`: both PTX sets
+//!   for every committed architecture, the production PTX gzipped, the
+//!   production cubins assembled by the pinned ptxas, and the source
+//!   stamp): run it after changing the kernels.
 //! - `check-committed-ptx`: fails when `host/ptx/` differs from what the
 //!   kernel source emits now.
 //! - `stable-embed`: builds and runs `tests/stable-embed` (a user's crate
 //!   outside the workspace) with the stable tool chain.
+//! - `package`: `cargo package` of the crates a user's build needs
+//!   (`stable::PACKAGED`), each under crates.io's 10 MiB, then a stable
+//!   build and run of a crate that depends on `intranode = "0.1.0"`
+//!   patched to the unpacked packages (`tests/stable-embed`'s program).
 //! - `doc`: `cargo doc -p intranode --no-deps` with warnings denied.
 //! - `check-ptx [--arch sm_90]`: assembles both PTX files with `ptxas -v`
 //!   (fetched from PyPI into `.cache/` when absent) and fails on assembler
-//!   errors, out-of-line calls (`.extern .func`), spills or stack frames;
-//!   prints registers per kernel.
+//!   errors, out-of-line calls (`.extern .func`), spills or stack frames,
+//!   or a committed production cubin (`host/ptx/kernels-<arch>.cubin.gz`)
+//!   that differs from the machine code ptxas made; prints registers per
+//!   kernel.
 //! - `ci`: everything CI checks (fmt, committed PTX, clippy for host and
 //!   kernel targets (both kernel sets), the examples alone, the candle
-//!   example's lock, tests, doc, build-ptx, check-ptx, stable-embed).
+//!   example's lock, tests, doc, build-ptx, check-ptx, stable-embed,
+//!   package).
 //! - `device-bundle [--out DIR]`: release binaries and test executables,
 //!   stripped, for a GPU machine that has no Rust tool chain.
 //! - `demo`: the main job: one process per local GPU under `intranode-run`,
@@ -91,11 +99,16 @@ fn try_main() -> Result<()> {
             committed::check(&root, |arch, set| build_ptx_for(&root, arch, set, None))?;
         }
         "stable-embed" => stable::run(&root()?)?,
+        "package" => stable::run_packaged(&root()?)?,
         "doc" => doc(&root()?)?,
         "check-ptx" => {
+            let root = root()?;
             for set in KernelSet::ALL {
                 let path = build_ptx(&opts, set)?;
-                ptxas::check(&root()?, &path, &opts.arch)?;
+                let cubin = ptxas::check(&root, &path, &opts.arch)?;
+                if set == KernelSet::Production {
+                    committed::check_cubin(&root, &opts.arch, &cubin)?;
+                }
             }
         }
         "ci" => ci(&opts)?,
@@ -120,7 +133,7 @@ fn try_main() -> Result<()> {
     Ok(())
 }
 
-const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|doc|ci|device-bundle|demo|bench|decode|cuda-toolkit|candle-lock|candle-example> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench or decode]";
+const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|package|doc|ci|device-bundle|demo|bench|decode|cuda-toolkit|candle-lock|candle-example> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench or decode]";
 
 /// The tasks, for `--help` (the module docs say more).
 const HELP: &str = "\
@@ -129,6 +142,7 @@ tasks:
   check-committed-ptx   fail when host/ptx/ differs from the kernel source
   check-ptx             assemble the PTX with ptxas (fetched from PyPI when absent)
   stable-embed          build and run a user's crate with the stable tool chain
+  package               package the public crates, check size, build a stable user crate against them
   doc                   cargo doc of the public crates, warnings denied
   ci                    everything CI checks
   device-bundle         stripped release binaries for a GPU machine
@@ -344,10 +358,14 @@ fn ci(opts: &Opts) -> Result<()> {
                 None => build_ptx_for(&root, arch, set, None)?,
             };
             println!("{}", path.display());
-            ptxas::check(&root, &path, arch)?;
+            let cubin = ptxas::check(&root, &path, arch)?;
+            if set == KernelSet::Production {
+                committed::check_cubin(&root, arch, &cubin)?;
+            }
         }
     }
     stable::run(&root)?;
+    stable::run_packaged(&root)?;
     eprintln!("xtask: ci passed");
     Ok(())
 }

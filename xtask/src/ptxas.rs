@@ -115,8 +115,43 @@ pub fn parse_report(text: &str) -> Vec<KernelReport> {
     out
 }
 
-/// Assembles `ptx` for `arch` and enforces the kernel rules.
-pub fn check(root: &Path, ptx: &Path, arch: &str) -> Result<()> {
+/// Flags of every ptxas run, so the machine code `check` reports on is
+/// byte for byte the machine code `assemble` commits (ptxas records its
+/// command line in the cubin: a `-v` more or less changes the file).
+/// ptxas's default optimisation (`-O3`), as the driver's JIT uses for PTX.
+const PTXAS_FLAGS: &[&str] = &["-v"];
+
+/// The machine code (cubin) the pinned ptxas makes of `ptx` for `arch`:
+/// what `build-ptx --write` commits.
+pub fn assemble(root: &Path, ptx: &Path, arch: &str) -> Result<Vec<u8>> {
+    let ptxas = ptxas(root)?;
+    let cubin = ptx.with_extension(format!("{arch}.cubin"));
+    eprintln!(
+        "xtask: assembling {} for {arch} (ptxas, about a minute)",
+        ptx.display()
+    );
+    let output = Command::new(&ptxas)
+        .arg(format!("-arch={arch}"))
+        .args(PTXAS_FLAGS)
+        .arg(ptx)
+        .arg("-o")
+        .arg(&cubin)
+        .output()
+        .with_context(|| format!("running {}", ptxas.display()))?;
+    if !output.status.success() {
+        bail!(
+            "ptxas failed on {} ({}):\n{}",
+            ptx.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    std::fs::read(&cubin).with_context(|| format!("reading {}", cubin.display()))
+}
+
+/// Assembles `ptx` for `arch` and enforces the kernel rules; returns the
+/// path of the cubin it wrote (beside `ptx`).
+pub fn check(root: &Path, ptx: &Path, arch: &str) -> Result<PathBuf> {
     let text =
         std::fs::read_to_string(ptx).with_context(|| format!("reading {}", ptx.display()))?;
     if let Some(line) = text.lines().find(|l| l.contains(".extern .func")) {
@@ -126,10 +161,10 @@ pub fn check(root: &Path, ptx: &Path, arch: &str) -> Result<()> {
         );
     }
     let ptxas = ptxas(root)?;
-    let cubin = ptx.with_extension("cubin");
+    let cubin = ptx.with_extension(format!("{arch}.cubin"));
     let output = Command::new(&ptxas)
         .arg(format!("-arch={arch}"))
-        .arg("-v")
+        .args(PTXAS_FLAGS)
         .arg(ptx)
         .arg("-o")
         .arg(&cubin)
@@ -185,7 +220,7 @@ pub fn check(root: &Path, ptx: &Path, arch: &str) -> Result<()> {
         }
         eprintln!("xtask: warning: {what}");
     }
-    Ok(())
+    Ok(cubin)
 }
 
 #[cfg(test)]

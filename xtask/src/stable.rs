@@ -107,3 +107,130 @@ fn output(args: &[&str]) -> Result<String> {
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
+
+/// The crates a user's build needs, in the order `cargo package` may
+/// take them (dependencies first).
+pub const PACKAGED: &[&str] = &[
+    "ptx-builder",
+    "kernels-gpu",
+    "intranode-store",
+    "intranode-dist-env",
+    "intranode-ipc",
+    "intranode",
+];
+
+/// crates.io refuses a `.crate` file over 10 MiB.
+const CRATES_IO_LIMIT_BYTES: u64 = 10 << 20;
+
+/// `cargo xtask package`: packages [`PACKAGED`] (`cargo package
+/// --no-verify`: they are not on a registry yet, so cargo's own verify
+/// build could not resolve them), fails on a `.crate` over the crates.io
+/// limit, unpacks them, and builds and runs `tests/stable-embed`'s program
+/// with the stable tool chain as a crate that depends on `intranode =
+/// "0.1.0"`, patched to the unpacked packages: the build users get from a
+/// registry, with no workspace, kernel sources, nightly or ptxas around.
+pub fn run_packaged(root: &Path) -> Result<()> {
+    let cargo = ptx_builder::cargo_binary();
+    let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
+    let mut args = vec![
+        "package",
+        "--no-verify",
+        "--allow-dirty",
+        "--locked",
+        "--offline",
+    ];
+    for p in PACKAGED {
+        args.extend(["-p", p]);
+    }
+    crate::run(root, cargo, &args)?;
+    let work = root.join("target").join("stable-packaged");
+    if work.exists() {
+        std::fs::remove_dir_all(&work).with_context(|| format!("clearing {}", work.display()))?;
+    }
+    let unpacked = work.join("crates");
+    std::fs::create_dir_all(&unpacked)?;
+    let mut patch = String::from("[patch.crates-io]\n");
+    for p in PACKAGED {
+        let file = root
+            .join("target")
+            .join("package")
+            .join(format!("{p}-0.1.0.crate"));
+        let bytes = std::fs::metadata(&file)
+            .with_context(|| format!("{} (packaged?)", file.display()))?
+            .len();
+        eprintln!(
+            "xtask: {}: {:.2} MiB",
+            file.display(),
+            bytes as f64 / f64::from(1u32 << 20)
+        );
+        if bytes > CRATES_IO_LIMIT_BYTES {
+            bail!(
+                "{} is {bytes} bytes, over crates.io's 10 MiB limit",
+                file.display()
+            );
+        }
+        let status = Command::new("tar")
+            .arg("-xzf")
+            .arg(&file)
+            .arg("-C")
+            .arg(&unpacked)
+            .status()
+            .context("starting tar")?;
+        if !status.success() {
+            bail!("unpacking {} failed ({status})", file.display());
+        }
+        let dir = unpacked.join(format!("{p}-0.1.0"));
+        let dir = dir.to_str().context("path is not UTF-8")?;
+        patch.push_str(&format!("{p} = {{ path = {dir:?} }}\n"));
+    }
+    // The user's crate: stable-embed's program against `intranode =
+    // "0.1.0"` from the packages.
+    let app = work.join("app");
+    std::fs::create_dir_all(app.join("src"))?;
+    std::fs::copy(
+        root.join("tests/stable-embed/src/main.rs"),
+        app.join("src/main.rs"),
+    )
+    .context("copying stable-embed's program")?;
+    std::fs::write(
+        app.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"stable-packaged\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\
+             publish = false\n\n[dependencies]\nintranode = \"0.1.0\"\n\n{patch}\n[workspace]\n"
+        ),
+    )?;
+    std::fs::copy(root.join("Cargo.lock"), app.join("Cargo.lock")).context("seeding the lock")?;
+    let manifest = app.join("Cargo.toml");
+    let manifest = manifest.to_str().context("path is not UTF-8")?;
+    let target_dir = work.join("target");
+    let target_dir = target_dir.to_str().context("path is not UTF-8")?;
+    let args = [
+        "run",
+        TOOLCHAIN,
+        "cargo",
+        "run",
+        "--offline",
+        "--manifest-path",
+        manifest,
+        "--target-dir",
+        target_dir,
+    ];
+    let outside = std::env::temp_dir();
+    eprintln!(
+        "xtask: (in {}) $ rustup {}",
+        outside.display(),
+        args.join(" ")
+    );
+    let mut cmd = Command::new("rustup");
+    cmd.args(args).current_dir(&outside);
+    scrub(&mut cmd);
+    let status = cmd.status().context("starting rustup")?;
+    if !status.success() {
+        bail!(
+            "the stable build against the packaged crates failed ({status}): a user's build \
+             from the registry would fail"
+        );
+    }
+    eprintln!("xtask: a stable crate builds and runs against the packaged crates");
+    Ok(())
+}

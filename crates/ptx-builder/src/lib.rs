@@ -13,9 +13,10 @@
 //! (feature `test-kernels` of `kernels-gpu`), which only the test suites
 //! and the benchmark load (feature `test-kernels` of the host crate).
 //!
-//! The PTX users build against is committed (`host/ptx/kernels-<arch>.ptx`
+//! The PTX users build against is committed (`host/ptx/kernels-<arch>.ptx.gz`
 //! and `host/ptx/test-kernels-<arch>.ptx`, one pair per
-//! [`COMMITTED_ARCHS`], written by `cargo xtask build-ptx --write`), so
+//! [`COMMITTED_ARCHS`], and the production cubin per [`CUBIN_ARCHS`],
+//! written by `cargo xtask build-ptx --write`), so
 //! depending on the host crate needs no nightly tool chain.
 //! [`source_stamp`] fingerprints what the PTX is built from; the host's
 //! build script rebuilds only when the stamp committed with the PTX
@@ -35,9 +36,24 @@ pub const TARGET: &str = "nvptx64-nvidia-cuda";
 
 /// Architectures whose PTX is committed under `host/ptx/` and embedded
 /// without a nightly tool chain. Only the default: its production PTX is
-/// about 15 MB. Any other (`INTRANODE_PTX_ARCH=sm_80`) is built from source by
-/// the host's build script, which needs the workspace's nightly.
+/// about 19 MB (3.3 MB gzipped). Any other (`INTRANODE_PTX_ARCH=sm_80`) is
+/// built from source by the host's build script, which needs the
+/// workspace's nightly.
 pub const COMMITTED_ARCHS: &[&str] = &[DEFAULT_ARCH];
+
+/// Architectures whose machine code (a cubin assembled by the pinned
+/// `ptxas` from the committed production PTX of the same architecture) is
+/// committed beside the PTX and embedded, so a device of that
+/// architecture loads kernels without the driver's JIT compile (about 50 s
+/// for the production PTX on an H200, issue 26). A cubin for `sm_90` runs
+/// on every device of compute capability 9.x.
+pub const CUBIN_ARCHS: &[&str] = &[DEFAULT_ARCH];
+
+/// File name of the committed production cubin for `arch` (gzip), in
+/// [`COMMITTED_DIR`].
+pub fn cubin_file_name(arch: &str) -> String {
+    format!("kernels-{arch}.cubin.gz")
+}
 
 /// Directory of the committed PTX, relative to the workspace root.
 pub const COMMITTED_DIR: &str = "host/ptx";
@@ -83,6 +99,17 @@ impl KernelSet {
         match self {
             KernelSet::Production => &[],
             KernelSet::Test => &["--features", "test-kernels"],
+        }
+    }
+
+    /// File name of the set's committed PTX for `arch`, in
+    /// [`COMMITTED_DIR`]: the production PTX gzipped (about 19 MB as
+    /// text, embedded in every binary that uses the host crate), the test
+    /// PTX as text (about 40 KB).
+    pub fn committed_file_name(self, arch: &str) -> String {
+        match self {
+            KernelSet::Production => format!("kernels-{arch}.ptx.gz"),
+            KernelSet::Test => self.file_name(arch),
         }
     }
 

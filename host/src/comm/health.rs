@@ -110,15 +110,11 @@ fn phase_name(slot: u32) -> &'static str {
 
 impl Drop for HostErrorWord {
     fn drop(&mut self) {
-        // NOTE [drop errors] in `error.rs`.
-        if crate::error::bind_for_drop(&self.ctx, "cuCtxSetCurrent before cuMemFreeHost") {
-            // SAFETY: allocated in `new`, freed once; kernels that could
-            // still write it are waited for first.
-            let result = self
-                .ctx
-                .synchronize()
-                .and_then(|()| unsafe { driver_ext::mem_free_host(self.host) });
-            if let Err(e) = result {
+        // NOTE [drop errors] in `error.rs`: kernels that could still write
+        // the word are waited for first, whatever error is pending.
+        if crate::error::sync_for_drop(&self.ctx, "cuCtxSetCurrent before cuMemFreeHost") {
+            // SAFETY: allocated in `new`, freed once; the context is idle.
+            if let Err(e) = unsafe { driver_ext::mem_free_host(self.host) } {
                 crate::error::record_drop_error(&self.ctx, "cuMemFreeHost", e);
             }
         }

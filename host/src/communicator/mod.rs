@@ -40,6 +40,7 @@ mod retype;
 pub use group::Group;
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use cudarc::driver::{
     CudaContext, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, SyncOnDrop,
@@ -59,8 +60,9 @@ use crate::comm::tracked::{CallBuffers, CaptureSide};
 use crate::comm::{IntraNodeComm, RendezvousError};
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
-use crate::kernels::KernelModule;
+use crate::kernels::{KernelImage, KernelModule};
 use crate::nccl::nccl_error;
+use crate::setup_times::SetupTimes;
 use crate::topology::Topology;
 use crate::types::ReduceOp;
 use crate::types::{DType, ElemType};
@@ -87,6 +89,10 @@ pub struct Communicator {
     /// communicator (whose checker serves otherwise): NOTE [call
     /// fingerprints] in `comm/debug.rs`.
     call_checker: Option<CallChecker>,
+    /// Which kernel image to load (`config::KERNEL_IMAGE_ENV`).
+    kernel_image: KernelImage,
+    /// Where the time of construction went.
+    setup_times: SetupTimes,
     /// The kernels, for groups without the intra-node path (which has
     /// its own), loaded at the first call that needs them.
     kernels: std::sync::OnceLock<KernelModule>,
@@ -133,7 +139,11 @@ impl Communicator {
         rank: usize,
         world: usize,
     ) -> Result<Self> {
-        Self::with_config(stream, store, rank, world, &CommConfig::from_env()?)
+        let started = Instant::now();
+        let config = CommConfig::from_env()?;
+        let mut times = SetupTimes::default();
+        times.record("config", started.elapsed());
+        Self::build(stream, store, rank, world, &config, times)
     }
 
     /// [`Communicator::new`] with settings made by hand instead of read
@@ -146,17 +156,43 @@ impl Communicator {
         world: usize,
         config: &CommConfig,
     ) -> Result<Self> {
+        Self::build(stream, store, rank, world, config, SetupTimes::default())
+    }
+
+    /// [`Communicator::with_config`], adding its phases to `times`.
+    fn build(
+        stream: Arc<CudaStream>,
+        store: Arc<dyn Store>,
+        rank: usize,
+        world: usize,
+        config: &CommConfig,
+        mut times: SetupTimes,
+    ) -> Result<Self> {
         let config = config.clone();
         let ctx = stream.context().clone();
-        let (intra, intra_reason) =
-            match IntraNodeComm::rendezvous(&ctx, store.clone(), rank, world, &config) {
-                Ok(c) => (Some(c), None),
-                Err(RendezvousError::Unsupported(why)) => (None, Some(why.to_string())),
-                Err(RendezvousError::Failed(e)) => return Err(e),
-            };
+        let (intra, intra_reason) = match crate::rendezvous::run_timed(
+            &ctx,
+            store.clone(),
+            rank,
+            world,
+            &config,
+            &mut times,
+        ) {
+            Ok(c) => (Some(c), None),
+            Err(RendezvousError::Unsupported(why)) => (None, Some(why.to_string())),
+            Err(RendezvousError::Failed(e)) => return Err(e),
+        };
+        let nccl_started = Instant::now();
         let mut exchange = StoreExchange::new("intranode/nccl");
         let nccl = crate::nccl::nccl_comm(&stream, store.as_ref(), &mut exchange, rank, world)
             .map_err(|e| e.to_string());
+        times.record("nccl", nccl_started.elapsed());
+        tracing::debug!("rank {rank}: communicator set up: {times}");
+        if config.print_setup_times {
+            // Asked for by `INTRANODE_TIMING=1`: the one line a device
+            // run reads, without a tracing subscriber.
+            eprintln!("intranode: rank {rank} set-up: {times}");
+        }
         if let (None, Err(why)) = (&intra, &nccl) {
             return Err(Error::NcclUnavailable(format!(
                 "rank {rank}: no path for this group: intra-node comm unsupported ({}), and {why}",
@@ -184,10 +220,18 @@ impl Communicator {
             forced_broadcast: config.forced_broadcast,
             forced_norm: config.forced_norm,
             call_checker,
+            kernel_image: config.kernel_image,
+            setup_times: times,
             kernels: std::sync::OnceLock::new(),
             capture_side: std::sync::OnceLock::new(),
             group_state: Mutex::new(GroupState::default()),
         })
+    }
+
+    /// Where the time of this communicator's construction went (per
+    /// phase; `INTRANODE_TIMING=1` also prints it to stderr).
+    pub fn setup_times(&self) -> &SetupTimes {
+        &self.setup_times
     }
 
     /// This process's rank in the group, like `cudarc::nccl::Comm::rank`.
@@ -567,7 +611,7 @@ impl Communicator {
         if let Some(k) = self.kernels.get() {
             return Ok(k);
         }
-        let k = KernelModule::load(self.stream.context())?;
+        let k = KernelModule::load_with(self.stream.context(), false, self.kernel_image)?;
         // Another thread may have won the race: either will do.
         let _ = self.kernels.set(k);
         self.kernels

@@ -46,12 +46,13 @@ impl KernelModule {
 
 #[cfg(test)]
 mod tests {
-    use super::super::PTX;
+    use super::super::ptx;
 
     #[test]
     fn silu_takes_the_hardware_exponential() {
         // The SiLU's exp is `ex2.approx` (ptx.rs), not a call into `core`.
-        let body = PTX
+        let ptx = ptx().expect("the embedded PTX unpacks");
+        let body = ptx
             .split(".entry silu_mul_bf16(")
             .nth(1)
             .and_then(|rest| rest.split(".entry ").next())

@@ -31,7 +31,8 @@ use crate::driver_ext;
 // off (`config::CommConfig::launch_overlap`).
 use crate::error::{DriverContext, Error, Result};
 
-/// A PTX image loaded into one context, unloaded when dropped.
+/// A kernel image (PTX or cubin) loaded into one context, unloaded when
+/// dropped.
 #[derive(Debug)]
 pub(crate) struct Module {
     ctx: Arc<CudaContext>,
@@ -138,6 +139,26 @@ impl Module {
         })
     }
 
+    /// Loads the machine code `image` (a cubin: an ELF image) into `ctx`.
+    pub(crate) fn load_image(ctx: &Arc<CudaContext>, image: &[u8]) -> Result<Self> {
+        let device = Some(ctx.ordinal());
+        if !image.starts_with(b"\x7fELF") {
+            return Err(Error::KernelImage(
+                "the embedded cubin is not an ELF image".into(),
+            ));
+        }
+        crate::error::bind(ctx, device)?;
+        // SAFETY: the context was made current just above; `image` is a
+        // whole ELF image (checked magic; the bytes ptxas wrote, checked
+        // against it in CI) that outlives the call.
+        let raw = unsafe { driver_ext::module_load_image(image) }
+            .ctx("cuModuleLoadData(cubin)", device)?;
+        Ok(Module {
+            ctx: ctx.clone(),
+            raw,
+        })
+    }
+
     /// The context the module lives in.
     pub(crate) fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
@@ -232,16 +253,13 @@ impl Module {
 
 impl Drop for Module {
     fn drop(&mut self) {
-        // NOTE [drop errors] in `error.rs`.
-        if crate::error::bind_for_drop(&self.ctx, "cuCtxSetCurrent before cuModuleUnload") {
-            // SAFETY: loaded in `load`, unloaded only here; kernels already
-            // enqueued keep their code alive per the driver's rules for
-            // module unload after synchronization, so wait first.
-            let result = self
-                .ctx
-                .synchronize()
-                .and_then(|()| unsafe { driver_ext::module_unload(self.raw) });
-            if let Err(e) = result {
+        // NOTE [drop errors] in `error.rs`. Kernels already enqueued keep
+        // running from the module's code: wait for them first (an error
+        // recorded earlier must not skip the wait, nor the unload).
+        if crate::error::sync_for_drop(&self.ctx, "cuCtxSetCurrent before cuModuleUnload") {
+            // SAFETY: loaded in `load`, unloaded only here; the context is
+            // current and idle (just synchronized).
+            if let Err(e) = unsafe { driver_ext::module_unload(self.raw) } {
                 crate::error::record_drop_error(&self.ctx, "cuModuleUnload", e);
             }
         }

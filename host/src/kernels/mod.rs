@@ -1,8 +1,13 @@
 //! The embedded GPU kernels and their typed launches.
 //!
-//! [`PTX`] is the committed PTX of the current `kernels-gpu` source
-//! (`build.rs` picks it).
-//! [`KernelModule`] loads it into one device's context and resolves every
+//! The production kernels are embedded twice (`build.rs` picks the
+//! files): as PTX ([`ptx`], gzipped: the committed PTX of the current
+//! `kernels-gpu` source) and as machine code for [`CUBIN_ARCH`] (a cubin
+//! that the pinned ptxas assembled from that PTX, gzipped). A device that
+//! can run the cubin loads it in milliseconds; any other gets the PTX,
+//! which the driver JIT compiles (about 50 s for the production kernels
+//! on an H200, or its cache's copy: issue 26).
+//! [`KernelModule`] loads one of them into one device's context and resolves every
 //! entry point of `kernels_gpu::entries::Kernel` (the one list of the
 //! kernels) once, into a table indexed by that key: a launch formats and
 //! looks up no name, and goes through the one launch helper
@@ -13,7 +18,9 @@
 //! benchmark's stamps and spins, the probes), which the production PTX
 //! does not carry.
 
+use std::io::Read;
 use std::sync::Arc;
+use std::time::Instant;
 
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, sys};
 use kernels_gpu::entries::{Collective, Elem, Kernel};
@@ -21,7 +28,6 @@ use kernels_gpu::entries::{Collective, Elem, Kernel};
 use crate::error::{DriverContext, Error, Result};
 pub(crate) use launch::Grid;
 use launch::{Function, KernelArgs, Module};
-pub use ptx_builder::entry_names;
 
 pub use crate::types::{DType, ElemType};
 
@@ -42,15 +48,123 @@ pub use soak::SoakCall;
 #[cfg(feature = "test-kernels")]
 pub use test_kernels::{TEST_PTX, TestKernelModule};
 
-/// PTX of the `kernels-gpu` crate, for [`PTX_ARCH`]: the committed
-/// `host/ptx/kernels-<arch>.ptx` (CI checks that it equals what the kernel
-/// source emits), or the kernels built from source where `build.rs` says
-/// why.
-pub const PTX: &str = include_str!(env!("INTRANODE_EMBEDDED_PTX"));
+/// The production kernels' PTX as embedded: the committed
+/// `host/ptx/kernels-<arch>.ptx.gz` (CI checks that it equals what the
+/// kernel source emits), or the text built from source where `build.rs`
+/// says why. [`ptx`] unpacks it.
+const PTX_IMAGE: &[u8] = include_bytes!(env!("INTRANODE_EMBEDDED_PTX"));
 
-/// GPU architecture of [`PTX`]: `INTRANODE_PTX_ARCH` at build time, default
-/// `sm_90`.
+/// GPU architecture of the embedded PTX: `INTRANODE_PTX_ARCH` at build
+/// time, default `sm_90`.
 pub const PTX_ARCH: &str = env!("INTRANODE_EMBEDDED_PTX_ARCH");
+
+/// The machine code of the embedded PTX for [`CUBIN_ARCH`], gzipped
+/// (`host/ptx/kernels-<arch>.cubin.gz`, assembled by the pinned ptxas;
+/// CI checks it against the PTX); empty where the PTX was built from
+/// source or no cubin is committed for its architecture.
+const CUBIN_IMAGE: &[u8] = include_bytes!(env!("INTRANODE_EMBEDDED_CUBIN"));
+
+/// Architecture of the embedded cubin (`""` when there is none).
+pub const CUBIN_ARCH: &str = env!("INTRANODE_EMBEDDED_CUBIN_ARCH");
+
+/// The production kernels' PTX text (unpacked from the embedded image:
+/// about 19 MB).
+pub fn ptx() -> Result<String> {
+    let bytes = unpack(PTX_IMAGE, "the embedded PTX")?;
+    String::from_utf8(bytes).map_err(|_| Error::KernelImage("the embedded PTX is not UTF-8".into()))
+}
+
+/// Kernel entry points (`.visible .entry NAME(`) declared in a PTX text.
+pub fn entry_names(ptx: &str) -> Vec<&str> {
+    ptx.lines()
+        .filter_map(|l| l.trim_start().strip_prefix(".visible .entry "))
+        .filter_map(|rest| rest.split('(').next())
+        .map(str::trim)
+        .collect()
+}
+
+/// `image` unpacked where it is gzipped (by its magic bytes; PTX text
+/// never starts with them), else as it is.
+fn unpack(image: &[u8], what: &str) -> Result<Vec<u8>> {
+    if !image.starts_with(&[0x1f, 0x8b]) {
+        return Ok(image.to_vec());
+    }
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(image)
+        .read_to_end(&mut out)
+        .map_err(|e| Error::KernelImage(format!("unpacking {what}: {e}")))?;
+    Ok(out)
+}
+
+/// Which embedded image a [`KernelModule`] loads (`INTRANODE_KERNEL_IMAGE`,
+/// `config::KERNEL_IMAGE_ENV`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KernelImage {
+    /// The cubin where the device can run it, else the PTX (JIT compiled
+    /// by the driver).
+    #[default]
+    Auto,
+    /// The cubin, or an error where the device cannot run it.
+    Cubin,
+    /// Always the PTX: the driver JIT compiles it (or takes it from its
+    /// cache), as before cubins were embedded; for comparisons.
+    Ptx,
+}
+
+impl std::str::FromStr for KernelImage {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim() {
+            "" | "auto" => Ok(KernelImage::Auto),
+            "cubin" => Ok(KernelImage::Cubin),
+            "ptx" => Ok(KernelImage::Ptx),
+            other => Err(format!("{other:?} is not auto, cubin or ptx")),
+        }
+    }
+}
+
+/// `sm_90` -> 90 (`sm_90a` too); 0 for anything else.
+fn sm_number(arch: &str) -> u32 {
+    arch.trim_start_matches("sm_")
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic())
+        .parse()
+        .unwrap_or(0)
+}
+
+/// Whether a cubin for `arch` runs on a device of compute capability
+/// `major.minor`: machine code runs on its own major version, at its minor
+/// version or later (CUDA's binary compatibility); an `a` architecture
+/// only on exactly its own.
+fn cubin_runs_on(arch: &str, major: i32, minor: i32) -> bool {
+    let sm = sm_number(arch);
+    if sm == 0 {
+        return false;
+    }
+    let (want_major, want_minor) = ((sm / 10) as i32, (sm % 10) as i32);
+    if arch.ends_with('a') {
+        major == want_major && minor == want_minor
+    } else {
+        major == want_major && minor >= want_minor
+    }
+}
+
+/// How a [`KernelModule`] came to be: the image it loaded and where the
+/// time went (part of `Communicator::setup_times`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelLoad {
+    /// `cubin sm_90` or `ptx sm_90` (the driver JIT compiled it, or found
+    /// it in its cache).
+    pub image: String,
+    /// Unpacking the embedded image.
+    pub unpack: std::time::Duration,
+    /// `cuModuleLoadData` (for PTX: the JIT compile, or the cache lookup).
+    pub load: std::time::Duration,
+    /// Resolving every entry point (`cuModuleGetFunction`; with the
+    /// driver's lazy loading this is where a cubin's functions are
+    /// loaded).
+    pub resolve: std::time::Duration,
+}
 
 impl From<ElemType> for Elem {
     fn from(e: ElemType) -> Elem {
@@ -68,36 +182,115 @@ pub struct KernelModule {
     module: Module,
     /// Every `Kernel`, at `Kernel::index`.
     functions: Box<[Function]>,
+    /// Which image it loaded and how long that took.
+    load: KernelLoad,
     /// Whether collectives launch overlapped (NOTE [launch overlap] in
     /// `launch.rs`).
     overlap: bool,
 }
 
 impl KernelModule {
-    /// Loads [`PTX`] into `ctx` and resolves every kernel entry point.
+    /// Loads the embedded kernels into `ctx` (the cubin where the device
+    /// can run it, else the PTX) and resolves every kernel entry point.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
-        Self::load_with(ctx, false)
+        Self::load_with(ctx, false, KernelImage::Auto)
     }
 
-    /// [`KernelModule::load`], its collectives launched overlapped where
-    /// `overlap` asks for it and the PTX and device allow it (sm_90 and
-    /// later, NOTE [launch overlap] in `launch.rs`).
-    pub(crate) fn load_with(ctx: &Arc<CudaContext>, overlap: bool) -> Result<Self> {
-        let module = Module::load(ctx, PTX)?;
+    /// [`KernelModule::load`] of the image `image` asks for, its
+    /// collectives launched overlapped where `overlap` asks for it and the
+    /// image and device allow it (sm_90 and later, NOTE [launch overlap]
+    /// in `launch.rs`).
+    pub(crate) fn load_with(
+        ctx: &Arc<CudaContext>,
+        overlap: bool,
+        image: KernelImage,
+    ) -> Result<Self> {
+        let device = Some(ctx.ordinal());
+        let attribute = |a, name| ctx.attribute(a).ctx(name, device);
+        let major = attribute(
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)",
+        )?;
+        let minor = attribute(
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+            "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)",
+        )?;
+        let cubin_fits = !CUBIN_IMAGE.is_empty() && cubin_runs_on(CUBIN_ARCH, major, minor);
+        let started = Instant::now();
+        let (module, label, unpack) = match image {
+            KernelImage::Cubin if !cubin_fits => {
+                return Err(Error::KernelImage(format!(
+                    "INTRANODE_KERNEL_IMAGE=cubin, but the embedded machine code ({}) does not \
+                     run on device {} (compute capability {major}.{minor})",
+                    if CUBIN_ARCH.is_empty() {
+                        "none: the PTX was built from source"
+                    } else {
+                        CUBIN_ARCH
+                    },
+                    ctx.ordinal()
+                )));
+            }
+            KernelImage::Cubin | KernelImage::Auto if cubin_fits => {
+                let cubin = unpack(CUBIN_IMAGE, "the embedded cubin")?;
+                let unpacked = started.elapsed();
+                match Module::load_image(ctx, &cubin) {
+                    Ok(m) => (m, format!("cubin {CUBIN_ARCH}"), unpacked),
+                    Err(e) if image == KernelImage::Auto => {
+                        tracing::warn!(
+                            "the embedded {CUBIN_ARCH} cubin did not load on device {} \
+                             (compute capability {major}.{minor}): {e}; JIT compiling the PTX",
+                            ctx.ordinal()
+                        );
+                        let again = Instant::now();
+                        let text = ptx()?;
+                        (
+                            Module::load(ctx, &text)?,
+                            format!("ptx {PTX_ARCH}"),
+                            again.elapsed(),
+                        )
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            _ => {
+                let text = ptx()?;
+                let unpacked = started.elapsed();
+                (
+                    Module::load(ctx, &text)?,
+                    format!("ptx {PTX_ARCH}"),
+                    unpacked,
+                )
+            }
+        };
+        let load = started.elapsed().saturating_sub(unpack);
+        // Every entry point now, not at its first launch: under the
+        // driver's lazy loading (the default since CUDA 12.2) resolving a
+        // function loads its code, which may synchronize the context, and
+        // a collective of ours spinning on a peer must never wait on that
+        // (CUDA's lazy-loading notes: kernels assumed concurrent can
+        // deadlock). Construction runs before any of our kernels.
+        let resolving = Instant::now();
         let functions = module.resolve(Kernel::all())?;
-        let ptx_sm: u32 = PTX_ARCH
-            .trim_start_matches("sm_")
-            .trim_end_matches(|c: char| c.is_ascii_alphabetic())
-            .parse()
-            .unwrap_or(0);
-        let device_major = ctx
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
-            .ctx("cuDeviceGetAttribute", Some(ctx.ordinal()))?;
+        let resolve = resolving.elapsed();
+        // Both images are of the same architecture's kernels, so the PTX's
+        // says whether they hold `griddepcontrol`.
+        let image_sm = sm_number(PTX_ARCH);
         Ok(KernelModule {
             module,
             functions,
-            overlap: overlap && ptx_sm >= 90 && device_major >= 9,
+            load: KernelLoad {
+                image: label,
+                unpack,
+                load,
+                resolve,
+            },
+            overlap: overlap && image_sm >= 90 && major >= 9,
         })
+    }
+
+    /// Which image this module loaded and how long that took.
+    pub fn load_report(&self) -> &KernelLoad {
+        &self.load
     }
 
     /// Whether this module's collectives launch overlapped.
@@ -236,7 +429,8 @@ mod tests {
     #[test]
     fn the_kernel_list_is_exactly_the_ptx() {
         let listed: BTreeSet<String> = Kernel::all().map(|k| k.to_string()).collect();
-        let in_ptx: BTreeSet<String> = entry_names(PTX).into_iter().map(str::to_owned).collect();
+        let ptx = ptx().expect("the embedded PTX unpacks");
+        let in_ptx: BTreeSet<String> = entry_names(&ptx).into_iter().map(str::to_owned).collect();
         assert_eq!(listed.len(), Kernel::COUNT);
         let missing: Vec<_> = listed.difference(&in_ptx).collect();
         let unlisted: Vec<_> = in_ptx.difference(&listed).collect();
@@ -246,7 +440,8 @@ mod tests {
 
     #[test]
     fn the_production_ptx_has_no_test_kernels() {
-        for name in entry_names(PTX) {
+        let ptx = ptx().expect("the embedded PTX unpacks");
+        for name in entry_names(&ptx) {
             assert!(
                 !["probe_", "soak_", "timing_", "fill_uniform_"]
                     .iter()
@@ -266,9 +461,53 @@ mod tests {
     #[test]
     fn embedded_ptx_calls_nothing_out_of_line() {
         assert!(
-            !PTX.contains(".extern .func"),
+            !ptx()
+                .expect("the embedded PTX unpacks")
+                .contains(".extern .func"),
             "the PTX calls into core out of line"
         );
+    }
+
+    #[test]
+    fn entries() {
+        let ptx =
+            ".visible .entry add_f32(\n.param .u64 a\n)\n{\n}\n.visible .entry probe_x()\n{\n}\n";
+        assert_eq!(entry_names(ptx), ["add_f32", "probe_x"]);
+    }
+
+    #[test]
+    fn cubin_compatibility() {
+        assert!(cubin_runs_on("sm_90", 9, 0));
+        assert!(cubin_runs_on("sm_90", 9, 1));
+        assert!(!cubin_runs_on("sm_90", 8, 9));
+        assert!(!cubin_runs_on("sm_90", 10, 0));
+        assert!(cubin_runs_on("sm_80", 8, 6));
+        assert!(cubin_runs_on("sm_90a", 9, 0));
+        assert!(!cubin_runs_on("sm_90a", 9, 1));
+        assert!(!cubin_runs_on("", 9, 0));
+        assert_eq!("ptx".parse(), Ok(KernelImage::Ptx));
+        assert_eq!("".parse(), Ok(KernelImage::Auto));
+        assert!("sass".parse::<KernelImage>().is_err());
+    }
+
+    /// The committed cubin is an ELF image for the committed architecture
+    /// whose symbols include every kernel (the machine code of the same
+    /// list; CI checks its bytes against ptxas's output in `check-ptx`).
+    #[test]
+    fn the_cubin_holds_every_kernel() {
+        if CUBIN_IMAGE.is_empty() {
+            // Built from source (a kernel edit not yet committed): no
+            // cubin is embedded, and the PTX serves every device.
+            eprintln!("no cubin embedded: kernels built from source");
+            return;
+        }
+        let cubin = unpack(CUBIN_IMAGE, "cubin").expect("the embedded cubin unpacks");
+        assert!(cubin.starts_with(b"\x7fELF"), "not an ELF image");
+        let text = String::from_utf8_lossy(&cubin);
+        for k in Kernel::all() {
+            let name = k.to_string();
+            assert!(text.contains(&name), "{name} missing from the cubin");
+        }
     }
 
     #[test]

@@ -35,6 +35,7 @@ use std::ffi::CString;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use cudarc::driver::CudaContext;
 use intranode_store::{Store, StoreExchange};
@@ -47,6 +48,7 @@ use crate::config::{CommConfig, DebugLevel};
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
 use crate::kernels::KernelModule;
+use crate::setup_times::SetupTimes;
 use crate::symm_mem::SymmetricMemory;
 use crate::topology::{self, MAX_DEVICES, NvlMesh, PciAddress};
 
@@ -161,6 +163,21 @@ pub fn run(
     world: usize,
     config: &CommConfig,
 ) -> Result<IntraNodeComm, RendezvousError> {
+    run_timed(ctx, store, rank, world, config, &mut SetupTimes::default())
+}
+
+/// [`run`], recording the time of each step in `times` (the phases of
+/// `Communicator::setup_times`; a step's all-gather includes the wait for
+/// the slowest rank).
+pub fn run_timed(
+    ctx: &Arc<CudaContext>,
+    store: Arc<dyn Store>,
+    rank: usize,
+    world: usize,
+    config: &CommConfig,
+    times: &mut SetupTimes,
+) -> Result<IntraNodeComm, RendezvousError> {
+    let mut since = Instant::now();
     if world == 0 || rank >= world {
         return Err(
             Error::InvalidArgument(format!("rank {rank} is not below world size {world}")).into(),
@@ -185,6 +202,7 @@ pub fn run(
     if let Some(why) = debug_level_mismatch(&requests) {
         return Err(Error::InvalidArgument(format!("rank {rank}: {why}")).into());
     }
+    times.lap("requests", &mut since);
 
     // Step 2: mesh and peer access. A disabled or oversized group
     // skips the queries but still takes part in the exchange.
@@ -208,6 +226,7 @@ pub fn run(
     } else {
         NvlMesh::zero()
     };
+    times.lap("topology", &mut since);
 
     // Step 3: verdicts.
     let local: std::result::Result<
@@ -217,12 +236,25 @@ pub fn run(
         Err(u) => Err(u.into()),
         Ok(group) => multiprocessors(ctx)
             .map(|sms| LamportLaunch::new(sms, config.lamport_shapes))
-            .and_then(|l| KernelModule::load_with(ctx, config.launch_overlap).map(|k| (k, l)))
+            .and_then(|l| {
+                KernelModule::load_with(ctx, config.launch_overlap, config.kernel_image)
+                    .map(|k| (k, l))
+            })
             .and_then(|(k, l)| {
                 HostErrorWord::new(ctx, config.barrier_timeout()).map(|h| (group, k, h, l))
             })
             .map_err(RendezvousError::from),
     };
+    if let Ok((_, kernels, _, _)) = &local {
+        let load = kernels.load_report();
+        times.set_kernel_image(&load.image);
+        times.record("kernels: unpack", load.unpack);
+        times.record("kernels: load", load.load);
+        times.record("kernels: resolve", load.resolve);
+        since = Instant::now();
+    } else {
+        times.lap("validate", &mut since);
+    }
     let verdict = match &local {
         Ok((group, _, _, _)) => Verdict::Ok {
             topology: group.topology.to_string(),
@@ -234,6 +266,7 @@ pub fn run(
     let verdicts: Vec<Verdict> = exchange
         .all_gather(s, rank, world, &verdict)
         .map_err(store_err("all-gather of rendezvous verdicts"))?;
+    times.lap("verdicts", &mut since);
     let (group, kernels, health, lamport_launch) = local?;
     for (r, v) in verdicts.iter().enumerate() {
         if let Verdict::Failed(reason) = v {
@@ -277,6 +310,7 @@ pub fn run(
         group.buffer_bytes,
         group.backend,
     )?;
+    times.lap("symmetric memory", &mut since);
     tracing::info!("intra-node comm ready: rank {rank}/{world}, device {device}, {group}");
     let call_checker = (config.debug == DebugLevel::Detail).then(|| {
         CallChecker::new(

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use cudarc::driver::CudaContext;
 
 use super::allocator::{
-    Backend, BlockLayout, Blocks, DeviceAlloc, bind_for_drop, record_drop_error,
+    Backend, BlockLayout, Blocks, DeviceAlloc,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, sync_for_drop};
 use crate::kernels::DType;
 
 /// Every rank's block of a group, mapped into this process.
@@ -56,12 +56,10 @@ impl fmt::Debug for SymmetricMemory {
 impl Drop for SymmetricMemory {
     fn drop(&mut self) {
         // Our own kernels may still read the peers' blocks or the pointer
-        // tables: wait for them before the fields unmap and free.
-        if bind_for_drop(&self.ctx, "cuCtxSetCurrent before teardown")
-            && let Err(e) = self.ctx.synchronize()
-        {
-            record_drop_error(&self.ctx, "cuCtxSynchronize before teardown", e);
-        }
+        // tables: wait for them before the fields unmap and free (an error
+        // recorded earlier must not skip the wait: NOTE [drop errors]). A
+        // failed wait is recorded; the fields still release.
+        let _idle = sync_for_drop(&self.ctx, "cuCtxSetCurrent before teardown");
     }
 }
 

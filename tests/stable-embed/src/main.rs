@@ -1,14 +1,21 @@
 //! What a stable-Rust user of intranode can do on any machine: read the
-//! embedded PTX and ask for GPUs. Built and run by `cargo xtask
+//! embedded kernels and ask for GPUs. Built and run by `cargo xtask
 //! stable-embed` with the stable tool chain.
 
 fn main() {
-    let entries = intranode::kernels::entry_names(intranode::kernels::PTX);
+    let ptx = intranode::kernels::ptx().expect("the embedded PTX unpacks");
+    let entries = intranode::kernels::entry_names(&ptx);
     println!(
-        "stable-embed: embedded PTX for {}: {} bytes, {} kernel entry points",
+        "stable-embed: embedded PTX for {}: {} bytes, {} kernel entry points; machine code for {:?}",
         intranode::kernels::PTX_ARCH,
-        intranode::kernels::PTX.len(),
-        entries.len()
+        ptx.len(),
+        entries.len(),
+        intranode::kernels::CUBIN_ARCH
+    );
+    assert_eq!(
+        intranode::kernels::CUBIN_ARCH,
+        "sm_90",
+        "no sm_90 machine code embedded"
     );
     assert!(
         entries.iter().any(|e| e.starts_with("one_shot_")),

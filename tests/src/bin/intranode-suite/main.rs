@@ -14,6 +14,8 @@
 //! - `bad-input`: bad arguments at the GPU entry points, refused clearly.
 //! - `faults-suite`: every `faults` and `bad-input` case under
 //!   `intranode-run`, with the launcher's verdicts checked (run directly).
+//! - `recreate`: communicators created and dropped 50 times; device
+//!   memory, open fds and threads must not grow.
 //! - `soak`: a long run of random checked all-reduces (eager and graphs),
 //!   checked on the GPU, with device memory and fd counts watched.
 //!
@@ -29,6 +31,7 @@ mod check_types;
 mod ddp_check;
 mod faults;
 mod faults_suite;
+mod recreate;
 mod soak;
 
 use anyhow::Result;
@@ -55,6 +58,8 @@ enum Cmd {
     FaultsSuite(faults_suite::SuiteArgs),
     /// Many random all-reduces, every result checked on the GPU.
     Soak(soak::SoakArgs),
+    /// Communicators created and dropped: nothing may be left behind.
+    Recreate(recreate::RecreateArgs),
 }
 
 fn main() {
@@ -67,6 +72,7 @@ fn main() {
         Cmd::BadInput(args) => bad_input::run(&args),
         Cmd::FaultsSuite(args) => faults_suite::run(&args),
         Cmd::Soak(args) => soak::run(&args),
+        Cmd::Recreate(args) => recreate::run(&args),
     };
     if let Err(e) = result {
         eprintln!("intranode-suite: {e:#}");
