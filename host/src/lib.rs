@@ -87,6 +87,7 @@ pub mod ddp;
 pub mod error;
 pub mod gpu;
 pub mod kernels;
+pub mod symmetric;
 pub mod topology;
 pub mod types;
 
@@ -133,5 +134,6 @@ pub(crate) use intranode_ipc as ipc_channel;
 pub use communicator::{Communicator, Group, RankIndex};
 pub use config::CommConfig;
 pub use error::{Error, Result};
+pub use symmetric::{SymmetricBuffer, SymmetricView, SymmetricViewMut};
 pub use types::{AllReduceAlgo, BroadcastAlgo, DType, ElemType, NormPath, ReduceOp};
 pub use work::Work;

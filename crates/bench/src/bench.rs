@@ -84,6 +84,13 @@ pub struct BenchArgs {
     /// Skip the eager measurements.
     #[arg(long)]
     pub graph_only: bool,
+    /// Free-running all-reduce: also time every algorithm of ours (and
+    /// auto) with its input in a symmetric buffer from
+    /// `Communicator::alloc_symmetric` (rows `<algo>+sym`, beside the
+    /// regular rows and NCCL): the one-shot and two-shot then read the
+    /// peers' inputs in place, without the copy-in.
+    #[arg(long)]
+    pub symmetric: bool,
 }
 
 impl BenchArgs {
@@ -105,6 +112,7 @@ impl BenchArgs {
             out: PathBuf::from("bench-out"),
             tune: None,
             graph_only: true,
+            symmetric: false,
         }
     }
 }
@@ -279,6 +287,9 @@ pub(crate) fn algos(r: &Rank, args: &BenchArgs) -> Vec<Option<AllReduceAlgo>> {
 pub fn run(args: &BenchArgs) -> Result<()> {
     if args.aligned && args.collective != Collective::AllReduce {
         anyhow::bail!("--aligned times the all-reduce only");
+    }
+    if args.aligned && args.symmetric {
+        anyhow::bail!("--symmetric runs free-running only (drop --aligned)");
     }
     if args.aligned {
         run_aligned(args)

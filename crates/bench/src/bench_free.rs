@@ -126,6 +126,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let Some(mut r) = Rank::setup_with("intranode-bench bench", args.cudarc_defaults)? else {
         return Ok(());
     };
+    if args.symmetric && (args.collective.scatter_gather().is_some() || args.tune.is_some()) {
+        bail!(
+            "--symmetric times the all-reduce beside the regular rows; it takes neither --collective \
+             reduce-scatter/all-gather nor --tune (the crossovers are for regular buffers)"
+        );
+    }
     if let Some(what) = args.collective.scatter_gather() {
         return run_scatter_gather(&mut r, args, what);
     }
@@ -137,6 +143,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     // Graph modes log replays x (K + 1) <= 2 x calls stamps.
     let mut timer = Timer::new(&r, 2 * max_calls + 2 * SKEW_K + 256)?;
     let decode_algos = decode_algos(args, &algos);
+    let sym_algos = if args.symmetric {
+        algos
+            .iter()
+            .filter(|a| **a != Some(AllReduceAlgo::Nccl))
+            .count()
+    } else {
+        0
+    };
     let decode_configs = if args.no_decode {
         0
     } else {
@@ -144,7 +158,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     };
     let mut progress = Progress::new(
         "intranode-bench bench (free-running)",
-        sizes.len() * algos.len() + decode_configs,
+        sizes.len() * (algos.len() + sym_algos) + decode_configs,
         r.rank() == 0,
     );
     let mut rows: Vec<Row> = Vec::new();
@@ -175,6 +189,19 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             rows.push(row(&r, world, bytes, algo, modes));
             progress.step(&format!("{} {}", fmt_bytes(bytes), name(algo)));
         }
+        if args.symmetric {
+            symmetric_rows(
+                &mut r,
+                args,
+                &mut timer,
+                bytes,
+                &d_in,
+                (seed, call),
+                &algos,
+                &mut rows,
+                &mut progress,
+            )?;
+        }
         crate::results::fill_nccl_ratios(&mut rows, bytes);
     }
     let decode = if args.no_decode {
@@ -191,6 +218,53 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         file.timing = "free".into();
         file.decode = decode;
         finish(args, file)?;
+    }
+    Ok(())
+}
+
+/// `--symmetric`: the rows `<algo>+sym` of one size, every algorithm of
+/// ours and auto with `d_in`'s data (inputs of `seed` and `call`) in a
+/// symmetric buffer allocated for this size (on every rank alike), each
+/// output checked as the regular rows' are.
+#[allow(clippy::too_many_arguments)]
+fn symmetric_rows(
+    r: &mut Rank,
+    args: &BenchArgs,
+    timer: &mut Timer,
+    bytes: usize,
+    d_in: &cudarc::driver::CudaSlice<bf16>,
+    (seed, call): (u64, u64),
+    algos: &[Option<AllReduceAlgo>],
+    rows: &mut Vec<Row>,
+    progress: &mut Progress,
+) -> Result<()> {
+    use cudarc::driver::DeviceSlice;
+    let (elems, world) = (d_in.len(), r.world());
+    let mut sym = r.comm.alloc_symmetric::<bf16>(elems)?;
+    r.stream.memcpy_dtod(d_in, &mut sym)?;
+    for &algo in algos.iter().filter(|a| **a != Some(AllReduceAlgo::Nccl)) {
+        let mut d_out = r.stream.clone_htod(&vec![data::poison::<bf16>(); elems])?;
+        let config_seed = data::mix(seed ^ 0x5E77 ^ bytes as u64 ^ ((rows.len() as u64) << 40));
+        let mine = {
+            let mut call =
+                |r: &Rank, _j: usize| r.all_reduce(&sym, &mut d_out, ReduceOp::Sum, algo);
+            measure(r, args, timer, bytes, &mut call, config_seed)?
+        };
+        let out = r.stream.clone_dtoh(&d_out)?;
+        r.stream.synchronize()?;
+        data::verify(&out, seed, call, world, ReduceOp::Sum).map_err(|e| {
+            anyhow::anyhow!(
+                "rank {}: {}+sym at {bytes} bytes gave a wrong result: {e}",
+                r.rank(),
+                name(algo)
+            )
+        })?;
+        let all = r.all_gather(&mine)?;
+        let modes = merge(&all);
+        let mut row = row(r, world, bytes, algo, modes);
+        row.algo = format!("{}+sym", name(algo));
+        rows.push(row);
+        progress.step(&format!("{} {}+sym", fmt_bytes(bytes), name(algo)));
     }
     Ok(())
 }

@@ -32,6 +32,7 @@ mod group;
 mod layer;
 mod nccl_only;
 mod norm;
+mod symmetric;
 
 pub use group::Group;
 

@@ -311,5 +311,6 @@ pub fn run(
         crossovers: config.crossovers.clone(),
         lamport_launch,
         capture_side: std::sync::OnceLock::new(),
+        user_buffers: Default::default(),
     })
 }

@@ -5,7 +5,7 @@
 //! - `check`: the correctness suite (every algorithm x element type x op x
 //!   awkward length, back-to-back mixed calls, CUDA-graph replay,
 //!   free-running stresses, reduce-scatter and all-gather, all-reduce +
-//!   residual + RMSNorm, barriers).
+//!   residual + RMSNorm, symmetric buffers users allocate, barriers).
 //! - `ddp-check`: broadcast, `broadcast_coalesced`, gradient buckets and
 //!   communication hooks against host references.
 //! - `faults`: a rank SIGKILLs itself at a chosen phase; the survivors
@@ -24,6 +24,7 @@ mod check;
 mod check_free;
 mod check_norm;
 mod check_sg;
+mod check_symm;
 mod ddp_check;
 mod faults;
 mod faults_suite;
