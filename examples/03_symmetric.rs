@@ -35,7 +35,9 @@ use intranode::dist_env::DistEnv;
 use intranode_store::{ClientConfig, Store, TcpStore};
 
 #[derive(Parser, Debug)]
-#[command(about = "a GEMM into a symmetric buffer, then an all-reduce on it (run under intranode-run)")]
+#[command(
+    about = "a GEMM into a symmetric buffer, then an all-reduce on it (run under intranode-run)"
+)]
 struct Args {
     /// Rows of the activations (tokens).
     #[arg(long, default_value_t = 8)]
@@ -143,7 +145,11 @@ fn main() -> Result<()> {
         // GEMMs wrote them.
         comm.all_reduce_in_place(&mut out, &ReduceOp::Sum)?;
         let want = expected(&args, world, step);
-        check(&stream.clone_dtoh(&out)?, &want, &format!("step {step}, in place"))?;
+        check(
+            &stream.clone_dtoh(&out)?,
+            &want,
+            &format!("step {step}, in place"),
+        )?;
         // Out of place, from a view at an offset (the second half of the
         // tokens, reduced once more: world times the sum).
         let first = (tokens / 2) * hidden;

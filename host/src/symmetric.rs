@@ -69,7 +69,7 @@ impl Region {
     pub(crate) fn peer_addresses(&self, ptr: u64, bytes: usize) -> Option<[u64; MAX_RANKS]> {
         let offset = ptr.checked_sub(self.base)?;
         let end = offset.checked_add(u64::try_from(bytes).ok()?)?;
-        if end > self.bytes as u64 || ptr % SYMMETRIC_ALIGN_BYTES as u64 != 0 {
+        if end > self.bytes as u64 || !ptr.is_multiple_of(SYMMETRIC_ALIGN_BYTES as u64) {
             return None;
         }
         let mut out = [0u64; MAX_RANKS];
@@ -449,7 +449,11 @@ mod tests {
         assert_eq!(r.peer_addresses(0x9000_0000, 4097), None, "past the end");
         assert_eq!(r.peer_addresses(0x9000_0ff0, 32), None, "runs past the end");
         assert_eq!(r.peer_addresses(0x8fff_fff0, 16), None, "before the start");
-        assert_eq!(r.peer_addresses(0x9000_0002, 2), None, "not 16-byte aligned");
+        assert_eq!(
+            r.peer_addresses(0x9000_0002, 2),
+            None,
+            "not 16-byte aligned"
+        );
         assert_eq!(r.peer_addresses(0x9000_1000, 0), None, "one past the end");
         assert_eq!(r.peer_addresses(u64::MAX, usize::MAX), None, "overflow");
     }
@@ -474,8 +478,21 @@ mod tests {
         assert_eq!(view_bounds(0, 3..=9, 10, 2).expect("incl"), (3, 7));
         assert_eq!(view_bounds(0, 10.., 10, 2).expect("empty end"), (10, 0));
         let e = view_bounds(1, 4..11, 10, 2).expect_err("past");
-        assert!(matches!(e, Error::OutOfBounds { rank: 1, offset_elems: 4, len_elems: 7, .. }), "{e}");
-        assert!(view_bounds(0, 7..3, 10, 2).is_err());
+        assert!(
+            matches!(
+                e,
+                Error::OutOfBounds {
+                    rank: 1,
+                    offset_elems: 4,
+                    len_elems: 7,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        #[allow(clippy::reversed_empty_ranges)]
+        let reversed = 7..3;
+        assert!(view_bounds(0, reversed, 10, 2).is_err());
         assert!(view_bounds(0, ..=usize::MAX, 10, 2).is_err());
         assert!(view_bounds(0, 11.., 10, 2).is_err());
     }

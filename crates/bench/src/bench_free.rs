@@ -238,7 +238,6 @@ fn symmetric_rows(
     rows: &mut Vec<Row>,
     progress: &mut Progress,
 ) -> Result<()> {
-    use cudarc::driver::DeviceSlice;
     let (elems, world) = (d_in.len(), r.world());
     let mut sym = r.comm.alloc_symmetric::<bf16>(elems)?;
     r.stream.memcpy_dtod(d_in, &mut sym)?;

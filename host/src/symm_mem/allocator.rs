@@ -206,7 +206,7 @@ pub(super) struct LocalInfo {
 
 /// Phase 1: allocate, zero and export our block; for VMM also bind the
 /// descriptor channel (a local step that can fail, so it belongs here).
-#[allow(clippy::type_complexity)]
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
 pub(super) fn allocate_local(
     ctx: &Arc<CudaContext>,
     rank: usize,

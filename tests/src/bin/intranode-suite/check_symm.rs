@@ -70,7 +70,7 @@ fn one<T: DType + NcclType>(
         let should = matches!(
             algo.map(|a| r.comm.intra().map(|c| c.resolve(a, T::ELEM, elems))),
             Some(Some(AllReduceAlgo::OneShot | AllReduceAlgo::TwoShot))
-        ) && (offset * T::ELEM.bytes()) % 16 == 0;
+        ) && (offset * T::ELEM.bytes()).is_multiple_of(16);
         if should != expect_in_place {
             bail!(
                 "rank {}: {how}: reads in place is {expect_in_place}, expected {should}",
@@ -129,7 +129,9 @@ fn sweep<T: DType + NcclType>(
                 let op = ReduceOp::ALL[k % ReduceOp::ALL.len()];
                 let in_place = k % 2 == 1;
                 k += 1;
-                one::<T>(r, &mut sym, algo, op, offset, elems, in_place, seed, *call, report)?;
+                one::<T>(
+                    r, &mut sym, algo, op, offset, elems, in_place, seed, *call, report,
+                )?;
             }
         }
     }
@@ -291,7 +293,11 @@ pub fn run(r: &mut Rank, algos: &[Option<AllReduceAlgo>], seed: u64) -> Result<S
     // The last buffer is gone on every rank: nothing of it is registered.
     let probe = r.comm.alloc_symmetric::<f32>(64)?;
     if probe.len() != 64 || DeviceSlice::len(&probe) != 64 {
-        bail!("rank {}: a 64-element buffer reports {}", r.rank(), probe.len());
+        bail!(
+            "rank {}: a 64-element buffer reports {}",
+            r.rank(),
+            probe.len()
+        );
     }
     Ok(report)
 }
