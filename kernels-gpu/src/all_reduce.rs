@@ -64,6 +64,7 @@
 //!   ends the call. Barriers are per block (NOTE [block-local barriers]),
 //!   and each block reads and writes only its own vectors, so each block's
 //!   end barrier covers exactly the reads of its vectors.
+//!
 //! In place, the two-shot writes its reduced shard where only it reads
 //! (its own shard of its own input) and the gathered shards after the
 //! middle barrier, when their owners have read them; the one-shot keeps
@@ -71,8 +72,9 @@
 //! HCM keeps its copy-in (its group and relay barriers would need a third
 //! for the same guarantee); the Lamport forms have no copy-in to skip:
 //! their push is the transfer itself. Every rank must pass the same kind
-//! of input (symmetric or not) at the same offset: the host checks the
-//! offset's alignment, the contract the rest (`SymmetricBuffer` docs).
+//! of input (symmetric or not) at the same offset: the host checks that
+//! the input is 16-byte aligned and lies in one allocation; the rest is
+//! the caller's contract (`intranode::symmetric` docs).
 
 use crate::bandwidth::bandwidth;
 use crate::elem::{Bf16, Element, F16, Lanes, load_vec, store_vec};
