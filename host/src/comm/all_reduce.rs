@@ -360,7 +360,12 @@ impl IntraNodeComm {
     /// symmetric input in place (one-shot, two-shot) and `input` lies in a
     /// symmetric buffer the user allocated, 16-byte aligned (NOTE
     /// [symmetric input] in `kernels-gpu/src/all_reduce.rs`).
-    fn symmetric_input(&self, algo: AllReduceAlgo, input: u64, bytes: usize) -> Option<[u64; MAX_RANKS]> {
+    fn symmetric_input(
+        &self,
+        algo: AllReduceAlgo,
+        input: u64,
+        bytes: usize,
+    ) -> Option<[u64; MAX_RANKS]> {
         match algo {
             AllReduceAlgo::OneShot | AllReduceAlgo::TwoShot => {
                 self.user_buffers.peer_addresses(input, bytes)
@@ -371,9 +376,16 @@ impl IntraNodeComm {
 
     /// Whether an all-reduce of `elems` elements of `elem` at `input` with
     /// `algo` (as resolved) reads the peers' inputs in place.
-    pub fn reads_input_in_place(&self, algo: AllReduceAlgo, input: u64, elems: usize, elem: ElemType) -> bool {
+    pub fn reads_input_in_place(
+        &self,
+        algo: AllReduceAlgo,
+        input: u64,
+        elems: usize,
+        elem: ElemType,
+    ) -> bool {
         let algo = self.resolve(algo, elem, elems);
-        self.symmetric_input(algo, input, elems.saturating_mul(elem.bytes())).is_some()
+        self.symmetric_input(algo, input, elems.saturating_mul(elem.bytes()))
+            .is_some()
     }
 
     /// A GPU barrier among `ranks` (all ranks when `None`) on `stream`:
