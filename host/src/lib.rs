@@ -86,6 +86,7 @@ pub mod error;
 pub mod gpu;
 pub mod kernels;
 pub mod setup_times;
+pub mod symmetric;
 pub mod topology;
 pub mod types;
 
@@ -139,5 +140,6 @@ struct ReadmeDoctests;
 pub use config::CommConfig;
 pub use error::{Error, Result};
 pub use setup_times::SetupTimes;
+pub use symmetric::{SymmetricBuffer, SymmetricView, SymmetricViewMut};
 pub use types::{AllReduceAlgo, BroadcastAlgo, DType, ElemType, NormPath, ReduceOp};
 pub use work::Work;

@@ -41,13 +41,47 @@
 //! group barrier of call `e`, so every member of both groups (all W ranks)
 //! started call `e` and had finished call `e - 1`. That is the guarantee a
 //! full barrier gives, so HCM calls interleave freely with the others.
+//!
+//! NOTE [symmetric input]: when the caller's input lies in a symmetric
+//! buffer it allocated (`intranode::SymmetricBuffer`, every rank's copy
+//! mapped here; the host passes their addresses at the input's offset in
+//! `AllReduceParams::in_bufs`), the one-shot and the two-shot skip the
+//! copy-in and reduce straight from the peers' inputs. Two orderings make
+//! that sound:
+//! - *the input is ready before the start barrier says so*: the producer
+//!   (a GEMM, a copy) ran earlier on the same stream, so its writes are
+//!   performed before this kernel starts (`griddepcontrol.wait` waits for
+//!   the previous grid's completion and memory flush); the barrier's
+//!   release store is then ordered after them, and a peer that acquires
+//!   the flag reads the finished input.
+//! - *nobody still reads it when the caller writes it again*: the caller
+//!   may overwrite its buffer as soon as this kernel ends (the next GEMM),
+//!   so no peer may read it after that. Two-shot: a peer reads our input
+//!   only in its reduce-scatter, before its middle barrier, which our
+//!   block passes only after the peer's block arrived: by the end of our
+//!   kernel every read of our input is done. One-shot: the peers read all
+//!   of it during the whole reduction, so a second barrier (`SLOT_END`)
+//!   ends the call. Barriers are per block (NOTE [block-local barriers]),
+//!   and each block reads and writes only its own vectors, so each block's
+//!   end barrier covers exactly the reads of its vectors.
+//!
+//! In place, the two-shot writes its reduced shard where only it reads
+//! (its own shard of its own input) and the gathered shards after the
+//! middle barrier, when their owners have read them; the one-shot keeps
+//! its result in its own half until the end barrier, then copies it out.
+//! HCM keeps its copy-in (its group and relay barriers would need a third
+//! for the same guarantee); the Lamport forms have no copy-in to skip:
+//! their push is the transfer itself. Every rank must pass the same kind
+//! of input (symmetric or not) at the same offset: the host checks that
+//! the input is 16-byte aligned and lies in one allocation; the rest is
+//! the caller's contract (`intranode::symmetric` docs).
 
 use crate::bandwidth::bandwidth;
 use crate::elem::{Bf16, Element, F16, Lanes, load_vec, store_vec};
 use crate::lamport::{lamport, lamport_ag, lamport_rs, lamport2};
 use crate::layout::{
     AllReduceParams, FORM_HCM, FORM_ONE_SHOT, FORM_TWO_SHOT, OP_AVG, OP_MAX, OP_MIN, OP_SUM,
-    SLOT_MID, SLOT_START,
+    SLOT_END, SLOT_MID, SLOT_START,
 };
 use crate::math;
 use crate::math::hcm_chunk_elems;
@@ -109,14 +143,14 @@ pub(crate) fn finish_op<const OP: u32>(mut acc: Lanes, ranks: usize) -> Lanes {
     acc
 }
 
-/// Reduces vector `i` of every rank's half at `half_off`, in rank order.
+/// Reduces vector `i` of every rank's source (`srcs[r]`: rank `r`'s half,
+/// or its copy of a symmetric input), in rank order.
 ///
 /// # Safety
-/// Every `bufs[r] + half_off` must hold vector `i`.
+/// Every `srcs[r]` must hold vector `i`.
 #[inline(always)]
 unsafe fn reduce_vec<T: Element, const W: usize, const OP: u32>(
-    bufs: &[u64; 8],
-    half_off: u64,
+    srcs: &[u64; W],
     i: usize,
 ) -> [u32; 4] {
     // Issue all W loads before combining: they travel over NVLink in
@@ -125,10 +159,33 @@ unsafe fn reduce_vec<T: Element, const W: usize, const OP: u32>(
     let mut r = 0;
     while r < W {
         // SAFETY: forwarded from the caller.
-        raw[r] = unsafe { ptx::ld_global_v4_u32(((bufs[r] + half_off) as *const [u32; 4]).add(i)) };
+        raw[r] = unsafe { ptx::ld_global_v4_u32((srcs[r] as *const [u32; 4]).add(i)) };
         r += 1;
     }
     T::narrow(finish_op::<OP>(combine_in_order::<T, W, OP>(&raw), W))
+}
+
+/// Whether the caller's input is a symmetric buffer every peer mapped
+/// (NOTE [symmetric input]).
+#[inline(always)]
+fn symmetric_input(p: &AllReduceParams) -> bool {
+    p.in_bufs[0] != 0
+}
+
+/// `bases[r] + off` for every rank `r < W`: what a chunk's reduction
+/// reads, the peers' copies of a symmetric input (NOTE [symmetric input])
+/// or every rank's half. Callers pick the array in a branch around their
+/// whole loop: one loop that picked per rank at run time took the 2-rank
+/// two-shot from 90 to 126 registers (ptxas, sm_90).
+#[inline(always)]
+fn offsets<const W: usize>(bases: &[u64; crate::layout::MAX_RANKS], off: u64) -> [u64; W] {
+    let mut srcs = [0u64; W];
+    let mut r = 0;
+    while r < W {
+        srcs[r] = pick(bases, r as u32) + off;
+        r += 1;
+    }
+    srcs
 }
 
 /// One chunk of a call: at most half a symmetric buffer of elements.
@@ -183,6 +240,8 @@ unsafe fn copy_in<T: Element>(p: &AllReduceParams, c: &Chunk, start: usize, end:
 
 /// Every rank reads every peer's whole input and reduces it: one barrier,
 /// W times the bytes over NVLink; the latency path for small messages.
+/// On a symmetric input (NOTE [symmetric input]) no copy-in and a second
+/// barrier at the end.
 ///
 /// # Safety
 /// See [`run_chunks`].
@@ -191,9 +250,12 @@ unsafe fn one_shot_chunk<T: Element, const W: usize, const OP: u32>(
     p: &AllReduceParams,
     c: &Chunk,
 ) {
+    let sym = symmetric_input(p);
     // SAFETY: forwarded from the caller throughout.
     unsafe {
-        copy_in::<T>(p, c, 0, c.vecs);
+        if !sym {
+            copy_in::<T>(p, c, 0, c.vecs);
+        }
         block_barrier::<W>(
             &p.pads,
             p.rank,
@@ -202,11 +264,51 @@ unsafe fn one_shot_chunk<T: Element, const W: usize, const OP: u32>(
             p.timeout_ns,
             report_to(p, FORM_ONE_SHOT),
         );
-        let mut i = c.tid;
-        while i < c.vecs {
-            let v = reduce_vec::<T, W, OP>(&p.bufs, c.half_off, i);
-            store_vec(c.output as *mut T, i, c.elems, c.aligned, v);
-            i += c.stride;
+        // In place on a symmetric input, the peers still read our input
+        // (= output) until the end barrier: the result waits in our own
+        // half, which no peer reads on this path.
+        let staged = sym && p.output == p.input;
+        let own = (pick(&p.bufs, p.rank) + c.half_off) as *mut [u32; 4];
+        let reduce_all = |srcs: &[u64; W]| {
+            let mut i = c.tid;
+            while i < c.vecs {
+                let v = reduce_vec::<T, W, OP>(srcs, i);
+                if staged {
+                    ptx::st_global_v4_u32(own.add(i), v);
+                } else {
+                    store_vec(c.output as *mut T, i, c.elems, c.aligned, v);
+                }
+                i += c.stride;
+            }
+        };
+        if sym {
+            reduce_all(&offsets::<W>(&p.in_bufs, c.input - p.input));
+        } else {
+            reduce_all(&offsets::<W>(&p.bufs, c.half_off));
+        }
+        if sym {
+            block_barrier::<W>(
+                &p.pads,
+                p.rank,
+                SLOT_END,
+                c.epoch,
+                p.timeout_ns,
+                report_to(p, FORM_ONE_SHOT),
+            );
+        }
+        if staged {
+            // Each thread reads back only the vectors it staged itself.
+            let mut i = c.tid;
+            while i < c.vecs {
+                store_vec(
+                    c.output as *mut T,
+                    i,
+                    c.elems,
+                    c.aligned,
+                    ptx::ld_global_v4_u32(own.add(i)),
+                );
+                i += c.stride;
+            }
         }
     }
 }
@@ -225,11 +327,13 @@ unsafe fn two_shot_chunk<T: Element, const W: usize, const OP: u32>(
 ) {
     // SAFETY: forwarded from the caller throughout.
     unsafe {
-        let mut r = 0;
-        while r < W {
-            let (start, end) = c.shard::<W>(r);
-            copy_in::<T>(p, c, start, end);
-            r += 1;
+        if !symmetric_input(p) {
+            let mut r = 0;
+            while r < W {
+                let (start, end) = c.shard::<W>(r);
+                copy_in::<T>(p, c, start, end);
+                r += 1;
+            }
         }
         block_barrier::<W>(
             &p.pads,
@@ -242,12 +346,19 @@ unsafe fn two_shot_chunk<T: Element, const W: usize, const OP: u32>(
 
         let own = (pick(&p.bufs, p.rank) + c.half_off) as *mut [u32; 4];
         let (start, end) = c.shard::<W>(p.rank as usize);
-        let mut i = start + c.tid;
-        while i < end {
-            let v = reduce_vec::<T, W, OP>(&p.bufs, c.half_off, i);
-            ptx::st_global_v4_u32(own.add(i), v);
-            store_vec(c.output as *mut T, i, c.elems, c.aligned, v);
-            i += c.stride;
+        let reduce_shard = |srcs: &[u64; W]| {
+            let mut i = start + c.tid;
+            while i < end {
+                let v = reduce_vec::<T, W, OP>(srcs, i);
+                ptx::st_global_v4_u32(own.add(i), v);
+                store_vec(c.output as *mut T, i, c.elems, c.aligned, v);
+                i += c.stride;
+            }
+        };
+        if symmetric_input(p) {
+            reduce_shard(&offsets::<W>(&p.in_bufs, c.input - p.input));
+        } else {
+            reduce_shard(&offsets::<W>(&p.bufs, c.half_off));
         }
         block_barrier::<W>(
             &p.pads,

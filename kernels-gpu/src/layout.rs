@@ -28,8 +28,14 @@ pub const SLOT_START: usize = 0;
 /// form's too), and of HCM's barrier with the relay.
 pub const SLOT_MID: usize = 1;
 /// Slot named in a timeout report of the Lamport forms, which wait on
-/// data, not on flags (NOTE [lamport] in `lamport.rs`).
+/// data, not on flags (NOTE [lamport] in `lamport.rs`). Its flags serve
+/// the end barrier of the one-shot on a symmetric input ([`SLOT_END`]),
+/// which the Lamport forms never write.
 pub const SLOT_LAMPORT: usize = 2;
+/// Slot of the one-shot's end barrier when it reads the caller's
+/// symmetric input in place (NOTE [symmetric input] in `all_reduce.rs`):
+/// the flags of slot 2, unused by every other form.
+pub const SLOT_END: usize = 2;
 /// Slot of explicit `barrier()` calls.
 pub const SLOT_EXPLICIT: usize = 3;
 
@@ -224,6 +230,13 @@ pub struct AllReduceParams {
     /// every rank).
     pub hcm_relay_first: u32,
     pub _pad: u32,
+    /// Every rank's copy of the caller's input, mapped into this process,
+    /// when the input lies in a symmetric buffer the user allocated (the
+    /// same offset in every rank's allocation): the barrier forms then read
+    /// the peers' inputs in place instead of copying into `bufs` (NOTE
+    /// [symmetric input] in `all_reduce.rs`). All zero otherwise; a
+    /// non-zero `in_bufs[0]` is the switch.
+    pub in_bufs: [u64; MAX_RANKS],
 }
 
 /// Parameters of the explicit barrier kernel.
@@ -451,7 +464,7 @@ mod tests {
     fn params_are_plain_words() {
         assert_eq!(
             core::mem::size_of::<AllReduceParams>(),
-            8 * 8 * 2 + 7 * 8 + 8 + 4 * 4
+            8 * 8 * 2 + 7 * 8 + 8 + 4 * 4 + 8 * 8
         );
         assert_eq!(core::mem::size_of::<ErrorWord>(), 32);
         assert_eq!(

@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 const BINARIES: &[&str] = &["intranode-run", "intranode-bench", "intranode-suite"];
 
 /// Examples the bundle carries and `run-tests.sh` runs.
-const EXAMPLES: [&str; 2] = ["01_data_parallel", "02_cuda_graph"];
+const EXAMPLES: [&str; 3] = ["01_data_parallel", "02_cuda_graph", "03_symmetric"];
 
 pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
     let out = out

@@ -96,6 +96,13 @@ pub struct BenchArgs {
     /// only; `avg`: floating-point types only).
     #[arg(long, value_enum, default_value_t = Op::Sum)]
     pub op: Op,
+    /// Free-running all-reduce: also time every algorithm of ours (and
+    /// auto) with its input in a symmetric buffer from
+    /// `Communicator::alloc_symmetric` (rows `<algo>+sym`, beside the
+    /// regular rows and NCCL): the one-shot and two-shot then read the
+    /// peers' inputs in place, without the copy-in.
+    #[arg(long)]
+    pub symmetric: bool,
 }
 
 impl BenchArgs {
@@ -119,6 +126,7 @@ impl BenchArgs {
             graph_only: true,
             dtype: Dtype::Bf16,
             op: Op::Sum,
+            symmetric: false,
         }
     }
 }
@@ -311,6 +319,12 @@ fn check_args(args: &BenchArgs) -> Result<()> {
             "--dtype and --op choose the free-running all-reduce sweep's type and op; \
              --aligned and --collective reduce-scatter/all-gather time bf16 sums only"
         );
+    }
+    if args.aligned && args.symmetric {
+        anyhow::bail!("--symmetric runs free-running only (drop --aligned)");
+    }
+    if args.symmetric && args.collective != Collective::AllReduce {
+        anyhow::bail!("--symmetric times the all-reduce only");
     }
     if args.op == Op::Avg && !args.dtype.is_float() {
         anyhow::bail!(

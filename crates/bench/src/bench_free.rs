@@ -128,6 +128,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let Some(mut r) = Rank::setup_with("intranode-bench bench", args.cudarc_defaults)? else {
         return Ok(());
     };
+    if args.symmetric && (args.collective.scatter_gather().is_some() || args.tune.is_some()) {
+        bail!(
+            "--symmetric times the all-reduce beside the regular rows; it takes neither --collective \
+             reduce-scatter/all-gather nor --tune (the crossovers are for regular buffers)"
+        );
+    }
     if let Some(what) = args.collective.scatter_gather() {
         return run_scatter_gather(&mut r, args, what);
     }
@@ -187,6 +193,14 @@ fn sweep<T: BenchElem>(r: &mut Rank, args: &BenchArgs) -> Result<()> {
     // Graph modes log replays x (K + 1) <= 2 x calls stamps.
     let mut timer = Timer::new(r, 2 * max_calls + 2 * SKEW_K + 256)?;
     let decode_algos = decode_algos(args, &algos);
+    let sym_algos = if args.symmetric {
+        algos
+            .iter()
+            .filter(|a| **a != Some(AllReduceAlgo::Nccl))
+            .count()
+    } else {
+        0
+    };
     let decode_configs = if !run_decode {
         0
     } else {
@@ -194,7 +208,7 @@ fn sweep<T: BenchElem>(r: &mut Rank, args: &BenchArgs) -> Result<()> {
     };
     let mut progress = Progress::new(
         "intranode-bench bench (free-running)",
-        sizes.len() * algos.len() + decode_configs,
+        sizes.len() * (algos.len() + sym_algos) + decode_configs,
         r.rank() == 0,
     );
     let mut rows: Vec<Row> = Vec::new();
@@ -233,6 +247,20 @@ fn sweep<T: BenchElem>(r: &mut Rank, args: &BenchArgs) -> Result<()> {
             row.wrong = all.iter().map(|(_, w)| w).sum();
             rows.push(row);
             progress.step(&format!("{} {}", fmt_bytes(bytes), name(algo)));
+        }
+        if args.symmetric {
+            symmetric_rows(
+                r,
+                args,
+                &mut timer,
+                bytes,
+                &d_in,
+                (seed, call),
+                &op,
+                &algos,
+                &mut rows,
+                &mut progress,
+            )?;
         }
         crate::results::fill_nccl_ratios(&mut rows, bytes);
     }
@@ -295,6 +323,63 @@ fn print_nccl_tests_table(rows: &[Row], dtype: &str, op: Op, elem_bytes: usize) 
             r.wrong
         );
     }
+}
+
+/// `--symmetric`: the rows `<algo>+sym` of one size, every algorithm of
+/// ours and auto with `d_in`'s data (the inputs of `call`) in a symmetric
+/// buffer allocated for this size (on every rank alike), each output
+/// checked as the regular rows' are.
+#[allow(clippy::too_many_arguments)]
+fn symmetric_rows<T: BenchElem>(
+    r: &mut Rank,
+    args: &BenchArgs,
+    timer: &mut Timer,
+    bytes: usize,
+    d_in: &CudaSlice<T>,
+    (seed, call): (u64, u64),
+    op: &cudarc::nccl::ReduceOp,
+    algos: &[Option<AllReduceAlgo>],
+    rows: &mut Vec<Row>,
+    progress: &mut Progress,
+) -> Result<()> {
+    let (elems, world) = (d_in.len(), r.world());
+    let mut sym = r.comm.alloc_symmetric::<T>(elems)?;
+    r.stream.memcpy_dtod(d_in, &mut sym)?;
+    for &algo in algos.iter().filter(|a| **a != Some(AllReduceAlgo::Nccl)) {
+        let mut d_out = r.stream.clone_htod(&vec![elem::poison::<T>(); elems])?;
+        let config_seed = data::mix(seed ^ 0x5E77 ^ bytes as u64 ^ ((rows.len() as u64) << 40));
+        let mine = {
+            let mut call = |r: &Rank, _j: usize| -> Result<()> {
+                match algo {
+                    None => r.comm.all_reduce(&sym, &mut d_out, op)?,
+                    Some(a) => r.comm.all_reduce_with(&sym, &mut d_out, op, a)?,
+                };
+                Ok(())
+            };
+            measure(r, args, timer, bytes, &mut call, config_seed)?
+        };
+        let out = r.stream.clone_dtoh(&d_out)?;
+        r.stream.synchronize()?;
+        let (wrong, first) = elem::wrong(&out, args.op, call, world);
+        if let Some(first) = first {
+            eprintln!(
+                "rank {}: {} {} {}+sym at {bytes} bytes: {wrong} wrong elements; first {first}",
+                r.rank(),
+                T::NAME,
+                args.op.name(),
+                name(algo)
+            );
+        }
+        let all = r.all_gather(&(mine, wrong as u64))?;
+        let dists: Vec<RankDists> = all.iter().map(|(d, _)| d.clone()).collect();
+        let modes = merge(&dists);
+        let mut row = row::<T>(r, world, bytes, algo, op, modes);
+        row.wrong = all.iter().map(|(_, w)| w).sum();
+        row.algo = format!("{}+sym", name(algo));
+        rows.push(row);
+        progress.step(&format!("{} {}+sym", fmt_bytes(bytes), name(algo)));
+    }
+    Ok(())
 }
 
 /// The decode-like mode's algorithms: the sweep's, less the bandwidth

@@ -329,6 +329,9 @@ impl IntraNodeComm {
         params.input = input;
         params.output = output;
         params.elems = elems as u64;
+        if let Some(in_bufs) = self.symmetric_input(algo, input, elems * elem.bytes()) {
+            params.in_bufs = in_bufs;
+        }
         let vecs = elems
             .min(chunk_elems)
             .div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
@@ -351,6 +354,38 @@ impl IntraNodeComm {
                 .launch(kernel, Grid::new(blocks, threads), stream, (params,))
         }?;
         Ok(Work::new(stream.clone(), Some(self.health_arc())))
+    }
+
+    /// Every rank's copy of the `bytes` at `input`, when `algo` reads a
+    /// symmetric input in place (one-shot, two-shot) and `input` lies in a
+    /// symmetric buffer the user allocated, 16-byte aligned (NOTE
+    /// [symmetric input] in `kernels-gpu/src/all_reduce.rs`).
+    fn symmetric_input(
+        &self,
+        algo: AllReduceAlgo,
+        input: u64,
+        bytes: usize,
+    ) -> Option<[u64; MAX_RANKS]> {
+        match algo {
+            AllReduceAlgo::OneShot | AllReduceAlgo::TwoShot => {
+                self.user_buffers.peer_addresses(input, bytes)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether an all-reduce of `elems` elements of `elem` at `input` with
+    /// `algo` (as resolved) reads the peers' inputs in place.
+    pub fn reads_input_in_place(
+        &self,
+        algo: AllReduceAlgo,
+        input: u64,
+        elems: usize,
+        elem: ElemType,
+    ) -> bool {
+        let algo = self.resolve(algo, elem, elems);
+        self.symmetric_input(algo, input, elems.saturating_mul(elem.bytes()))
+            .is_some()
     }
 
     /// A GPU barrier among `ranks` (all ranks when `None`) on `stream`:

@@ -102,7 +102,9 @@ fn phase_name(slot: u32) -> &'static str {
             "at the barrier after every rank copied its input in (bandwidth: pushed its shards)"
         }
         SLOT_MID => "at the barrier after the reduce-scatter (or HCM's relay)",
-        SLOT_LAMPORT => "for a peer's data",
+        // Slot 2 is also the one-shot's end barrier on a symmetric input
+        // (`layout::SLOT_END`); the form in the report tells them apart.
+        SLOT_LAMPORT => "for a peer's data (one-shot on a symmetric input: at the end barrier)",
         SLOT_EXPLICIT => "at an explicit barrier",
         _ => "at an unknown barrier slot",
     }

@@ -59,6 +59,9 @@ pub struct IntraNodeComm {
     /// The side stream of calls captured into CUDA graphs, made at the
     /// first such call (NOTE [capture and event tracking] in `tracked.rs`).
     pub(crate) capture_side: std::sync::OnceLock<tracked::CaptureSide>,
+    /// The symmetric buffers users allocated on this communicator
+    /// (`crate::symmetric`), looked up by the collectives' inputs.
+    pub(crate) user_buffers: Arc<crate::symmetric::SymmetricRegistry>,
 }
 
 impl fmt::Debug for IntraNodeComm {
@@ -237,6 +240,38 @@ impl IntraNodeComm {
                 rank,
                 source,
             })
+    }
+
+    /// Allocates `len` elements of `T` that every peer maps (collective:
+    /// every rank calls it with the same `len`, in the same order), for
+    /// work on `stream`. See [`crate::symmetric`].
+    pub fn alloc_symmetric<T>(
+        &self,
+        len: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<crate::symmetric::SymmetricBuffer<T>> {
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "alloc_symmetric on rank {}: {len} elements of {} bytes overflow",
+                self.rank,
+                std::mem::size_of::<T>()
+            ))
+        })?;
+        // A zero length still takes part in the rendezvous, whose layout
+        // check then fails on every rank alike (rather than this rank
+        // leaving the others waiting for the store's timeout).
+        let (rank, world, backend) = (self.rank, self.world, self.symm.backend());
+        let memory = self.with_exchange(|store, exchange| {
+            SymmetricMemory::rendezvous_buffer(
+                &self.ctx, store, exchange, rank, world, bytes, backend,
+            )
+        })?;
+        crate::symmetric::SymmetricBuffer::new(
+            memory,
+            len,
+            stream.clone(),
+            self.user_buffers.clone(),
+        )
     }
 
     /// Waits for all work in this rank's context (host side).

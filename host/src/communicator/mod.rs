@@ -36,6 +36,7 @@ mod layer;
 mod nccl_only;
 mod norm;
 mod retype;
+mod symmetric;
 
 pub use group::Group;
 

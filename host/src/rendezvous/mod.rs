@@ -345,5 +345,6 @@ pub fn run_timed(
         crossovers: config.crossovers.clone(),
         lamport_launch,
         capture_side: std::sync::OnceLock::new(),
+        user_buffers: Default::default(),
     })
 }

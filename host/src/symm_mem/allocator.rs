@@ -206,12 +206,13 @@ pub(super) struct LocalInfo {
 
 /// Phase 1: allocate, zero and export our block; for VMM also bind the
 /// descriptor channel (a local step that can fail, so it belongs here).
-#[allow(clippy::type_complexity)]
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
 pub(super) fn allocate_local(
     ctx: &Arc<CudaContext>,
     rank: usize,
     world: usize,
     buffer_bytes: usize,
+    signal_pad_bytes: usize,
     backend: Backend,
     job_id: &str,
     store: &dyn Store,
@@ -220,7 +221,7 @@ pub(super) fn allocate_local(
     crate::error::bind(ctx, Some(device))?;
     let (block, layout, ipc_handle, channel) = match backend {
         Backend::Vmm => {
-            let block = vmm::LocalBlock::new(ctx, buffer_bytes)?;
+            let block = vmm::LocalBlock::new(ctx, buffer_bytes, signal_pad_bytes)?;
             let layout = block.layout();
             let channel = IpcChannel::new(
                 &IpcChannel::default_dir(),
@@ -232,7 +233,7 @@ pub(super) fn allocate_local(
             (LocalBlock::Vmm(block), layout, None, Some(channel))
         }
         Backend::CudaIpc => {
-            let block = cuda_ipc::LocalBlock::new(ctx, buffer_bytes)?;
+            let block = cuda_ipc::LocalBlock::new(ctx, buffer_bytes, signal_pad_bytes)?;
             let layout = block.layout();
             let handle = block.handle_bytes();
             (LocalBlock::CudaIpc(block), layout, Some(handle), None)

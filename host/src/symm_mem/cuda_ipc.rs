@@ -28,15 +28,20 @@ pub(super) struct LocalBlock {
 }
 
 impl LocalBlock {
-    /// Allocates a block for `buffer_bytes` plus the signal pad with
-    /// `cuMemAlloc`, zero-fills it (asynchronously: the caller
-    /// synchronizes, NOTE [signal pads start at zero]) and takes its IPC
-    /// handle. The caller has made `ctx` current.
-    pub(super) fn new(ctx: &Arc<CudaContext>, buffer_bytes: usize) -> Result<Self> {
+    /// Allocates a block for `buffer_bytes` plus a signal pad of
+    /// `signal_pad_bytes` with `cuMemAlloc`, zero-fills it
+    /// (asynchronously: the caller synchronizes, NOTE [signal pads start
+    /// at zero]) and takes its IPC handle. The caller has made `ctx`
+    /// current.
+    pub(super) fn new(
+        ctx: &Arc<CudaContext>,
+        buffer_bytes: usize,
+        signal_pad_bytes: usize,
+    ) -> Result<Self> {
         let device = ctx.ordinal();
         // cuMemAlloc has no granularity of its own to respect; round to the
         // pad alignment so the layout is the same on every rank.
-        let layout = BlockLayout::new(buffer_bytes, SIGNAL_PAD_ALIGN)?;
+        let layout = BlockLayout::with_signal_pad(buffer_bytes, signal_pad_bytes, SIGNAL_PAD_ALIGN)?;
         let alloc = DeviceAlloc::new(ctx, layout.alloc_bytes)?;
         // SAFETY: `alloc` holds `alloc_bytes` bytes of device memory in the
         // current context.

@@ -52,9 +52,34 @@ impl SymmetricMemory {
         buffer_bytes: usize,
         backend: Backend,
     ) -> Result<SymmetricMemory> {
-        Self::rendezvous_inner(ctx, store, exchange, rank, world, buffer_bytes, backend)
+        Self::rendezvous_inner(
+            ctx,
+            store,
+            exchange,
+            rank,
+            world,
+            buffer_bytes,
+            allocator::SIGNAL_PAD_BYTES,
+            backend,
+        )
     }
 
+    /// [`SymmetricMemory::rendezvous`] for a plain data buffer without a
+    /// signal pad (the user's symmetric buffers, `crate::SymmetricBuffer`):
+    /// the same phases, checks and outcome on every rank.
+    pub fn rendezvous_buffer(
+        ctx: &Arc<CudaContext>,
+        store: &dyn Store,
+        exchange: &mut StoreExchange,
+        rank: usize,
+        world: usize,
+        buffer_bytes: usize,
+        backend: Backend,
+    ) -> Result<SymmetricMemory> {
+        Self::rendezvous_inner(ctx, store, exchange, rank, world, buffer_bytes, 0, backend)
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn rendezvous_inner(
         ctx: &Arc<CudaContext>,
         store: &dyn Store,
@@ -62,6 +87,7 @@ impl SymmetricMemory {
         rank: usize,
         world: usize,
         buffer_bytes: usize,
+        signal_pad_bytes: usize,
         backend: Backend,
     ) -> Result<SymmetricMemory> {
         if world == 0 || rank >= world {
@@ -79,8 +105,16 @@ impl SymmetricMemory {
             .map_err(store_err("broadcast of the symmetric-memory job id"))?;
 
         // Phase 1: our own block (and, for VMM, our socket), all local.
-        let local =
-            allocator::allocate_local(ctx, rank, world, buffer_bytes, backend, &job_id, store);
+        let local = allocator::allocate_local(
+            ctx,
+            rank,
+            world,
+            buffer_bytes,
+            signal_pad_bytes,
+            backend,
+            &job_id,
+            store,
+        );
         let published = match &local {
             Ok((_, info, _)) => Ok(info.clone()),
             Err(e) => Err(e.to_string()),

@@ -167,11 +167,15 @@ pub(super) struct LocalBlock {
 }
 
 impl LocalBlock {
-    /// Allocates and maps a block for `buffer_bytes` plus the signal pad,
-    /// zero-fills it (asynchronously: the caller synchronizes, NOTE
-    /// [signal pads start at zero]) and exports a descriptor for it.
-    /// The caller has made `ctx` current.
-    pub(super) fn new(ctx: &Arc<CudaContext>, buffer_bytes: usize) -> Result<Self> {
+    /// Allocates and maps a block for `buffer_bytes` plus a signal pad of
+    /// `signal_pad_bytes`, zero-fills it (asynchronously: the caller
+    /// synchronizes, NOTE [signal pads start at zero]) and exports a
+    /// descriptor for it. The caller has made `ctx` current.
+    pub(super) fn new(
+        ctx: &Arc<CudaContext>,
+        buffer_bytes: usize,
+        signal_pad_bytes: usize,
+    ) -> Result<Self> {
         let device = ctx.ordinal();
         check_support(ctx)?;
         let prop = allocation_prop(ctx.cu_device());
@@ -184,7 +188,7 @@ impl LocalBlock {
             )
         }
         .ctx("cuMemGetAllocationGranularity", Some(device))?;
-        let layout = BlockLayout::new(buffer_bytes, granularity)?;
+        let layout = BlockLayout::with_signal_pad(buffer_bytes, signal_pad_bytes, granularity)?;
         // SAFETY: the context is current; `alloc_bytes` is a multiple of
         // the granularity for `prop` (BlockLayout).
         let handle = unsafe { driver_ext::mem_create(layout.alloc_bytes, &prop) }

@@ -38,6 +38,10 @@ pub struct CheckArgs {
     /// collective: ours or NCCL as the communicator decides).
     #[arg(long)]
     pub only_types: bool,
+    /// Run only the checks of symmetric buffers users allocate
+    /// (`alloc_symmetric`; `--algos` narrows them too).
+    #[arg(long)]
+    pub only_symmetric: bool,
     /// Seed of every input (all ranks must agree).
     #[arg(long, default_value_t = 0x1234_5678)]
     pub seed: u64,
@@ -310,6 +314,17 @@ fn graph<T: DType + NcclType>(
     Ok(())
 }
 
+/// The symmetric checks' summary line.
+fn symm_line(s: &crate::check_symm::SymmReport, took: std::time::Duration) -> String {
+    format!(
+        "{} all-reduces on symmetric buffers (every algorithm, type, op, in place and out of place, views at aligned and unaligned offsets, back to back, {} CUDA-graph replays), {} of them reading the peers' inputs in place, every element against the f64 reference, bitwise identical across ranks; lengths that differ across ranks refused on every rank ({:.1} s)",
+        s.calls,
+        s.replays,
+        s.in_place_reads,
+        took.as_secs_f64()
+    )
+}
+
 /// GPU barriers over all ranks and over a pair, then a barrier the last
 /// rank never joins: every other rank must get `PeerTimeout` naming it
 /// from the host-mapped error word, and no GPU may hang. Leaves the
@@ -403,6 +418,17 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         return Ok(());
     }
     let algos = algos(&r, args)?;
+    if args.only_symmetric {
+        let t0 = std::time::Instant::now();
+        let s = crate::check_symm::run(&mut r, &algos, args.seed)?;
+        println!(
+            "check rank {}/{} ok (symmetric buffers only): {}",
+            r.rank(),
+            r.world(),
+            symm_line(&s, t0.elapsed())
+        );
+        return Ok(());
+    }
     if args.only_free {
         let t0 = std::time::Instant::now();
         let f = crate::check_free::run(&mut r, &algos, args.seed, args.free_replays.max(1))?;
@@ -490,6 +516,13 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     println!(
         "check rank {}: element types: {type_calls} calls, {how}, every element checked",
         r.rank()
+    );
+    let t_symm = std::time::Instant::now();
+    let s = crate::check_symm::run(&mut r, &algos, args.seed)?;
+    println!(
+        "check rank {}: symmetric buffers: {}",
+        r.rank(),
+        symm_line(&s, t_symm.elapsed())
     );
     let barrier_report = barriers(&mut r)?;
     let intra = match r.comm.intra() {

@@ -6,7 +6,7 @@
 //!   awkward length, back-to-back mixed calls, CUDA-graph replay,
 //!   free-running stresses, reduce-scatter and all-gather, all-reduce +
 //!   residual + RMSNorm, every `NcclType` through every collective,
-//!   barriers).
+//!   symmetric buffers users allocate, barriers).
 //! - `ddp-check`: broadcast, `broadcast_coalesced`, gradient buckets and
 //!   communication hooks against host references.
 //! - `faults`: a rank SIGKILLs itself at a chosen phase; the survivors
@@ -28,6 +28,7 @@ mod check_free;
 mod check_norm;
 mod check_sg;
 mod check_types;
+mod check_symm;
 mod ddp_check;
 mod faults;
 mod faults_suite;
