@@ -51,9 +51,9 @@ pub enum AllReduceAlgo {
     /// whatever the message. Not measured yet, so the size rule never
     /// picks it: only a forced call runs it (`config::FORCE_ALGO_ENV`,
     /// `Communicator::all_reduce_with`, the benchmark's `--algos`).
-    /// Messages above `algo::bandwidth_max_message_bytes` (16 GiB) run as
+    /// Messages above `algo::push_max_message_bytes` (16 GiB) run as
     /// [`TwoShot`](Self::TwoShot).
-    Bandwidth,
+    Push,
     /// NCCL's all-reduce (the fallback).
     Nccl,
 }
@@ -67,7 +67,7 @@ impl AllReduceAlgo {
             AllReduceAlgo::OneShot => "one-shot",
             AllReduceAlgo::TwoShot => "two-shot",
             AllReduceAlgo::Hcm => "hcm",
-            AllReduceAlgo::Bandwidth => "bandwidth",
+            AllReduceAlgo::Push => "push",
             AllReduceAlgo::Nccl => "nccl",
         }
     }
@@ -80,7 +80,7 @@ impl AllReduceAlgo {
             Self::OneShot,
             Self::TwoShot,
             Self::Hcm,
-            Self::Bandwidth,
+            Self::Push,
             Self::Nccl,
         ]
         .into_iter()
@@ -171,10 +171,10 @@ pub fn scatter_gather_uses_ours(total_bytes: usize, world: usize, crossovers: &C
 }
 
 /// The largest message the bandwidth form takes (its kernels index
-/// vectors in u32, `kernels_gpu::math::BANDWIDTH_MAX_VECS`); larger ones
+/// vectors in u32, `kernels_gpu::math::PUSH_MAX_VECS`); larger ones
 /// run as two-shot.
-pub const fn bandwidth_max_message_bytes() -> usize {
-    kernels_gpu::math::BANDWIDTH_MAX_VECS as usize * kernels_gpu::math::VEC_BYTES
+pub const fn push_max_message_bytes() -> usize {
+    kernels_gpu::math::PUSH_MAX_VECS as usize * kernels_gpu::math::VEC_BYTES
 }
 
 /// The largest message the Lamport two-shot takes on `world` ranks;
@@ -298,7 +298,7 @@ pub fn decide_all_reduce(call: &AllReduceCall, crossovers: &Crossovers) -> AllRe
         {
             AllReduceAlgo::TwoShot
         }
-        AllReduceAlgo::Bandwidth if call.bytes > bandwidth_max_message_bytes() => {
+        AllReduceAlgo::Push if call.bytes > push_max_message_bytes() => {
             AllReduceAlgo::TwoShot
         }
         other => other,
@@ -499,22 +499,22 @@ mod tests {
         for bytes in [16, 4096, 16 << 20, 1 << 30] {
             for world in 2..=MAX_DEVICES {
                 let c = call(bytes, world);
-                assert_ne!(decide_all_reduce(&c, &x), AllReduceAlgo::Bandwidth);
+                assert_ne!(decide_all_reduce(&c, &x), AllReduceAlgo::Push);
                 let forced = AllReduceCall {
-                    forced: Some(AllReduceAlgo::Bandwidth),
+                    forced: Some(AllReduceAlgo::Push),
                     ..c
                 };
-                assert_eq!(decide_all_reduce(&forced, &x), AllReduceAlgo::Bandwidth);
+                assert_eq!(decide_all_reduce(&forced, &x), AllReduceAlgo::Push);
             }
         }
         // Past its u32 indices, the two-shot.
         let at = |bytes| AllReduceCall {
-            forced: Some(AllReduceAlgo::Bandwidth),
+            forced: Some(AllReduceAlgo::Push),
             ..call(bytes, 2)
         };
-        let most = bandwidth_max_message_bytes();
+        let most = push_max_message_bytes();
         assert_eq!(most, 16 << 30);
-        assert_eq!(decide_all_reduce(&at(most), &x), AllReduceAlgo::Bandwidth);
+        assert_eq!(decide_all_reduce(&at(most), &x), AllReduceAlgo::Push);
         assert_eq!(decide_all_reduce(&at(most + 2), &x), AllReduceAlgo::TwoShot);
     }
 
@@ -782,7 +782,7 @@ mod tests {
             AllReduceAlgo::OneShot,
             AllReduceAlgo::TwoShot,
             AllReduceAlgo::Hcm,
-            AllReduceAlgo::Bandwidth,
+            AllReduceAlgo::Push,
             AllReduceAlgo::Nccl,
         ] {
             assert_eq!(AllReduceAlgo::from_name(a.name()), Some(a));

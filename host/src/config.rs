@@ -49,7 +49,7 @@ pub const BARRIER_TIMEOUT_ENV: &str = "INTRANODE_BARRIER_TIMEOUT_MS";
 pub const DEFAULT_BARRIER_TIMEOUT_MS: u64 = 10_000;
 
 /// Forces an all-reduce algorithm: `lamport`, `lamport-two-shot`,
-/// `one-shot`, `two-shot`, `hcm`, `bandwidth` or `nccl`.
+/// `one-shot`, `two-shot`, `hcm`, `push` or `nccl`.
 pub const FORCE_ALGO_ENV: &str = "INTRANODE_ALL_REDUCE_ALGO";
 
 /// Forces the path of `Communicator::all_reduce_residual_rmsnorm`:
@@ -356,7 +356,7 @@ impl CommConfig {
             FORCE_ALGO_ENV,
             var(FORCE_ALGO_ENV),
             AllReduceAlgo::from_name,
-            "lamport, lamport-two-shot, one-shot, two-shot, hcm, bandwidth or nccl",
+            "lamport, lamport-two-shot, one-shot, two-shot, hcm, push or nccl",
         )?;
         let forced_broadcast = parse_named(
             FORCE_BROADCAST_ENV,

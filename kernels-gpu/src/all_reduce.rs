@@ -42,7 +42,7 @@
 //! started call `e` and had finished call `e - 1`. That is the guarantee a
 //! full barrier gives, so HCM calls interleave freely with the others.
 
-use crate::bandwidth::bandwidth;
+use crate::push::push;
 use crate::elem::{Bf16, Element, F16, Lanes, load_vec, store_vec};
 use crate::lamport::{lamport, lamport_ag, lamport_rs, lamport2};
 use crate::layout::{

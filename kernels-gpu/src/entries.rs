@@ -61,7 +61,7 @@ macro_rules! collective_kernels {
             /// Large messages: pushed reduce-scatter, pulled all-gather,
             /// rounds pipelined through the symmetric buffers (NOTE
             /// [bandwidth all-reduce] in `bandwidth.rs`).
-            Bandwidth = "bandwidth", bandwidth, [2 3 4 5 6 7 8], world;
+            Push = "push", push, [2 3 4 5 6 7 8], world;
         }
     };
 }

@@ -78,7 +78,7 @@ pub mod sync;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod all_reduce;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
-pub mod bandwidth;
+pub mod push;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod broadcast;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]

@@ -203,11 +203,11 @@ fn decode_algos(args: &BenchArgs, algos: &[Option<AllReduceAlgo>]) -> Vec<Option
     let named = args
         .algos
         .iter()
-        .any(|a| a == AllReduceAlgo::Bandwidth.name());
+        .any(|a| a == AllReduceAlgo::Push.name());
     algos
         .iter()
         .copied()
-        .filter(|a| named || *a != Some(AllReduceAlgo::Bandwidth))
+        .filter(|a| named || *a != Some(AllReduceAlgo::Push))
         .collect()
 }
 
@@ -594,7 +594,7 @@ mod tests {
     fn decode_mode_takes_the_bandwidth_form_only_when_named() {
         let algos = [
             Some(AllReduceAlgo::Lamport),
-            Some(AllReduceAlgo::Bandwidth),
+            Some(AllReduceAlgo::Push),
             None,
         ];
         let mut a = BenchArgs::demo();
@@ -602,7 +602,7 @@ mod tests {
             decode_algos(&a, &algos),
             vec![Some(AllReduceAlgo::Lamport), None]
         );
-        a.algos = vec!["bandwidth".into(), "auto".into()];
+        a.algos = vec!["push".into(), "auto".into()];
         assert_eq!(decode_algos(&a, &algos), algos.to_vec());
     }
 

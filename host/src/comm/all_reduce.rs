@@ -146,7 +146,7 @@ fn launch_shape(
         AllReduceAlgo::Lamport | AllReduceAlgo::LamportTwoShot => {
             lamport.shape_for(algo, vecs, world)
         }
-        AllReduceAlgo::Bandwidth => (bandwidth_blocks(vecs, world, half_bytes), THREADS),
+        AllReduceAlgo::Push => (bandwidth_blocks(vecs, world, half_bytes), THREADS),
         _ => (blocks_for(algo, vecs, world), THREADS),
     }
 }
@@ -161,7 +161,7 @@ fn collective_kernel(algo: AllReduceAlgo, elem: ElemType, world: usize) -> Optio
         AllReduceAlgo::Hcm => Collective::Hcm,
         AllReduceAlgo::Lamport => Collective::Lamport,
         AllReduceAlgo::LamportTwoShot => Collective::LamportTwoShot,
-        AllReduceAlgo::Bandwidth => Collective::Bandwidth,
+        AllReduceAlgo::Push => Collective::Push,
         AllReduceAlgo::Nccl => return None,
     };
     let kernel = Kernel::Collective {
@@ -293,7 +293,7 @@ impl IntraNodeComm {
             chunk_elems =
                 kernels_gpu::math::hcm_chunk_elems(self.half_buffer_bytes(), elem.bytes());
         }
-        if algo == AllReduceAlgo::Bandwidth {
+        if algo == AllReduceAlgo::Push {
             // The kernel walks the whole message in rounds of its own
             // (`kernels_gpu::math::bandwidth_rounds`); a round is at most a
             // half, and needs one vector per rank and block.
@@ -433,7 +433,7 @@ mod tests {
                     AllReduceAlgo::LamportTwoShot,
                     AllReduceAlgo::OneShot,
                     AllReduceAlgo::TwoShot,
-                    AllReduceAlgo::Bandwidth,
+                    AllReduceAlgo::Push,
                 ] {
                     assert!(collective_kernel(algo, elem, world).is_some());
                 }
@@ -452,8 +452,8 @@ mod tests {
         );
         let k = collective_kernel(AllReduceAlgo::Hcm, ElemType::Bf16, 6);
         assert_eq!(k.map(|k| k.to_string()), Some("hcm_bf16_w6".into()));
-        let k = collective_kernel(AllReduceAlgo::Bandwidth, ElemType::F32, 8);
-        assert_eq!(k.map(|k| k.to_string()), Some("bandwidth_f32_w8".into()));
+        let k = collective_kernel(AllReduceAlgo::Push, ElemType::F32, 8);
+        assert_eq!(k.map(|k| k.to_string()), Some("push_f32_w8".into()));
     }
 
     #[test]
