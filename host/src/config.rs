@@ -74,6 +74,16 @@ pub const TUNING_FILE_ENV: &str = "INTRANODE_TUNING_FILE";
 /// algorithms keep their fixed shapes, which the pad layout counts on.
 pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
 
+/// The launch shape of the push form (NOTE [push all-reduce] in
+/// `kernels-gpu/src/push.rs`), for tuning runs: comma-separated
+/// `blocks=N` (most blocks, 1 to 64), `threads=N` (a multiple of 32 up to
+/// 512), `chunk=BYTES` (most bytes of a ring slot, a multiple of 16) and
+/// `slots=N` (slots per ring, 2 to 16); a part left out keeps its
+/// default ([`PushShape::default`]). Its kernels meet per block and lay
+/// their rings out from it, so every rank must set the same value (the
+/// rendezvous checks).
+pub const PUSH_LAUNCH_ENV: &str = "INTRANODE_PUSH_LAUNCH";
+
 /// `0` turns off launch overlap (programmatic dependent launch of the
 /// collectives, NOTE [launch overlap] in `kernels/launch.rs`); on by
 /// default where the GPU has it (sm_90 and later).
@@ -170,6 +180,87 @@ impl LamportShapes {
     }
 }
 
+/// The launch shape of the push form ([`PUSH_LAUNCH_ENV`]): the most
+/// blocks and chunk bytes of a launch, its threads and ring slots; the
+/// host fits the chunk to the symmetric buffer and the message
+/// (`comm::all_reduce::push_launch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PushShape {
+    pub max_blocks: usize,
+    pub threads: usize,
+    pub max_chunk_bytes: usize,
+    pub slots: usize,
+}
+
+/// Most slots per ring of the push form: a bound against typos.
+pub const MAX_PUSH_SLOTS: usize = 16;
+
+impl Default for PushShape {
+    /// NOT MEASURED: 32 blocks of 512 threads (NCCL's channel count on
+    /// such machines is of that order; 1 MiB of 16-byte accesses in
+    /// flight per direction, against about 450 GB/s x 2 us), chunks of
+    /// 64 KiB and 4 slots (NCCL's simple protocol: 8 steps of 64 to 512
+    /// KiB), cut to what the default 10 MiB buffer holds. The issue-28
+    /// sweep (`docs/perf/v12/push.sh`) is what sets them.
+    fn default() -> Self {
+        PushShape {
+            max_blocks: 32,
+            threads: MAX_THREADS_PER_BLOCK,
+            max_chunk_bytes: 64 << 10,
+            slots: 4,
+        }
+    }
+}
+
+impl PushShape {
+    /// Parses a value of [`PUSH_LAUNCH_ENV`]; the error says what is wrong
+    /// with it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut shape = PushShape::default();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not NAME=NUMBER"))?;
+            let value = value
+                .trim()
+                .parse::<usize>()
+                .map_err(|e| format!("{value:?} in {part:?}: {e}"))?;
+            let (field, ok, expected) = match name.trim() {
+                "blocks" => (
+                    &mut shape.max_blocks,
+                    (1..=kernels_gpu::layout::MAX_BLOCKS).contains(&value),
+                    "1 to 64",
+                ),
+                "threads" => (
+                    &mut shape.threads,
+                    (32..=MAX_THREADS_PER_BLOCK).contains(&value) && value.is_multiple_of(32),
+                    "a multiple of 32 up to 512",
+                ),
+                "chunk" => (
+                    &mut shape.max_chunk_bytes,
+                    value >= 16 && value.is_multiple_of(16),
+                    "a positive multiple of 16 bytes",
+                ),
+                "slots" => (
+                    &mut shape.slots,
+                    (2..=MAX_PUSH_SLOTS).contains(&value),
+                    "2 to 16",
+                ),
+                other => {
+                    return Err(format!(
+                        "{other:?} is not blocks, threads, chunk or slots"
+                    ));
+                }
+            };
+            if !ok {
+                return Err(format!("{part:?}: {name} must be {expected}"));
+            }
+            *field = value;
+        }
+        Ok(shape)
+    }
+}
+
 /// A setting the library cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -233,6 +324,8 @@ pub struct CommConfig {
     pub crossovers: Crossovers,
     /// Fixed launch shapes of the Lamport forms ([`LAMPORT_LAUNCH_ENV`]).
     pub lamport_shapes: LamportShapes,
+    /// The push form's launch shape ([`PUSH_LAUNCH_ENV`]).
+    pub push_shape: PushShape,
     /// Whether collectives may launch overlapped ([`LAUNCH_OVERLAP_ENV`]).
     pub launch_overlap: bool,
 }
@@ -252,6 +345,7 @@ impl Default for CommConfig {
             forced_norm: None,
             crossovers: Crossovers::default(),
             lamport_shapes: LamportShapes::default(),
+            push_shape: PushShape::default(),
             launch_overlap: true,
         }
     }
@@ -380,6 +474,11 @@ impl CommConfig {
             Some(text) => LamportShapes::parse(&text)
                 .map_err(|why| ConfigError::invalid(LAMPORT_LAUNCH_ENV, text, why))?,
         };
+        let push_shape = match set(var(PUSH_LAUNCH_ENV)) {
+            None => default.push_shape,
+            Some(text) => PushShape::parse(&text)
+                .map_err(|why| ConfigError::invalid(PUSH_LAUNCH_ENV, text, why))?,
+        };
         Ok(Self {
             enabled: parse_bool(ENABLE_ENV, var(ENABLE_ENV), default.enabled)?,
             allow_overlapping_devices: parse_bool(
@@ -401,6 +500,7 @@ impl CommConfig {
             forced_norm,
             crossovers,
             lamport_shapes,
+            push_shape,
             launch_overlap: parse_bool(
                 LAUNCH_OVERLAP_ENV,
                 var(LAUNCH_OVERLAP_ENV),
@@ -462,6 +562,7 @@ mod tests {
                     FORCE_BROADCAST_ENV => "nccl",
                     NORM_PATH_ENV => " unfused ",
                     LAMPORT_LAUNCH_ENV => "lamport=8x128",
+                    PUSH_LAUNCH_ENV => " blocks=16, slots=8 ",
                     LAUNCH_OVERLAP_ENV => "off",
                     _ => return None,
                 }
@@ -490,6 +591,11 @@ mod tests {
                     }),
                     two_shot: None,
                 },
+                push_shape: PushShape {
+                    max_blocks: 16,
+                    slots: 8,
+                    ..PushShape::default()
+                },
                 launch_overlap: false,
             }
         );
@@ -506,6 +612,36 @@ mod tests {
             CommConfig::from_vars(fused).expect("fused").forced_norm,
             Some(NormPath::Fused)
         );
+    }
+
+    #[test]
+    fn push_shapes_parse_or_say_why_not() {
+        assert_eq!(PushShape::parse("").unwrap(), PushShape::default());
+        assert_eq!(
+            PushShape::parse("blocks=24,threads=256,chunk=131072,slots=6").unwrap(),
+            PushShape {
+                max_blocks: 24,
+                threads: 256,
+                max_chunk_bytes: 128 << 10,
+                slots: 6
+            }
+        );
+        for bad in [
+            "blocks",
+            "blocks=0",
+            "blocks=65",
+            "threads=48",
+            "threads=1024",
+            "chunk=0",
+            "chunk=100",
+            "slots=1",
+            "slots=17",
+            "warps=4",
+            "blocks=x",
+        ] {
+            let err = PushShape::parse(bad).unwrap_err();
+            assert!(!err.is_empty(), "{bad}");
+        }
     }
 
     #[test]

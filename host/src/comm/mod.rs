@@ -56,6 +56,9 @@ pub struct IntraNodeComm {
     pub(crate) crossovers: crate::algo::Crossovers,
     /// Launch shapes of the Lamport kernels (`config::LAMPORT_LAUNCH_ENV`).
     pub(crate) lamport_launch: LamportLaunch,
+    /// The push form's launch shape (`config::PUSH_LAUNCH_ENV`), the same
+    /// on every rank (the rendezvous checks).
+    pub(crate) push_shape: crate::config::PushShape,
     /// The side stream of calls captured into CUDA graphs, made at the
     /// first such call (NOTE [capture and event tracking] in `tracked.rs`).
     pub(crate) capture_side: std::sync::OnceLock<tracked::CaptureSide>,

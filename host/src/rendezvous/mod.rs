@@ -26,6 +26,7 @@ mod validate;
 
 pub use request::{
     PROTOCOL_VERSION, RendezvousRequest, debug_level_mismatch, exchange_requests, hostname,
+    push_shape_mismatch,
 };
 pub use validate::{
     BUFFER_GRANULARITY_BYTES, MAX_WORLD, MIN_WORLD, Unsupported, ValidatedGroup, validate,
@@ -182,7 +183,7 @@ pub fn run(
     local?;
     let requests = requests?;
     // Every rank sees the same requests, so every rank fails here alike.
-    if let Some(why) = debug_level_mismatch(&requests) {
+    if let Some(why) = debug_level_mismatch(&requests).or_else(|| push_shape_mismatch(&requests)) {
         return Err(Error::InvalidArgument(format!("rank {rank}: {why}")).into());
     }
 
@@ -310,6 +311,7 @@ pub fn run(
         call_checker,
         crossovers: config.crossovers.clone(),
         lamport_launch,
+        push_shape: config.push_shape,
         capture_side: std::sync::OnceLock::new(),
     })
 }
