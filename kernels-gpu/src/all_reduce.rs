@@ -16,7 +16,9 @@
 //! finishes call `e + 1` only once every peer has started it, hence
 //! finished call `e` and its reads: one-shot and two-shot by a barrier of
 //! call `e + 1` with every peer, HCM through the relay (NOTE [hcm groups]),
-//! the Lamport forms by waiting for every peer's data (NOTE [lamport]). So
+//! the Lamport forms by waiting for every peer's data (NOTE [lamport]),
+//! the push form by the barrier it starts with (NOTE [push all-reduce] in
+//! `push.rs`; its rings take the whole buffer, not a half). So
 //! a rank starting call `e + 2` (which reuses half `e & 1`) overwrites
 //! nothing a peer still reads, and no barrier is needed at the end of a
 //! call: one-shot has one barrier, two-shot two.

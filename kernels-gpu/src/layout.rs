@@ -8,7 +8,9 @@
 //! that reached barrier `slot`. The words from [`CALL_COUNTER`] up to
 //! [`SIGNAL_PAD_MIN_BYTES`] are written by rank `r` alone: its count of
 //! collective calls, a finished-block counter, its abort word, and
-//! per-peer counts of explicit barriers. From [`LAMPORT_OFFSET_BYTES`] on lie the Lamport
+//! per-peer counts of explicit barriers; from [`PUSH_COUNTERS`], the push
+//! form's counters, each written by one source rank (NOTE [push
+//! all-reduce] in `push.rs`). From [`LAMPORT_OFFSET_BYTES`] on lie the Lamport
 //! buffers, which every peer stores data into and rank `r` polls and
 //! zeroes (NOTE [lamport] in `lamport.rs`). Every word starts at zero (the
 //! allocator zero-fills pads).
@@ -18,14 +20,15 @@ pub const MAX_RANKS: usize = 8;
 /// Blocks of one collective launch at most; sizes the flag array.
 pub const MAX_BLOCKS: usize = 64;
 /// Barrier slots per launch: start (0), middle (1), explicit barrier (3);
-/// 2 only names Lamport waits in reports.
+/// 2 only names Lamport waits in reports ([`SLOT_PUSH`], outside the
+/// flags, the push form's waits).
 pub const SLOTS: usize = 4;
 /// Slot of the barrier after every rank has copied its input in (the
-/// bandwidth form: pushed its shards of a round, NOTE [bandwidth
-/// all-reduce] in `bandwidth.rs`).
+/// push form: its barrier at the start of a call, NOTE [push all-reduce]
+/// in `push.rs`).
 pub const SLOT_START: usize = 0;
-/// Slot of the two-shot barrier after the reduce-scatter (the bandwidth
-/// form's too), and of HCM's barrier with the relay.
+/// Slot of the two-shot barrier after the reduce-scatter, and of HCM's
+/// barrier with the relay.
 pub const SLOT_MID: usize = 1;
 /// Slot named in a timeout report of the Lamport forms, which wait on
 /// data, not on flags (NOTE [lamport] in `lamport.rs`).

@@ -12,9 +12,9 @@
 //!   widened to f32 for arithmetic.
 //! - [`all_reduce`]: one-shot, two-shot and HCM all-reduce; [`lamport`]:
 //!   the barrier-free one-shot and two-shot, and the reduce-scatter and
-//!   all-gather made of the two-shot's hops; [`bandwidth`]: the
-//!   large-message form (pushed reduce-scatter, pulled all-gather, rounds
-//!   pipelined through the symmetric buffers).
+//!   all-gather made of the two-shot's hops; [`push`]: the large-message
+//!   form (every link byte a store, reduce-scatter and all-gather merged
+//!   per chunk, rings of slots per block and peer).
 //! - [`elementwise`]: the first kernels (`add_*`), used by the GPU smoke test,
 //!   and `axpy_f32` (the example's optimizer step).
 //! - [`broadcast`]: broadcast over symmetric memory, sharing the call count
