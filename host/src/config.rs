@@ -247,9 +247,7 @@ impl PushShape {
                     "2 to 16",
                 ),
                 other => {
-                    return Err(format!(
-                        "{other:?} is not blocks, threads, chunk or slots"
-                    ));
+                    return Err(format!("{other:?} is not blocks, threads, chunk or slots"));
                 }
             };
             if !ok {

@@ -44,7 +44,6 @@
 //! started call `e` and had finished call `e - 1`. That is the guarantee a
 //! full barrier gives, so HCM calls interleave freely with the others.
 
-use crate::push::push;
 use crate::elem::{Bf16, Element, F16, Lanes, load_vec, store_vec};
 use crate::lamport::{lamport, lamport_ag, lamport_rs, lamport2};
 use crate::layout::{
@@ -54,6 +53,7 @@ use crate::layout::{
 use crate::math;
 use crate::math::hcm_chunk_elems;
 use crate::ptx;
+use crate::push::push;
 use crate::sync::{
     ReportTo, block_barrier, call_epoch, finish_call, group_barrier, nth_rank, pick,
 };

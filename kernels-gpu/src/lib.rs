@@ -78,8 +78,6 @@ pub mod sync;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod all_reduce;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
-pub mod push;
-#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod broadcast;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod cast;
@@ -91,6 +89,8 @@ pub mod fused_norm;
 pub mod lamport;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod norm;
+#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+pub mod push;
 
 // The test and probe kernels (`entries::TestKernel`,
 // `entries::SCOPE_PROBES`): the test PTX only.

@@ -332,7 +332,8 @@ mod tests {
                             let (block, t) = (g % blocks, g / blocks);
                             assert!(t < push_block_tiles(tiles, blocks, block));
                             for owner in 0..world {
-                                let (s, e) = push_chunk(vecs, world, chunk, blocks, block, t, owner);
+                                let (s, e) =
+                                    push_chunk(vecs, world, chunk, blocks, block, t, owner);
                                 assert!(s <= e && e - s <= chunk);
                                 if s < vecs {
                                     assert_eq!(s, next, "{world} {chunk} {blocks} {vecs}");
@@ -364,7 +365,8 @@ mod tests {
 
     #[test]
     fn push_rings_never_overlap_and_fit_their_bytes() {
-        for (blocks, world, slots, chunk) in [(1u32, 2u32, 2u32, 1u32), (3, 5, 4, 7), (32, 8, 8, 640)]
+        for (blocks, world, slots, chunk) in
+            [(1u32, 2u32, 2u32, 1u32), (3, 5, 4, 7), (32, 8, 8, 640)]
         {
             let total = push_ring_bytes(blocks, world, slots, chunk);
             let mut spans: Vec<(u64, u64)> = Vec::new();
@@ -372,7 +374,9 @@ mod tests {
                 for block in 0..blocks {
                     for peer in 0..world - 1 {
                         for slot in 0..slots {
-                            let at = push_slot_offset(ring, blocks, world, slots, chunk, block, peer, slot);
+                            let at = push_slot_offset(
+                                ring, blocks, world, slots, chunk, block, peer, slot,
+                            );
                             let end = at + chunk as u64 * VEC_BYTES as u64;
                             assert!(at.is_multiple_of(VEC_BYTES as u64) && end <= total);
                             spans.push((at, end));
@@ -387,7 +391,10 @@ mod tests {
         // Peer indices: every rank but `me`, densely.
         for world in 2..=8u32 {
             for me in 0..world {
-                let idx: Vec<u32> = (0..world).filter(|&s| s != me).map(|s| push_peer_index(s, me)).collect();
+                let idx: Vec<u32> = (0..world)
+                    .filter(|&s| s != me)
+                    .map(|s| push_peer_index(s, me))
+                    .collect();
                 assert_eq!(idx, (0..world - 1).collect::<Vec<_>>());
             }
         }
@@ -419,11 +426,18 @@ mod tests {
     #[test]
     fn push_indices_stay_in_u32_up_to_the_largest_message() {
         let vecs = PUSH_MAX_VECS;
-        for (world, chunk, blocks) in [(2u32, 1u32, 1u32), (8, 1 << 20, 64), (2, 1 << 16, 32), (8, PUSH_MAX_TILE_VECS / 8, 64)] {
+        for (world, chunk, blocks) in [
+            (2u32, 1u32, 1u32),
+            (8, 1 << 20, 64),
+            (2, 1 << 16, 32),
+            (8, PUSH_MAX_TILE_VECS / 8, 64),
+        ] {
             let tiles = push_tiles(vecs, world, chunk);
             let last_block = (tiles - 1) % blocks;
             let n = push_block_tiles(tiles, blocks, last_block);
-            let end = ((n as u64 - 1) * blocks as u64 + last_block as u64 + 1) * world as u64 * chunk as u64;
+            let end = ((n as u64 - 1) * blocks as u64 + last_block as u64 + 1)
+                * world as u64
+                * chunk as u64;
             assert!(end < (1u64 << 31) + vecs as u64, "{world} {chunk} {blocks}");
             let (s, e) = push_chunk(vecs, world, chunk, blocks, last_block, n - 1, world - 1);
             assert!(s <= e && e == vecs);

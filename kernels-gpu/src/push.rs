@@ -87,7 +87,9 @@ use crate::math::{
     push_lookahead, push_peer_index, push_slot_offset, push_tiles,
 };
 use crate::ptx;
-use crate::sync::{ReportTo, Wait, block_barrier, call_epoch, finish_call, pick, poll_until, report};
+use crate::sync::{
+    ReportTo, Wait, block_barrier, call_epoch, finish_call, pick, poll_until, report,
+};
 
 /// One call's geometry as this block sees it. Everything but the thread
 /// fields is the same on every rank. Vector indices are u32
@@ -253,11 +255,7 @@ const DIRECT_MAX_WORLD: usize = 4;
 /// See [`push`]; every peer's chunk of tile `t` must have arrived and
 /// every peer's all-gather slot of tile `t` must be free.
 #[inline(always)]
-unsafe fn reduce<T: Element, const W: usize, const OP: u32>(
-    p: &AllReduceParams,
-    c: &Plan,
-    t: u32,
-) {
+unsafe fn reduce<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams, c: &Plan, t: u32) {
     let me = p.rank;
     let (start, end) = c.chunk::<W>(t, me);
     let direct = W <= DIRECT_MAX_WORLD;
@@ -328,9 +326,7 @@ unsafe fn reduce<T: Element, const W: usize, const OP: u32>(
                 .wrapping_sub(start as usize);
             // SAFETY: `[start, end)` is in the message (the output) and
             // spans one slot.
-            unsafe {
-                copy::<T, true, false>(c, p.output as *const [u32; 4], dst, start, end)
-            };
+            unsafe { copy::<T, true, false>(c, p.output as *const [u32; 4], dst, start, end) };
             k += 1;
         }
     }
@@ -542,7 +538,15 @@ pub(crate) unsafe fn push<T: Element, const W: usize, const OP: u32>(p: &AllRedu
                 if t >= d {
                     copy_out::<T, W>(p, &c, t - d);
                 }
-                let clamp = |v: i32| (if v < 0 { 0 } else if v > ni { ni } else { v }) as u32;
+                let clamp = |v: i32| {
+                    (if v < 0 {
+                        0
+                    } else if v > ni {
+                        ni
+                    } else {
+                        v
+                    }) as u32
+                };
                 signal::<W>(
                     p,
                     c.block,

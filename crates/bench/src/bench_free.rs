@@ -200,10 +200,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 /// sizes are 8 KiB to 1 MiB, and the default run stays as long as before
 /// it).
 fn decode_algos(args: &BenchArgs, algos: &[Option<AllReduceAlgo>]) -> Vec<Option<AllReduceAlgo>> {
-    let named = args
-        .algos
-        .iter()
-        .any(|a| a == AllReduceAlgo::Push.name());
+    let named = args.algos.iter().any(|a| a == AllReduceAlgo::Push.name());
     algos
         .iter()
         .copied()
