@@ -141,10 +141,7 @@ impl Plan {
             peer_index,
             // `slots >= 2` (the host's promise); `checked_rem` keeps the
             // panicking path of `%` out of the PTX.
-            match t.checked_rem(self.slots) {
-                Some(slot) => slot,
-                None => 0,
-            },
+            t.checked_rem(self.slots).unwrap_or_default(),
         )
     }
 }
