@@ -1,5 +1,5 @@
 //! The one place that decides which all-reduce runs: ours (the Lamport
-//! one-shot and two-shot, one-shot, two-shot, HCM, and the bandwidth form
+//! one-shot and two-shot, one-shot, two-shot, HCM, and the push form
 //! when forced) or NCCL's.
 //!
 //! (Over 700 lines: about half is the decision's unit tests, kept beside
@@ -44,10 +44,10 @@ pub enum AllReduceAlgo {
     TwoShot,
     /// Hybrid cube mesh (8 GPUs, DGX-1 links).
     Hcm,
-    /// For large messages: reduce-scatter by stores into the owners'
-    /// symmetric buffers, all-gather by loads from them, in rounds
-    /// pipelined through the buffers (NOTE [bandwidth all-reduce] in
-    /// `kernels-gpu/src/bandwidth.rs`); memory stays the symmetric buffer
+    /// For large messages: every NVLink byte a store, reduce-scatter and
+    /// all-gather merged per chunk through rings of slots per block and
+    /// peer in the symmetric buffers (NOTE [push all-reduce] in
+    /// `kernels-gpu/src/push.rs`); memory stays the symmetric buffer
     /// whatever the message. Not measured yet, so the size rule never
     /// picks it: only a forced call runs it (`config::FORCE_ALGO_ENV`,
     /// `Communicator::all_reduce_with`, the benchmark's `--algos`).
@@ -170,7 +170,7 @@ pub fn scatter_gather_uses_ours(total_bytes: usize, world: usize, crossovers: &C
         && total_bytes <= crossovers.lamport_two_shot_max_bytes[world]
 }
 
-/// The largest message the bandwidth form takes (its kernels index
+/// The largest message the push form takes (its kernels index
 /// vectors in u32, `kernels_gpu::math::PUSH_MAX_VECS`); larger ones
 /// run as two-shot.
 pub const fn push_max_message_bytes() -> usize {
@@ -287,7 +287,7 @@ pub fn decide_all_reduce(call: &AllReduceCall, crossovers: &Crossovers) -> AllRe
     // The Lamport forms take messages up to their buffers and hand larger
     // ones to their barrier twins (the variants' documented contract). The
     // kernels trust the host on this: a larger one would store past the
-    // buffers into the peers' pads. The bandwidth form hands messages past
+    // buffers into the peers' pads. The push form hands messages past
     // its u32 indices to the two-shot.
     match algo {
         AllReduceAlgo::Lamport if call.bytes > lamport_max_message_bytes(call.world) => {
@@ -494,7 +494,7 @@ mod tests {
             ..c
         };
         assert_eq!(decide_all_reduce(&forced, &x), AllReduceAlgo::TwoShot);
-        // ... the bandwidth form at every size, which the size rule never
+        // ... the push form at every size, which the size rule never
         // picks (not measured yet).
         for bytes in [16, 4096, 16 << 20, 1 << 30] {
             for world in 2..=MAX_DEVICES {

@@ -33,7 +33,7 @@ pub struct BenchArgs {
     /// Largest message, bytes (default: 64 MiB free-running, 256 MiB
     /// aligned). `--max-bytes 1073741824` extends the sweep to 1 GiB
     /// (256 MiB and 1 GiB after the default sizes), the large-message
-    /// range of the bandwidth form; free-running, the calls per size
+    /// range of the push form; free-running, the calls per size
     /// shrink past 64 MiB (`--large-calls`).
     #[arg(long)]
     pub max_bytes: Option<usize>,

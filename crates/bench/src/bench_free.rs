@@ -195,7 +195,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// The decode-like mode's algorithms: the sweep's, less the bandwidth
+/// The decode-like mode's algorithms: the sweep's, less the push
 /// form unless `--algos` names it (a form for large messages; the decode
 /// sizes are 8 KiB to 1 MiB, and the default run stays as long as before
 /// it).
@@ -588,7 +588,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decode_mode_takes_the_bandwidth_form_only_when_named() {
+    fn decode_mode_takes_the_push_form_only_when_named() {
         let algos = [
             Some(AllReduceAlgo::Lamport),
             Some(AllReduceAlgo::Push),

@@ -131,7 +131,7 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
             0,
             &["--algo", "two-shot", "--elems", "8000000", "--calls", "4"],
         ),
-        // The bandwidth form, several rounds per call.
+        // The push form, many tiles per call.
         faults(
             "all-reduce",
             n - 1,
