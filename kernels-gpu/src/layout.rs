@@ -491,7 +491,7 @@ mod tests {
     fn params_are_plain_words() {
         assert_eq!(
             core::mem::size_of::<AllReduceParams>(),
-            8 * 8 * 2 + 7 * 8 + 8 + 4 * 4
+            8 * 8 * 2 + 7 * 8 + 8 * 4
         );
         assert_eq!(core::mem::size_of::<ErrorWord>(), 32);
         assert_eq!(
