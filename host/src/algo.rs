@@ -48,10 +48,11 @@ pub enum AllReduceAlgo {
     /// all-gather merged per chunk through rings of slots per block and
     /// peer in the symmetric buffers (NOTE [push all-reduce] in
     /// `kernels-gpu/src/push.rs`); memory stays the symmetric buffer
-    /// whatever the message. Not measured yet, so the size rule never
-    /// picks it: only a forced call runs it (`config::FORCE_ALGO_ENV`,
-    /// `Communicator::all_reduce_with`, the benchmark's `--algos`).
-    /// Messages above `algo::push_max_message_bytes` (16 GiB) run as
+    /// (grown to the push form's scratch) whatever the message. The size
+    /// rule picks it from [`Crossovers::push_min_bytes`] on (measured on
+    /// 2 H200 only: elsewhere only a forced call runs it,
+    /// `config::FORCE_ALGO_ENV`, `Communicator::all_reduce_with`, the
+    /// benchmark's `--algos`). Messages above `algo::push_max_message_bytes` (16 GiB) run as
     /// [`TwoShot`](Self::TwoShot).
     Push,
     /// NCCL's all-reduce (the fallback).
@@ -103,6 +104,11 @@ pub struct Crossovers {
     pub lamport_two_shot_max_bytes: [usize; MAX_DEVICES + 1],
     pub one_shot_max_bytes: [usize; MAX_DEVICES + 1],
     pub two_shot_max_bytes: [usize; MAX_DEVICES + 1],
+    /// From here on the push form (past the Lamport forms' ranges, which
+    /// come first), `usize::MAX` where it never runs by size (files
+    /// written before it existed get the defaults).
+    #[serde(default = "default_push_min_bytes")]
+    pub push_min_bytes: [usize; MAX_DEVICES + 1],
 }
 
 impl Default for Crossovers {
@@ -119,6 +125,7 @@ impl Default for Crossovers {
         Crossovers {
             lamport_max_bytes: default_lamport_max_bytes(),
             lamport_two_shot_max_bytes: default_lamport_two_shot_max_bytes(),
+            push_min_bytes: default_push_min_bytes(),
             one_shot_max_bytes: [
                 0,
                 0,
@@ -219,6 +226,22 @@ fn default_lamport_two_shot_max_bytes() -> [usize; MAX_DEVICES + 1] {
     x
 }
 
+/// Where the push form takes over, per world size: on 2 ranks above the
+/// Lamport two-shot's 16 MiB (which `by_size` tries first: it took 56.2
+/// us at 16 MiB against the push form's 62.3 and NCCL's 76.4), since the
+/// push form beat NCCL and every other form from 16 MiB to 1 GiB on 2
+/// H200 (issue-28 sweep, 3c13f91 + branch push, docs/PERF_NOTES.md: 317
+/// / 343 / 348 GB/s bus bandwidth against NCCL's 272 / 301 / 331 at 64
+/// / 256 MiB / 1 GiB). Never by size on 3 to 8 ranks: not measured
+/// there, so NCCL keeps those sizes. `docs/perf/v12/push2.sh` measures
+/// 16 to 256 MiB to place the 2-rank crossover; `bench --tune` can move
+/// it per machine (`config::TUNING_FILE_ENV`).
+fn default_push_min_bytes() -> [usize; MAX_DEVICES + 1] {
+    let mut x = [usize::MAX; MAX_DEVICES + 1];
+    x[2] = 16 << 20;
+    x
+}
+
 /// Largest message HCM takes on a hybrid cube mesh; NCCL above. PyTorch's
 /// `kHcmThreshBytes` (256 KiB): no DGX-1 was at hand to measure ours, and
 /// on NVSwitch machines HCM is never chosen (one-shot and two-shot read
@@ -234,6 +257,9 @@ pub struct IntraPath {
     /// Whether this rank can run HCM (`comm::hcm::hcm_plan` found its
     /// place in the cube mesh).
     pub hcm_runnable: bool,
+    /// Whether the symmetric buffer holds the push form's rings
+    /// (`comm::all_reduce::push_launch`); the size rule picks it only then.
+    pub push_runnable: bool,
 }
 
 /// One all-reduce call, as the decision sees it.
@@ -270,6 +296,11 @@ pub fn decide_all_reduce(call: &AllReduceCall, crossovers: &Crossovers) -> AllRe
                 intra.buffer_bytes,
                 crossovers,
             );
+            let algo = if algo == AllReduceAlgo::Push && !intra.push_runnable {
+                AllReduceAlgo::Nccl
+            } else {
+                algo
+            };
             if algo == AllReduceAlgo::Hcm && !intra.hcm_runnable {
                 // A cube mesh whose table this rank cannot run HCM on.
                 AllReduceAlgo::Nccl
@@ -412,6 +443,8 @@ fn by_size(
                 AllReduceAlgo::Lamport
             } else if bytes <= crossovers.lamport_two_shot_max_bytes[world] {
                 AllReduceAlgo::LamportTwoShot
+            } else if bytes >= crossovers.push_min_bytes[world] {
+                AllReduceAlgo::Push
             } else if bytes <= crossovers.one_shot_max_bytes[world] {
                 AllReduceAlgo::OneShot
             } else if bytes <= crossovers.two_shot_max_bytes[world] {
@@ -440,6 +473,7 @@ mod tests {
                 topology: Topology::FullyConnected,
                 buffer_bytes: 64 << 20,
                 hcm_runnable: true,
+                push_runnable: true,
             }),
             op_is_ours: true,
             nccl_available: true,
@@ -467,8 +501,9 @@ mod tests {
             };
             assert_eq!(decide_all_reduce(&prod, &x), AllReduceAlgo::Nccl);
         }
-        // Above every crossover: NCCL, or two-shot where NCCL is missing.
-        let big = call(1 << 30, 2);
+        // Above every crossover on 4 ranks: NCCL, or two-shot where NCCL
+        // is missing.
+        let big = call(1 << 30, 4);
         assert_eq!(decide_all_reduce(&big, &x), AllReduceAlgo::Nccl);
         let no_nccl = AllReduceCall {
             nccl_available: false,
@@ -481,6 +516,7 @@ mod tests {
             topology: Topology::HybridCubeMesh,
             buffer_bytes: 64 << 20,
             hcm_runnable: false,
+            push_runnable: true,
         });
         assert_eq!(decide_all_reduce(&cube, &x), AllReduceAlgo::Nccl);
         cube.intra = cube.intra.map(|p| IntraPath {
@@ -494,12 +530,24 @@ mod tests {
             ..c
         };
         assert_eq!(decide_all_reduce(&forced, &x), AllReduceAlgo::TwoShot);
-        // ... the push form at every size, which the size rule never
-        // picks (not measured yet).
-        for bytes in [16, 4096, 16 << 20, 1 << 30] {
+        // ... the push form at every size, which the size rule picks only
+        // past 16 MiB on 2 ranks (measured there alone), and only where
+        // its rings fit.
+        for bytes in [16, 4096, 16 << 20, (16 << 20) + 16, 1 << 30] {
             for world in 2..=MAX_DEVICES {
                 let c = call(bytes, world);
-                assert_ne!(decide_all_reduce(&c, &x), AllReduceAlgo::Push);
+                let by_size = world == 2 && bytes > 16 << 20;
+                assert_eq!(
+                    decide_all_reduce(&c, &x) == AllReduceAlgo::Push,
+                    by_size,
+                    "{bytes} {world}"
+                );
+                let mut cramped = c;
+                cramped.intra = c.intra.map(|p| IntraPath {
+                    push_runnable: false,
+                    ..p
+                });
+                assert_ne!(decide_all_reduce(&cramped, &x), AllReduceAlgo::Push);
                 let forced = AllReduceCall {
                     forced: Some(AllReduceAlgo::Push),
                     ..c
@@ -644,6 +692,7 @@ mod tests {
             topology: Topology::HybridCubeMesh,
             buffer_bytes: 64 << 20,
             hcm_runnable: true,
+            push_runnable: true,
         });
         cases.push(cube);
         for world in [1, MAX_DEVICES + 1] {

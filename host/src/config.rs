@@ -76,11 +76,14 @@ pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
 
 /// The launch shape of the push form (NOTE [push all-reduce] in
 /// `kernels-gpu/src/push.rs`), for tuning runs: comma-separated
-/// `blocks=N` (most blocks, 1 to 64), `threads=N` (a multiple of 32 up to
-/// 512), `chunk=BYTES` (most bytes of a ring slot, a multiple of 16) and
-/// `slots=N` (slots per ring, 2 to 16); a part left out keeps its
-/// default ([`PushShape::default`]). Its kernels meet per block and lay
-/// their rings out from it, so every rank must set the same value (the
+/// `blocks=N` (most blocks, 1 to `layout::MAX_BLOCKS` = 160), `threads=N`
+/// (a multiple of 32 up to 512), `chunk=BYTES` (most bytes of a ring
+/// slot, a multiple of 16), `slots=N` (slots per ring, 2 to 16) and
+/// `scratch=BYTES` (the symmetric buffer is allocated at least this large
+/// for the rings, a multiple of 4096 up to 1 GiB; 0: the rings fit the
+/// buffer of `BUFFER_BYTES_ENV`); a part left out keeps its default
+/// ([`PushShape::default`]). Its kernels meet per block and lay their
+/// rings out from it, so every rank must set the same value (the
 /// rendezvous checks).
 pub const PUSH_LAUNCH_ENV: &str = "INTRANODE_PUSH_LAUNCH";
 
@@ -181,33 +184,53 @@ impl LamportShapes {
 }
 
 /// The launch shape of the push form ([`PUSH_LAUNCH_ENV`]): the most
-/// blocks and chunk bytes of a launch, its threads and ring slots; the
-/// host fits the chunk to the symmetric buffer and the message
-/// (`comm::all_reduce::push_launch`).
+/// blocks and chunk bytes of a launch, its threads and ring slots, and the
+/// scratch its rings may take; the host fits the chunk to the symmetric
+/// buffer and the message (`comm::all_reduce::push_launch`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PushShape {
     pub max_blocks: usize,
     pub threads: usize,
     pub max_chunk_bytes: usize,
     pub slots: usize,
+    /// The symmetric buffer is allocated `max(buffer_bytes,
+    /// scratch_bytes)`; the forms other than the push form keep working
+    /// in halves of `buffer_bytes` (`IntraNodeComm::buffer_bytes`).
+    pub scratch_bytes: usize,
 }
 
 /// Most slots per ring of the push form: a bound against typos.
 pub const MAX_PUSH_SLOTS: usize = 16;
 
+/// Most scratch of the push form ([`PushShape::scratch_bytes`]): 1 GiB, a
+/// bound against typos; the largest shape of the issue-28 sweep (132
+/// blocks, 4 slots of 256 KiB, 2 ranks) takes 264 MiB.
+pub const MAX_PUSH_SCRATCH_BYTES: usize = 1 << 30;
+
+/// The push form's scratch unit: the symmetric buffer's granularity
+/// (`rendezvous::BUFFER_GRANULARITY_BYTES`).
+const PUSH_SCRATCH_GRANULARITY_BYTES: usize = 4096;
+
 impl Default for PushShape {
-    /// NOT MEASURED: 32 blocks of 512 threads (NCCL's channel count on
-    /// such machines is of that order; 1 MiB of 16-byte accesses in
-    /// flight per direction, against about 450 GB/s x 2 us), chunks of
-    /// 64 KiB and 4 slots (NCCL's simple protocol: 8 steps of 64 to 512
-    /// KiB), cut to what the default 10 MiB buffer holds. The issue-28
-    /// sweep (`docs/perf/v12/push.sh`) is what sets them.
+    /// From the issue-28 sweep on 2 H200 (docs/PERF_NOTES.md, "push
+    /// form"): 64 blocks of 512 threads, chunks of 128 KiB, 2 slots per
+    /// ring was the fastest shape measured at 16 MiB to 1 GiB (269 / 317 /
+    /// 343 / 348 GB/s bus bandwidth at 16 / 64 / 256 MiB / 1 GiB); 64 was
+    /// the cap then, and larger grids are what `docs/perf/v12/push2.sh`
+    /// measures next. Its rings take `2 x 64 x (world - 1) x 2 x 128 KiB`:
+    /// 32 MiB on 2 ranks, which is the default scratch. So on 2 ranks
+    /// the symmetric buffer grows from 10 to 32 MiB per rank and
+    /// communicator (beside the 64 MiB of the Lamport buffers in the
+    /// pad); on more ranks the chunk shrinks to fit the 32 MiB (world 4:
+    /// 42 KiB, world 8: 18 KiB; not measured there, and auto does not
+    /// pick the push form there, `algo::Crossovers::push_min_bytes`).
     fn default() -> Self {
         PushShape {
-            max_blocks: 32,
+            max_blocks: 64,
             threads: MAX_THREADS_PER_BLOCK,
-            max_chunk_bytes: 64 << 10,
-            slots: 4,
+            max_chunk_bytes: 128 << 10,
+            slots: 2,
+            scratch_bytes: 32 << 20,
         }
     }
 }
@@ -229,7 +252,7 @@ impl PushShape {
                 "blocks" => (
                     &mut shape.max_blocks,
                     (1..=kernels_gpu::layout::MAX_BLOCKS).contains(&value),
-                    "1 to 64",
+                    "1 to 160",
                 ),
                 "threads" => (
                     &mut shape.threads,
@@ -246,8 +269,16 @@ impl PushShape {
                     (2..=MAX_PUSH_SLOTS).contains(&value),
                     "2 to 16",
                 ),
+                "scratch" => (
+                    &mut shape.scratch_bytes,
+                    value <= MAX_PUSH_SCRATCH_BYTES
+                        && value.is_multiple_of(PUSH_SCRATCH_GRANULARITY_BYTES),
+                    "a multiple of 4096 bytes up to 1 GiB",
+                ),
                 other => {
-                    return Err(format!("{other:?} is not blocks, threads, chunk or slots"));
+                    return Err(format!(
+                        "{other:?} is not blocks, threads, chunk, slots or scratch"
+                    ));
                 }
             };
             if !ok {
@@ -621,13 +652,24 @@ mod tests {
                 max_blocks: 24,
                 threads: 256,
                 max_chunk_bytes: 128 << 10,
-                slots: 6
+                slots: 6,
+                ..PushShape::default()
+            }
+        );
+        assert_eq!(
+            PushShape::parse("blocks=132,scratch=0").unwrap(),
+            PushShape {
+                max_blocks: 132,
+                scratch_bytes: 0,
+                ..PushShape::default()
             }
         );
         for bad in [
             "blocks",
             "blocks=0",
-            "blocks=65",
+            "blocks=161",
+            "scratch=100",
+            "scratch=2147483648",
             "threads=48",
             "threads=1024",
             "chunk=0",

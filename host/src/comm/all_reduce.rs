@@ -56,8 +56,9 @@ pub(crate) struct PushLaunch {
 /// for `2 x max_blocks x (world - 1) x slots` slots; below that, small
 /// enough that every block gets `slots` tiles where the message allows
 /// (else a block would run fewer tiles than its pipeline is deep), but one
-/// vector per thread at least. NOT MEASURED: the sweep of issue 28 is to
-/// set it.
+/// vector per thread at least. The defaults (`PushShape::default`) come
+/// from the issue-28 sweep on 2 H200; the buffer is the allocation, grown
+/// to `shape.scratch_bytes` at the rendezvous.
 pub(crate) fn push_launch(
     shape: &PushShape,
     vecs: usize,
@@ -213,15 +214,25 @@ impl IntraNodeComm {
     pub(crate) fn intra_path(&self) -> IntraPath {
         IntraPath {
             topology: self.topology,
-            buffer_bytes: self.symm.buffer_bytes(),
+            buffer_bytes: self.buffer_bytes,
             hcm_runnable: self.hcm_plan.is_ok(),
+            push_runnable: push_launch(&self.push_shape, 1, self.world(), self.symm.buffer_bytes())
+                .is_some(),
         }
     }
 
     /// Bytes of each half of the symmetric buffer (calls alternate halves),
     /// a multiple of 16: the most one kernel launch reduces.
     pub fn half_buffer_bytes(&self) -> usize {
-        (self.symm().buffer_bytes() / 2) & !15
+        (self.buffer_bytes / 2) & !15
+    }
+
+    /// Bytes of the symmetric buffer the configuration asked for
+    /// (`config::BUFFER_BYTES_ENV`), which every form but the push form
+    /// works in; the allocation (`symm().buffer_bytes()`) may be larger,
+    /// for the push form's rings (`config::PushShape::scratch_bytes`).
+    pub fn buffer_bytes(&self) -> usize {
+        self.buffer_bytes
     }
 
     /// `output = op(input of every rank)`, on `stream`. `input` and
@@ -577,6 +588,7 @@ mod tests {
             PushShape::default(),
             PushShape::parse("blocks=64,threads=256,chunk=1048576,slots=16").unwrap(),
             PushShape::parse("blocks=1,threads=32,chunk=16,slots=2").unwrap(),
+            PushShape::parse("blocks=160,chunk=262144,slots=4").unwrap(),
         ];
         for shape in shapes {
             for world in 2..=8 {
@@ -605,24 +617,27 @@ mod tests {
                 }
             }
         }
-        // The default on 2 ranks and the default 10 MiB buffer: 32 blocks
-        // of 512 threads, 4 slots of 40 KiB (what 10 MiB holds), a chunk
-        // of one vector per thread for small messages.
+        // The default on 2 ranks and its 32 MiB scratch: 64 blocks of 512
+        // threads, 2 slots of 128 KiB (the issue-28 sweep's best), a
+        // chunk of one vector per thread for small messages.
         let d = PushShape::default();
-        let big = push_launch(&d, 1 << 26, 2, 10 << 20).unwrap();
+        let big = push_launch(&d, 1 << 26, 2, d.scratch_bytes).unwrap();
         assert_eq!(
             big,
             PushLaunch {
-                blocks: 32,
+                blocks: 64,
                 threads: 512,
-                chunk_vecs: 2560,
-                slots: 4
+                chunk_vecs: 8192,
+                slots: 2
             }
         );
-        let small = push_launch(&d, 1 << 16, 2, 10 << 20).unwrap();
-        assert_eq!((small.blocks, small.chunk_vecs), (32, 512));
-        let tiny = push_launch(&d, 100, 2, 10 << 20).unwrap();
+        let small = push_launch(&d, 1 << 16, 2, d.scratch_bytes).unwrap();
+        assert_eq!((small.blocks, small.chunk_vecs), (64, 512));
+        let tiny = push_launch(&d, 100, 2, d.scratch_bytes).unwrap();
         assert_eq!((tiny.blocks, tiny.chunk_vecs), (1, 512));
+        // On 8 ranks the chunk shrinks to what the scratch holds.
+        let eight = push_launch(&d, 1 << 26, 8, d.scratch_bytes).unwrap();
+        assert_eq!((eight.blocks, eight.chunk_vecs), (64, 1170));
         // No ring fits: refused.
         assert_eq!(push_launch(&d, 1 << 20, 8, 4096), None);
         assert_eq!(push_launch(&d, 1 << 20, 1, 10 << 20), None);

@@ -43,7 +43,13 @@ pub struct IntraNodeComm {
     pub(crate) hcm_neighbors: Option<[[usize; 4]; MAX_DEVICES]>,
     /// This rank's part in HCM, or why the group cannot run it.
     pub(crate) hcm_plan: std::result::Result<hcm::HcmPlan, hcm::HcmUnavailable>,
+    /// Its allocation: `buffer_bytes`, or the push form's scratch where
+    /// that is larger (`config::PushShape::scratch_bytes`).
     pub(crate) symm: SymmetricMemory,
+    /// The symmetric buffer the configuration asked for
+    /// (`config::BUFFER_BYTES_ENV`): every form but the push form works in
+    /// its halves ([`half_buffer_bytes`](Self::half_buffer_bytes)).
+    pub(crate) buffer_bytes: usize,
     pub(crate) usage_counter: AtomicU64,
     /// Where kernels report a peer that never arrived.
     pub(crate) health: Arc<HostErrorWord>,

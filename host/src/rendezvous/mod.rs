@@ -269,13 +269,17 @@ pub fn run(
     }
 
     // Step 4: symmetric memory (its last phase is the final all-gather).
+    // The allocation also holds the push form's rings (its scratch,
+    // `config::PushShape::scratch_bytes`, a multiple of the granularity
+    // and the same on every rank: the rendezvous checked the shapes); the
+    // other forms keep to `group.buffer_bytes`.
     let symm = SymmetricMemory::rendezvous(
         ctx,
         s,
         &mut exchange,
         rank,
         world,
-        group.buffer_bytes,
+        group.buffer_bytes.max(config.push_shape.scratch_bytes),
         group.backend,
     )?;
     tracing::info!("intra-node comm ready: rank {rank}/{world}, device {device}, {group}");
@@ -305,6 +309,7 @@ pub fn run(
             group.hcm_neighbors.as_ref(),
         ),
         symm,
+        buffer_bytes: group.buffer_bytes,
         usage_counter: AtomicU64::new(0),
         health: Arc::new(health),
         barrier_timeout: config.barrier_timeout(),
