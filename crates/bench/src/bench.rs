@@ -546,5 +546,4 @@ mod tests {
             Crossovers::default().push_min_bytes
         );
     }
-
 }

@@ -433,11 +433,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     // Messages of up to four symmetric buffers, back to back: every call
     // runs several chunks in one launch, where a block running ahead of
     // its peers would show any reuse race.
-    let big = r
-        .comm
-        .intra()
-        .map_or(5 << 20, |c| c.buffer_bytes() / 2)
-        * 4;
+    let big = r.comm.intra().map_or(5 << 20, |c| c.buffer_bytes() / 2) * 4;
     stress::<bf16>(&mut r, args, &algos, 60, big, &mut call, &mut rng)?;
     let t_stress = t0.elapsed() - t_sweep;
     r.store_barrier()?;
