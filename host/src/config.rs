@@ -78,8 +78,10 @@ pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
 /// `kernels-gpu/src/push.rs`), for tuning runs: comma-separated
 /// `blocks=N` (most blocks, 1 to `layout::MAX_BLOCKS` = 160), `threads=N`
 /// (a multiple of 32 up to 512), `chunk=BYTES` (most bytes of a ring
-/// slot, a multiple of 16), `slots=N` (slots per ring, 2 to 16) and
-/// `scratch=BYTES` (the symmetric buffer is allocated at least this large
+/// slot, a multiple of 16), `slots=N` (slots per ring, 2 to 16),
+/// `lookahead=N` (tiles the pushes run ahead of the reductions, 1 to
+/// `slots - 1`; 0, the default, takes 1 below 4 slots and `slots / 2`
+/// from 4 on: `kernels_gpu::math::push_lookahead`) and `scratch=BYTES` (the symmetric buffer is allocated at least this large
 /// for the rings, a multiple of 4096 up to 1 GiB; 0: the rings fit the
 /// buffer of `BUFFER_BYTES_ENV`); a part left out keeps its default
 /// ([`PushShape::default`]). Its kernels meet per block and lay their
@@ -193,6 +195,9 @@ pub struct PushShape {
     pub threads: usize,
     pub max_chunk_bytes: usize,
     pub slots: usize,
+    /// Tiles of lookahead (`kernels_gpu::math::push_lookahead`), 0 for
+    /// the default of the slots.
+    pub lookahead: usize,
     /// The symmetric buffer is allocated `max(buffer_bytes,
     /// scratch_bytes)`; the forms other than the push form keep working
     /// in halves of `buffer_bytes` (`IntraNodeComm::buffer_bytes`).
@@ -230,6 +235,7 @@ impl Default for PushShape {
             threads: MAX_THREADS_PER_BLOCK,
             max_chunk_bytes: 128 << 10,
             slots: 2,
+            lookahead: 0,
             scratch_bytes: 32 << 20,
         }
     }
@@ -269,6 +275,11 @@ impl PushShape {
                     (2..=MAX_PUSH_SLOTS).contains(&value),
                     "2 to 16",
                 ),
+                "lookahead" => (
+                    &mut shape.lookahead,
+                    value <= MAX_PUSH_SLOTS - 1,
+                    "0 (the default) to 15, below slots",
+                ),
                 "scratch" => (
                     &mut shape.scratch_bytes,
                     value <= MAX_PUSH_SCRATCH_BYTES
@@ -277,7 +288,7 @@ impl PushShape {
                 ),
                 other => {
                     return Err(format!(
-                        "{other:?} is not blocks, threads, chunk, slots or scratch"
+                        "{other:?} is not blocks, threads, chunk, slots, lookahead or scratch"
                     ));
                 }
             };
@@ -285,6 +296,12 @@ impl PushShape {
                 return Err(format!("{part:?}: {name} must be {expected}"));
             }
             *field = value;
+        }
+        if shape.lookahead >= shape.slots {
+            return Err(format!(
+                "lookahead={} must be below slots={} (0 for the default)",
+                shape.lookahead, shape.slots
+            ));
         }
         Ok(shape)
     }
@@ -657,6 +674,14 @@ mod tests {
             }
         );
         assert_eq!(
+            PushShape::parse("slots=3,lookahead=2").unwrap(),
+            PushShape {
+                slots: 3,
+                lookahead: 2,
+                ..PushShape::default()
+            }
+        );
+        assert_eq!(
             PushShape::parse("blocks=132,scratch=0").unwrap(),
             PushShape {
                 max_blocks: 132,
@@ -669,6 +694,8 @@ mod tests {
             "blocks=0",
             "blocks=161",
             "scratch=100",
+            "slots=3,lookahead=3",
+            "lookahead=2",
             "scratch=2147483648",
             "threads=48",
             "threads=1024",

@@ -263,7 +263,10 @@ pub struct AllReduceParams {
     pub push_chunk_vecs: u32,
     /// Push form only: slots per ring, 2 at least, the same on every rank.
     pub push_slots: u32,
-    pub _pad: u32,
+    /// Push form only: the lookahead asked for, the same on every rank
+    /// (`math::push_lookahead`: 0 or out of `1..push_slots` takes the
+    /// default for the slots).
+    pub push_lookahead: u32,
 }
 
 /// Parameters of the explicit barrier kernel.

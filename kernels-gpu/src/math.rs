@@ -202,9 +202,18 @@ pub const fn push_slot_offset(
 /// copies the all-gather chunks out this many tiles behind (NOTE [push
 /// all-reduce]: every wait is then on a flag raised that many tiles
 /// earlier, and every slot is freed `slots - lookahead` tiles before it is
-/// needed again). At least 1, at most `slots - 1` (for `slots >= 2`).
-pub const fn push_lookahead(slots: u32) -> u32 {
-    if slots < 4 { 1 } else { slots / 2 }
+/// needed again). `requested` where it lies in `1..slots` (the launch
+/// shape's `lookahead`), else the default: 1 below 4 slots, `slots / 2`
+/// from 4 on. Always at least 1 and at most `slots - 1` (for `slots >=
+/// 2`), the range NOTE [push all-reduce] proves free of deadlock.
+pub const fn push_lookahead(slots: u32, requested: u32) -> u32 {
+    if requested >= 1 && requested < slots {
+        requested
+    } else if slots < 4 {
+        1
+    } else {
+        slots / 2
+    }
 }
 
 /// Whether a cumulative counter `value` has reached `base + need`, where
@@ -403,11 +412,20 @@ mod tests {
     #[test]
     fn push_lookahead_leaves_slack_both_ways() {
         for slots in 2..=16u32 {
-            let d = push_lookahead(slots);
-            assert!(d >= 1 && d < slots, "{slots}");
+            for requested in 0..=20u32 {
+                let d = push_lookahead(slots, requested);
+                assert!(d >= 1 && d < slots, "{slots} {requested}");
+                if (1..slots).contains(&requested) {
+                    assert_eq!(d, requested);
+                }
+            }
         }
-        assert_eq!(push_lookahead(4), 2);
-        assert_eq!(push_lookahead(8), 4);
+        assert_eq!(push_lookahead(2, 0), 1);
+        assert_eq!(push_lookahead(3, 0), 1);
+        assert_eq!(push_lookahead(3, 2), 2);
+        assert_eq!(push_lookahead(3, 3), 1);
+        assert_eq!(push_lookahead(4, 0), 2);
+        assert_eq!(push_lookahead(8, 0), 4);
     }
 
     #[test]

@@ -23,11 +23,17 @@
 //!   all-gather destination is the one pointer `reduce` computes.
 //!
 //! The steps are software-pipelined in one block with a lookahead `D =
-//! math::push_lookahead(S)`: iteration `t` waits, reduces tile `t`, pushes
-//! tile `t + D`'s chunks and copies tile `t - D` out, then signals. So a
-//! wait is on data its peers signalled D iterations earlier, and there is
-//! one signal point (one block barrier, one fence) per tile.
-//!
+//! math::push_lookahead(S, requested)`, `1 <= D <= S - 1` (the launch
+//! shape's `lookahead`; by default 1 below 4 slots, `S / 2` from 4 on):
+//! iteration `t` waits, reduces tile `t`, pushes tile `t + D`'s chunks
+//! and copies tile `t - D` out, then signals. So a wait is on data its
+//! peers signalled D iterations earlier, and there is one signal point
+//! (one block barrier, one fence) per tile. With `D = 1` the ranks' blocks
+//! run in lockstep (iteration `t` waits for the peers' `t - 1`, so one
+//! signal's latency is on every iteration's path); a larger `D` buys that
+//! slack with `D - 1` more fill and drain iterations per call and more
+//! slots (docs/PERF_NOTES.md, v12).
+
 //! Counters, not epochs: each rank's signal pad holds, per block and
 //! source rank, three cumulative counts of tiles (`layout::PUSH_*`),
 //! written only by that source with `fence.acq_rel.sys` + relaxed stores
@@ -493,7 +499,7 @@ pub(crate) unsafe fn push<T: Element, const W: usize, const OP: u32>(p: &AllRedu
         threads: ptx::block_dim_x(),
     };
     let n = push_block_tiles(push_tiles(vecs, W as u32, c.chunk_vecs), c.blocks, c.block);
-    let d = push_lookahead(c.slots);
+    let d = push_lookahead(c.slots, p.push_lookahead);
     let s = c.slots as i32;
     let to = report_to(p, FORM_PUSH);
     let done_word = own_pad.wrapping_add(PUSH_TILES_DONE + c.block as usize);

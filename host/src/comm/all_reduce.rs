@@ -42,6 +42,8 @@ pub(crate) struct PushLaunch {
     pub threads: usize,
     pub chunk_vecs: usize,
     pub slots: usize,
+    /// `1..slots` (`kernels_gpu::math::push_lookahead`).
+    pub lookahead: usize,
 }
 
 /// The push form's launch for a message of `vecs` 16-byte vectors on
@@ -85,6 +87,7 @@ pub(crate) fn push_launch(
         threads,
         chunk_vecs,
         slots,
+        lookahead: kernels_gpu::math::push_lookahead(slots as u32, shape.lookahead as u32) as usize,
     })
 }
 
@@ -364,6 +367,7 @@ impl IntraNodeComm {
             Some(launch) => {
                 params.push_chunk_vecs = launch.chunk_vecs as u32;
                 params.push_slots = launch.slots as u32;
+                params.push_lookahead = launch.lookahead as u32;
                 (launch.blocks, launch.threads)
             }
             None => {
@@ -589,6 +593,7 @@ mod tests {
             PushShape::parse("blocks=64,threads=256,chunk=1048576,slots=16").unwrap(),
             PushShape::parse("blocks=1,threads=32,chunk=16,slots=2").unwrap(),
             PushShape::parse("blocks=160,chunk=262144,slots=4").unwrap(),
+            PushShape::parse("blocks=132,chunk=131072,slots=3,lookahead=2").unwrap(),
         ];
         for shape in shapes {
             for world in 2..=8 {
@@ -607,6 +612,7 @@ mod tests {
                         assert!((1..=shape.max_blocks).contains(&l.blocks));
                         assert!(l.blocks <= MAX_BLOCKS && l.threads >= world - 1);
                         assert!(l.chunk_vecs >= 1 && l.slots >= 2);
+                        assert!((1..l.slots).contains(&l.lookahead));
                         assert!(l.chunk_vecs * 16 <= shape.max_chunk_bytes);
                         assert!(w * c <= PUSH_MAX_TILE_VECS);
                         assert!(push_ring_bytes(b, w, s, c) <= buffer as u64);
@@ -628,7 +634,8 @@ mod tests {
                 blocks: 64,
                 threads: 512,
                 chunk_vecs: 8192,
-                slots: 2
+                slots: 2,
+                lookahead: 1
             }
         );
         let small = push_launch(&d, 1 << 16, 2, d.scratch_bytes).unwrap();
