@@ -7,14 +7,16 @@
 #         buffer for the other forms), the tiny ring of phase 1 (256 KiB
 #         buffer, blocks=5,threads=64,chunk=2048,slots=3, no scratch:
 #         thousands of tiles, every slot reused), and a 132-block grid
-#         (blocks past the old cap of 64: the grown pad layout);
+#         with 3 slots and lookahead 2 (blocks past the old cap of 64:
+#         the grown pad layout; a lookahead the default never takes);
 #   (ii)  the default shape beside NCCL, the Lamport two-shot and auto at
 #         16/32/64/128/256 MiB and 1 GiB (where auto should pick push:
 #         above 16 MiB on 2 ranks), graph replay, free-running;
-#   (iii) a launch-shape sweep past the old cap (blocks 96..132, chunks
-#         64..256 KiB, 2..4 slots; scratch sized to each ring), at 16 / 64
-#         / 256 MiB / 1 GiB with --large-calls 300, most informative first;
-#         no step starts after 215 s.
+#   (iii) a launch-shape sweep past the old cap (blocks 64..132, chunks
+#         64..256 KiB, 2..4 slots, lookahead 1..3; scratch sized to each
+#         ring) at 16 / 64 / 256 MiB (1 GiB for the first three shapes),
+#         --large-calls 300, most informative first; no step starts after
+#         215 s.
 # Usage, from the repo root on a 2-GPU machine: docs/perf/v12/push2.sh DIR
 # where DIR holds intranode-run, intranode-suite, intranode-bench (plain or
 # .gz). Writes only under $OUT. About 4 minutes (the first process
@@ -52,8 +54,8 @@ INTRANODE_SYMM_MEM_BUFFER_BYTES=262144 INTRANODE_PUSH_LAUNCH=blocks=5,threads=64
   --graph-replays 2 --free-replays 0 > "$OUT/check_tiny.log" 2>&1
 echo "rc=$?"; grep -v "done, last" "$OUT/check_tiny.log" | tail -4
 
-echo "== (i.c) check --algos push, 132 blocks: blocks=132,chunk=16384,slots=3,scratch=12976128 ($(elapsed) s)"
-INTRANODE_PUSH_LAUNCH=blocks=132,chunk=16384,slots=3,scratch=12976128 \
+echo "== (i.c) check --algos push, 132 blocks: blocks=132,chunk=16384,slots=3,lookahead=2,scratch=12976128 ($(elapsed) s)"
+INTRANODE_PUSH_LAUNCH=blocks=132,chunk=16384,slots=3,lookahead=2,scratch=12976128 \
   timeout 45 $R 40 -- "$B/intranode-suite" check --algos push --stress-calls 60 \
   --graph-replays 2 --free-replays 0 > "$OUT/check_132.log" 2>&1
 echo "rc=$?"; grep -v "done, last" "$OUT/check_132.log" | tail -4
@@ -70,31 +72,35 @@ peers peers_16_64 16777216 67108864 auto,push,lamport-two-shot,nccl 40
 peers peers_32_128 33554432 134217728 auto,push,nccl 35
 peers peers_256_1g 268435456 1073741824 push,nccl 45
 
-# BLOCKS CHUNK SLOTS, most informative first; scratch = both rings on 2
-# ranks: 2 x blocks x 1 peer x slots x chunk. 16 - 256 MiB for every
-# shape (a 1 GiB size costs ~10 s of host-side inputs and checks per
+# BLOCKS CHUNK SLOTS LOOKAHEAD, most informative first; scratch = both
+# rings on 2 ranks: 2 x blocks x 1 peer x slots x chunk. 16 - 256 MiB for
+# every shape (a 1 GiB size costs ~10 s of host-side inputs and checks per
 # shape, past the 4 minutes), then 1 GiB for the first three while time
 # is left (phase 1: 1 GiB ran within 2 % of 256 MiB for 8 of 9 shapes).
+# Pairs that isolate one cause (docs/PERF_NOTES.md, v12 predictions):
+# 5 vs 6 the lookahead at equal rings, 6 vs 1 the ring size at D = 1,
+# 8 vs the default (peers run) the lookahead at 64 blocks.
 SHAPES="
-132 131072 2
-128 131072 2
-96 131072 2
-132 65536 2
-132 262144 2
-64 262144 2
-128 131072 3
-132 65536 4
-96 262144 2
-128 65536 3
+132 131072 2 1
+128 131072 2 1
+96 131072 2 1
+132 65536 2 1
+132 131072 3 2
+132 131072 3 1
+132 262144 2 1
+64 131072 3 2
+132 65536 4 3
+128 65536 3 2
+64 262144 2 1
 "
 sweep() { # TAG MIN_BYTES MAX_BYTES LIMIT_S COUNT
   echo "sweep $1: shape | busbw per size | mean_us per size ($2 x4 up to $3 bytes)"
   local i=0
-  while read -r blocks chunk slots; do
+  while read -r blocks chunk slots ahead; do
     [ -z "$blocks" ] && continue
     i=$((i + 1))
     [ "$i" -gt "$5" ] && break
-    local shape="blocks=$blocks,chunk=$chunk,slots=$slots,scratch=$((2 * blocks * slots * chunk))"
+    local shape="blocks=$blocks,chunk=$chunk,slots=$slots,lookahead=$ahead,scratch=$((2 * blocks * slots * chunk))"
     if [ "$(elapsed)" -gt "$4" ]; then echo "sweep $1: out of time at $(elapsed) s, skipped $shape"; continue; fi
     local log="$OUT/sweep_$1_$i.log"
     INTRANODE_PUSH_LAUNCH=$shape \
@@ -108,6 +114,6 @@ sweep() { # TAG MIN_BYTES MAX_BYTES LIMIT_S COUNT
   done <<< "$SHAPES"
 }
 echo "== (iii) shape sweep, graph-16 bus bandwidth (GB/s) and mean us ($(elapsed) s)"
-sweep lo 16777216 268435456 200 10
+sweep lo 16777216 268435456 200 11
 sweep 1g 1073741824 1073741824 215 3
 echo "== done in $(elapsed) s"
