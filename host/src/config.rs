@@ -86,7 +86,12 @@ pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
 /// buffer of `BUFFER_BYTES_ENV`); a part left out keeps its default
 /// ([`PushShape::default`]). Its kernels meet per block and lay their
 /// rings out from it, so every rank must set the same value (the
-/// rendezvous checks).
+/// rendezvous checks). Keep `blocks` within the SM count (132 on H100
+/// and H200): at 80 to 128 registers of 512 threads (`cargo xtask
+/// check-ptx`) one block fills an SM's registers, so more blocks than SMs
+/// are not resident at once; block `b` waits on block `b` of the peers
+/// only, so such a grid still finishes as blocks are dispatched in index
+/// order, but its later blocks wait for the earlier ones' SMs.
 pub const PUSH_LAUNCH_ENV: &str = "INTRANODE_PUSH_LAUNCH";
 
 /// `0` turns off launch overlap (programmatic dependent launch of the
