@@ -52,7 +52,8 @@ pub enum AllReduceAlgo {
     /// rule picks it from [`Crossovers::push_min_bytes`] on (measured on
     /// 2 H200 only: elsewhere only a forced call runs it,
     /// `config::FORCE_ALGO_ENV`, `Communicator::all_reduce_with`, the
-    /// benchmark's `--algos`). Messages above `algo::push_max_message_bytes` (16 GiB) run as
+    /// benchmark's `--algos`). Messages above
+    /// `algo::push_max_message_bytes` (16 GiB) run as
     /// [`TwoShot`](Self::TwoShot).
     Push,
     /// NCCL's all-reduce (the fallback).

@@ -81,9 +81,10 @@ pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
 /// slot, a multiple of 16), `slots=N` (slots per ring, 2 to 16),
 /// `lookahead=N` (tiles the pushes run ahead of the reductions, 1 to
 /// `slots - 1`; 0, the default, takes 1 below 4 slots and `slots / 2`
-/// from 4 on: `kernels_gpu::math::push_lookahead`) and `scratch=BYTES` (the symmetric buffer is allocated at least this large
-/// for the rings, a multiple of 4096 up to 1 GiB; 0: the rings fit the
-/// buffer of `BUFFER_BYTES_ENV`); a part left out keeps its default
+/// from 4 on: `kernels_gpu::math::push_lookahead`) and `scratch=BYTES`
+/// (the symmetric buffer is allocated at least this large for the rings,
+/// a multiple of 4096 up to 1 GiB; 0: the rings fit the buffer of
+/// `BUFFER_BYTES_ENV`); a part left out keeps its default
 /// ([`PushShape::default`]). Its kernels meet per block and lay their
 /// rings out from it, so every rank must set the same value (the
 /// rendezvous checks). Keep `blocks` within the SM count (132 on H100
@@ -222,8 +223,7 @@ pub const MAX_PUSH_SCRATCH_BYTES: usize = 1 << 30;
 const PUSH_SCRATCH_GRANULARITY_BYTES: usize = 4096;
 
 impl Default for PushShape {
-    /// From the issue-28 sweep on 2 H200 (docs/PERF_NOTES.md, "push
-    /// form"): 64 blocks of 512 threads, chunks of 128 KiB, 2 slots per
+    /// From the issue-28 sweep on 2 H200 (docs/PERF_NOTES.md, v12): 64 blocks of 512 threads, chunks of 128 KiB, 2 slots per
     /// ring was the fastest shape measured at 16 MiB to 1 GiB (269 / 317 /
     /// 343 / 348 GB/s bus bandwidth at 16 / 64 / 256 MiB / 1 GiB); 64 was
     /// the cap then, and larger grids are what `docs/perf/v12/push2.sh`
@@ -282,7 +282,7 @@ impl PushShape {
                 ),
                 "lookahead" => (
                     &mut shape.lookahead,
-                    value <= MAX_PUSH_SLOTS - 1,
+                    value < MAX_PUSH_SLOTS,
                     "0 (the default) to 15, below slots",
                 ),
                 "scratch" => (

@@ -43,8 +43,9 @@ pub struct IntraNodeComm {
     pub(crate) hcm_neighbors: Option<[[usize; 4]; MAX_DEVICES]>,
     /// This rank's part in HCM, or why the group cannot run it.
     pub(crate) hcm_plan: std::result::Result<hcm::HcmPlan, hcm::HcmUnavailable>,
-    /// Its allocation: `buffer_bytes`, or the push form's scratch where
-    /// that is larger (`config::PushShape::scratch_bytes`).
+    /// Symmetric memory, its buffer allocated `buffer_bytes` or the push
+    /// form's scratch where that is larger
+    /// (`config::PushShape::scratch_bytes`).
     pub(crate) symm: SymmetricMemory,
     /// The symmetric buffer the configuration asked for
     /// (`config::BUFFER_BYTES_ENV`): every form but the push form works in
