@@ -45,7 +45,7 @@ nvidia-smi -L
 nvidia-smi topo -m | head -3
 
 echo "== (i.a) check --algos push, defaults ($(elapsed) s)"
-timeout 110 $R 105 -- "$B/intranode-suite" check --algos push --stress-calls 100 \
+timeout 150 $R 145 -- "$B/intranode-suite" check --algos push --stress-calls 100 \
   --graph-replays 3 --free-replays 1 > "$OUT/check_default.log" 2>&1
 echo "rc=$?"; grep -v "done, last" "$OUT/check_default.log" | tail -6
 
