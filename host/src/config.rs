@@ -223,30 +223,47 @@ pub const MAX_PUSH_SCRATCH_BYTES: usize = 1 << 30;
 const PUSH_SCRATCH_GRANULARITY_BYTES: usize = 4096;
 
 impl Default for PushShape {
-    /// From the issue-28 sweep on 2 H200 (docs/PERF_NOTES.md, v12): 64 blocks of 512 threads, chunks of 128 KiB, 2 slots per
-    /// ring was the fastest shape measured at 16 MiB to 1 GiB (269 / 317 /
-    /// 343 / 348 GB/s bus bandwidth at 16 / 64 / 256 MiB / 1 GiB); 64 was
-    /// the cap then, and larger grids are what `docs/perf/v12/push2.sh`
-    /// measures next. Its rings take `2 x 64 x (world - 1) x 2 x 128 KiB`:
-    /// 32 MiB on 2 ranks, which is the default scratch. So on 2 ranks
-    /// the symmetric buffer grows from 10 to 32 MiB per rank and
-    /// communicator (beside the 64 MiB of the Lamport buffers in the
-    /// pad); on more ranks the chunk shrinks to fit the 32 MiB (world 4:
-    /// 42 KiB, world 8: 18 KiB; not measured there, and auto does not
-    /// pick the push form there, `algo::Crossovers::push_min_bytes`).
+    /// From the issue-28 sweeps on 2 H200 (docs/PERF_NOTES.md, v12;
+    /// docs/perf/v12/push2-h200x2/): 132 blocks of 512 threads (one per SM
+    /// of an H100/H200: 80 registers a thread at 2 ranks leave room for
+    /// one 512-thread block per SM), chunks of 64 KiB, 2 slots per ring,
+    /// lookahead 1 was the fastest shape measured at 64 MiB (332 GB/s bus
+    /// bandwidth; 271 at 16 MiB, 353 at 256 MiB); 132 blocks of 128 KiB
+    /// chunks reached 362 GB/s at 1 GiB. Fewer blocks were slower at every
+    /// size (64: 317 / 343 at 64 / 256 MiB), and more slots or lookahead
+    /// were slower (one more pipeline fill per call). The rendezvous caps
+    /// the blocks at the GPU's SM count (`PushShape::for_sms`). Its rings
+    /// take `2 x 132 x (world - 1) x 2 x 64 KiB`: 33 MiB on 2 ranks, the
+    /// default scratch. So on 2 ranks the symmetric buffer grows from 10
+    /// to 33 MiB per rank and communicator (beside the 64 MiB of the
+    /// Lamport buffers in the pad); on more ranks the chunk shrinks to fit
+    /// (not measured there, and auto does not pick the push form there,
+    /// `algo::Crossovers::push_min_bytes`).
     fn default() -> Self {
         PushShape {
-            max_blocks: 64,
+            max_blocks: 132,
             threads: MAX_THREADS_PER_BLOCK,
-            max_chunk_bytes: 128 << 10,
+            max_chunk_bytes: 64 << 10,
             slots: 2,
             lookahead: 0,
-            scratch_bytes: 32 << 20,
+            scratch_bytes: 33 << 20,
         }
     }
 }
 
 impl PushShape {
+    /// The shape with its blocks capped at the GPU's `sms`: a larger grid
+    /// runs in waves, and a block of the first wave could wait on a peer's
+    /// block that is only scheduled in a later one. Every rank's capped
+    /// shape goes into its rendezvous request, so ranks on GPUs of
+    /// different SM counts get a clear mismatch error, not a hang.
+    pub fn for_sms(self, sms: usize) -> Self {
+        PushShape {
+            max_blocks: self.max_blocks.min(sms.max(1)),
+            ..self
+        }
+    }
+
     /// Parses a value of [`PUSH_LAUNCH_ENV`]; the error says what is wrong
     /// with it.
     pub fn parse(text: &str) -> Result<Self, String> {

@@ -623,17 +623,17 @@ mod tests {
                 }
             }
         }
-        // The default on 2 ranks and its 32 MiB scratch: 64 blocks of 512
-        // threads, 2 slots of 128 KiB (the issue-28 sweep's best), a
-        // chunk of one vector per thread for small messages.
+        // The default on 2 ranks and its 33 MiB scratch: 132 blocks of 512
+        // threads, 2 slots of 64 KiB (the issue-28 sweep's best at 64 MiB),
+        // a chunk of one vector per thread for small messages.
         let d = PushShape::default();
         let big = push_launch(&d, 1 << 26, 2, d.scratch_bytes).unwrap();
         assert_eq!(
             big,
             PushLaunch {
-                blocks: 64,
+                blocks: 132,
                 threads: 512,
-                chunk_vecs: 8192,
+                chunk_vecs: 4096,
                 slots: 2,
                 lookahead: 1
             }
@@ -644,7 +644,7 @@ mod tests {
         assert_eq!((tiny.blocks, tiny.chunk_vecs), (1, 512));
         // On 8 ranks the chunk shrinks to what the scratch holds.
         let eight = push_launch(&d, 1 << 26, 8, d.scratch_bytes).unwrap();
-        assert_eq!((eight.blocks, eight.chunk_vecs), (64, 1170));
+        assert_eq!((eight.blocks, eight.chunk_vecs), (132, 585));
         // No ring fits: refused.
         assert_eq!(push_launch(&d, 1 << 20, 8, 4096), None);
         assert_eq!(push_launch(&d, 1 << 20, 1, 10 << 20), None);

@@ -316,7 +316,7 @@ pub fn run(
         call_checker,
         crossovers: config.crossovers.clone(),
         lamport_launch,
-        push_shape: config.push_shape,
+        push_shape: requests[rank].push_shape,
         capture_side: std::sync::OnceLock::new(),
     })
 }

@@ -124,7 +124,7 @@ impl RendezvousRequest {
             buffer_bytes: config.buffer_bytes,
             backend: config.backend,
             debug: config.debug,
-            push_shape: config.push_shape,
+            push_shape: config.push_shape.for_sms(super::multiprocessors(ctx)?),
         })
     }
 
