@@ -1,5 +1,5 @@
 //! The one place that decides which all-reduce runs: ours (the Lamport
-//! one-shot and two-shot, one-shot, two-shot, HCM, and the bandwidth form
+//! one-shot and two-shot, one-shot, two-shot, HCM, and the push form
 //! when forced) or NCCL's.
 //!
 //! (Over 700 lines: about half is the decision's unit tests, kept beside
@@ -44,16 +44,18 @@ pub enum AllReduceAlgo {
     TwoShot,
     /// Hybrid cube mesh (8 GPUs, DGX-1 links).
     Hcm,
-    /// For large messages: reduce-scatter by stores into the owners'
-    /// symmetric buffers, all-gather by loads from them, in rounds
-    /// pipelined through the buffers (NOTE [bandwidth all-reduce] in
-    /// `kernels-gpu/src/bandwidth.rs`); memory stays the symmetric buffer
-    /// whatever the message. Not measured yet, so the size rule never
-    /// picks it: only a forced call runs it (`config::FORCE_ALGO_ENV`,
-    /// `Communicator::all_reduce_with`, the benchmark's `--algos`).
-    /// Messages above `algo::bandwidth_max_message_bytes` (16 GiB) run as
+    /// For large messages: every NVLink byte a store, reduce-scatter and
+    /// all-gather merged per chunk through rings of slots per block and
+    /// peer in the symmetric buffers (NOTE [push all-reduce] in
+    /// `kernels-gpu/src/push.rs`); memory stays the symmetric buffer
+    /// (grown to the push form's scratch) whatever the message. The size
+    /// rule picks it from [`Crossovers::push_min_bytes`] on (measured on
+    /// 2 H200 only: elsewhere only a forced call runs it,
+    /// `config::FORCE_ALGO_ENV`, `Communicator::all_reduce_with`, the
+    /// benchmark's `--algos`). Messages above
+    /// `algo::push_max_message_bytes` (16 GiB) run as
     /// [`TwoShot`](Self::TwoShot).
-    Bandwidth,
+    Push,
     /// NCCL's all-reduce (the fallback).
     Nccl,
 }
@@ -67,7 +69,7 @@ impl AllReduceAlgo {
             AllReduceAlgo::OneShot => "one-shot",
             AllReduceAlgo::TwoShot => "two-shot",
             AllReduceAlgo::Hcm => "hcm",
-            AllReduceAlgo::Bandwidth => "bandwidth",
+            AllReduceAlgo::Push => "push",
             AllReduceAlgo::Nccl => "nccl",
         }
     }
@@ -80,7 +82,7 @@ impl AllReduceAlgo {
             Self::OneShot,
             Self::TwoShot,
             Self::Hcm,
-            Self::Bandwidth,
+            Self::Push,
             Self::Nccl,
         ]
         .into_iter()
@@ -103,6 +105,11 @@ pub struct Crossovers {
     pub lamport_two_shot_max_bytes: [usize; MAX_DEVICES + 1],
     pub one_shot_max_bytes: [usize; MAX_DEVICES + 1],
     pub two_shot_max_bytes: [usize; MAX_DEVICES + 1],
+    /// From here on the push form (past the Lamport forms' ranges, which
+    /// come first), `usize::MAX` where it never runs by size (files
+    /// written before it existed get the defaults).
+    #[serde(default = "default_push_min_bytes")]
+    pub push_min_bytes: [usize; MAX_DEVICES + 1],
 }
 
 impl Default for Crossovers {
@@ -119,6 +126,7 @@ impl Default for Crossovers {
         Crossovers {
             lamport_max_bytes: default_lamport_max_bytes(),
             lamport_two_shot_max_bytes: default_lamport_two_shot_max_bytes(),
+            push_min_bytes: default_push_min_bytes(),
             one_shot_max_bytes: [
                 0,
                 0,
@@ -170,11 +178,11 @@ pub fn scatter_gather_uses_ours(total_bytes: usize, world: usize, crossovers: &C
         && total_bytes <= crossovers.lamport_two_shot_max_bytes[world]
 }
 
-/// The largest message the bandwidth form takes (its kernels index
-/// vectors in u32, `kernels_gpu::math::BANDWIDTH_MAX_VECS`); larger ones
+/// The largest message the push form takes (its kernels index
+/// vectors in u32, `kernels_gpu::math::PUSH_MAX_VECS`); larger ones
 /// run as two-shot.
-pub const fn bandwidth_max_message_bytes() -> usize {
-    kernels_gpu::math::BANDWIDTH_MAX_VECS as usize * kernels_gpu::math::VEC_BYTES
+pub const fn push_max_message_bytes() -> usize {
+    kernels_gpu::math::PUSH_MAX_VECS as usize * kernels_gpu::math::VEC_BYTES
 }
 
 /// The largest message the Lamport two-shot takes on `world` ranks;
@@ -219,6 +227,22 @@ fn default_lamport_two_shot_max_bytes() -> [usize; MAX_DEVICES + 1] {
     x
 }
 
+/// Where the push form takes over, per world size: on 2 ranks above the
+/// Lamport two-shot's 16 MiB (which `by_size` tries first: it took 56.2
+/// us at 16 MiB against the push form's 62.3 and NCCL's 76.4), since the
+/// push form beat NCCL and every other form from 16 MiB to 1 GiB on 2
+/// H200 (issue-28 sweep, 3c13f91 + branch push, docs/PERF_NOTES.md: 317
+/// / 343 / 348 GB/s bus bandwidth against NCCL's 272 / 301 / 331 at 64
+/// / 256 MiB / 1 GiB). Never by size on 3 to 8 ranks: not measured
+/// there, so NCCL keeps those sizes. `docs/perf/v12/push2.sh` measures
+/// 16 to 256 MiB to place the 2-rank crossover; `bench --tune` can move
+/// it per machine (`config::TUNING_FILE_ENV`).
+fn default_push_min_bytes() -> [usize; MAX_DEVICES + 1] {
+    let mut x = [usize::MAX; MAX_DEVICES + 1];
+    x[2] = 16 << 20;
+    x
+}
+
 /// Largest message HCM takes on a hybrid cube mesh; NCCL above. PyTorch's
 /// `kHcmThreshBytes` (256 KiB): no DGX-1 was at hand to measure ours, and
 /// on NVSwitch machines HCM is never chosen (one-shot and two-shot read
@@ -234,6 +258,9 @@ pub struct IntraPath {
     /// Whether this rank can run HCM (`comm::hcm::hcm_plan` found its
     /// place in the cube mesh).
     pub hcm_runnable: bool,
+    /// Whether the symmetric buffer holds the push form's rings
+    /// (`comm::all_reduce::push_launch`); the size rule picks it only then.
+    pub push_runnable: bool,
 }
 
 /// One all-reduce call, as the decision sees it.
@@ -272,6 +299,11 @@ pub fn decide_all_reduce(call: &AllReduceCall, crossovers: &Crossovers) -> AllRe
                 intra.buffer_bytes,
                 crossovers,
             );
+            let algo = if algo == AllReduceAlgo::Push && !intra.push_runnable {
+                AllReduceAlgo::Nccl
+            } else {
+                algo
+            };
             if algo == AllReduceAlgo::Hcm && !intra.hcm_runnable {
                 // A cube mesh whose table this rank cannot run HCM on.
                 AllReduceAlgo::Nccl
@@ -289,7 +321,7 @@ pub fn decide_all_reduce(call: &AllReduceCall, crossovers: &Crossovers) -> AllRe
     // The Lamport forms take messages up to their buffers and hand larger
     // ones to their barrier twins (the variants' documented contract). The
     // kernels trust the host on this: a larger one would store past the
-    // buffers into the peers' pads. The bandwidth form hands messages past
+    // buffers into the peers' pads. The push form hands messages past
     // its u32 indices to the two-shot.
     match algo {
         AllReduceAlgo::Lamport if call.bytes > lamport_max_message_bytes(call.world) => {
@@ -300,7 +332,7 @@ pub fn decide_all_reduce(call: &AllReduceCall, crossovers: &Crossovers) -> AllRe
         {
             AllReduceAlgo::TwoShot
         }
-        AllReduceAlgo::Bandwidth if call.bytes > bandwidth_max_message_bytes() => {
+        AllReduceAlgo::Push if call.bytes > push_max_message_bytes() => {
             AllReduceAlgo::TwoShot
         }
         other => other,
@@ -416,6 +448,8 @@ fn by_size(
                 AllReduceAlgo::Lamport
             } else if bytes <= crossovers.lamport_two_shot_max_bytes[world] {
                 AllReduceAlgo::LamportTwoShot
+            } else if bytes >= crossovers.push_min_bytes[world] {
+                AllReduceAlgo::Push
             } else if bytes <= crossovers.one_shot_max_bytes[world] {
                 AllReduceAlgo::OneShot
             } else if bytes <= crossovers.two_shot_max_bytes[world] {
@@ -444,6 +478,7 @@ mod tests {
                 topology: Topology::FullyConnected,
                 buffer_bytes: 64 << 20,
                 hcm_runnable: true,
+                push_runnable: true,
             }),
             op_is_ours: true,
             nccl_available: true,
@@ -478,8 +513,9 @@ mod tests {
             };
             assert_eq!(decide_all_reduce(&int, &x), AllReduceAlgo::Nccl);
         }
-        // Above every crossover: NCCL, or two-shot where NCCL is missing.
-        let big = call(1 << 30, 2);
+        // Above every crossover on 4 ranks: NCCL, or two-shot where NCCL
+        // is missing.
+        let big = call(1 << 30, 4);
         assert_eq!(decide_all_reduce(&big, &x), AllReduceAlgo::Nccl);
         let no_nccl = AllReduceCall {
             nccl_available: false,
@@ -492,6 +528,7 @@ mod tests {
             topology: Topology::HybridCubeMesh,
             buffer_bytes: 64 << 20,
             hcm_runnable: false,
+            push_runnable: true,
         });
         assert_eq!(decide_all_reduce(&cube, &x), AllReduceAlgo::Nccl);
         cube.intra = cube.intra.map(|p| IntraPath {
@@ -505,27 +542,39 @@ mod tests {
             ..c
         };
         assert_eq!(decide_all_reduce(&forced, &x), AllReduceAlgo::TwoShot);
-        // ... the bandwidth form at every size, which the size rule never
-        // picks (not measured yet).
-        for bytes in [16, 4096, 16 << 20, 1 << 30] {
+        // ... the push form at every size, which the size rule picks only
+        // past 16 MiB on 2 ranks (measured there alone), and only where
+        // its rings fit.
+        for bytes in [16, 4096, 16 << 20, (16 << 20) + 16, 1 << 30] {
             for world in 2..=MAX_DEVICES {
                 let c = call(bytes, world);
-                assert_ne!(decide_all_reduce(&c, &x), AllReduceAlgo::Bandwidth);
+                let by_size = world == 2 && bytes > 16 << 20;
+                assert_eq!(
+                    decide_all_reduce(&c, &x) == AllReduceAlgo::Push,
+                    by_size,
+                    "{bytes} {world}"
+                );
+                let mut cramped = c;
+                cramped.intra = c.intra.map(|p| IntraPath {
+                    push_runnable: false,
+                    ..p
+                });
+                assert_ne!(decide_all_reduce(&cramped, &x), AllReduceAlgo::Push);
                 let forced = AllReduceCall {
-                    forced: Some(AllReduceAlgo::Bandwidth),
+                    forced: Some(AllReduceAlgo::Push),
                     ..c
                 };
-                assert_eq!(decide_all_reduce(&forced, &x), AllReduceAlgo::Bandwidth);
+                assert_eq!(decide_all_reduce(&forced, &x), AllReduceAlgo::Push);
             }
         }
         // Past its u32 indices, the two-shot.
         let at = |bytes| AllReduceCall {
-            forced: Some(AllReduceAlgo::Bandwidth),
+            forced: Some(AllReduceAlgo::Push),
             ..call(bytes, 2)
         };
-        let most = bandwidth_max_message_bytes();
+        let most = push_max_message_bytes();
         assert_eq!(most, 16 << 30);
-        assert_eq!(decide_all_reduce(&at(most), &x), AllReduceAlgo::Bandwidth);
+        assert_eq!(decide_all_reduce(&at(most), &x), AllReduceAlgo::Push);
         assert_eq!(decide_all_reduce(&at(most + 2), &x), AllReduceAlgo::TwoShot);
     }
 
@@ -655,6 +704,7 @@ mod tests {
             topology: Topology::HybridCubeMesh,
             buffer_bytes: 64 << 20,
             hcm_runnable: true,
+            push_runnable: true,
         });
         cases.push(cube);
         for world in [1, MAX_DEVICES + 1] {
@@ -793,7 +843,7 @@ mod tests {
             AllReduceAlgo::OneShot,
             AllReduceAlgo::TwoShot,
             AllReduceAlgo::Hcm,
-            AllReduceAlgo::Bandwidth,
+            AllReduceAlgo::Push,
             AllReduceAlgo::Nccl,
         ] {
             assert_eq!(AllReduceAlgo::from_name(a.name()), Some(a));

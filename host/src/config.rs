@@ -50,7 +50,7 @@ pub const BARRIER_TIMEOUT_ENV: &str = "INTRANODE_BARRIER_TIMEOUT_MS";
 pub const DEFAULT_BARRIER_TIMEOUT_MS: u64 = 10_000;
 
 /// Forces an all-reduce algorithm: `lamport`, `lamport-two-shot`,
-/// `one-shot`, `two-shot`, `hcm`, `bandwidth` or `nccl`.
+/// `one-shot`, `two-shot`, `hcm`, `push` or `nccl`.
 pub const FORCE_ALGO_ENV: &str = "INTRANODE_ALL_REDUCE_ALGO";
 
 /// Forces the path of `Communicator::all_reduce_residual_rmsnorm`:
@@ -74,6 +74,27 @@ pub const TUNING_FILE_ENV: &str = "INTRANODE_TUNING_FILE";
 /// own buffer word by word), so ranks may even differ; the barrier-based
 /// algorithms keep their fixed shapes, which the pad layout counts on.
 pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
+
+/// The launch shape of the push form (NOTE [push all-reduce] in
+/// `kernels-gpu/src/push.rs`), for tuning runs: comma-separated
+/// `blocks=N` (most blocks, 1 to `layout::MAX_BLOCKS` = 160), `threads=N`
+/// (a multiple of 32 up to 512), `chunk=BYTES` (most bytes of a ring
+/// slot, a multiple of 16), `slots=N` (slots per ring, 2 to 16),
+/// `lookahead=N` (tiles the pushes run ahead of the reductions, 1 to
+/// `slots - 1`; 0, the default, takes 1 below 4 slots and `slots / 2`
+/// from 4 on: `kernels_gpu::math::push_lookahead`) and `scratch=BYTES`
+/// (the symmetric buffer is allocated at least this large for the rings,
+/// a multiple of 4096 up to 1 GiB; 0: the rings fit the buffer of
+/// `BUFFER_BYTES_ENV`); a part left out keeps its default
+/// ([`PushShape::default`]). Its kernels meet per block and lay their
+/// rings out from it, so every rank must set the same value (the
+/// rendezvous checks). Keep `blocks` within the SM count (132 on H100
+/// and H200): at 80 to 128 registers of 512 threads (`cargo xtask
+/// check-ptx`) one block fills an SM's registers, so more blocks than SMs
+/// are not resident at once; block `b` waits on block `b` of the peers
+/// only, so such a grid still finishes as blocks are dispatched in index
+/// order, but its later blocks wait for the earlier ones' SMs.
+pub const PUSH_LAUNCH_ENV: &str = "INTRANODE_PUSH_LAUNCH";
 
 /// `0` turns off launch overlap (programmatic dependent launch of the
 /// collectives, NOTE [launch overlap] in `kernels/launch.rs`); on by
@@ -183,6 +204,144 @@ impl LamportShapes {
     }
 }
 
+/// The launch shape of the push form ([`PUSH_LAUNCH_ENV`]): the most
+/// blocks and chunk bytes of a launch, its threads and ring slots, and the
+/// scratch its rings may take; the host fits the chunk to the symmetric
+/// buffer and the message (`comm::all_reduce::push_launch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PushShape {
+    pub max_blocks: usize,
+    pub threads: usize,
+    pub max_chunk_bytes: usize,
+    pub slots: usize,
+    /// Tiles of lookahead (`kernels_gpu::math::push_lookahead`), 0 for
+    /// the default of the slots.
+    pub lookahead: usize,
+    /// The symmetric buffer is allocated `max(buffer_bytes,
+    /// scratch_bytes)`; the forms other than the push form keep working
+    /// in halves of `buffer_bytes` (`IntraNodeComm::buffer_bytes`).
+    pub scratch_bytes: usize,
+}
+
+/// Most slots per ring of the push form: a bound against typos.
+pub const MAX_PUSH_SLOTS: usize = 16;
+
+/// Most scratch of the push form ([`PushShape::scratch_bytes`]): 1 GiB, a
+/// bound against typos; the largest shape of the issue-28 sweep (132
+/// blocks, 4 slots of 256 KiB, 2 ranks) takes 264 MiB.
+pub const MAX_PUSH_SCRATCH_BYTES: usize = 1 << 30;
+
+/// The push form's scratch unit: the symmetric buffer's granularity
+/// (`rendezvous::BUFFER_GRANULARITY_BYTES`).
+const PUSH_SCRATCH_GRANULARITY_BYTES: usize = 4096;
+
+impl Default for PushShape {
+    /// From the issue-28 sweeps on 2 H200 (docs/PERF_NOTES.md, v12;
+    /// docs/perf/v12/push2-h200x2/): 132 blocks of 512 threads (one per SM
+    /// of an H100/H200: 80 registers a thread at 2 ranks leave room for
+    /// one 512-thread block per SM), chunks of 64 KiB, 2 slots per ring,
+    /// lookahead 1 was the fastest shape measured at 64 MiB (332 GB/s bus
+    /// bandwidth; 271 at 16 MiB, 353 at 256 MiB); 132 blocks of 128 KiB
+    /// chunks reached 362 GB/s at 1 GiB. Fewer blocks were slower at every
+    /// size (64: 317 / 343 at 64 / 256 MiB), and more slots or lookahead
+    /// were slower (one more pipeline fill per call). The rendezvous caps
+    /// the blocks at the GPU's SM count (`PushShape::for_sms`). Its rings
+    /// take `2 x 132 x (world - 1) x 2 x 64 KiB`: 33 MiB on 2 ranks, the
+    /// default scratch. So on 2 ranks the symmetric buffer grows from 10
+    /// to 33 MiB per rank and communicator (beside the 64 MiB of the
+    /// Lamport buffers in the pad); on more ranks the chunk shrinks to fit
+    /// (not measured there, and auto does not pick the push form there,
+    /// `algo::Crossovers::push_min_bytes`).
+    fn default() -> Self {
+        PushShape {
+            max_blocks: 132,
+            threads: MAX_THREADS_PER_BLOCK,
+            max_chunk_bytes: 64 << 10,
+            slots: 2,
+            lookahead: 0,
+            scratch_bytes: 33 << 20,
+        }
+    }
+}
+
+impl PushShape {
+    /// The shape with its blocks capped at the GPU's `sms`: a larger grid
+    /// runs in waves, and a block of the first wave could wait on a peer's
+    /// block that is only scheduled in a later one. Every rank's capped
+    /// shape goes into its rendezvous request, so ranks on GPUs of
+    /// different SM counts get a clear mismatch error, not a hang.
+    pub fn for_sms(self, sms: usize) -> Self {
+        PushShape {
+            max_blocks: self.max_blocks.min(sms.max(1)),
+            ..self
+        }
+    }
+
+    /// Parses a value of [`PUSH_LAUNCH_ENV`]; the error says what is wrong
+    /// with it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut shape = PushShape::default();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not NAME=NUMBER"))?;
+            let value = value
+                .trim()
+                .parse::<usize>()
+                .map_err(|e| format!("{value:?} in {part:?}: {e}"))?;
+            let (field, ok, expected) = match name.trim() {
+                "blocks" => (
+                    &mut shape.max_blocks,
+                    (1..=kernels_gpu::layout::MAX_BLOCKS).contains(&value),
+                    "1 to 160",
+                ),
+                "threads" => (
+                    &mut shape.threads,
+                    (32..=MAX_THREADS_PER_BLOCK).contains(&value) && value.is_multiple_of(32),
+                    "a multiple of 32 up to 512",
+                ),
+                "chunk" => (
+                    &mut shape.max_chunk_bytes,
+                    value >= 16 && value.is_multiple_of(16),
+                    "a positive multiple of 16 bytes",
+                ),
+                "slots" => (
+                    &mut shape.slots,
+                    (2..=MAX_PUSH_SLOTS).contains(&value),
+                    "2 to 16",
+                ),
+                "lookahead" => (
+                    &mut shape.lookahead,
+                    value < MAX_PUSH_SLOTS,
+                    "0 (the default) to 15, below slots",
+                ),
+                "scratch" => (
+                    &mut shape.scratch_bytes,
+                    value <= MAX_PUSH_SCRATCH_BYTES
+                        && value.is_multiple_of(PUSH_SCRATCH_GRANULARITY_BYTES),
+                    "a multiple of 4096 bytes up to 1 GiB",
+                ),
+                other => {
+                    return Err(format!(
+                        "{other:?} is not blocks, threads, chunk, slots, lookahead or scratch"
+                    ));
+                }
+            };
+            if !ok {
+                return Err(format!("{part:?}: {name} must be {expected}"));
+            }
+            *field = value;
+        }
+        if shape.lookahead >= shape.slots {
+            return Err(format!(
+                "lookahead={} must be below slots={} (0 for the default)",
+                shape.lookahead, shape.slots
+            ));
+        }
+        Ok(shape)
+    }
+}
+
 /// A setting the library cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -246,6 +405,8 @@ pub struct CommConfig {
     pub crossovers: Crossovers,
     /// Fixed launch shapes of the Lamport forms ([`LAMPORT_LAUNCH_ENV`]).
     pub lamport_shapes: LamportShapes,
+    /// The push form's launch shape ([`PUSH_LAUNCH_ENV`]).
+    pub push_shape: PushShape,
     /// Whether collectives may launch overlapped ([`LAUNCH_OVERLAP_ENV`]).
     pub launch_overlap: bool,
     /// Which embedded kernel image to load ([`KERNEL_IMAGE_ENV`]).
@@ -269,6 +430,7 @@ impl Default for CommConfig {
             forced_norm: None,
             crossovers: Crossovers::default(),
             lamport_shapes: LamportShapes::default(),
+            push_shape: PushShape::default(),
             launch_overlap: true,
             kernel_image: KernelImage::Auto,
             print_setup_times: false,
@@ -375,7 +537,7 @@ impl CommConfig {
             FORCE_ALGO_ENV,
             var(FORCE_ALGO_ENV),
             AllReduceAlgo::from_name,
-            "lamport, lamport-two-shot, one-shot, two-shot, hcm, bandwidth or nccl",
+            "lamport, lamport-two-shot, one-shot, two-shot, hcm, push or nccl",
         )?;
         let forced_broadcast = parse_named(
             FORCE_BROADCAST_ENV,
@@ -399,6 +561,11 @@ impl CommConfig {
             Some(text) => LamportShapes::parse(&text)
                 .map_err(|why| ConfigError::invalid(LAMPORT_LAUNCH_ENV, text, why))?,
         };
+        let push_shape = match set(var(PUSH_LAUNCH_ENV)) {
+            None => default.push_shape,
+            Some(text) => PushShape::parse(&text)
+                .map_err(|why| ConfigError::invalid(PUSH_LAUNCH_ENV, text, why))?,
+        };
         Ok(Self {
             enabled: parse_bool(ENABLE_ENV, var(ENABLE_ENV), default.enabled)?,
             allow_overlapping_devices: parse_bool(
@@ -420,6 +587,7 @@ impl CommConfig {
             forced_norm,
             crossovers,
             lamport_shapes,
+            push_shape,
             launch_overlap: parse_bool(
                 LAUNCH_OVERLAP_ENV,
                 var(LAUNCH_OVERLAP_ENV),
@@ -489,6 +657,7 @@ mod tests {
                     FORCE_BROADCAST_ENV => "nccl",
                     NORM_PATH_ENV => " unfused ",
                     LAMPORT_LAUNCH_ENV => "lamport=8x128",
+                    PUSH_LAUNCH_ENV => " blocks=16, slots=8 ",
                     LAUNCH_OVERLAP_ENV => "off",
                     KERNEL_IMAGE_ENV => " PTX ",
                     TIMING_ENV => "1",
@@ -519,6 +688,11 @@ mod tests {
                     }),
                     two_shot: None,
                 },
+                push_shape: PushShape {
+                    max_blocks: 16,
+                    slots: 8,
+                    ..PushShape::default()
+                },
                 launch_overlap: false,
                 kernel_image: KernelImage::Ptx,
                 print_setup_times: true,
@@ -537,6 +711,57 @@ mod tests {
             CommConfig::from_vars(fused).expect("fused").forced_norm,
             Some(NormPath::Fused)
         );
+    }
+
+    #[test]
+    fn push_shapes_parse_or_say_why_not() {
+        assert_eq!(PushShape::parse("").unwrap(), PushShape::default());
+        assert_eq!(
+            PushShape::parse("blocks=24,threads=256,chunk=131072,slots=6").unwrap(),
+            PushShape {
+                max_blocks: 24,
+                threads: 256,
+                max_chunk_bytes: 128 << 10,
+                slots: 6,
+                ..PushShape::default()
+            }
+        );
+        assert_eq!(
+            PushShape::parse("slots=3,lookahead=2").unwrap(),
+            PushShape {
+                slots: 3,
+                lookahead: 2,
+                ..PushShape::default()
+            }
+        );
+        assert_eq!(
+            PushShape::parse("blocks=132,scratch=0").unwrap(),
+            PushShape {
+                max_blocks: 132,
+                scratch_bytes: 0,
+                ..PushShape::default()
+            }
+        );
+        for bad in [
+            "blocks",
+            "blocks=0",
+            "blocks=161",
+            "scratch=100",
+            "slots=3,lookahead=3",
+            "lookahead=2",
+            "scratch=2147483648",
+            "threads=48",
+            "threads=1024",
+            "chunk=0",
+            "chunk=100",
+            "slots=1",
+            "slots=17",
+            "warps=4",
+            "blocks=x",
+        ] {
+            let err = PushShape::parse(bad).unwrap_err();
+            assert!(!err.is_empty(), "{bad}");
+        }
     }
 
     #[test]

@@ -188,7 +188,7 @@ fn collectives_wait_for_the_kernel_ahead_before_touching_memory() {
             "hcm_",
             "lamport",
             "broadcast_w",
-            "bandwidth_",
+            "push_",
         ]
         .iter()
         .any(|p| name.starts_with(p))

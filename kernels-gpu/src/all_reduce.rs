@@ -16,7 +16,9 @@
 //! finishes call `e + 1` only once every peer has started it, hence
 //! finished call `e` and its reads: one-shot and two-shot by a barrier of
 //! call `e + 1` with every peer, HCM through the relay (NOTE [hcm groups]),
-//! the Lamport forms by waiting for every peer's data (NOTE [lamport]). So
+//! the Lamport forms by waiting for every peer's data (NOTE [lamport]),
+//! the push form by the barrier it starts with (NOTE [push all-reduce] in
+//! `push.rs`; its rings take the whole buffer, not a half). So
 //! a rank starting call `e + 2` (which reuses half `e & 1`) overwrites
 //! nothing a peer still reads, and no barrier is needed at the end of a
 //! call: one-shot has one barrier, two-shot two.
@@ -76,7 +78,6 @@
 //! the input is 16-byte aligned and lies in one allocation; the rest is
 //! the caller's contract (`intranode::symmetric` docs).
 
-use crate::bandwidth::bandwidth;
 use crate::elem::{Bf16, Element, F16, Lanes, load_vec, store_vec};
 use crate::lamport::{lamport, lamport_ag, lamport_rs, lamport2};
 use crate::layout::{
@@ -86,6 +87,7 @@ use crate::layout::{
 use crate::math;
 use crate::math::hcm_chunk_elems;
 use crate::ptx;
+use crate::push::push;
 use crate::sync::{
     ReportTo, block_barrier, call_epoch, finish_call, group_barrier, nth_rank, pick,
 };

@@ -58,10 +58,10 @@ macro_rules! collective_kernels {
             ReduceScatter = "lamport_rs", lamport_rs, [2 3 4 5 6 7 8], world;
             /// The two-shot's second hop as a collective: all-gather.
             AllGather = "lamport_ag", lamport_ag, [2 3 4 5 6 7 8], world;
-            /// Large messages: pushed reduce-scatter, pulled all-gather,
-            /// rounds pipelined through the symmetric buffers (NOTE
-            /// [bandwidth all-reduce] in `bandwidth.rs`).
-            Bandwidth = "bandwidth", bandwidth, [2 3 4 5 6 7 8], world;
+            /// Large messages: every link byte a store, reduce-scatter and
+            /// all-gather merged per chunk through rings of slots (NOTE
+            /// [push all-reduce] in `push.rs`).
+            Push = "push", push, [2 3 4 5 6 7 8], world;
         }
     };
 }

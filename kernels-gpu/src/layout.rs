@@ -8,24 +8,33 @@
 //! that reached barrier `slot`. The words from [`CALL_COUNTER`] up to
 //! [`SIGNAL_PAD_MIN_BYTES`] are written by rank `r` alone: its count of
 //! collective calls, a finished-block counter, its abort word, and
-//! per-peer counts of explicit barriers. From [`LAMPORT_OFFSET_BYTES`] on lie the Lamport
+//! per-peer counts of explicit barriers; from [`PUSH_COUNTERS`], the push
+//! form's counters, each written by one source rank (NOTE [push
+//! all-reduce] in `push.rs`). From [`LAMPORT_OFFSET_BYTES`] on lie the Lamport
 //! buffers, which every peer stores data into and rank `r` polls and
 //! zeroes (NOTE [lamport] in `lamport.rs`). Every word starts at zero (the
 //! allocator zero-fills pads).
 
 /// Ranks of one group at most (seed kMaxDevices).
 pub const MAX_RANKS: usize = 8;
-/// Blocks of one collective launch at most; sizes the flag array.
-pub const MAX_BLOCKS: usize = 64;
+/// Blocks of one collective launch at most; sizes the flag array and the
+/// push form's counters. 160 covers one block per SM of an H100 or H200
+/// (132 SMs) and of a B200 (148): the push form's sweep (issue 28) found
+/// more blocks faster up to the old cap of 64. The flags and counters of
+/// 160 blocks take 40 KiB of the 64 KiB before [`LAMPORT_OFFSET_BYTES`]
+/// (`flags_fit_below_the_counters`). The other forms keep their own,
+/// smaller caps (`host/src/comm/all_reduce.rs`).
+pub const MAX_BLOCKS: usize = 160;
 /// Barrier slots per launch: start (0), middle (1), explicit barrier (3);
-/// 2 only names Lamport waits in reports.
+/// 2 only names Lamport waits in reports ([`SLOT_PUSH`], outside the
+/// flags, the push form's waits).
 pub const SLOTS: usize = 4;
 /// Slot of the barrier after every rank has copied its input in (the
-/// bandwidth form: pushed its shards of a round, NOTE [bandwidth
-/// all-reduce] in `bandwidth.rs`).
+/// push form: its barrier at the start of a call, NOTE [push all-reduce]
+/// in `push.rs`).
 pub const SLOT_START: usize = 0;
-/// Slot of the two-shot barrier after the reduce-scatter (the bandwidth
-/// form's too), and of HCM's barrier with the relay.
+/// Slot of the two-shot barrier after the reduce-scatter, and of HCM's
+/// barrier with the relay.
 pub const SLOT_MID: usize = 1;
 /// Slot named in a timeout report of the Lamport forms, which wait on
 /// data, not on flags (NOTE [lamport] in `lamport.rs`). Its flags serve
@@ -36,6 +45,9 @@ pub const SLOT_LAMPORT: usize = 2;
 /// symmetric input in place (NOTE [symmetric input] in `all_reduce.rs`):
 /// the flags of slot 2, unused by every other form.
 pub const SLOT_END: usize = 2;
+/// Named in a timeout report of the push form's waits on its counters
+/// (NOTE [push all-reduce] in `push.rs`); no flag of the layout has it.
+pub const SLOT_PUSH: usize = 4;
 /// Slot of explicit `barrier()` calls.
 pub const SLOT_EXPLICIT: usize = 3;
 
@@ -58,8 +70,31 @@ pub const ABORT_WORD: usize = CALL_COUNTER + 2;
 /// Word index of the owner's count of explicit barriers shared with peer 0
 /// (peer `p` at `PAIR_COUNTER + p`).
 pub const PAIR_COUNTER: usize = CALL_COUNTER + 32;
+/// Word index of the push form's counters (NOTE [push all-reduce] in
+/// `push.rs`): [`push_counter_index`] of kind [`PUSH_RS_READY`],
+/// [`PUSH_AG_READY`] or [`PUSH_AG_FREE`], block and source rank; every
+/// word written by its source rank alone, a count of tiles since the
+/// communicator began.
+pub const PUSH_COUNTERS: usize = 6144;
+/// Reduce-scatter chunks the source pushed into this rank's ring.
+pub const PUSH_RS_READY: usize = 0;
+/// Reduced chunks the source (an owner) pushed into this rank's
+/// all-gather ring; also tells this rank that the owner consumed this
+/// rank's reduce-scatter chunks of those tiles.
+pub const PUSH_AG_READY: usize = 1;
+/// All-gather chunks from this rank that the source copied out of its
+/// ring (credits: the slots may be written again).
+pub const PUSH_AG_FREE: usize = 2;
+/// Word index of counter `kind` of `(block, src)` on a pad.
+pub const fn push_counter_index(kind: usize, block: usize, src: usize) -> usize {
+    PUSH_COUNTERS + (kind * MAX_BLOCKS + block) * MAX_RANKS + src
+}
+/// Word index of block `b`'s count of the tiles it ran in the push form
+/// (`PUSH_TILES_DONE + b`), written by the pad's owner alone: the base of
+/// the counters at the start of a call.
+pub const PUSH_TILES_DONE: usize = PUSH_COUNTERS + 3 * MAX_BLOCKS * MAX_RANKS;
 /// Smallest signal pad, in bytes, that holds the flags and counters.
-pub const SIGNAL_PAD_MIN_BYTES: usize = (PAIR_COUNTER + MAX_RANKS) * 4;
+pub const SIGNAL_PAD_MIN_BYTES: usize = (PUSH_TILES_DONE + MAX_BLOCKS) * 4;
 
 /// Byte offset in a signal pad of the Lamport buffers (NOTE [lamport] in
 /// `lamport.rs`), past the flags and counters.
@@ -164,8 +199,8 @@ pub const FORM_REDUCE_SCATTER: u32 = 8;
 pub const FORM_ALL_GATHER: u32 = 9;
 /// The fused all-reduce + residual + RMSNorm (`fused_norm.rs`).
 pub const FORM_FUSED_NORM: u32 = 10;
-/// The bandwidth form (`bandwidth.rs`).
-pub const FORM_BANDWIDTH: u32 = 11;
+/// The push form (`push.rs`).
+pub const FORM_PUSH: u32 = 11;
 
 /// The name of a `FORM_*` code, as the host's algorithm names spell it.
 pub const fn form_name(form: u32) -> &'static str {
@@ -180,7 +215,7 @@ pub const fn form_name(form: u32) -> &'static str {
         FORM_REDUCE_SCATTER => "reduce-scatter",
         FORM_ALL_GATHER => "all-gather",
         FORM_FUSED_NORM => "all-reduce-residual-rmsnorm",
-        FORM_BANDWIDTH => "bandwidth",
+        FORM_PUSH => "push",
         _ => "unknown collective",
     }
 }
@@ -229,7 +264,15 @@ pub struct AllReduceParams {
     /// partial sum comes first in the final combine (the same order on
     /// every rank).
     pub hcm_relay_first: u32,
-    pub _pad: u32,
+    /// Push form only (NOTE [push all-reduce] in `push.rs`): 16-byte
+    /// vectors per chunk (a ring slot), the same on every rank.
+    pub push_chunk_vecs: u32,
+    /// Push form only: slots per ring, 2 at least, the same on every rank.
+    pub push_slots: u32,
+    /// Push form only: the lookahead asked for, the same on every rank
+    /// (`math::push_lookahead`: 0 or out of `1..push_slots` takes the
+    /// default for the slots).
+    pub push_lookahead: u32,
     /// Every rank's copy of the caller's input, mapped into this process,
     /// when the input lies in a symmetric buffer the user allocated (the
     /// same offset in every rank's allocation): the barrier forms then read
@@ -399,7 +442,13 @@ mod tests {
         assert_eq!(lamport_stride_bytes(1), 128);
         assert_eq!(lamport_stride_bytes(8), 128);
         assert_eq!(lamport_stride_bytes(9), 256);
-        assert_eq!(SIGNAL_PAD_MIN_BYTES, (CALL_COUNTER + 32 + 8) * 4);
+        const { assert!(PAIR_COUNTER + MAX_RANKS <= PUSH_COUNTERS) };
+        const {
+            assert!(
+                push_counter_index(PUSH_AG_FREE, MAX_BLOCKS - 1, MAX_RANKS - 1) < PUSH_TILES_DONE
+            )
+        };
+        assert_eq!(SIGNAL_PAD_MIN_BYTES, (PUSH_TILES_DONE + MAX_BLOCKS) * 4);
     }
 
     #[test]
@@ -415,7 +464,7 @@ mod tests {
             FORM_REDUCE_SCATTER,
             FORM_ALL_GATHER,
             FORM_FUSED_NORM,
-            FORM_BANDWIDTH,
+            FORM_PUSH,
         ];
         for (i, a) in forms.iter().enumerate() {
             assert_ne!(form_name(*a), "unknown collective");
@@ -464,7 +513,7 @@ mod tests {
     fn params_are_plain_words() {
         assert_eq!(
             core::mem::size_of::<AllReduceParams>(),
-            8 * 8 * 2 + 7 * 8 + 8 + 4 * 4 + 8 * 8
+            8 * 8 * 2 + 7 * 8 + 8 * 4 + 8 * 8
         );
         assert_eq!(core::mem::size_of::<ErrorWord>(), 32);
         assert_eq!(

@@ -12,9 +12,9 @@
 //!   widened to f32 for arithmetic.
 //! - [`all_reduce`]: one-shot, two-shot and HCM all-reduce; [`lamport`]:
 //!   the barrier-free one-shot and two-shot, and the reduce-scatter and
-//!   all-gather made of the two-shot's hops; [`bandwidth`]: the
-//!   large-message form (pushed reduce-scatter, pulled all-gather, rounds
-//!   pipelined through the symmetric buffers).
+//!   all-gather made of the two-shot's hops; [`push`]: the large-message
+//!   form (every link byte a store, reduce-scatter and all-gather merged
+//!   per chunk, rings of slots per block and peer).
 //! - [`elementwise`]: the first kernels (`add_*`), used by the GPU smoke test,
 //!   and `axpy_f32` (the example's optimizer step).
 //! - [`broadcast`]: broadcast over symmetric memory, sharing the call count
@@ -78,8 +78,6 @@ pub mod sync;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod all_reduce;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
-pub mod bandwidth;
-#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod broadcast;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod cast;
@@ -91,6 +89,8 @@ pub mod fused_norm;
 pub mod lamport;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod norm;
+#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+pub mod push;
 
 // The test and probe kernels (`entries::TestKernel`,
 // `entries::SCOPE_PROBES`): the test PTX only.

@@ -97,83 +97,131 @@ pub const fn lamport_decode_word(word: u32, elem_bytes: usize) -> u32 {
     word ^ lamport_sign_bits(elem_bytes)
 }
 
-/// The most 16-byte vectors one call of the bandwidth form takes (16 GiB):
-/// its index arithmetic is in u32, which keeps its kernels within their
-/// registers (NOTE [bandwidth all-reduce] in `bandwidth.rs`), and every
-/// index it forms stays below `2 x BANDWIDTH_MAX_VECS + blocks x world`
-/// (a round past the message at most), far from `u32::MAX`. The host hands
-/// larger messages to the two-shot (`algo::decide_all_reduce`).
-pub const BANDWIDTH_MAX_VECS: u32 = 1 << 30;
+/// The most 16-byte vectors one call of the push form takes (16 GiB): its
+/// index arithmetic is in u32, which keeps its kernels within their
+/// registers (NOTE [push all-reduce] in `push.rs`), and every index it
+/// forms stays below `PUSH_MAX_VECS + world x chunk_vecs` (one tile past
+/// the message at most), far from `u32::MAX` given
+/// [`PUSH_MAX_TILE_VECS`]. The host hands larger messages to the two-shot
+/// (`algo::decide_all_reduce`).
+pub const PUSH_MAX_VECS: u32 = 1 << 30;
 
-/// Vectors per slot of the bandwidth form (NOTE [bandwidth all-reduce] in
-/// `bandwidth.rs`) for a message of `vecs` 16-byte vectors: a round lays
-/// `blocks x world` slots out in a half of `half_bytes`, so a slot holds
-/// at most `half_bytes / 16 / (blocks x world)` vectors; a message that
-/// needs fewer is spread over every block's slots in one round. Zero when
-/// the half cannot hold one vector per slot (the host refuses that).
-pub const fn bandwidth_slot_vecs(half_bytes: u64, blocks: u32, world: u32, vecs: u32) -> u32 {
-    let slots = blocks.saturating_mul(world);
-    let most = match (half_bytes / VEC_BYTES as u64).checked_div(slots as u64) {
-        Some(n) => n,
-        None => 0,
-    };
-    let wanted = match slots {
+/// The most vectors of one tile of the push form (`world x chunk_vecs`):
+/// with [`PUSH_MAX_VECS`], every index stays below 2^31.
+pub const PUSH_MAX_TILE_VECS: u32 = 1 << 30;
+
+/// Tiles of the push form over `vecs` vectors: a tile is `world` chunks of
+/// `chunk_vecs` vectors, one per owner (zero when a chunk is empty).
+pub const fn push_tiles(vecs: u32, world: u32, chunk_vecs: u32) -> u32 {
+    match world.saturating_mul(chunk_vecs) {
         0 => 0,
-        _ => vecs.div_ceil(slots),
-    };
-    if (wanted as u64) < most {
-        wanted
+        per_tile => vecs.div_ceil(per_tile),
+    }
+}
+
+/// Tiles that block `block` of `blocks` runs: tiles go to blocks round
+/// robin (block `b` takes tiles `b, b + blocks, ...`), so every block's
+/// count differs from another's by one at most.
+pub const fn push_block_tiles(tiles: u32, blocks: u32, block: u32) -> u32 {
+    if blocks == 0 || block >= tiles {
+        0
     } else {
-        most as u32
+        (tiles - block).div_ceil(blocks)
     }
 }
 
-/// Rounds of the bandwidth form over `vecs` vectors: each round covers
-/// `blocks x world x slot_vecs` of them (zero when that is zero).
-pub const fn bandwidth_rounds(vecs: u32, blocks: u32, world: u32, slot_vecs: u32) -> u32 {
-    match blocks.saturating_mul(world).saturating_mul(slot_vecs) {
-        0 => 0,
-        per_round => vecs.div_ceil(per_round),
-    }
-}
-
-/// The message vectors `[start, end)` that rank `owner` reduces for block
-/// `block` in round `round` of the bandwidth form: round by round, block
-/// by block, owner by owner, `slot_vecs` each, cut at `vecs` (empty past
-/// the message). Every rank computes the same ranges from the same call.
-/// For rounds below [`bandwidth_rounds`] and `vecs` at most
-/// [`BANDWIDTH_MAX_VECS`], nothing overflows.
-pub const fn bandwidth_shard(
+/// The message vectors `[start, end)` of owner `owner`'s chunk in block
+/// `block`'s tile `t` (its `t`-th, global tile `t x blocks + block`), cut
+/// at `vecs` (empty past the message). Every rank computes the same
+/// ranges from the same call.
+pub const fn push_chunk(
     vecs: u32,
-    blocks: u32,
     world: u32,
-    slot_vecs: u32,
-    round: u32,
+    chunk_vecs: u32,
+    blocks: u32,
     block: u32,
+    t: u32,
     owner: u32,
 ) -> (u32, u32) {
-    let start = ((round * blocks + block) * world + owner) * slot_vecs;
-    let end = start + slot_vecs;
+    let start = ((t * blocks + block) * world + owner) * chunk_vecs;
+    let end = start + chunk_vecs;
     (
         if start < vecs { start } else { vecs },
         if end < vecs { end } else { vecs },
     )
 }
 
-/// Byte offset, in a rank's symmetric buffer, of slot `slot` of block
-/// `block` in the half of `epoch` (halves of `half_bytes`): a block's
-/// `world` slots lie side by side, the blocks one after another, each slot
-/// `slot_vecs` vectors. Every rank lays its buffer out alike.
-pub const fn bandwidth_slot_offset(
-    half_bytes: u64,
-    epoch: u32,
-    block: u32,
+/// Where rank `src`'s chunks sit among the `world - 1` peers' rings of
+/// rank `me` (`src != me`): the peers in rank order, `me` left out.
+pub const fn push_peer_index(src: u32, me: u32) -> u32 {
+    if src < me { src } else { src - 1 }
+}
+
+/// The two rings of the push form in a symmetric buffer: the
+/// reduce-scatter ring (chunks peers push for this rank to reduce) and the
+/// all-gather ring (reduced chunks owners push to this rank).
+pub const PUSH_RING_RS: u32 = 0;
+pub const PUSH_RING_AG: u32 = 1;
+
+/// Bytes of both rings of the push form: per ring, block and peer, `slots`
+/// slots of `chunk_vecs` vectors (NOTE [push all-reduce] in `push.rs`).
+pub const fn push_ring_bytes(blocks: u32, world: u32, slots: u32, chunk_vecs: u32) -> u64 {
+    2 * blocks as u64
+        * world.saturating_sub(1) as u64
+        * slots as u64
+        * chunk_vecs as u64
+        * VEC_BYTES as u64
+}
+
+/// Byte offset in a rank's symmetric buffer of slot `slot` of the ring
+/// `ring` ([`PUSH_RING_RS`] or [`PUSH_RING_AG`]) for block `block` and
+/// the peer at `peer_index` ([`push_peer_index`]): ring, then block, then
+/// peer, then slot, each slot `chunk_vecs` vectors. Every rank lays its
+/// buffer out alike.
+#[allow(clippy::too_many_arguments)]
+pub const fn push_slot_offset(
+    ring: u32,
+    blocks: u32,
     world: u32,
+    slots: u32,
+    chunk_vecs: u32,
+    block: u32,
+    peer_index: u32,
     slot: u32,
-    slot_vecs: u32,
 ) -> u64 {
-    (epoch & 1) as u64 * half_bytes
-        + (block as u64 * world as u64 + slot as u64) * slot_vecs as u64 * VEC_BYTES as u64
+    let peers = world.saturating_sub(1) as u64;
+    let slot_bytes = chunk_vecs as u64 * VEC_BYTES as u64;
+    let index = ((ring as u64 * blocks as u64 + block as u64) * peers + peer_index as u64)
+        * slots as u64
+        + slot as u64;
+    index * slot_bytes
+}
+
+/// Lookahead of the push form with `slots` slots per ring: a block pushes
+/// its reduce-scatter chunks this many tiles ahead of its reductions, and
+/// copies the all-gather chunks out this many tiles behind (NOTE [push
+/// all-reduce]: every wait is then on a flag raised that many tiles
+/// earlier, and every slot is freed `slots - lookahead` tiles before it is
+/// needed again). `requested` where it lies in `1..slots` (the launch
+/// shape's `lookahead`), else the default: 1 below 4 slots, `slots / 2`
+/// from 4 on. Always at least 1 and at most `slots - 1` (for `slots >=
+/// 2`), the range NOTE [push all-reduce] proves free of deadlock.
+pub const fn push_lookahead(slots: u32, requested: u32) -> u32 {
+    if requested >= 1 && requested < slots {
+        requested
+    } else if slots < 4 {
+        1
+    } else {
+        slots / 2
+    }
+}
+
+/// Whether a cumulative counter `value` has reached `base + need`, where
+/// `need` may be zero or negative (always reached): counters only grow,
+/// by at most a ring of slots ahead of what a waiter needs, so the
+/// wrapping difference is exact.
+pub const fn push_counter_reached(value: u32, base: u32, need: i32) -> bool {
+    need <= 0 || (value.wrapping_sub(base) as i32) >= need
 }
 
 /// `ceil(a / b)`, zero when `b == 0`.
@@ -278,97 +326,138 @@ mod tests {
     }
 
     #[test]
-    fn bandwidth_shards_cover_the_message_once_and_fit_the_half() {
-        for half in [2048u64, 4096, 5 << 20] {
-            for blocks in [1u32, 3, 32] {
-                for world in 2..=8u32 {
-                    if half / (VEC_BYTES as u64) < (blocks * world) as u64 {
-                        assert_eq!(bandwidth_slot_vecs(half, blocks, world, 1), 0);
-                        continue;
-                    }
-                    for vecs in [1u32, 7, 511, 4096, 1 << 20, (1 << 22) + 3] {
-                        let l = bandwidth_slot_vecs(half, blocks, world, vecs);
-                        assert!(l >= 1);
-                        // A round's slots fit the half.
-                        assert!((blocks * world * l) as u64 * VEC_BYTES as u64 <= half);
-                        let rounds = bandwidth_rounds(vecs, blocks, world, l);
-                        // A message that fits one round is spread over all
-                        // blocks: no round more than needed.
-                        assert!(rounds >= 1 && (rounds - 1) * blocks * world * l < vecs);
+    fn push_chunks_cover_the_message_once_in_block_order() {
+        for world in 2..=8u32 {
+            for chunk in [1u32, 3, 640, 4096] {
+                for blocks in [1u32, 3, 32] {
+                    for vecs in [1u32, 7, 511, 4096, 1 << 20, (1 << 20) + 3] {
+                        let tiles = push_tiles(vecs, world, chunk);
+                        assert!(tiles >= 1 && (tiles - 1) * world * chunk < vecs);
+                        // Every vector once: walk global tiles in order,
+                        // each from the block that owns it.
                         let mut next = 0;
-                        for round in 0..rounds {
-                            for block in 0..blocks {
-                                for owner in 0..world {
-                                    let (s, e) = bandwidth_shard(
-                                        vecs, blocks, world, l, round, block, owner,
-                                    );
-                                    assert!(s <= e && e - s <= l);
-                                    if s < vecs {
-                                        assert_eq!(s, next, "{half} {blocks} {world} {vecs}");
-                                        next = e;
-                                    } else {
-                                        assert_eq!(e, s);
-                                    }
+                        let mut counted = 0;
+                        for g in 0..tiles {
+                            let (block, t) = (g % blocks, g / blocks);
+                            assert!(t < push_block_tiles(tiles, blocks, block));
+                            for owner in 0..world {
+                                let (s, e) =
+                                    push_chunk(vecs, world, chunk, blocks, block, t, owner);
+                                assert!(s <= e && e - s <= chunk);
+                                if s < vecs {
+                                    assert_eq!(s, next, "{world} {chunk} {blocks} {vecs}");
+                                    next = e;
+                                } else {
+                                    assert_eq!(e, s);
                                 }
                             }
                         }
                         assert_eq!(next, vecs);
-                        // Past the last round: nothing.
-                        assert_eq!(
-                            bandwidth_shard(vecs, blocks, world, l, rounds, 0, 0).0,
-                            vecs
-                        );
+                        for block in 0..blocks {
+                            let n = push_block_tiles(tiles, blocks, block);
+                            counted += n;
+                            // Past a block's last tile: nothing.
+                            assert_eq!(push_chunk(vecs, world, chunk, blocks, block, n, 0).0, vecs);
+                        }
+                        assert_eq!(counted, tiles);
                     }
                 }
             }
         }
-        // Slots never overlap and stay inside their half.
-        for (half, blocks, world, vecs) in
-            [(2048u64, 3u32, 5u32, 1u32 << 20), (5 << 20, 32, 8, 1 << 30)]
-        {
-            let l = bandwidth_slot_vecs(half, blocks, world, vecs);
-            for epoch in [6u32, 7] {
-                let mut spans: Vec<(u64, u64)> = Vec::new();
-                for block in 0..blocks {
-                    for slot in 0..world {
-                        let at = bandwidth_slot_offset(half, epoch, block, world, slot, l);
-                        let end = at + l as u64 * VEC_BYTES as u64;
-                        let half_start = (epoch & 1) as u64 * half;
-                        assert!(at >= half_start && end <= half_start + half);
-                        assert!(at.is_multiple_of(VEC_BYTES as u64));
-                        spans.push((at, end));
-                    }
-                }
-                spans.sort_unstable();
-                assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0));
-            }
-        }
-        assert_eq!(bandwidth_slot_vecs(4096, 0, 2, 10), 0);
-        assert_eq!(bandwidth_rounds(10, 0, 2, 1), 0);
-        assert_eq!(bandwidth_slot_vecs(5 << 20, 32, 2, 100), 2);
-        assert_eq!(bandwidth_slot_vecs(5 << 20, 32, 2, 1 << 30), 5120);
-        // A half larger than u32 vectors still gives a slot that fits u32.
-        assert_eq!(bandwidth_slot_vecs(1 << 40, 1, 2, 1 << 30), 1 << 29);
+        assert_eq!(push_tiles(10, 2, 0), 0);
+        assert_eq!(push_block_tiles(5, 0, 0), 0);
+        assert_eq!(push_block_tiles(5, 8, 5), 0);
+        assert_eq!(push_block_tiles(5, 8, 4), 1);
+        assert_eq!(push_block_tiles(65, 32, 0), 3);
+        assert_eq!(push_block_tiles(65, 32, 1), 2);
     }
 
     #[test]
-    fn bandwidth_indices_stay_in_u32_up_to_the_largest_message() {
-        // The largest message, the smallest and the largest geometry: the
-        // last round's last shard ends below u32::MAX (no overflow).
-        let vecs = BANDWIDTH_MAX_VECS;
-        for (half, blocks, world) in [
-            (2048u64, 1u32, 2u32),
-            (1 << 40, 32, 8),
-            (5 << 20, 32, 8),
-            (4096, 16, 8),
+    fn push_rings_never_overlap_and_fit_their_bytes() {
+        for (blocks, world, slots, chunk) in
+            [(1u32, 2u32, 2u32, 1u32), (3, 5, 4, 7), (32, 8, 8, 640)]
+        {
+            let total = push_ring_bytes(blocks, world, slots, chunk);
+            let mut spans: Vec<(u64, u64)> = Vec::new();
+            for ring in [PUSH_RING_RS, PUSH_RING_AG] {
+                for block in 0..blocks {
+                    for peer in 0..world - 1 {
+                        for slot in 0..slots {
+                            let at = push_slot_offset(
+                                ring, blocks, world, slots, chunk, block, peer, slot,
+                            );
+                            let end = at + chunk as u64 * VEC_BYTES as u64;
+                            assert!(at.is_multiple_of(VEC_BYTES as u64) && end <= total);
+                            spans.push((at, end));
+                        }
+                    }
+                }
+            }
+            spans.sort_unstable();
+            assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0));
+            assert_eq!(spans.len() as u64 * chunk as u64 * VEC_BYTES as u64, total);
+        }
+        // Peer indices: every rank but `me`, densely.
+        for world in 2..=8u32 {
+            for me in 0..world {
+                let idx: Vec<u32> = (0..world)
+                    .filter(|&s| s != me)
+                    .map(|s| push_peer_index(s, me))
+                    .collect();
+                assert_eq!(idx, (0..world - 1).collect::<Vec<_>>());
+            }
+        }
+    }
+
+    #[test]
+    fn push_lookahead_leaves_slack_both_ways() {
+        for slots in 2..=16u32 {
+            for requested in 0..=20u32 {
+                let d = push_lookahead(slots, requested);
+                assert!(d >= 1 && d < slots, "{slots} {requested}");
+                if (1..slots).contains(&requested) {
+                    assert_eq!(d, requested);
+                }
+            }
+        }
+        assert_eq!(push_lookahead(2, 0), 1);
+        assert_eq!(push_lookahead(3, 0), 1);
+        assert_eq!(push_lookahead(3, 2), 2);
+        assert_eq!(push_lookahead(3, 3), 1);
+        assert_eq!(push_lookahead(4, 0), 2);
+        assert_eq!(push_lookahead(8, 0), 4);
+    }
+
+    #[test]
+    fn push_counters_compare_across_the_wrap() {
+        assert!(push_counter_reached(0, 0, 0));
+        assert!(push_counter_reached(0, 5, -3));
+        assert!(!push_counter_reached(5, 5, 1));
+        assert!(push_counter_reached(6, 5, 1));
+        assert!(push_counter_reached(2, u32::MAX - 1, 4));
+        assert!(!push_counter_reached(1, u32::MAX - 1, 4));
+        // A counter a few tiles behind the base (the peer's last credits
+        // of the previous call still in flight) reads as not reached.
+        assert!(!push_counter_reached(3, 5, 1));
+    }
+
+    #[test]
+    fn push_indices_stay_in_u32_up_to_the_largest_message() {
+        let vecs = PUSH_MAX_VECS;
+        for (world, chunk, blocks) in [
+            (2u32, 1u32, 1u32),
+            (8, 1 << 20, 64),
+            (2, 1 << 16, 32),
+            (8, PUSH_MAX_TILE_VECS / 8, 64),
         ] {
-            let l = bandwidth_slot_vecs(half, blocks, world, vecs);
-            let rounds = bandwidth_rounds(vecs, blocks, world, l);
-            let last = ((rounds as u64 * blocks as u64 - 1) * world as u64 + world as u64 - 1)
-                * l as u64
-                + l as u64;
-            assert!(last < u32::MAX as u64, "{half} {blocks} {world}");
-            let (s, e) = bandwidth_shard(vecs, blocks, world, l, rounds - 1, blocks - 1, world - 1);
+            let tiles = push_tiles(vecs, world, chunk);
+            let last_block = (tiles - 1) % blocks;
+            let n = push_block_tiles(tiles, blocks, last_block);
+            let end = ((n as u64 - 1) * blocks as u64 + last_block as u64 + 1)
+                * world as u64
+                * chunk as u64;
+            assert!(end < (1u64 << 31) + vecs as u64, "{world} {chunk} {blocks}");
+            let (s, e) = push_chunk(vecs, world, chunk, blocks, last_block, n - 1, world - 1);
             assert!(s <= e && e == vecs);
         }
     }

@@ -254,46 +254,6 @@ unsafe fn barrier_with(
     }
 }
 
-/// The first half of a barrier between block `blockIdx.x` of every rank:
-/// thread `t < W` tells rank `t` that this rank reached `epoch` at
-/// `slot`, and the block goes on without waiting. [`block_await`] is the
-/// other half; between them the block may do work that needs no peer
-/// (the bandwidth form pushes its next round there, NOTE [bandwidth
-/// all-reduce] in `bandwidth.rs`). Every thread of the block must call
-/// it.
-///
-/// # Safety
-/// `pads` must hold the mapped signal pads of ranks `0..W`; `rank < W`.
-#[inline(always)]
-pub unsafe fn block_arrive<const W: usize>(
-    pads: &[u64; MAX_RANKS],
-    rank: u32,
-    slot: usize,
-    epoch: u32,
-) {
-    // SAFETY: forwarded; thread t's peer is rank t < W.
-    unsafe { arrive_with(pads, rank, slot, epoch, W as u32, &|t| t) }
-}
-
-/// The second half of [`block_arrive`]: thread `t < W` waits until rank
-/// `t` reached `epoch` at `slot` (bounded, reported as every wait is),
-/// then the whole block goes on. Every thread of the block must call it.
-///
-/// # Safety
-/// `pads` must hold the mapped signal pads of ranks `0..W`; `rank < W`.
-#[inline(always)]
-pub unsafe fn block_await<const W: usize>(
-    pads: &[u64; MAX_RANKS],
-    rank: u32,
-    slot: usize,
-    epoch: u32,
-    timeout_ns: u64,
-    to: ReportTo,
-) {
-    // SAFETY: forwarded; thread t's peer is rank t < W.
-    unsafe { await_with(pads, rank, slot, epoch, timeout_ns, to, W as u32, &|t| t) }
-}
-
 /// Thread `t < n` stores `epoch` into this rank's word for `(slot,
 /// blockIdx.x)` on rank `peer_of(t)`'s pad.
 ///

@@ -34,7 +34,7 @@ pub struct BenchArgs {
     /// Largest message, bytes (default: 64 MiB free-running, 256 MiB
     /// aligned). `--max-bytes 1073741824` extends the sweep to 1 GiB
     /// (256 MiB and 1 GiB after the default sizes), the large-message
-    /// range of the bandwidth form; free-running, the calls per size
+    /// range of the push form; free-running, the calls per size
     /// shrink past 64 MiB (`--large-calls`).
     #[arg(long)]
     pub max_bytes: Option<usize>,
@@ -474,7 +474,10 @@ pub(crate) fn write_files(file: &BenchFile, out: &Path) -> Result<PathBuf> {
 /// Crossovers from the graph-replay medians: each of ours up to the
 /// largest size below which it (or a cheaper-latency one of ours) never
 /// loses to the algorithms after it: Lamport, Lamport two-shot, one-shot,
-/// two-shot, then NCCL.
+/// two-shot, then NCCL; and the push form from the smallest size of the
+/// unbroken run up to the largest one where it beats one-shot, two-shot
+/// and NCCL (left as it was when no push rows ran; the size rule tries
+/// the Lamport forms first, `algo::by_size`).
 pub(crate) fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result<Crossovers> {
     let mut x = intranode::config::read_crossovers(path).unwrap_or_default();
     let time = |bytes: usize, algo: &str| {
@@ -520,6 +523,22 @@ pub(crate) fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result
         .max(x.lamport_max_bytes[world]);
     x.one_shot_max_bytes[world] = limits[2].max(limits[1]).max(limits[0]);
     x.two_shot_max_bytes[world] = limits[3].max(x.one_shot_max_bytes[world]);
+    if sizes.iter().any(|&s| time(s, "push").is_finite()) {
+        let mut from = usize::MAX;
+        for &s in sizes.iter().rev() {
+            let rest = ["one-shot", "two-shot", "nccl"]
+                .iter()
+                .map(|a| time(s, a))
+                .fold(f64::INFINITY, f64::min);
+            let push = time(s, "push");
+            if push.is_finite() && push <= rest {
+                from = s;
+            } else {
+                break;
+            }
+        }
+        x.push_min_bytes[world] = from;
+    }
     Ok(x)
 }
 
@@ -568,5 +587,31 @@ mod tests {
         let png = std::fs::read(dir.join("bench_w4.png")).unwrap();
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The push form's crossover: from the smallest size of the unbroken
+    /// run of its wins up to the largest size; unchanged without push rows.
+    #[test]
+    fn tune_places_the_push_form() {
+        let path = std::env::temp_dir().join(format!("intranode-tune-{}", std::process::id()));
+        let mib = 1usize << 20;
+        let mut rows = Vec::new();
+        for (bytes, nccl, push) in [(8, 50.0, 60.0), (16, 76.0, 80.0), (32, 120.0, 110.0)] {
+            rows.push(row(2, bytes * mib, "nccl", nccl));
+            rows.push(row(2, bytes * mib, "push", push));
+        }
+        rows.push(row(2, 64 * mib, "nccl", 240.0));
+        rows.push(row(2, 64 * mib, "push", 210.0));
+        let x = tune(&rows, 2, &path).unwrap();
+        assert_eq!(x.push_min_bytes[2], 32 * mib);
+        // Losing at the largest size: never.
+        rows.push(row(2, 128 * mib, "nccl", 400.0));
+        rows.push(row(2, 128 * mib, "push", 410.0));
+        assert_eq!(tune(&rows, 2, &path).unwrap().push_min_bytes[2], usize::MAX);
+        let none: Vec<_> = rows.into_iter().filter(|r| r.algo != "push").collect();
+        assert_eq!(
+            tune(&none, 2, &path).unwrap().push_min_bytes,
+            Crossovers::default().push_min_bytes
+        );
     }
 }

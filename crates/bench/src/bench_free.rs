@@ -382,19 +382,16 @@ fn symmetric_rows<T: BenchElem>(
     Ok(())
 }
 
-/// The decode-like mode's algorithms: the sweep's, less the bandwidth
+/// The decode-like mode's algorithms: the sweep's, less the push
 /// form unless `--algos` names it (a form for large messages; the decode
 /// sizes are 8 KiB to 1 MiB, and the default run stays as long as before
 /// it).
 fn decode_algos(args: &BenchArgs, algos: &[Option<AllReduceAlgo>]) -> Vec<Option<AllReduceAlgo>> {
-    let named = args
-        .algos
-        .iter()
-        .any(|a| a == AllReduceAlgo::Bandwidth.name());
+    let named = args.algos.iter().any(|a| a == AllReduceAlgo::Push.name());
     algos
         .iter()
         .copied()
-        .filter(|a| named || *a != Some(AllReduceAlgo::Bandwidth))
+        .filter(|a| named || *a != Some(AllReduceAlgo::Push))
         .collect()
 }
 
@@ -781,10 +778,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decode_mode_takes_the_bandwidth_form_only_when_named() {
+    fn decode_mode_takes_the_push_form_only_when_named() {
         let algos = [
             Some(AllReduceAlgo::Lamport),
-            Some(AllReduceAlgo::Bandwidth),
+            Some(AllReduceAlgo::Push),
             None,
         ];
         let mut a = BenchArgs::demo();
@@ -792,7 +789,7 @@ mod tests {
             decode_algos(&a, &algos),
             vec![Some(AllReduceAlgo::Lamport), None]
         );
-        a.algos = vec!["bandwidth".into(), "auto".into()];
+        a.algos = vec!["push".into(), "auto".into()];
         assert_eq!(decode_algos(&a, &algos), algos.to_vec());
     }
 

@@ -94,8 +94,8 @@ const LOOKS: [Look; 8] = [
         marker: Marker::None,
     },
     Look {
-        algo: "bandwidth",
-        label: "bandwidth",
+        algo: "push",
+        label: "push",
         color: RGBColor(0x8c, 0x56, 0x4b),
         stroke_px: 2,
         dashed: true,

@@ -167,7 +167,7 @@ impl Rank {
         let Some(intra) = self.comm.intra() else {
             return Vec::new();
         };
-        let mut v = vec![Lamport, LamportTwoShot, OneShot, TwoShot, Bandwidth];
+        let mut v = vec![Lamport, LamportTwoShot, OneShot, TwoShot, Push];
         if intra.hcm_plan().is_ok() {
             v.push(Hcm);
         }

@@ -38,6 +38,7 @@ fn request(rank: usize, world: usize) -> RendezvousRequest {
         buffer_bytes: 1 << 20,
         backend: intranode::symm_mem::Backend::Vmm,
         debug: intranode::comm::debug::DebugLevel::Off,
+        push_shape: intranode::config::PushShape::default(),
     }
 }
 

@@ -16,7 +16,7 @@ use kernels_gpu::layout::{AllReduceParams, BarrierParams, MAX_BLOCKS, MAX_RANKS}
 
 use super::IntraNodeComm;
 use crate::algo::{AllReduceAlgo, AllReduceCall, IntraPath, decide_all_reduce};
-use crate::config::{LamportShapes, LaunchShape, MAX_LAMPORT_BLOCKS};
+use crate::config::{LamportShapes, LaunchShape, MAX_LAMPORT_BLOCKS, PushShape};
 use crate::error::{Error, Result};
 use crate::kernels::Grid;
 use crate::types::{DType, ElemType};
@@ -31,39 +31,64 @@ pub(super) const THREADS: usize = crate::config::MAX_THREADS_PER_BLOCK;
 /// signal-pad layout's bound).
 const ONE_SHOT_MAX_BLOCKS: usize = 24;
 const TWO_SHOT_MAX_BLOCKS: usize = 64;
-/// Most blocks of the bandwidth form (NOTE [bandwidth all-reduce] in
-/// `kernels-gpu/src/bandwidth.rs`), of `THREADS` (512) threads each. Its SM
-/// footprint: at most this many SMs, 32 of an H100's or H200's 132 (on an
-/// idle GPU the blocks go to distinct SMs); each block holds a quarter of
-/// an SM's threads and, at 64 to 80 registers a thread (`cargo xtask
-/// check-ptx`), 32 to 40 Ki of its 64 Ki registers.
-/// NOT MEASURED: chosen as enough 16-byte accesses in flight for one
-/// direction of NVLink 4 (32 blocks x 512 threads x 4 loads x 16 bytes =
-/// 1 MiB in flight, against about 450 GB/s x 2 us), and as NCCL's
-/// channel count on such machines is of that order. Smaller messages get
-/// fewer blocks (one vector per thread and shard, as the two-shot), and a
-/// small symmetric buffer fewer still (a slot holds one vector at least).
-pub const BANDWIDTH_MAX_BLOCKS: usize = 32;
-const _: () = assert!(
-    ONE_SHOT_MAX_BLOCKS <= MAX_BLOCKS
-        && TWO_SHOT_MAX_BLOCKS <= MAX_BLOCKS
-        && BANDWIDTH_MAX_BLOCKS <= MAX_BLOCKS
-);
+const _: () = assert!(ONE_SHOT_MAX_BLOCKS <= MAX_BLOCKS && TWO_SHOT_MAX_BLOCKS <= MAX_BLOCKS);
 
-/// Blocks of a bandwidth-form launch over a whole message of `vecs`
-/// 16-byte vectors with halves of `half_bytes`: one vector per thread and
-/// shard where the message is small, [`BANDWIDTH_MAX_BLOCKS`] at most, and
-/// no more than leave every slot of a round one vector
-/// (`kernels_gpu::math::bandwidth_slot_vecs`). The same on every rank
-/// (the kernels' flags are per block): it depends on the call and the
-/// buffer size only, which the rendezvous checks are equal. Zero when a
-/// half cannot hold one vector per rank.
-pub(crate) fn bandwidth_blocks(vecs: usize, world: usize, half_bytes: usize) -> usize {
-    let world = world.max(1);
-    let fit = half_bytes / kernels_gpu::math::VEC_BYTES / world;
-    vecs.div_ceil(world * THREADS)
-        .clamp(1, BANDWIDTH_MAX_BLOCKS)
+/// How one call of the push form is launched (NOTE [push all-reduce] in
+/// `kernels-gpu/src/push.rs`): the grid, and the chunk (ring slot) and
+/// slots per ring the kernels lay their rings out with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PushLaunch {
+    pub blocks: usize,
+    pub threads: usize,
+    pub chunk_vecs: usize,
+    pub slots: usize,
+    /// `1..slots` (`kernels_gpu::math::push_lookahead`).
+    pub lookahead: usize,
+}
+
+/// The push form's launch for a message of `vecs` 16-byte vectors on
+/// `world` ranks with symmetric buffers of `buffer_bytes` (the rings take
+/// the whole buffer: the call starts with a barrier), from `shape`
+/// (`config::PUSH_LAUNCH_ENV`). A function of its arguments alone, which
+/// are the same on every rank (the rendezvous checks the buffer size and
+/// the shape), so every rank launches the same grid and rings. `None`
+/// when the buffer cannot hold one vector per slot.
+///
+/// The chunk: at most `shape.max_chunk_bytes` and what the buffer holds
+/// for `2 x max_blocks x (world - 1) x slots` slots; below that, small
+/// enough that every block gets `slots` tiles where the message allows
+/// (else a block would run fewer tiles than its pipeline is deep), but one
+/// vector per thread at least. The defaults (`PushShape::default`) come
+/// from the issue-28 sweep on 2 H200; the buffer is the allocation, grown
+/// to `shape.scratch_bytes` at the rendezvous.
+pub(crate) fn push_launch(
+    shape: &PushShape,
+    vecs: usize,
+    world: usize,
+    buffer_bytes: usize,
+) -> Option<PushLaunch> {
+    use kernels_gpu::math::{PUSH_MAX_TILE_VECS, VEC_BYTES};
+    let peers = world.checked_sub(1).filter(|&p| p > 0)?;
+    let slots = shape.slots.max(2);
+    let max_blocks = shape.max_blocks.clamp(1, MAX_BLOCKS);
+    let threads = shape.threads.clamp(32, THREADS);
+    let fit = buffer_bytes / VEC_BYTES / (2 * max_blocks * peers * slots);
+    let most = (shape.max_chunk_bytes / VEC_BYTES)
         .min(fit)
+        .min(PUSH_MAX_TILE_VECS as usize / world);
+    if most == 0 {
+        return None;
+    }
+    let wanted = vecs.div_ceil(world * max_blocks * slots).max(threads);
+    let chunk_vecs = wanted.min(most);
+    let tiles = vecs.div_ceil(world * chunk_vecs);
+    Some(PushLaunch {
+        blocks: tiles.clamp(1, max_blocks),
+        threads,
+        chunk_vecs,
+        slots,
+        lookahead: kernels_gpu::math::push_lookahead(slots as u32, shape.lookahead as u32) as usize,
+    })
 }
 
 /// Blocks for a launch over `vecs` 16-byte vectors.
@@ -132,21 +157,18 @@ impl LamportLaunch {
     }
 }
 
-/// Blocks and threads of a launch over `vecs` 16-byte vectors (for the
-/// bandwidth form, the whole message; for the others, one chunk) with
-/// halves of `half_bytes`.
+/// Blocks and threads of a launch over `vecs` 16-byte vectors (one
+/// chunk) of every form but the push form ([`push_launch`]).
 fn launch_shape(
     algo: AllReduceAlgo,
     vecs: usize,
     world: usize,
-    half_bytes: usize,
     lamport: &LamportLaunch,
 ) -> (usize, usize) {
     match algo {
         AllReduceAlgo::Lamport | AllReduceAlgo::LamportTwoShot => {
             lamport.shape_for(algo, vecs, world)
         }
-        AllReduceAlgo::Bandwidth => (bandwidth_blocks(vecs, world, half_bytes), THREADS),
         _ => (blocks_for(algo, vecs, world), THREADS),
     }
 }
@@ -161,7 +183,7 @@ fn collective_kernel(algo: AllReduceAlgo, elem: ElemType, world: usize) -> Optio
         AllReduceAlgo::Hcm => Collective::Hcm,
         AllReduceAlgo::Lamport => Collective::Lamport,
         AllReduceAlgo::LamportTwoShot => Collective::LamportTwoShot,
-        AllReduceAlgo::Bandwidth => Collective::Bandwidth,
+        AllReduceAlgo::Push => Collective::Push,
         AllReduceAlgo::Nccl => return None,
     };
     let kernel = Kernel::Collective {
@@ -195,15 +217,25 @@ impl IntraNodeComm {
     pub(crate) fn intra_path(&self) -> IntraPath {
         IntraPath {
             topology: self.topology,
-            buffer_bytes: self.symm.buffer_bytes(),
+            buffer_bytes: self.buffer_bytes,
             hcm_runnable: self.hcm_plan.is_ok(),
+            push_runnable: push_launch(&self.push_shape, 1, self.world(), self.symm.buffer_bytes())
+                .is_some(),
         }
     }
 
     /// Bytes of each half of the symmetric buffer (calls alternate halves),
     /// a multiple of 16: the most one kernel launch reduces.
     pub fn half_buffer_bytes(&self) -> usize {
-        (self.symm().buffer_bytes() / 2) & !15
+        (self.buffer_bytes / 2) & !15
+    }
+
+    /// Bytes of the symmetric buffer the configuration asked for
+    /// (`config::BUFFER_BYTES_ENV`), which every form but the push form
+    /// works in; the allocation (`symm().buffer_bytes()`) may be larger,
+    /// for the push form's rings (`config::PushShape::scratch_bytes`).
+    pub fn buffer_bytes(&self) -> usize {
+        self.buffer_bytes
     }
 
     /// `output = op(input of every rank)`, on `stream`. `input` and
@@ -280,8 +312,8 @@ impl IntraNodeComm {
         let algo = self.resolve(algo, elem, elems);
         let mut params = self.params_template();
         // Elements one launch's grid is sized for: one chunk (the kernel
-        // walks larger messages chunk by chunk, `run_chunks`); for the
-        // bandwidth form, the whole message (below).
+        // walks larger messages chunk by chunk, `run_chunks`); the push
+        // form walks the whole message through its rings (below).
         let mut chunk_elems = self.half_buffer_bytes() / elem.bytes();
         if algo == AllReduceAlgo::Hcm {
             let plan = self.hcm_plan().map_err(|why| {
@@ -293,20 +325,22 @@ impl IntraNodeComm {
             chunk_elems =
                 kernels_gpu::math::hcm_chunk_elems(self.half_buffer_bytes(), elem.bytes());
         }
-        if algo == AllReduceAlgo::Bandwidth {
-            // The kernel walks the whole message in rounds of its own
-            // (`kernels_gpu::math::bandwidth_rounds`); a round is at most a
-            // half, and needs one vector per rank and block.
-            let half_vecs = self.half_buffer_bytes() / kernels_gpu::math::VEC_BYTES;
-            chunk_elems = if half_vecs >= self.world() {
-                elems.max(1)
-            } else {
-                0
-            };
-        }
+        let vecs_total = elems.div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
+        let push = if algo == AllReduceAlgo::Push {
+            let launch = push_launch(
+                &self.push_shape,
+                vecs_total,
+                self.world(),
+                self.symm().buffer_bytes(),
+            );
+            chunk_elems = if launch.is_some() { elems.max(1) } else { 0 };
+            launch
+        } else {
+            None
+        };
         if chunk_elems == 0 {
             return Err(Error::InvalidArgument(format!(
-                "all_reduce on rank {}: a half of the {}-byte symmetric buffer holds no chunk for {}",
+                "all_reduce on rank {}: the {}-byte symmetric buffer holds no chunk for {}",
                 self.rank(),
                 self.symm().buffer_bytes(),
                 algo.name()
@@ -332,23 +366,29 @@ impl IntraNodeComm {
         if let Some(in_bufs) = self.symmetric_input(algo, input, elems * elem.bytes()) {
             params.in_bufs = in_bufs;
         }
-        let vecs = elems
-            .min(chunk_elems)
-            .div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
-        let (blocks, threads) = launch_shape(
-            algo,
-            vecs,
-            self.world(),
-            self.half_buffer_bytes(),
-            self.lamport_launch(),
-        );
+        let (blocks, threads) = match push {
+            Some(launch) => {
+                params.push_chunk_vecs = launch.chunk_vecs as u32;
+                params.push_slots = launch.slots as u32;
+                params.push_lookahead = launch.lookahead as u32;
+                (launch.blocks, launch.threads)
+            }
+            None => {
+                let vecs = elems
+                    .min(chunk_elems)
+                    .div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
+                launch_shape(algo, vecs, self.world(), self.lamport_launch())
+            }
+        };
         // SAFETY: every all-reduce kernel takes one AllReduceParams by
         // value; the caller vouches for input and output, the peers'
         // buffers and pads live as long as `self`; `blocks_for` and
-        // `bandwidth_blocks` stay within MAX_BLOCKS for the kernels that
-        // count blocks in the pad (the Lamport ones do not), and a
-        // bandwidth launch has at least one vector per slot (checked
-        // above: `bandwidth_blocks` leaves it so).
+        // `push_launch` stay within MAX_BLOCKS for the kernels that count
+        // blocks in the pad (the Lamport ones do not), and a push launch
+        // has chunks of a vector at least, 2 slots at least, rings inside
+        // the buffer and at least 32 threads (`push_launch`), and at most
+        // `PUSH_MAX_VECS` vectors (`decide_all_reduce` hands larger
+        // messages to the two-shot).
         unsafe {
             self.kernels()
                 .launch(kernel, Grid::new(blocks, threads), stream, (params,))
@@ -468,7 +508,7 @@ mod tests {
                     AllReduceAlgo::LamportTwoShot,
                     AllReduceAlgo::OneShot,
                     AllReduceAlgo::TwoShot,
-                    AllReduceAlgo::Bandwidth,
+                    AllReduceAlgo::Push,
                 ] {
                     assert!(collective_kernel(algo, elem, world).is_some());
                 }
@@ -487,8 +527,8 @@ mod tests {
         );
         let k = collective_kernel(AllReduceAlgo::Hcm, ElemType::Bf16, 6);
         assert_eq!(k.map(|k| k.to_string()), Some("hcm_bf16_w6".into()));
-        let k = collective_kernel(AllReduceAlgo::Bandwidth, ElemType::F32, 8);
-        assert_eq!(k.map(|k| k.to_string()), Some("bandwidth_f32_w8".into()));
+        let k = collective_kernel(AllReduceAlgo::Push, ElemType::F32, 8);
+        assert_eq!(k.map(|k| k.to_string()), Some("push_f32_w8".into()));
     }
 
     #[test]
@@ -579,33 +619,69 @@ mod tests {
     }
 
     #[test]
-    fn bandwidth_blocks_fit_the_pad_and_leave_every_slot_a_vector() {
-        use kernels_gpu::math::{bandwidth_rounds, bandwidth_slot_vecs};
-        for world in 2..=8 {
-            for half_bytes in [2048usize, 32 << 10, 5 << 20] {
-                for vecs in [1usize, 7, 512, 4096, 1 << 20, 1 << 26] {
-                    let b = bandwidth_blocks(vecs, world, half_bytes);
-                    assert!(
-                        (1..=BANDWIDTH_MAX_BLOCKS).contains(&b),
-                        "{world} {half_bytes} {vecs}"
-                    );
-                    let (b, w, v) = (b as u32, world as u32, vecs as u32);
-                    let l = bandwidth_slot_vecs(half_bytes as u64, b, w, v);
-                    assert!(l >= 1 && bandwidth_rounds(v, b, w, l) >= 1);
+    fn push_launch_fits_the_buffer_and_the_kernels() {
+        use kernels_gpu::math::{
+            PUSH_MAX_TILE_VECS, push_block_tiles, push_ring_bytes, push_tiles,
+        };
+        let shapes = [
+            PushShape::default(),
+            PushShape::parse("blocks=64,threads=256,chunk=1048576,slots=16").unwrap(),
+            PushShape::parse("blocks=1,threads=32,chunk=16,slots=2").unwrap(),
+            PushShape::parse("blocks=160,chunk=262144,slots=4").unwrap(),
+            PushShape::parse("blocks=132,chunk=131072,slots=3,lookahead=2").unwrap(),
+        ];
+        for shape in shapes {
+            for world in 2..=8 {
+                for buffer in [4096usize, 10 << 20, 256 << 20] {
+                    for vecs in [1usize, 7, 512, 4096, 1 << 20, 1 << 26, 1 << 30] {
+                        let Some(l) = push_launch(&shape, vecs, world, buffer) else {
+                            // Only a buffer without a vector per slot.
+                            assert!(
+                                buffer / 16 < 2 * shape.max_blocks * (world - 1) * shape.slots,
+                                "{shape:?} {world} {buffer}"
+                            );
+                            continue;
+                        };
+                        let (b, w, s, c) =
+                            (l.blocks as u32, world as u32, l.slots as u32, l.chunk_vecs as u32);
+                        assert!((1..=shape.max_blocks).contains(&l.blocks));
+                        assert!(l.blocks <= MAX_BLOCKS && l.threads >= world - 1);
+                        assert!(l.chunk_vecs >= 1 && l.slots >= 2);
+                        assert!((1..l.slots).contains(&l.lookahead));
+                        assert!(l.chunk_vecs * 16 <= shape.max_chunk_bytes);
+                        assert!(w * c <= PUSH_MAX_TILE_VECS);
+                        assert!(push_ring_bytes(b, w, s, c) <= buffer as u64);
+                        // No idle block: each gets a tile at least.
+                        let tiles = push_tiles(vecs as u32, w, c);
+                        assert!((0..b).all(|k| push_block_tiles(tiles, b, k) >= 1));
+                    }
                 }
             }
-            // Large messages take every block; small ones one vector per
-            // thread and shard.
-            assert_eq!(
-                bandwidth_blocks(1 << 26, world, 5 << 20),
-                BANDWIDTH_MAX_BLOCKS
-            );
-            assert_eq!(bandwidth_blocks(world * THREADS, world, 5 << 20), 1);
-            assert_eq!(bandwidth_blocks(world * THREADS + 1, world, 5 << 20), 2);
-            // A half too small for one vector per rank: none (refused).
-            assert_eq!(bandwidth_blocks(1 << 20, world, 16 * world - 16), 0);
         }
-        // A small buffer caps the blocks: 2 KiB halves hold 128 vectors.
-        assert_eq!(bandwidth_blocks(1 << 20, 8, 2048), 16);
+        // The default on 2 ranks and its 33 MiB scratch: 132 blocks of 512
+        // threads, 2 slots of 64 KiB (the issue-28 sweep's best at 64 MiB),
+        // a chunk of one vector per thread for small messages.
+        let d = PushShape::default();
+        let big = push_launch(&d, 1 << 26, 2, d.scratch_bytes).unwrap();
+        assert_eq!(
+            big,
+            PushLaunch {
+                blocks: 132,
+                threads: 512,
+                chunk_vecs: 4096,
+                slots: 2,
+                lookahead: 1
+            }
+        );
+        let small = push_launch(&d, 1 << 16, 2, d.scratch_bytes).unwrap();
+        assert_eq!((small.blocks, small.chunk_vecs), (64, 512));
+        let tiny = push_launch(&d, 100, 2, d.scratch_bytes).unwrap();
+        assert_eq!((tiny.blocks, tiny.chunk_vecs), (1, 512));
+        // On 8 ranks the chunk shrinks to what the scratch holds.
+        let eight = push_launch(&d, 1 << 26, 8, d.scratch_bytes).unwrap();
+        assert_eq!((eight.blocks, eight.chunk_vecs), (132, 585));
+        // No ring fits: refused.
+        assert_eq!(push_launch(&d, 1 << 20, 8, 4096), None);
+        assert_eq!(push_launch(&d, 1 << 20, 1, 10 << 20), None);
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use cudarc::driver::CudaContext;
 use kernels_gpu::layout::{
-    ERR_NONE, ErrorWord, SLOT_EXPLICIT, SLOT_LAMPORT, SLOT_MID, SLOT_START, form_name,
+    ERR_NONE, ErrorWord, SLOT_EXPLICIT, SLOT_LAMPORT, SLOT_PUSH, SLOT_MID, SLOT_START, form_name,
 };
 
 use crate::driver_ext;
@@ -99,12 +99,13 @@ impl HostErrorWord {
 fn phase_name(slot: u32) -> &'static str {
     match slot as usize {
         SLOT_START => {
-            "at the barrier after every rank copied its input in (bandwidth: pushed its shards)"
+            "at the barrier after every rank copied its input in (push: at the start of the call)"
         }
         SLOT_MID => "at the barrier after the reduce-scatter (or HCM's relay)",
         // Slot 2 is also the one-shot's end barrier on a symmetric input
         // (`layout::SLOT_END`); the form in the report tells them apart.
         SLOT_LAMPORT => "for a peer's data (one-shot on a symmetric input: at the end barrier)",
+        SLOT_PUSH => "for a peer's pushed chunk or its credit (push form)",
         SLOT_EXPLICIT => "at an explicit barrier",
         _ => "at an unknown barrier slot",
     }

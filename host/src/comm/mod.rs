@@ -43,7 +43,14 @@ pub struct IntraNodeComm {
     pub(crate) hcm_neighbors: Option<[[usize; 4]; MAX_DEVICES]>,
     /// This rank's part in HCM, or why the group cannot run it.
     pub(crate) hcm_plan: std::result::Result<hcm::HcmPlan, hcm::HcmUnavailable>,
+    /// Symmetric memory, its buffer allocated `buffer_bytes` or the push
+    /// form's scratch where that is larger
+    /// (`config::PushShape::scratch_bytes`).
     pub(crate) symm: SymmetricMemory,
+    /// The symmetric buffer the configuration asked for
+    /// (`config::BUFFER_BYTES_ENV`): every form but the push form works in
+    /// its halves ([`half_buffer_bytes`](Self::half_buffer_bytes)).
+    pub(crate) buffer_bytes: usize,
     pub(crate) usage_counter: AtomicU64,
     /// Where kernels report a peer that never arrived.
     pub(crate) health: Arc<HostErrorWord>,
@@ -56,6 +63,9 @@ pub struct IntraNodeComm {
     pub(crate) crossovers: crate::algo::Crossovers,
     /// Launch shapes of the Lamport kernels (`config::LAMPORT_LAUNCH_ENV`).
     pub(crate) lamport_launch: LamportLaunch,
+    /// The push form's launch shape (`config::PUSH_LAUNCH_ENV`), the same
+    /// on every rank (the rendezvous checks).
+    pub(crate) push_shape: crate::config::PushShape,
     /// The side stream of calls captured into CUDA graphs, made at the
     /// first such call (NOTE [capture and event tracking] in `tracked.rs`).
     pub(crate) capture_side: std::sync::OnceLock<tracked::CaptureSide>,

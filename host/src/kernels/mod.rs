@@ -401,7 +401,7 @@ fn launch_op(kernel: Kernel) -> &'static str {
             Collective::LamportTwoShot => "cuLaunchKernel(lamport2)",
             Collective::ReduceScatter => "cuLaunchKernel(reduce_scatter)",
             Collective::AllGather => "cuLaunchKernel(all_gather)",
-            Collective::Bandwidth => "cuLaunchKernel(bandwidth)",
+            Collective::Push => "cuLaunchKernel(push)",
         },
     }
 }

@@ -26,6 +26,7 @@ mod validate;
 
 pub use request::{
     PROTOCOL_VERSION, RendezvousRequest, debug_level_mismatch, exchange_requests, hostname,
+    push_shape_mismatch,
 };
 pub use validate::{
     BUFFER_GRANULARITY_BYTES, MAX_WORLD, MIN_WORLD, Unsupported, ValidatedGroup, validate,
@@ -199,7 +200,7 @@ pub fn run_timed(
     local?;
     let requests = requests?;
     // Every rank sees the same requests, so every rank fails here alike.
-    if let Some(why) = debug_level_mismatch(&requests) {
+    if let Some(why) = debug_level_mismatch(&requests).or_else(|| push_shape_mismatch(&requests)) {
         return Err(Error::InvalidArgument(format!("rank {rank}: {why}")).into());
     }
     times.lap("requests", &mut since);
@@ -301,13 +302,17 @@ pub fn run_timed(
     }
 
     // Step 4: symmetric memory (its last phase is the final all-gather).
+    // The allocation also holds the push form's rings (its scratch,
+    // `config::PushShape::scratch_bytes`, a multiple of the granularity
+    // and the same on every rank: the rendezvous checked the shapes); the
+    // other forms keep to `group.buffer_bytes`.
     let symm = SymmetricMemory::rendezvous(
         ctx,
         s,
         &mut exchange,
         rank,
         world,
-        group.buffer_bytes,
+        group.buffer_bytes.max(config.push_shape.scratch_bytes),
         group.backend,
     )?;
     times.lap("symmetric memory", &mut since);
@@ -338,12 +343,14 @@ pub fn run_timed(
             group.hcm_neighbors.as_ref(),
         ),
         symm,
+        buffer_bytes: group.buffer_bytes,
         usage_counter: AtomicU64::new(0),
         health: Arc::new(health),
         barrier_timeout: config.barrier_timeout(),
         call_checker,
         crossovers: config.crossovers.clone(),
         lamport_launch,
+        push_shape: requests[rank].push_shape,
         capture_side: std::sync::OnceLock::new(),
         user_buffers: Default::default(),
     })

@@ -8,7 +8,7 @@ use cudarc::driver::CudaContext;
 use intranode_store::{Store, StoreExchange};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{CommConfig, DEBUG_ENV, DebugLevel};
+use crate::config::{CommConfig, DEBUG_ENV, DebugLevel, PushShape};
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
 use crate::symm_mem::Backend;
@@ -16,7 +16,7 @@ use crate::topology::PciAddress;
 
 /// Version of [`RendezvousRequest`] and of the rendezvous sequence; ranks
 /// of different versions refuse each other.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The first failing rank of an all-gathered list of requests, and why.
 pub(super) fn first_failed_request(
@@ -86,6 +86,11 @@ pub struct RendezvousRequest {
     pub backend: Backend,
     /// The sender's [`DEBUG_ENV`] level.
     pub debug: DebugLevel,
+    /// The sender's push-form launch shape (`config::PUSH_LAUNCH_ENV`):
+    /// its kernels meet per block and lay their rings out from it, so
+    /// ranks that differ would wait for each other's missing blocks or
+    /// read each other's chunks at the wrong places.
+    pub push_shape: PushShape,
 }
 
 impl RendezvousRequest {
@@ -119,6 +124,7 @@ impl RendezvousRequest {
             buffer_bytes: config.buffer_bytes,
             backend: config.backend,
             debug: config.debug,
+            push_shape: config.push_shape.for_sms(super::multiprocessors(ctx)?),
         })
     }
 
@@ -145,6 +151,23 @@ impl RendezvousRequest {
     pub(crate) fn device_label(&self) -> String {
         format!("device {} (pci {})", self.device, self.pci_bus_id)
     }
+}
+
+/// Why the ranks that sent `requests` cannot work together, if they
+/// disagree on the push form's launch shape (`config::PUSH_LAUNCH_ENV`):
+/// a failure on every rank alike, as [`debug_level_mismatch`].
+pub fn push_shape_mismatch(requests: &[RendezvousRequest]) -> Option<String> {
+    let first = requests.first()?;
+    let other = requests.iter().find(|r| r.push_shape != first.push_shape)?;
+    Some(format!(
+        "{} differs between ranks: rank {} (host {}) runs with {:?}, rank {} with {:?}; set it alike on every rank",
+        crate::config::PUSH_LAUNCH_ENV,
+        other.rank,
+        other.hostname,
+        other.push_shape,
+        first.rank,
+        first.push_shape
+    ))
 }
 
 /// This machine's host name (`gethostname`), or `unknown-host`.

@@ -21,7 +21,18 @@ fn req(rank: usize, world: usize, bus: u32) -> RendezvousRequest {
         buffer_bytes: DEFAULT_BUFFER_BYTES,
         backend: Backend::Vmm,
         debug: DebugLevel::Off,
+        push_shape: PushShape::default(),
     }
+}
+
+#[test]
+fn push_shapes_must_agree() {
+    let mut g = group(3);
+    assert_eq!(push_shape_mismatch(&g), None);
+    g[1].push_shape.slots = 8;
+    let why = push_shape_mismatch(&g).unwrap();
+    assert!(why.contains("rank 1") && why.contains(PUSH_LAUNCH_ENV), "{why}");
+    assert_eq!(push_shape_mismatch(&[]), None);
 }
 
 #[test]

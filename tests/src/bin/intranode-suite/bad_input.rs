@@ -235,7 +235,7 @@ fn normal() -> Result<()> {
     let empty = zeros::<f32>(&r, 0)?;
     let mut empty_out = zeros::<f32>(&r, 0)?;
     intra.all_reduce(&empty, &mut empty_out, sum, AllReduceAlgo::TwoShot, &s)?;
-    intra.all_reduce(&empty, &mut empty_out, sum, AllReduceAlgo::Bandwidth, &s)?;
+    intra.all_reduce(&empty, &mut empty_out, sum, AllReduceAlgo::Push, &s)?;
     report.push("zero elements: accepted as a no-op (two-shot, bandwidth)".into());
 
     // The group still works: checked all-reduces on both paths.
@@ -243,7 +243,7 @@ fn normal() -> Result<()> {
     for (call, algo) in [
         (1u64, Some(AllReduceAlgo::OneShot)),
         (2, Some(AllReduceAlgo::TwoShot)),
-        (3, Some(AllReduceAlgo::Bandwidth)),
+        (3, Some(AllReduceAlgo::Push)),
         (4, None),
     ] {
         let input = data::inputs::<bf16>(9, call, rank, n + 3);

@@ -153,7 +153,7 @@ fn sweep<T: DType + NcclType>(
     let buffer_elems = r
         .comm
         .intra()
-        .map_or(5 << 20, |c| c.symm().buffer_bytes() / T::ELEM.bytes());
+        .map_or(5 << 20, |c| c.buffer_bytes() / T::ELEM.bytes());
     // The largest message of the Lamport two-shot: the fullest its
     // buffers get, several vectors per thread.
     let lamport_elems =
@@ -474,11 +474,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     // Messages of up to four symmetric buffers, back to back: every call
     // runs several chunks in one launch, where a block running ahead of
     // its peers would show any reuse race.
-    let big = r
-        .comm
-        .intra()
-        .map_or(5 << 20, |c| c.symm().buffer_bytes() / 2)
-        * 4;
+    let big = r.comm.intra().map_or(5 << 20, |c| c.buffer_bytes() / 2) * 4;
     stress::<bf16>(&mut r, args, &algos, 60, big, &mut call, &mut rng)?;
     let t_stress = t0.elapsed() - t_sweep;
     r.store_barrier()?;

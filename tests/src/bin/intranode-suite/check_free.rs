@@ -41,7 +41,7 @@ pub struct Report {
 /// one-shot / two-shot's middle), past the Lamport buffers' slot on 2
 /// ranks, several symmetric buffers.
 fn sizes_bytes(r: &Rank) -> Vec<usize> {
-    let buffer = r.comm.intra().map_or(10 << 20, |c| c.symm().buffer_bytes());
+    let buffer = r.comm.intra().map_or(10 << 20, |c| c.buffer_bytes());
     vec![4 << 10, 256 << 10, 2 << 20, 12 << 20, 2 * buffer + 4096]
 }
 

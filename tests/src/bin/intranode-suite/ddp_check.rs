@@ -143,7 +143,7 @@ fn raw_broadcasts(c: &mut Ctx<'_>) -> Result<usize> {
         half - 1,
         half,
         half + 1,
-        intra.symm().buffer_bytes() + 13,
+        intra.buffer_bytes() + 13,
     ];
     let mut cases = 0;
     for root in 0..c.world {
@@ -388,7 +388,7 @@ fn coalesced_case(
 }
 
 fn coalesced(c: &mut Ctx<'_>) -> Result<String> {
-    let buffer_bytes = c.comm.intra().map_or(10 << 20, |i| i.symm().buffer_bytes());
+    let buffer_bytes = c.comm.intra().map_or(10 << 20, |i| i.buffer_bytes());
     let mut cases = 0;
     let mut buffers = 0;
     let paths = c.paths();

@@ -86,7 +86,7 @@ pub struct FaultArgs {
     #[arg(long)]
     pub victim: Option<usize>,
     /// Algorithm of the all-reduce phase (`lamport`, `lamport-two-shot`,
-    /// `one-shot`, `two-shot`, `hcm` or `bandwidth`).
+    /// `one-shot`, `two-shot`, `hcm` or `push`).
     #[arg(long, default_value = "two-shot")]
     pub algo: String,
     /// All-reduces every rank queues in the all-reduce phase.
@@ -162,7 +162,7 @@ pub fn run(args: &FaultArgs) -> Result<()> {
         .filter(|a| *a != AllReduceAlgo::Nccl)
         .with_context(|| {
             format!(
-                "--algo {:?}: expected lamport, lamport-two-shot, one-shot, two-shot, hcm or bandwidth",
+                "--algo {:?}: expected lamport, lamport-two-shot, one-shot, two-shot, hcm or push",
                 args.algo
             )
         })?;

@@ -113,7 +113,7 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
         straggler("skip", 0, "two-shot"),
         straggler("late", n - 1, "one-shot"),
         straggler("late", 0, "lamport-two-shot"),
-        straggler("late", n - 1, "bandwidth"),
+        straggler("late", n - 1, "push"),
         faults("rendezvous", n - 1, &[]),
         faults("rendezvous", 0, &[]),
         faults("barrier", 0, &[]),
@@ -131,11 +131,11 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
             0,
             &["--algo", "two-shot", "--elems", "8000000", "--calls", "4"],
         ),
-        // The bandwidth form, several rounds per call.
+        // The push form, many tiles per call.
         faults(
             "all-reduce",
             n - 1,
-            &["--algo", "bandwidth", "--elems", "8000000", "--calls", "4"],
+            &["--algo", "push", "--elems", "8000000", "--calls", "4"],
         ),
         Case {
             name: "bad input, debug fingerprints".into(),

@@ -345,7 +345,7 @@ impl Counts {
             Some(AllReduceAlgo::OneShot) => 2,
             Some(AllReduceAlgo::TwoShot) => 3,
             Some(AllReduceAlgo::LamportTwoShot) => 5,
-            Some(AllReduceAlgo::Bandwidth) => 6,
+            Some(AllReduceAlgo::Push) => 6,
             Some(_) => 4,
         }] += 1;
         self.bytes += spec.bytes() as u128;
