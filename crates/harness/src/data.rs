@@ -9,7 +9,7 @@
 use anyhow::{Result, bail};
 use half::{bf16, f16};
 use intranode::ReduceOp;
-use intranode::comm::scatter_gather::ScatterGather;
+use intranode::internals::comm::scatter_gather::ScatterGather;
 use intranode::kernels::{DType, ElemType};
 
 use crate::rank::Rank;

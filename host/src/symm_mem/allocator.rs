@@ -229,7 +229,8 @@ pub(super) fn allocate_local(
                 rank,
                 world,
                 store.timeout(),
-            )?;
+            )
+            .map_err(Error::ipc)?;
             (LocalBlock::Vmm(block), layout, None, Some(channel))
         }
         Backend::CudaIpc => {

@@ -35,8 +35,8 @@ use anyhow::{Context, Result, anyhow, bail, ensure};
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
-use intranode::algo::AllReduceAlgo;
-use intranode::comm::broadcast::BroadcastAlgo;
+use intranode::internals::algo::AllReduceAlgo;
+use intranode::internals::comm::broadcast::BroadcastAlgo;
 use intranode::ddp::{
     AllReduceHook, CommHook, CompressHook, DeviceBuffer, GradBucket, PlanItem, StatefulHook,
     all_reduce_flat, broadcast_coalesced_with, plan_buckets,

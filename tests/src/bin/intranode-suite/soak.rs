@@ -29,7 +29,7 @@ use cudarc::driver::{CudaGraph, CudaSlice, CudaStream};
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
 use intranode::ReduceOp;
-use intranode::algo::AllReduceAlgo;
+use intranode::internals::algo::AllReduceAlgo;
 use intranode::kernels::{DType, ElemType, SoakCall, TestKernelModule};
 use intranode_harness::rank::Rank;
 use kernels_gpu::layout;
