@@ -25,7 +25,6 @@ use serde::{Deserialize, Serialize};
 use crate::topology::{MAX_DEVICES, Topology};
 use crate::types::ElemType;
 
-
 /// All-reduce algorithms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum AllReduceAlgo {

@@ -276,7 +276,9 @@ pub enum Collective {
 
 impl Collective {
     /// The reduce-scatter or all-gather, if it is one of them.
-    pub fn scatter_gather(self) -> Option<intranode::internals::comm::scatter_gather::ScatterGather> {
+    pub fn scatter_gather(
+        self,
+    ) -> Option<intranode::internals::comm::scatter_gather::ScatterGather> {
         use intranode::internals::comm::scatter_gather::ScatterGather;
         match self {
             Collective::AllReduce => None,
@@ -513,7 +515,8 @@ pub(crate) fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result
         }
     }
     // Beyond a slot the Lamport rows ran as one-shot (its fallback).
-    x.lamport_max_bytes[world] = limits[0].min(intranode::internals::algo::lamport_max_message_bytes(world));
+    x.lamport_max_bytes[world] =
+        limits[0].min(intranode::internals::algo::lamport_max_message_bytes(world));
     // Beyond its buffers the Lamport two-shot rows ran as two-shot.
     x.lamport_two_shot_max_bytes[world] = limits[1]
         .min(intranode::internals::algo::lamport_two_shot_max_message_bytes(world))

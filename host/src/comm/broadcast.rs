@@ -21,7 +21,6 @@ use crate::kernels::Grid;
 use crate::topology::Topology;
 use crate::work::Work;
 
-
 /// Broadcast paths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BroadcastAlgo {

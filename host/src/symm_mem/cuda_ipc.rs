@@ -41,7 +41,8 @@ impl LocalBlock {
         let device = ctx.ordinal();
         // cuMemAlloc has no granularity of its own to respect; round to the
         // pad alignment so the layout is the same on every rank.
-        let layout = BlockLayout::with_signal_pad(buffer_bytes, signal_pad_bytes, SIGNAL_PAD_ALIGN)?;
+        let layout =
+            BlockLayout::with_signal_pad(buffer_bytes, signal_pad_bytes, SIGNAL_PAD_ALIGN)?;
         let alloc = DeviceAlloc::new(ctx, layout.alloc_bytes)?;
         // SAFETY: `alloc` holds `alloc_bytes` bytes of device memory in the
         // current context.

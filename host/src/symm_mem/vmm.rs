@@ -249,7 +249,9 @@ pub(super) fn exchange_and_map(
     world: usize,
 ) -> Result<Blocks> {
     let device = ctx.ordinal();
-    let fds = channel.all_gather_fds(local.fd.as_fd()).map_err(Error::ipc)?;
+    let fds = channel
+        .all_gather_fds(local.fd.as_fd())
+        .map_err(Error::ipc)?;
     if fds.len() != world {
         return Err(Error::InvalidArgument(format!(
             "descriptor all-gather returned {} descriptors for {world} ranks",

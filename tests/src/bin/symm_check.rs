@@ -37,9 +37,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use cudarc::driver::{CudaContext, result};
-use intranode::internals::comm::{IntraNodeComm, RendezvousError};
 use intranode::config::CommConfig;
 use intranode::dist_env::DistEnv;
+use intranode::internals::comm::{IntraNodeComm, RendezvousError};
 use intranode::internals::symm_mem::{self, Backend};
 use intranode::{Error, gpu};
 use intranode_store::Store;

@@ -23,10 +23,10 @@ use cudarc::driver::CudaSlice;
 use cudarc::nccl::ReduceOp as NcclOp;
 use half::{bf16, f16};
 use intranode::ReduceOp;
-use intranode::internals::algo::AllReduceAlgo;
-use intranode::internals::comm::RendezvousError;
 use intranode::config::{ALLOW_OVERLAPPING_ENV, CommConfig};
 use intranode::config::{DEBUG_ENV, DebugLevel};
+use intranode::internals::algo::AllReduceAlgo;
+use intranode::internals::comm::RendezvousError;
 use intranode::internals::rendezvous::Unsupported;
 use intranode_harness::data;
 use intranode_harness::rank::{Proc, Rank};
@@ -375,8 +375,13 @@ fn world_size() -> Result<()> {
         allow_overlapping_devices: true,
         ..CommConfig::from_env()?
     };
-    match intranode::internals::comm::IntraNodeComm::rendezvous(&p.ctx, p.store.clone(), rank, world, &config)
-    {
+    match intranode::internals::comm::IntraNodeComm::rendezvous(
+        &p.ctx,
+        p.store.clone(),
+        rank,
+        world,
+        &config,
+    ) {
         Err(RendezvousError::Unsupported(u @ Unsupported::WorldSize { .. })) => {
             println!("bad-input rank {rank}: PASS world size {world} refused: {u}");
             Ok(())

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use cudarc::driver::CudaSlice;
-use intranode::internals::algo::AllReduceAlgo;
 use intranode::config::CommConfig;
+use intranode::internals::algo::AllReduceAlgo;
 use intranode::kernels::KernelModule;
 use intranode::{Communicator, ReduceOp};
 use intranode_harness::rank::Proc;
