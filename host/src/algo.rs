@@ -23,8 +23,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::topology::{MAX_DEVICES, Topology};
-pub use crate::types::{AllReduceAlgo, NormPath};
 use crate::types::ElemType;
+pub use crate::types::{AllReduceAlgo, NormPath};
 
 /// Message sizes (bytes, inclusive) up to which each of our algorithms is
 /// the fastest, per world size (index = world size). Above

@@ -249,3 +249,29 @@ impl NormPath {
             .find(|p| p.name() == name.trim())
     }
 }
+
+/// Broadcast paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BroadcastAlgo {
+    /// Readers load the root's symmetric buffer over NVLink.
+    SymmMem,
+    /// NCCL's broadcast.
+    Nccl,
+}
+
+impl BroadcastAlgo {
+    /// The name `FORCE_BROADCAST_ENV` takes.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BroadcastAlgo::SymmMem => "symm-mem",
+            BroadcastAlgo::Nccl => "nccl",
+        }
+    }
+
+    /// Parses a [`name`](Self::name).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::SymmMem, Self::Nccl]
+            .into_iter()
+            .find(|a| a.name() == name.trim())
+    }
+}
