@@ -9,12 +9,10 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
 pub use crate::algo::Crossovers;
-use crate::algo::{AllReduceAlgo, NormPath};
-use crate::comm::broadcast::BroadcastAlgo;
-use crate::kernels::KernelImage;
-use crate::rendezvous::BUFFER_GRANULARITY_BYTES;
-use crate::symm_mem::{Backend, DEFAULT_BUFFER_BYTES};
+use crate::types::{AllReduceAlgo, BroadcastAlgo, NormPath};
 
 /// `0` turns the fast path off (seed `ENABLE_INTRA_NODE_COMM`); on by
 /// default.
@@ -461,6 +459,86 @@ pub fn required_gpus() -> Result<usize, ConfigError> {
             .trim()
             .parse()
             .map_err(|_| ConfigError::invalid(REQUIRE_GPUS_ENV, v, "a number of GPUs")),
+    }
+}
+
+// Values the settings take, defined here (the bottom floor) and
+// re-exported where they are used: `symm_mem` (Backend,
+// DEFAULT_BUFFER_BYTES), `rendezvous` (BUFFER_GRANULARITY_BYTES),
+// `kernels` (KernelImage).
+
+/// Default size of each rank's data buffer: 10 MiB (PyTorch's
+/// `kDefaultBufferSize`).
+pub const DEFAULT_BUFFER_BYTES: usize = 10 << 20;
+
+/// What the intra-node comm's symmetric buffer size must be a multiple of.
+/// The kernels split the buffer into two halves of whole 16-byte vectors
+/// and require a non-zero half (`run_chunks` divides by it), so anything
+/// below 32 bytes, or not a multiple of it, would be undefined behaviour on
+/// the GPU; one page is a round bound that keeps every half 16-byte
+/// aligned with room to spare.
+pub const BUFFER_GRANULARITY_BYTES: usize = 4096;
+
+/// How blocks are shared between the ranks' processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Backend {
+    /// CUDA virtual memory management with POSIX file descriptors.
+    Vmm,
+    /// Legacy `cuIpcGetMemHandle` / `cuIpcOpenMemHandle`.
+    CudaIpc,
+}
+
+impl Backend {
+    /// The backend named `text` (`vmm`, `cuda-ipc`; case-insensitive,
+    /// `_` for `-` accepted).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().replace('_', "-").as_str() {
+            "vmm" => Some(Self::Vmm),
+            "cuda-ipc" | "ipc" => Some(Self::CudaIpc),
+            _ => None,
+        }
+    }
+
+    /// The name [`Backend::parse`] accepts.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Vmm => "vmm",
+            Self::CudaIpc => "cuda-ipc",
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which embedded image a [`KernelModule`](crate::kernels::KernelModule) loads (`INTRANODE_KERNEL_IMAGE`,
+/// `config::KERNEL_IMAGE_ENV`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KernelImage {
+    /// The cubin where the device can run it, else the PTX (JIT compiled
+    /// by the driver).
+    #[default]
+    Auto,
+    /// The cubin, or an error where the device cannot run it.
+    Cubin,
+    /// Always the PTX: the driver JIT compiles it (or takes it from its
+    /// cache), as before cubins were embedded; for comparisons.
+    Ptx,
+}
+
+impl std::str::FromStr for KernelImage {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim() {
+            "" | "auto" => Ok(KernelImage::Auto),
+            "cubin" => Ok(KernelImage::Cubin),
+            "ptx" => Ok(KernelImage::Ptx),
+            other => Err(format!("{other:?} is not auto, cubin or ptx")),
+        }
     }
 }
 

@@ -4,7 +4,6 @@
 //! policy for errors met while releasing any of them (NOTE [drop errors] in
 //! `error.rs`).
 
-use std::fmt;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, result, sys};
@@ -12,12 +11,9 @@ use intranode_store::Store;
 use serde::{Deserialize, Serialize};
 
 use super::{cuda_ipc, vmm};
+pub use crate::config::{Backend, DEFAULT_BUFFER_BYTES};
 use crate::error::{DriverContext, Error, Result};
 use crate::ipc_channel::IpcChannel;
-
-/// Default size of each rank's data buffer: 10 MiB (PyTorch's
-/// `kDefaultBufferSize`).
-pub const DEFAULT_BUFFER_BYTES: usize = 10 << 20;
 
 /// Size of each rank's signal pad: barrier flags and counters, then the
 /// Lamport buffers (NOTE [signal pad layout] in `kernels_gpu::layout`).
@@ -27,41 +23,6 @@ const _: () = assert!(SIGNAL_PAD_BYTES >= kernels_gpu::layout::SIGNAL_PAD_MIN_BY
 
 /// Alignment of the signal pad inside a block.
 pub const SIGNAL_PAD_ALIGN: usize = 4096;
-
-/// How blocks are shared between the ranks' processes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Backend {
-    /// CUDA virtual memory management with POSIX file descriptors.
-    Vmm,
-    /// Legacy `cuIpcGetMemHandle` / `cuIpcOpenMemHandle`.
-    CudaIpc,
-}
-
-impl Backend {
-    /// The backend named `text` (`vmm`, `cuda-ipc`; case-insensitive,
-    /// `_` for `-` accepted).
-    pub fn parse(text: &str) -> Option<Self> {
-        match text.trim().to_ascii_lowercase().replace('_', "-").as_str() {
-            "vmm" => Some(Self::Vmm),
-            "cuda-ipc" | "ipc" => Some(Self::CudaIpc),
-            _ => None,
-        }
-    }
-
-    /// The name [`Backend::parse`] accepts.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Vmm => "vmm",
-            Self::CudaIpc => "cuda-ipc",
-        }
-    }
-}
-
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// `bytes` rounded up to a multiple of `granularity`; `None` on overflow
 /// or a zero granularity.
