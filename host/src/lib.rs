@@ -91,6 +91,7 @@ pub mod topology;
 pub mod types;
 
 pub(crate) mod driver_ext;
+pub(crate) mod health;
 mod work;
 
 // The crate's machinery: crate-private modules, reached from outside only

@@ -8,12 +8,11 @@ pub mod broadcast;
 pub mod debug;
 pub mod fused_norm;
 pub mod hcm;
-mod health;
 pub mod scatter_gather;
 pub(crate) mod tracked;
 
+pub use crate::health::HostErrorWord;
 pub use crate::rendezvous::RendezvousError;
-pub use health::HostErrorWord;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
