@@ -106,6 +106,7 @@ pub(crate) const MAX_LAMPORT_BLOCKS: usize = 1024;
 /// rendezvous request: the call checks exchange data through the store
 /// on every call, so all ranks must run them or none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub enum DebugLevel {
     /// No extra checks.
     #[default]
@@ -183,6 +184,7 @@ impl LamportShapes {
 
 /// A setting the library cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// An environment switch with a value it cannot mean.
     #[error("{var}={value:?}: expected {expected}")]
@@ -481,6 +483,7 @@ pub const BUFFER_GRANULARITY_BYTES: usize = 4096;
 
 /// How blocks are shared between the ranks' processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum Backend {
     /// CUDA virtual memory management with POSIX file descriptors.
     Vmm,
@@ -517,6 +520,7 @@ impl std::fmt::Display for Backend {
 /// Which embedded image a [`KernelModule`](crate::kernels::KernelModule) loads (`INTRANODE_KERNEL_IMAGE`,
 /// `config::KERNEL_IMAGE_ENV`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum KernelImage {
     /// The cubin where the device can run it, else the PTX (JIT compiled
     /// by the driver).

@@ -4,6 +4,7 @@ use cudarc::driver::{CudaContext, DriverError};
 
 /// Everything that can go wrong in the GPU entry points of the library.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// `libcuda` could not be loaded: no NVIDIA driver on this machine.
     #[error("no CUDA driver: libcuda.so could not be loaded on this machine")]

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 /// Element types the kernels handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ElemType {
     Bf16,
     F16,
@@ -104,6 +105,7 @@ impl DType for f32 {
 
 /// Reduction operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ReduceOp {
     Sum,
     /// Sum divided by the world size.
@@ -160,6 +162,7 @@ impl ReduceOp {
 
 /// All-reduce algorithms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum AllReduceAlgo {
     /// One-shot without barriers: every rank pushes its input to every
     /// peer, flags travel with the data (NOTE \[lamport\] in
@@ -223,6 +226,7 @@ impl AllReduceAlgo {
 /// How `Communicator::all_reduce_residual_rmsnorm` runs (`decide_norm`
 /// picks it; `config::NORM_PATH_ENV` forces it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum NormPath {
     /// One launch: the Lamport one-shot all-reduce with the residual add
     /// and the RMSNorm folded in (NOTE [fused norm] in
@@ -252,6 +256,7 @@ impl NormPath {
 
 /// Broadcast paths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum BroadcastAlgo {
     /// Readers load the root's symmetric buffer over NVLink.
     SymmMem,

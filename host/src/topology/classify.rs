@@ -44,6 +44,7 @@ pub fn restrict_to_peer_access(
 /// How the GPUs of a rendezvous are connected, which decides the
 /// all-reduce algorithms that can run on them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Topology {
     /// Every pair of ranks is NVLinked (directly or through NVSwitch):
     /// one-shot and two-shot all-reduce can run.
