@@ -12,7 +12,6 @@ pub mod scatter_gather;
 pub(crate) mod tracked;
 
 pub use crate::health::HostErrorWord;
-pub use crate::rendezvous::RendezvousError;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,7 +20,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use cudarc::driver::{CudaContext, CudaStream};
 use intranode_store::{Store, StoreExchange};
 
-use crate::config::CommConfig;
 use crate::error::{DriverContext, Error, Result};
 use crate::kernels::KernelModule;
 use crate::symm_mem::SymmetricMemory;
@@ -78,20 +76,6 @@ impl fmt::Debug for IntraNodeComm {
 }
 
 impl IntraNodeComm {
-    /// Builds the communicator of `rank` in a group of `world` ranks on
-    /// the device of `ctx`, meeting the others through `store`. Every rank
-    /// of the group must call it (with the same `world`, in the same order
-    /// relative to its other communicators). See [`crate::rendezvous`].
-    pub fn rendezvous(
-        ctx: &Arc<CudaContext>,
-        store: Arc<dyn Store>,
-        rank: usize,
-        world: usize,
-        config: &CommConfig,
-    ) -> Result<IntraNodeComm, RendezvousError> {
-        crate::rendezvous::run(ctx, store, rank, world, config)
-    }
-
     /// This rank.
     pub fn rank(&self) -> usize {
         self.rank

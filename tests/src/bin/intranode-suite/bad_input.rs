@@ -26,7 +26,7 @@ use intranode::ReduceOp;
 use intranode::config::{ALLOW_OVERLAPPING_ENV, CommConfig};
 use intranode::config::{DEBUG_ENV, DebugLevel};
 use intranode::internals::algo::AllReduceAlgo;
-use intranode::internals::comm::RendezvousError;
+use intranode::internals::rendezvous::RendezvousError;
 use intranode::internals::rendezvous::Unsupported;
 use intranode_harness::data;
 use intranode_harness::rank::{Proc, Rank};

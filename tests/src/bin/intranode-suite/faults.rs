@@ -33,7 +33,7 @@ use intranode::ReduceOp;
 use intranode::config::CommConfig;
 use intranode::internals::algo::AllReduceAlgo;
 use intranode::internals::comm::IntraNodeComm;
-use intranode::internals::comm::RendezvousError;
+use intranode::internals::rendezvous::RendezvousError;
 use intranode::kernels::KernelModule;
 use intranode_harness::Proc;
 use intranode_harness::data;
