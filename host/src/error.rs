@@ -116,7 +116,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// An fd exchange's failure as [`Error::Ipc`] (crate-private, where a
     /// `From` impl would put `IpcError` into the public API).
-    pub(crate) fn ipc(error: crate::ipc_channel::IpcError) -> Self {
+    pub(crate) fn ipc(error: intranode_ipc::IpcError) -> Self {
         Error::Ipc(Box::new(error))
     }
 }

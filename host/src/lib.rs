@@ -114,8 +114,6 @@ pub(crate) mod rendezvous;
 #[cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
 pub(crate) mod symm_mem;
 
-pub(crate) use intranode_ipc as ipc_channel;
-
 /// The crate's machinery and the hooks of its test suites and benchmark,
 /// for the project's own crates (feature `internals`). Not a stable API:
 /// anything here may change in any release.

@@ -10,11 +10,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, result, sys};
 
-use super::allocator::{
-    BlockLayout, DeviceAlloc, SIGNAL_PAD_ALIGN, bind_for_drop, record_drop_error,
-};
+use super::block::{BlockLayout, DeviceAlloc, SIGNAL_PAD_ALIGN};
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
+use crate::error::{bind_for_drop, record_drop_error};
 
 /// Size in bytes of a `CUipcMemHandle`.
 pub(super) const IPC_HANDLE_BYTES: usize = 64;
