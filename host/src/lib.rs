@@ -142,6 +142,11 @@ pub mod internals {
     pub mod symm_mem {
         pub use crate::symm_mem::*;
     }
+    /// The environment switches' names (`FORCE_ALGO_ENV`, ...) and
+    /// `required_gpus`, the GPU suites' requirement.
+    pub mod switches {
+        pub use crate::config::switches::*;
+    }
     /// File descriptors between the ranks of one host (`intranode-ipc`).
     pub use intranode_ipc as ipc_channel;
 }

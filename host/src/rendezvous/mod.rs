@@ -58,7 +58,7 @@ impl IntraNodeComm {
     /// Builds the communicator of `rank` in a group of `world` ranks on
     /// the device of `ctx`, meeting the others through `store`. Every rank
     /// of the group must call it (with the same `world`, in the same order
-    /// relative to its other communicators). See [`crate::rendezvous`].
+    /// relative to its other communicators). See the docs of this module (`rendezvous`).
     pub fn rendezvous(
         ctx: &Arc<CudaContext>,
         store: Arc<dyn Store>,

@@ -23,11 +23,11 @@ use cudarc::driver::CudaSlice;
 use cudarc::nccl::ReduceOp as NcclOp;
 use half::{bf16, f16};
 use intranode::ReduceOp;
-use intranode::config::{ALLOW_OVERLAPPING_ENV, CommConfig};
-use intranode::config::{DEBUG_ENV, DebugLevel};
+use intranode::config::{CommConfig, DebugLevel};
 use intranode::internals::algo::AllReduceAlgo;
 use intranode::internals::rendezvous::RendezvousError;
 use intranode::internals::rendezvous::Unsupported;
+use intranode::internals::switches::{ALLOW_OVERLAPPING_ENV, DEBUG_ENV};
 use intranode_harness::data;
 use intranode_harness::rank::{Proc, Rank};
 
