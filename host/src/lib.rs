@@ -147,6 +147,16 @@ pub mod internals {
     pub mod switches {
         pub use crate::config::switches::*;
     }
+    /// The topology's builders (link counting over any [`LinkSource`](topology::LinkSource))
+    /// and the machinery's queries (HCM neighbours, peer access).
+    pub mod topology {
+        pub use crate::topology::classify::{
+            HCM_RELAY_SLOT, hcm_neighbors, restrict_to_peer_access,
+        };
+        pub use crate::topology::links::{
+            LinkSource, NVLINK_MAX_LINKS, RemoteEndpoint, nvl_mesh_from_links,
+        };
+    }
     /// File descriptors between the ranks of one host (`intranode-ipc`).
     pub use intranode_ipc as ipc_channel;
 }
