@@ -5,130 +5,35 @@
 //!
 //! Apart from it: the launcher's rank variables (`dist_env`, read by the
 //! application), the store's client settings (`intranode-store`), and
-//! [`required_gpus`], which only the GPU test suites read.
+//! `switches::required_gpus` (crate-private; `internals::switches`), which
+//! only the GPU test suites read.
 
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
 pub use crate::algo::Crossovers;
-use crate::algo::{AllReduceAlgo, NormPath};
-use crate::comm::broadcast::BroadcastAlgo;
-use crate::kernels::KernelImage;
-use crate::rendezvous::BUFFER_GRANULARITY_BYTES;
-use crate::symm_mem::{Backend, DEFAULT_BUFFER_BYTES};
+use crate::types::{AllReduceAlgo, BroadcastAlgo, NormPath};
+pub(crate) use switches::*;
 
-/// `0` turns the fast path off (seed `ENABLE_INTRA_NODE_COMM`); on by
-/// default.
-pub const ENABLE_ENV: &str = "INTRANODE_ENABLE_INTRA_NODE_COMM";
-
-/// `1` treats the topology as fully connected whatever NVML says (seed
-/// `TEST_INTRA_NODE_COMM`), for tests on machines without NVLink.
-pub const TEST_ENV: &str = "INTRANODE_TEST_INTRA_NODE_COMM";
-
-/// `1` lets several ranks share one GPU (seed
-/// `allow_overlapping_devices`); they count as fully connected.
-pub const ALLOW_OVERLAPPING_ENV: &str = "INTRANODE_ALLOW_OVERLAPPING_DEVICES";
-
-/// Size in bytes of each rank's symmetric buffer (default
-/// `DEFAULT_BUFFER_BYTES`), a positive multiple of
-/// `BUFFER_GRANULARITY_BYTES`.
-pub const BUFFER_BYTES_ENV: &str = "INTRANODE_SYMM_MEM_BUFFER_BYTES";
-
-/// How symmetric memory is shared between processes: `vmm` (default) or
-/// `cuda-ipc`.
-pub const BACKEND_ENV: &str = "INTRANODE_SYMM_MEM_BACKEND";
-
-/// `detail` turns the call fingerprints on (NOTE [call fingerprints] in
-/// `comm/debug.rs`); `off` (or unset) leaves them off.
-pub const DEBUG_ENV: &str = "INTRANODE_DEBUG";
-
-/// Bound of every GPU wait on a peer, in milliseconds.
-pub const BARRIER_TIMEOUT_ENV: &str = "INTRANODE_BARRIER_TIMEOUT_MS";
-
-/// Default of [`BARRIER_TIMEOUT_ENV`]: long enough for a slow peer's
+/// Default of `INTRANODE_BARRIER_TIMEOUT_MS`: long enough for a slow peer's
 /// launch under load, short enough that a dead peer is reported well
 /// inside a store timeout.
 pub const DEFAULT_BARRIER_TIMEOUT_MS: u64 = 10_000;
-
-/// Forces an all-reduce algorithm: `lamport`, `lamport-two-shot`,
-/// `one-shot`, `two-shot`, `hcm`, `push` or `nccl`.
-pub const FORCE_ALGO_ENV: &str = "INTRANODE_ALL_REDUCE_ALGO";
-
-/// Forces the path of `Communicator::all_reduce_residual_rmsnorm`:
-/// `fused` (the one-launch kernel wherever it can run) or `unfused` (the
-/// all-reduce, then the norm kernel), for comparisons; unset, blank or
-/// `auto`: `algo::decide_norm` chooses.
-pub const NORM_PATH_ENV: &str = "INTRANODE_NORM_PATH";
-
-/// Forces the broadcast path: `symm-mem` or `nccl`.
-pub const FORCE_BROADCAST_ENV: &str = "INTRANODE_BROADCAST_ALGO";
-
-/// Path of a crossover file written by `intranode-bench bench --tune`, in
-/// place of the built-in [`Crossovers`].
-pub const TUNING_FILE_ENV: &str = "INTRANODE_TUNING_FILE";
-
-/// Fixes the launch shape of the Lamport forms, for tuning runs:
-/// `lamport=BLOCKSxTHREADS,lamport-two-shot=BLOCKSxTHREADS` (either part
-/// may be left out; BLOCKS is the most blocks per launch), in place of the
-/// rule of NOTE [lamport launch shape] in `comm/all_reduce.rs`. The
-/// Lamport kernels tie no rank's grid to another's (each rank polls its
-/// own buffer word by word), so ranks may even differ; the barrier-based
-/// algorithms keep their fixed shapes, which the pad layout counts on.
-pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
-
-/// The launch shape of the push form (NOTE [push all-reduce] in
-/// `kernels-gpu/src/push.rs`), for tuning runs: comma-separated
-/// `blocks=N` (most blocks, 1 to `layout::MAX_BLOCKS` = 160), `threads=N`
-/// (a multiple of 32 up to 512), `chunk=BYTES` (most bytes of a ring
-/// slot, a multiple of 16), `slots=N` (slots per ring, 2 to 16),
-/// `lookahead=N` (tiles the pushes run ahead of the reductions, 1 to
-/// `slots - 1`; 0, the default, takes 1 below 4 slots and `slots / 2`
-/// from 4 on: `kernels_gpu::math::push_lookahead`) and `scratch=BYTES`
-/// (the symmetric buffer is allocated at least this large for the rings,
-/// a multiple of 4096 up to 1 GiB; 0: the rings fit the buffer of
-/// `BUFFER_BYTES_ENV`); a part left out keeps its default
-/// ([`PushShape::default`]). Its kernels meet per block and lay their
-/// rings out from it, so every rank must set the same value (the
-/// rendezvous checks). Keep `blocks` within the SM count (132 on H100
-/// and H200): at 80 to 128 registers of 512 threads (`cargo xtask
-/// check-ptx`) one block fills an SM's registers, so more blocks than SMs
-/// are not resident at once; block `b` waits on block `b` of the peers
-/// only, so such a grid still finishes as blocks are dispatched in index
-/// order, but its later blocks wait for the earlier ones' SMs.
-pub const PUSH_LAUNCH_ENV: &str = "INTRANODE_PUSH_LAUNCH";
-
-/// `0` turns off launch overlap (programmatic dependent launch of the
-/// collectives, NOTE [launch overlap] in `kernels/launch.rs`); on by
-/// default where the GPU has it (sm_90 and later).
-pub const LAUNCH_OVERLAP_ENV: &str = "INTRANODE_LAUNCH_OVERLAP";
-
-/// Which embedded kernel image to load: `auto` (default: the machine
-/// code where the device runs it, else the PTX), `cubin` (an error where
-/// the device cannot run it) or `ptx` (the driver JIT compiles the PTX,
-/// as before cubins were embedded: for comparisons).
-pub const KERNEL_IMAGE_ENV: &str = "INTRANODE_KERNEL_IMAGE";
-
-/// `1` prints each communicator's set-up times (`SetupTimes`: rendezvous,
-/// topology, kernel load, symmetric memory, NCCL) to stderr, one line per
-/// rank; off by default (they are always a `tracing` debug event, and
-/// `Communicator::setup_times`).
-pub const TIMING_ENV: &str = "INTRANODE_TIMING";
-
-/// Turns a GPU test's skip into a failure: the number of GPUs a device
-/// run promises (`INTRANODE_REQUIRE_GPUS=4`). Read by [`required_gpus`].
-pub const REQUIRE_GPUS_ENV: &str = "INTRANODE_REQUIRE_GPUS";
 
 /// Most threads per block of the collective kernels (they are built for
 /// it: `cargo xtask check-ptx` keeps them within 128 registers a thread).
 pub(crate) const MAX_THREADS_PER_BLOCK: usize = 512;
 
 /// Most blocks of a Lamport launch: a bound against typos in
-/// [`LAMPORT_LAUNCH_ENV`] (the kernels count no blocks in the pad).
+/// `INTRANODE_LAMPORT_LAUNCH` (the kernels count no blocks in the pad).
 pub(crate) const MAX_LAMPORT_BLOCKS: usize = 1024;
 
-/// How much the communicators check (from [`DEBUG_ENV`]). Part of the
+/// How much the communicators check (from `INTRANODE_DEBUG`). Part of the
 /// rendezvous request: the call checks exchange data through the store
 /// on every call, so all ranks must run them or none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub enum DebugLevel {
     /// No extra checks.
     #[default]
@@ -138,7 +43,7 @@ pub enum DebugLevel {
 }
 
 impl DebugLevel {
-    /// Parses a value of [`DEBUG_ENV`] (case-insensitive; empty is off).
+    /// Parses a value of `INTRANODE_DEBUG` (case-insensitive; empty is off).
     pub fn parse(value: &str) -> Option<Self> {
         match value.trim().to_ascii_lowercase().as_str() {
             "" | "off" | "0" => Some(Self::Off),
@@ -155,7 +60,7 @@ pub struct LaunchShape {
     pub threads: usize,
 }
 
-/// Launch shapes of the Lamport forms fixed by [`LAMPORT_LAUNCH_ENV`];
+/// Launch shapes of the Lamport forms fixed by `INTRANODE_LAMPORT_LAUNCH`;
 /// `None` keeps the measured rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LamportShapes {
@@ -164,7 +69,7 @@ pub struct LamportShapes {
 }
 
 impl LamportShapes {
-    /// Parses a value of [`LAMPORT_LAUNCH_ENV`]; the error says what is
+    /// Parses a value of `INTRANODE_LAMPORT_LAUNCH`; the error says what is
     /// wrong with it.
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut shapes = LamportShapes::default();
@@ -344,6 +249,7 @@ impl PushShape {
 
 /// A setting the library cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// An environment switch with a value it cannot mean.
     #[error("{var}={value:?}: expected {expected}")]
@@ -355,7 +261,7 @@ pub enum ConfigError {
         /// What would have been accepted.
         expected: String,
     },
-    /// The crossover file [`TUNING_FILE_ENV`] names cannot be used.
+    /// The crossover file `INTRANODE_TUNING_FILE` names cannot be used.
     #[error("{TUNING_FILE_ENV}={}: {reason}", path.display())]
     TuningFile {
         /// The file.
@@ -379,39 +285,39 @@ impl ConfigError {
 /// switch above; nothing else in the library reads them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommConfig {
-    /// Whether the fast path may be used at all ([`ENABLE_ENV`]).
+    /// Whether the fast path may be used at all (`INTRANODE_ENABLE_INTRA_NODE_COMM`).
     pub enabled: bool,
-    /// Whether ranks may share a GPU ([`ALLOW_OVERLAPPING_ENV`]).
+    /// Whether ranks may share a GPU (`INTRANODE_ALLOW_OVERLAPPING_DEVICES`).
     pub allow_overlapping_devices: bool,
-    /// Whether to treat the topology as fully connected ([`TEST_ENV`]).
+    /// Whether to treat the topology as fully connected (`INTRANODE_TEST_INTRA_NODE_COMM`).
     pub force_fully_connected: bool,
-    /// Bytes of each rank's symmetric buffer ([`BUFFER_BYTES_ENV`]).
+    /// Bytes of each rank's symmetric buffer (`INTRANODE_SYMM_MEM_BUFFER_BYTES`).
     pub buffer_bytes: usize,
-    /// How symmetric memory is shared ([`BACKEND_ENV`]).
+    /// How symmetric memory is shared (`INTRANODE_SYMM_MEM_BACKEND`).
     pub backend: Backend,
-    /// Extra checks of every call ([`DEBUG_ENV`]).
+    /// Extra checks of every call (`INTRANODE_DEBUG`).
     pub debug: DebugLevel,
     /// Bound of every GPU wait on a peer, in milliseconds
-    /// ([`BARRIER_TIMEOUT_ENV`]).
+    /// (`INTRANODE_BARRIER_TIMEOUT_MS`).
     pub barrier_timeout_ms: u64,
-    /// The all-reduce algorithm every call must use ([`FORCE_ALGO_ENV`]).
+    /// The all-reduce algorithm every call must use (`INTRANODE_ALL_REDUCE_ALGO`).
     pub forced_algo: Option<AllReduceAlgo>,
-    /// The path every broadcast must take ([`FORCE_BROADCAST_ENV`]).
+    /// The path every broadcast must take (`INTRANODE_BROADCAST_ALGO`).
     pub forced_broadcast: Option<BroadcastAlgo>,
     /// The path every all-reduce + residual + RMSNorm must take where it
-    /// can ([`NORM_PATH_ENV`]).
+    /// can (`INTRANODE_NORM_PATH`).
     pub forced_norm: Option<NormPath>,
-    /// Where each all-reduce algorithm takes over ([`TUNING_FILE_ENV`]).
+    /// Where each all-reduce algorithm takes over (`INTRANODE_TUNING_FILE`).
     pub crossovers: Crossovers,
-    /// Fixed launch shapes of the Lamport forms ([`LAMPORT_LAUNCH_ENV`]).
+    /// Fixed launch shapes of the Lamport forms (`INTRANODE_LAMPORT_LAUNCH`).
     pub lamport_shapes: LamportShapes,
-    /// The push form's launch shape ([`PUSH_LAUNCH_ENV`]).
+    /// The push form's launch shape (`INTRANODE_PUSH_LAUNCH`).
     pub push_shape: PushShape,
-    /// Whether collectives may launch overlapped ([`LAUNCH_OVERLAP_ENV`]).
+    /// Whether collectives may launch overlapped (`INTRANODE_LAUNCH_OVERLAP`).
     pub launch_overlap: bool,
-    /// Which embedded kernel image to load ([`KERNEL_IMAGE_ENV`]).
+    /// Which embedded kernel image to load (`INTRANODE_KERNEL_IMAGE`).
     pub kernel_image: KernelImage,
-    /// Whether to print the set-up times to stderr ([`TIMING_ENV`]).
+    /// Whether to print the set-up times to stderr (`INTRANODE_TIMING`).
     pub print_setup_times: bool,
 }
 
@@ -620,15 +526,201 @@ pub fn read_crossovers(path: &Path) -> Result<Crossovers, ConfigError> {
     serde_json::from_str(&text).map_err(|e| fail(format!("parsing: {e}")))
 }
 
-/// The number of GPUs a device run promises ([`REQUIRE_GPUS_ENV`]; 0 when
-/// unset): the GPU test suites fail instead of skipping below it.
-pub fn required_gpus() -> Result<usize, ConfigError> {
-    match set(std::env::var(REQUIRE_GPUS_ENV).ok()) {
-        None => Ok(0),
-        Some(v) => v
-            .trim()
-            .parse()
-            .map_err(|_| ConfigError::invalid(REQUIRE_GPUS_ENV, v, "a number of GPUs")),
+/// The names of the environment switches [`CommConfig::from_env`] reads
+/// (README, "Environment"), and the GPU test suites' requirement: for
+/// this crate and, through `internals::switches`, its test suites and
+/// benchmark; users set the variables by name or the fields of
+/// [`CommConfig`].
+pub(crate) mod switches {
+    use super::{ConfigError, set};
+
+    /// `0` turns the fast path off (seed `ENABLE_INTRA_NODE_COMM`); on by
+    /// default.
+    pub const ENABLE_ENV: &str = "INTRANODE_ENABLE_INTRA_NODE_COMM";
+
+    /// `1` treats the topology as fully connected whatever NVML says (seed
+    /// `TEST_INTRA_NODE_COMM`), for tests on machines without NVLink.
+    pub const TEST_ENV: &str = "INTRANODE_TEST_INTRA_NODE_COMM";
+
+    /// `1` lets several ranks share one GPU (seed
+    /// `allow_overlapping_devices`); they count as fully connected.
+    pub const ALLOW_OVERLAPPING_ENV: &str = "INTRANODE_ALLOW_OVERLAPPING_DEVICES";
+
+    /// Size in bytes of each rank's symmetric buffer (default
+    /// `DEFAULT_BUFFER_BYTES`), a positive multiple of
+    /// `BUFFER_GRANULARITY_BYTES`.
+    pub const BUFFER_BYTES_ENV: &str = "INTRANODE_SYMM_MEM_BUFFER_BYTES";
+
+    /// How symmetric memory is shared between processes: `vmm` (default) or
+    /// `cuda-ipc`.
+    pub const BACKEND_ENV: &str = "INTRANODE_SYMM_MEM_BACKEND";
+
+    /// `detail` turns the call fingerprints on (NOTE [call fingerprints] in
+    /// `comm/debug.rs`); `off` (or unset) leaves them off.
+    pub const DEBUG_ENV: &str = "INTRANODE_DEBUG";
+
+    /// Bound of every GPU wait on a peer, in milliseconds.
+    pub const BARRIER_TIMEOUT_ENV: &str = "INTRANODE_BARRIER_TIMEOUT_MS";
+
+    /// Forces an all-reduce algorithm: `lamport`, `lamport-two-shot`,
+    /// `one-shot`, `two-shot`, `hcm`, `push` or `nccl`.
+    pub const FORCE_ALGO_ENV: &str = "INTRANODE_ALL_REDUCE_ALGO";
+
+    /// Forces the path of `Communicator::all_reduce_residual_rmsnorm`:
+    /// `fused` (the one-launch kernel wherever it can run) or `unfused` (the
+    /// all-reduce, then the norm kernel), for comparisons; unset, blank or
+    /// `auto`: `algo::decide_norm` chooses.
+    pub const NORM_PATH_ENV: &str = "INTRANODE_NORM_PATH";
+
+    /// Forces the broadcast path: `symm-mem` or `nccl`.
+    pub const FORCE_BROADCAST_ENV: &str = "INTRANODE_BROADCAST_ALGO";
+
+    /// Path of a crossover file written by `intranode-bench bench --tune`, in
+    /// place of the built-in [`Crossovers`](super::Crossovers).
+    pub const TUNING_FILE_ENV: &str = "INTRANODE_TUNING_FILE";
+
+    /// Fixes the launch shape of the Lamport forms, for tuning runs:
+    /// `lamport=BLOCKSxTHREADS,lamport-two-shot=BLOCKSxTHREADS` (either part
+    /// may be left out; BLOCKS is the most blocks per launch), in place of the
+    /// rule of NOTE [lamport launch shape] in `comm/all_reduce.rs`. The
+    /// Lamport kernels tie no rank's grid to another's (each rank polls its
+    /// own buffer word by word), so ranks may even differ; the barrier-based
+    /// algorithms keep their fixed shapes, which the pad layout counts on.
+    pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
+
+    /// The launch shape of the push form (NOTE [push all-reduce] in
+    /// `kernels-gpu/src/push.rs`), for tuning runs: comma-separated
+    /// `blocks=N` (most blocks, 1 to `layout::MAX_BLOCKS` = 160), `threads=N`
+    /// (a multiple of 32 up to 512), `chunk=BYTES` (most bytes of a ring
+    /// slot, a multiple of 16), `slots=N` (slots per ring, 2 to 16),
+    /// `lookahead=N` (tiles the pushes run ahead of the reductions, 1 to
+    /// `slots - 1`; 0, the default, takes 1 below 4 slots and `slots / 2`
+    /// from 4 on: `kernels_gpu::math::push_lookahead`) and `scratch=BYTES`
+    /// (the symmetric buffer is allocated at least this large for the rings,
+    /// a multiple of 4096 up to 1 GiB; 0: the rings fit the buffer of
+    /// `BUFFER_BYTES_ENV`); a part left out keeps its default
+    /// ([`PushShape::default`](super::PushShape::default)). Its kernels meet per block and lay their
+    /// rings out from it, so every rank must set the same value (the
+    /// rendezvous checks). The rendezvous caps `blocks` at the GPU's SM
+    /// count (`PushShape::for_sms`): at 80 to 128 registers of 512 threads
+    /// (`cargo xtask check-ptx`) one block fills an SM's registers, and a
+    /// grid larger than the GPU would run in waves whose first could wait
+    /// on a peer block of a later one.
+    pub const PUSH_LAUNCH_ENV: &str = "INTRANODE_PUSH_LAUNCH";
+
+    /// `0` turns off launch overlap (programmatic dependent launch of the
+    /// collectives, NOTE [launch overlap] in `kernels/launch.rs`); on by
+    /// default where the GPU has it (sm_90 and later).
+    pub const LAUNCH_OVERLAP_ENV: &str = "INTRANODE_LAUNCH_OVERLAP";
+
+    /// Which embedded kernel image to load: `auto` (default: the machine
+    /// code where the device runs it, else the PTX), `cubin` (an error where
+    /// the device cannot run it) or `ptx` (the driver JIT compiles the PTX,
+    /// as before cubins were embedded: for comparisons).
+    pub const KERNEL_IMAGE_ENV: &str = "INTRANODE_KERNEL_IMAGE";
+
+    /// `1` prints each communicator's set-up times (`SetupTimes`: rendezvous,
+    /// topology, kernel load, symmetric memory, NCCL) to stderr, one line per
+    /// rank; off by default (they are always a `tracing` debug event, and
+    /// `Communicator::setup_times`).
+    pub const TIMING_ENV: &str = "INTRANODE_TIMING";
+
+    /// Turns a GPU test's skip into a failure: the number of GPUs a device
+    /// run promises (`INTRANODE_REQUIRE_GPUS=4`). Read by [`required_gpus`].
+    pub const REQUIRE_GPUS_ENV: &str = "INTRANODE_REQUIRE_GPUS";
+
+    /// The number of GPUs a device run promises (`INTRANODE_REQUIRE_GPUS`; 0 when
+    /// unset): the GPU test suites fail instead of skipping below it.
+    pub fn required_gpus() -> Result<usize, ConfigError> {
+        match set(std::env::var(REQUIRE_GPUS_ENV).ok()) {
+            None => Ok(0),
+            Some(v) => v
+                .trim()
+                .parse()
+                .map_err(|_| ConfigError::invalid(REQUIRE_GPUS_ENV, v, "a number of GPUs")),
+        }
+    }
+}
+
+// Values the settings take, defined here (the bottom floor) and
+// re-exported where they are used: `symm_mem` (Backend,
+// DEFAULT_BUFFER_BYTES), `rendezvous` (BUFFER_GRANULARITY_BYTES),
+// `kernels` (KernelImage).
+
+/// Default size of each rank's data buffer: 10 MiB (PyTorch's
+/// `kDefaultBufferSize`).
+pub const DEFAULT_BUFFER_BYTES: usize = 10 << 20;
+
+/// What the intra-node comm's symmetric buffer size must be a multiple of.
+/// The kernels split the buffer into two halves of whole 16-byte vectors
+/// and require a non-zero half (`run_chunks` divides by it), so anything
+/// below 32 bytes, or not a multiple of it, would be undefined behaviour on
+/// the GPU; one page is a round bound that keeps every half 16-byte
+/// aligned with room to spare.
+pub const BUFFER_GRANULARITY_BYTES: usize = 4096;
+
+/// How blocks are shared between the ranks' processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Backend {
+    /// CUDA virtual memory management with POSIX file descriptors.
+    Vmm,
+    /// Legacy `cuIpcGetMemHandle` / `cuIpcOpenMemHandle`.
+    CudaIpc,
+}
+
+impl Backend {
+    /// The backend named `text` (`vmm`, `cuda-ipc`; case-insensitive,
+    /// `_` for `-` accepted).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().replace('_', "-").as_str() {
+            "vmm" => Some(Self::Vmm),
+            "cuda-ipc" | "ipc" => Some(Self::CudaIpc),
+            _ => None,
+        }
+    }
+
+    /// The name [`Backend::parse`] accepts.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Vmm => "vmm",
+            Self::CudaIpc => "cuda-ipc",
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which embedded image a [`KernelModule`](crate::kernels::KernelModule) loads (`INTRANODE_KERNEL_IMAGE`,
+/// `config::KERNEL_IMAGE_ENV`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KernelImage {
+    /// The cubin where the device can run it, else the PTX (JIT compiled
+    /// by the driver).
+    #[default]
+    Auto,
+    /// The cubin, or an error where the device cannot run it.
+    Cubin,
+    /// Always the PTX: the driver JIT compiles it (or takes it from its
+    /// cache), as before cubins were embedded; for comparisons.
+    Ptx,
+}
+
+impl std::str::FromStr for KernelImage {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim() {
+            "" | "auto" => Ok(KernelImage::Auto),
+            "cubin" => Ok(KernelImage::Cubin),
+            "ptx" => Ok(KernelImage::Ptx),
+            other => Err(format!("{other:?} is not auto, cubin or ptx")),
+        }
     }
 }
 

@@ -4,6 +4,7 @@ use cudarc::driver::{CudaContext, DriverError};
 
 /// Everything that can go wrong in the GPU entry points of the library.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// `libcuda` could not be loaded: no NVIDIA driver on this machine.
     #[error("no CUDA driver: libcuda.so could not be loaded on this machine")]
@@ -43,9 +44,12 @@ pub enum Error {
         #[source]
         source: intranode_store::StoreError,
     },
-    /// Passing file descriptors between the ranks failed.
+    /// Passing file descriptors between the ranks failed. The source is
+    /// an `intranode_ipc::IpcError` (`downcast_ref` reaches it); the
+    /// variant holds it boxed so that this crate's API does not carry the
+    /// type of a crate it uses only inside.
     #[error("file-descriptor exchange failed: {0}")]
-    Ipc(#[from] crate::ipc_channel::IpcError),
+    Ipc(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
     /// Another rank failed a step of a collective set-up; every rank of
     /// the group reports the first failing rank, so none waits for it.
     #[error("rank {rank} failed during {phase}: {reason}")]
@@ -109,6 +113,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// returns any error it kept from an earlier call that could not return
 /// one (its event tracking's waits and records, drops); that error is
 /// reported as such, never under `cuCtxSetCurrent`'s name.
+impl Error {
+    /// An fd exchange's failure as [`Error::Ipc`] (crate-private, where a
+    /// `From` impl would put `IpcError` into the public API).
+    pub(crate) fn ipc(error: intranode_ipc::IpcError) -> Self {
+        Error::Ipc(Box::new(error))
+    }
+}
+
 pub(crate) fn bind(ctx: &cudarc::driver::CudaContext, device: Option<usize>) -> Result<()> {
     ctx.check_err().ctx(
         "an earlier CUDA call made through cudarc (cudarc keeps such errors in the context)",

@@ -54,7 +54,7 @@ pub use crate::nccl::nccl_available;
 
 /// Gate for GPU tests: `Ok(true)` when `needed` GPUs are present;
 /// `Ok(false)` after printing a visible skip message when they are not;
-/// an error instead of the skip when [`REQUIRE_GPUS_ENV`] asks for at least
+/// an error instead of the skip when `INTRANODE_REQUIRE_GPUS` asks for at least
 /// `needed` GPUs (a device run, where a skip would hide a broken machine).
 pub fn gpus_or_skip(needed: usize, test: &str) -> Result<bool> {
     let required = crate::config::required_gpus()?;

@@ -91,44 +91,78 @@ pub mod topology;
 pub mod types;
 
 pub(crate) mod driver_ext;
+pub(crate) mod health;
 mod work;
 
-/// Declares a module of the crate's machinery: public under the
-/// `internals` feature (the project's GPU suites and benchmark drive the
-/// intra-node communicator, symmetric memory and the rendezvous directly),
-/// crate-private otherwise, so the API users see is the modules above.
-macro_rules! internal_modules {
-    ($($(#[$meta:meta])* $name:ident;)*) => {$(
-        $(#[$meta])*
-        #[cfg(feature = "internals")]
-        pub mod $name;
-        $(#[$meta])*
-        #[cfg(not(feature = "internals"))]
-        // Without the suites, what only they use is unused.
-        #[allow(dead_code, unused_imports)]
-        pub(crate) mod $name;
-    )*};
-}
+// The crate's machinery: crate-private modules, reached from outside only
+// through `internals` (the project's GPU suites and benchmark drive the
+// intra-node communicator, symmetric memory and the rendezvous directly).
+// Without that feature, what only the suites use is unused.
+/// The all-reduce decision and the crossovers.
+#[cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
+pub(crate) mod algo;
+/// The intra-node communicator and its collectives.
+#[cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
+pub(crate) mod comm;
+/// The NCCL communicator built through the store.
+#[cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
+pub(crate) mod nccl;
+/// How the ranks meet and decide on the fast path.
+#[cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
+pub(crate) mod rendezvous;
+/// Per-rank buffers every peer maps, and signal pads.
+#[cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
+pub(crate) mod symm_mem;
 
-internal_modules! {
+/// The crate's machinery and the hooks of its test suites and benchmark,
+/// for the project's own crates (feature `internals`). Not a stable API:
+/// anything here may change in any release.
+///
+/// Each module re-exports the crate-private module of the same name
+/// (a glob, since a crate-private module cannot itself be re-exported).
+#[cfg(feature = "internals")]
+pub mod internals {
     /// The all-reduce decision and the crossovers.
-    algo;
+    pub mod algo {
+        pub use crate::algo::*;
+    }
     /// The intra-node communicator and its collectives.
-    comm;
+    pub mod comm {
+        pub use crate::comm::*;
+    }
     /// The NCCL communicator built through the store.
-    nccl;
+    pub mod nccl {
+        pub use crate::nccl::*;
+    }
     /// How the ranks meet and decide on the fast path.
-    rendezvous;
+    pub mod rendezvous {
+        pub use crate::rendezvous::*;
+    }
     /// Per-rank buffers every peer maps, and signal pads.
-    symm_mem;
+    pub mod symm_mem {
+        pub use crate::symm_mem::*;
+    }
+    /// The environment switches' names (`FORCE_ALGO_ENV`, ...) and
+    /// `required_gpus`, the GPU suites' requirement.
+    pub mod switches {
+        pub use crate::config::switches::*;
+    }
+    /// The topology's builders (link counting over any [`LinkSource`](topology::LinkSource))
+    /// and the machinery's queries (HCM neighbours, peer access).
+    pub mod topology {
+        pub use crate::topology::classify::{
+            HCM_RELAY_SLOT, hcm_neighbors, restrict_to_peer_access,
+        };
+        pub use crate::topology::links::{
+            LinkSource, NVLINK_MAX_LINKS, RemoteEndpoint, nvl_mesh_from_links,
+        };
+    }
+    /// File descriptors between the ranks of one host (`intranode-ipc`).
+    pub use intranode_ipc as ipc_channel;
 }
 
 // CUDA-free crates of their own, under their old paths.
 pub use intranode_dist_env as dist_env;
-#[cfg(feature = "internals")]
-pub use intranode_ipc as ipc_channel;
-#[cfg(not(feature = "internals"))]
-pub(crate) use intranode_ipc as ipc_channel;
 
 pub use communicator::{Communicator, Group, RankIndex};
 

@@ -5,15 +5,14 @@
 //! Each is defined here once; the kernels' codes for them live in
 //! `kernels_gpu::layout`.
 
-pub use crate::algo::{AllReduceAlgo, NormPath};
-pub use crate::comm::broadcast::BroadcastAlgo;
-
 use cudarc::driver::DeviceRepr;
 use cudarc::nccl::ReduceOp as NcclOp;
 use kernels_gpu::layout;
+use serde::{Deserialize, Serialize};
 
 /// Element types the kernels handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ElemType {
     Bf16,
     F16,
@@ -106,6 +105,7 @@ impl DType for f32 {
 
 /// Reduction operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ReduceOp {
     Sum,
     /// Sum divided by the world size.
@@ -157,5 +157,128 @@ impl ReduceOp {
             ReduceOp::Min => NcclOp::Min,
             ReduceOp::Max => NcclOp::Max,
         }
+    }
+}
+
+/// All-reduce algorithms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum AllReduceAlgo {
+    /// One-shot without barriers: every rank pushes its input to every
+    /// peer, flags travel with the data (NOTE \[lamport\] in
+    /// `kernels-gpu/src/lamport.rs`). Messages larger than a Lamport slot
+    /// run as [`OneShot`](Self::OneShot).
+    Lamport,
+    /// Two-shot without barriers: reduce-scatter and all-gather by stores
+    /// into peers' Lamport buffers (NOTE [lamport two-shot]). Messages
+    /// larger than its buffers take run as [`TwoShot`](Self::TwoShot).
+    LamportTwoShot,
+    /// Every rank reads every peer's input: lowest latency.
+    OneShot,
+    /// Reduce-scatter then all-gather over peer loads: bandwidth.
+    TwoShot,
+    /// Hybrid cube mesh (8 GPUs, DGX-1 links).
+    Hcm,
+    /// For large messages: every NVLink byte a store, reduce-scatter and
+    /// all-gather merged per chunk through rings of slots per block and
+    /// peer in the symmetric buffers (NOTE [push all-reduce] in
+    /// `kernels-gpu/src/push.rs`); memory stays the symmetric buffer
+    /// (grown to the push form's scratch) whatever the message. The size
+    /// rule picks it from `algo::Crossovers::push_min_bytes` on (measured on
+    /// 2 H200 only: elsewhere only a forced call runs it,
+    /// `config::FORCE_ALGO_ENV`, `Communicator::all_reduce_with`, the
+    /// benchmark's `--algos`). Messages above
+    /// `algo::push_max_message_bytes` (16 GiB) run as
+    /// [`TwoShot`](Self::TwoShot).
+    Push,
+    /// NCCL's all-reduce (the fallback).
+    Nccl,
+}
+
+impl AllReduceAlgo {
+    /// The name used by `FORCE_ALGO_ENV` and the benchmark.
+    pub const fn name(self) -> &'static str {
+        match self {
+            AllReduceAlgo::Lamport => "lamport",
+            AllReduceAlgo::LamportTwoShot => "lamport-two-shot",
+            AllReduceAlgo::OneShot => "one-shot",
+            AllReduceAlgo::TwoShot => "two-shot",
+            AllReduceAlgo::Hcm => "hcm",
+            AllReduceAlgo::Push => "push",
+            AllReduceAlgo::Nccl => "nccl",
+        }
+    }
+
+    /// Parses a [`name`](Self::name).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            Self::Lamport,
+            Self::LamportTwoShot,
+            Self::OneShot,
+            Self::TwoShot,
+            Self::Hcm,
+            Self::Push,
+            Self::Nccl,
+        ]
+        .into_iter()
+        .find(|a| a.name() == name.trim())
+    }
+}
+
+/// How `Communicator::all_reduce_residual_rmsnorm` runs (`decide_norm`
+/// picks it; `config::NORM_PATH_ENV` forces it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum NormPath {
+    /// One launch: the Lamport one-shot all-reduce with the residual add
+    /// and the RMSNorm folded in (NOTE [fused norm] in
+    /// `kernels-gpu/src/fused_norm.rs`).
+    Fused,
+    /// The all-reduce the communicator picks (ours or NCCL), then the
+    /// residual + RMSNorm kernel.
+    Unfused,
+}
+
+impl NormPath {
+    /// The name used by `config::NORM_PATH_ENV` and the tests.
+    pub const fn name(self) -> &'static str {
+        match self {
+            NormPath::Fused => "fused",
+            NormPath::Unfused => "unfused",
+        }
+    }
+
+    /// Parses a [`name`](Self::name).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Fused, Self::Unfused]
+            .into_iter()
+            .find(|p| p.name() == name.trim())
+    }
+}
+
+/// Broadcast paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BroadcastAlgo {
+    /// Readers load the root's symmetric buffer over NVLink.
+    SymmMem,
+    /// NCCL's broadcast.
+    Nccl,
+}
+
+impl BroadcastAlgo {
+    /// The name `FORCE_BROADCAST_ENV` takes.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BroadcastAlgo::SymmMem => "symm-mem",
+            BroadcastAlgo::Nccl => "nccl",
+        }
+    }
+
+    /// Parses a [`name`](Self::name).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::SymmMem, Self::Nccl]
+            .into_iter()
+            .find(|a| a.name() == name.trim())
     }
 }

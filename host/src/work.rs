@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
-use crate::comm::HostErrorWord;
 use crate::error::{DriverContext, Result};
+use crate::health::HostErrorWord;
 
 /// A collective enqueued on a stream (seed: `Work`). The collective runs in
 /// the stream's order, so the stream it ran on needs no waiting; another

@@ -51,7 +51,8 @@ fn run_ranks(world: usize, extra: &[(&str, &str)], args: &[&str]) -> Vec<Output>
     let children: Vec<_> = (0..world)
         .map(|rank| {
             let mut cmd = Command::new(SYMM_CHECK);
-            for var in foreign_rank_vars().chain([intranode::config::REQUIRE_GPUS_ENV]) {
+            for var in foreign_rank_vars().chain([intranode::internals::switches::REQUIRE_GPUS_ENV])
+            {
                 cmd.env_remove(var);
             }
             // Exactly the variables intranode-run gives a rank.

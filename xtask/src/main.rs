@@ -238,33 +238,41 @@ pub(crate) fn run(root: &Path, program: &str, args: &[&str]) -> Result<()> {
 }
 
 /// `cargo doc -p intranode --no-deps` (and the CUDA-free crates it
-/// re-exports), every rustdoc warning an error.
+/// re-exports), every rustdoc warning an error: the public API as users
+/// see it, then with `internals` (the suites' and benchmark's API, whose
+/// links into crate-private modules break otherwise unseen).
 fn doc(root: &Path) -> Result<()> {
     let cargo = ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
-    let args = [
-        "doc",
-        "-p",
-        "intranode",
-        "-p",
-        "intranode-dist-env",
-        "-p",
-        "intranode-ipc",
-        "--no-deps",
-        "--locked",
-    ];
-    eprintln!(
-        "xtask: $ RUSTDOCFLAGS=\"-D warnings\" {cargo} {}",
-        args.join(" ")
-    );
-    let status = Command::new(cargo)
-        .args(args)
-        .env("RUSTDOCFLAGS", "-D warnings")
-        .current_dir(root)
-        .status()
-        .with_context(|| format!("starting {cargo}"))?;
-    if !status.success() {
-        bail!("`cargo doc -p intranode` has warnings or errors ({status})");
+    for features in [&[][..], &["--features", "intranode/internals"][..]] {
+        let mut args = vec![
+            "doc",
+            "-p",
+            "intranode",
+            "-p",
+            "intranode-dist-env",
+            "-p",
+            "intranode-ipc",
+            "--no-deps",
+            "--locked",
+        ];
+        args.extend_from_slice(features);
+        eprintln!(
+            "xtask: $ RUSTDOCFLAGS=\"-D warnings\" {cargo} {}",
+            args.join(" ")
+        );
+        let status = Command::new(cargo)
+            .args(&args)
+            .env("RUSTDOCFLAGS", "-D warnings")
+            .current_dir(root)
+            .status()
+            .with_context(|| format!("starting {cargo}"))?;
+        if !status.success() {
+            bail!(
+                "`cargo doc -p intranode {}` has warnings or errors ({status})",
+                features.join(" ")
+            );
+        }
     }
     Ok(())
 }

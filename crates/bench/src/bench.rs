@@ -18,7 +18,7 @@ use cudarc::driver::CudaSlice;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use half::bf16;
 use intranode::ReduceOp;
-use intranode::algo::{AllReduceAlgo, Crossovers};
+use intranode::internals::algo::{AllReduceAlgo, Crossovers};
 use intranode_harness::data;
 use intranode_harness::progress::Progress;
 use intranode_harness::rank::Rank;
@@ -276,8 +276,10 @@ pub enum Collective {
 
 impl Collective {
     /// The reduce-scatter or all-gather, if it is one of them.
-    pub fn scatter_gather(self) -> Option<intranode::comm::scatter_gather::ScatterGather> {
-        use intranode::comm::scatter_gather::ScatterGather;
+    pub fn scatter_gather(
+        self,
+    ) -> Option<intranode::internals::comm::scatter_gather::ScatterGather> {
+        use intranode::internals::comm::scatter_gather::ScatterGather;
         match self {
             Collective::AllReduce => None,
             Collective::ReduceScatter => Some(ScatterGather::ReduceScatter),
@@ -516,10 +518,11 @@ pub(crate) fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result
         }
     }
     // Beyond a slot the Lamport rows ran as one-shot (its fallback).
-    x.lamport_max_bytes[world] = limits[0].min(intranode::algo::lamport_max_message_bytes(world));
+    x.lamport_max_bytes[world] =
+        limits[0].min(intranode::internals::algo::lamport_max_message_bytes(world));
     // Beyond its buffers the Lamport two-shot rows ran as two-shot.
     x.lamport_two_shot_max_bytes[world] = limits[1]
-        .min(intranode::algo::lamport_two_shot_max_message_bytes(world))
+        .min(intranode::internals::algo::lamport_two_shot_max_message_bytes(world))
         .max(x.lamport_max_bytes[world]);
     x.one_shot_max_bytes[world] = limits[2].max(limits[1]).max(limits[0]);
     x.two_shot_max_bytes[world] = limits[3].max(x.one_shot_max_bytes[world]);

@@ -13,8 +13,8 @@ use anyhow::{Context, Result, bail};
 use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
 use intranode::ReduceOp;
-use intranode::algo::{AllReduceAlgo, scatter_gather_uses_ours};
-use intranode::comm::scatter_gather::ScatterGather;
+use intranode::internals::algo::{AllReduceAlgo, scatter_gather_uses_ours};
+use intranode::internals::comm::scatter_gather::ScatterGather;
 use intranode::kernels::ElemType;
 use intranode_harness::data;
 use intranode_harness::free::{self, Dist, Timer};
@@ -663,7 +663,9 @@ fn run_scatter_gather(r: &mut Rank, args: &BenchArgs, what: ScatterGather) -> Re
             .stream
             .clone_htod(&data::inputs::<bf16>(seed, call_no, r.rank(), send_len))?;
         for &algo in &algos {
-            if algo == "ours" && n * 2 > intranode::algo::scatter_gather_max_shard_bytes(world) {
+            if algo == "ours"
+                && n * 2 > intranode::internals::algo::scatter_gather_max_shard_bytes(world)
+            {
                 continue;
             }
             let mut recv = r

@@ -9,7 +9,7 @@
 use anyhow::{Result, bail};
 use half::{bf16, f16};
 use intranode::ReduceOp;
-use intranode::comm::scatter_gather::ScatterGather;
+use intranode::internals::comm::scatter_gather::ScatterGather;
 use intranode::kernels::{DType, ElemType};
 
 use crate::rank::Rank;
@@ -42,6 +42,8 @@ pub fn reference(seed: u64, call: u64, world: usize, i: usize, op: ReduceOp) -> 
         ReduceOp::Avg => vals.sum::<f64>() / world as f64,
         ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
         ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
+        // `ReduceOp` is non-exhaustive: a new op needs its reference here.
+        other => panic!("no f64 reference for {other:?}"),
     }
 }
 
@@ -52,6 +54,8 @@ pub fn tolerance(elem: ElemType, reference: f64) -> f64 {
         ElemType::Bf16 => 1.0 / 128.0,
         ElemType::F16 => 1.0 / 1024.0,
         ElemType::F32 => 1.0e-6,
+        // `ElemType` is non-exhaustive: a new type needs its tolerance here.
+        other => panic!("no tolerance for {other:?}"),
     };
     rel * reference.abs().max(1.0 / 8.0)
 }
@@ -136,6 +140,7 @@ fn bits_of<T: DType>(v: T) -> u32 {
         ElemType::Bf16 => bf16::from_f32(v.to_f32()).to_bits() as u32,
         ElemType::F16 => f16::from_f32(v.to_f32()).to_bits() as u32,
         ElemType::F32 => v.to_f32().to_bits(),
+        other => panic!("no bit pattern for {other:?}"),
     }
 }
 

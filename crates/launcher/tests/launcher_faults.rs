@@ -6,7 +6,7 @@
 //!
 //! The ranks are this test executable started again in child mode
 //! ([`fault_rank_child`]); they run the GPU-free steps of the library's
-//! rendezvous (`intranode::rendezvous::exchange_requests`, the store
+//! rendezvous (`intranode::internals::rendezvous::exchange_requests`, the store
 //! barrier of `StoreExchange`). The GPU phases (barrier and all-reduce
 //! kernels) are `intranode-suite faults`.
 
@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use intranode::dist_env::DistEnv;
-use intranode::rendezvous::{RendezvousRequest, exchange_requests};
+use intranode::internals::rendezvous::{RendezvousRequest, exchange_requests};
 use intranode_store::{ClientConfig, Store, StoreError, StoreExchange, TcpStore};
 
 const LAUNCHER: &str = env!("CARGO_BIN_EXE_intranode-run");
@@ -27,8 +27,8 @@ const STORE_TIMEOUT_MS: u64 = 1500;
 
 fn request(rank: usize, world: usize) -> RendezvousRequest {
     RendezvousRequest {
-        protocol_version: intranode::rendezvous::PROTOCOL_VERSION,
-        hostname: intranode::rendezvous::hostname(),
+        protocol_version: intranode::internals::rendezvous::PROTOCOL_VERSION,
+        hostname: intranode::internals::rendezvous::hostname(),
         rank,
         world,
         device: rank,
@@ -36,8 +36,8 @@ fn request(rank: usize, world: usize) -> RendezvousRequest {
         uuid: [rank as u8 + 1; 16],
         pid: std::process::id(),
         buffer_bytes: 1 << 20,
-        backend: intranode::symm_mem::Backend::Vmm,
-        debug: intranode::comm::debug::DebugLevel::Off,
+        backend: intranode::internals::symm_mem::Backend::Vmm,
+        debug: intranode::internals::comm::debug::DebugLevel::Off,
         push_shape: intranode::config::PushShape::default(),
     }
 }

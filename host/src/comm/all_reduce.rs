@@ -642,8 +642,12 @@ mod tests {
                             );
                             continue;
                         };
-                        let (b, w, s, c) =
-                            (l.blocks as u32, world as u32, l.slots as u32, l.chunk_vecs as u32);
+                        let (b, w, s, c) = (
+                            l.blocks as u32,
+                            world as u32,
+                            l.slots as u32,
+                            l.chunk_vecs as u32,
+                        );
                         assert!((1..=shape.max_blocks).contains(&l.blocks));
                         assert!(l.blocks <= MAX_BLOCKS && l.threads >= world - 1);
                         assert!(l.chunk_vecs >= 1 && l.slots >= 2);

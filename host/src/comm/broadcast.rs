@@ -19,34 +19,8 @@ use super::IntraNodeComm;
 use crate::error::{Error, Result};
 use crate::kernels::Grid;
 use crate::topology::Topology;
+pub use crate::types::BroadcastAlgo;
 use crate::work::Work;
-
-
-/// Broadcast paths.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BroadcastAlgo {
-    /// Readers load the root's symmetric buffer over NVLink.
-    SymmMem,
-    /// NCCL's broadcast.
-    Nccl,
-}
-
-impl BroadcastAlgo {
-    /// The name `FORCE_BROADCAST_ENV` takes.
-    pub const fn name(self) -> &'static str {
-        match self {
-            BroadcastAlgo::SymmMem => "symm-mem",
-            BroadcastAlgo::Nccl => "nccl",
-        }
-    }
-
-    /// Parses a [`name`](Self::name).
-    pub fn from_name(name: &str) -> Option<Self> {
-        [Self::SymmMem, Self::Nccl]
-            .into_iter()
-            .find(|a| a.name() == name.trim())
-    }
-}
 
 /// The path of one broadcast, from the intra-node path's topology (`None`
 /// without one), whether NCCL loaded, and a forced path. Symmetric memory

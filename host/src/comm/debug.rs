@@ -7,7 +7,7 @@
 //! bf16; one picks NCCL, the others our kernel), the kernels do not fail:
 //! they read past a peer's data, reduce garbage, or wait for a peer that is
 //! inside another collective until the barrier timeout. With
-//! [`DEBUG_ENV`]`=detail` every all-reduce first all-gathers a
+//! `INTRANODE_DEBUG``=detail` every all-reduce first all-gathers a
 //! [`CallFingerprint`] (call number, element count, element type, op,
 //! algorithm) through the group's store, and a rank whose call differs
 //! makes every rank return [`Error::CallMismatch`] naming the ranks and

@@ -8,12 +8,10 @@ pub mod broadcast;
 pub mod debug;
 pub mod fused_norm;
 pub mod hcm;
-mod health;
 pub mod scatter_gather;
 pub(crate) mod tracked;
 
-pub use crate::rendezvous::RendezvousError;
-pub use health::HostErrorWord;
+pub use crate::health::HostErrorWord;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,7 +20,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use cudarc::driver::{CudaContext, CudaStream};
 use intranode_store::{Store, StoreExchange};
 
-use crate::config::CommConfig;
 use crate::error::{DriverContext, Error, Result};
 use crate::kernels::KernelModule;
 use crate::symm_mem::SymmetricMemory;
@@ -89,20 +86,6 @@ impl fmt::Debug for IntraNodeComm {
 }
 
 impl IntraNodeComm {
-    /// Builds the communicator of `rank` in a group of `world` ranks on
-    /// the device of `ctx`, meeting the others through `store`. Every rank
-    /// of the group must call it (with the same `world`, in the same order
-    /// relative to its other communicators). See [`crate::rendezvous`].
-    pub fn rendezvous(
-        ctx: &Arc<CudaContext>,
-        store: Arc<dyn Store>,
-        rank: usize,
-        world: usize,
-        config: &CommConfig,
-    ) -> Result<IntraNodeComm, RendezvousError> {
-        crate::rendezvous::run(ctx, store, rank, world, config)
-    }
-
     /// This rank.
     pub fn rank(&self) -> usize {
         self.rank

@@ -89,7 +89,7 @@ fn times(a: usize, b: usize) -> String {
 mod tests {
     use super::*;
 
-    fn message(r: crate::Result<impl std::fmt::Debug>) -> String {
+    fn message(r: crate::error::Result<impl std::fmt::Debug>) -> String {
         r.expect_err("should be refused").to_string()
     }
 

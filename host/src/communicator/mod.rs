@@ -54,15 +54,16 @@ use crate::algo::{
     AllReduceAlgo, AllReduceCall, Crossovers, NormCall, NormPath, decide_all_reduce, decide_norm,
     scatter_gather_max_shard_bytes, scatter_gather_uses_ours,
 };
+use crate::comm::IntraNodeComm;
 use crate::comm::broadcast::{BroadcastAlgo, select_broadcast_algo};
 use crate::comm::debug::{self, CallChecker, DebugLevel};
 use crate::comm::scatter_gather::ScatterGather;
 use crate::comm::tracked::{CallBuffers, CaptureSide};
-use crate::comm::{IntraNodeComm, RendezvousError};
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::kernels::{KernelImage, KernelModule};
 use crate::nccl::nccl_error;
+use crate::rendezvous::RendezvousError;
 use crate::setup_times::SetupTimes;
 use crate::topology::Topology;
 use crate::types::ReduceOp;

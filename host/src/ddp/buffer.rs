@@ -96,6 +96,7 @@ device_buffer_impl!(CudaSlice<T>, CudaViewMut<'_, T>);
 
 /// Owned flat device storage of one element type: a bucket's buffer.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum FlatBuffer {
     Bf16(CudaSlice<bf16>),
     F16(CudaSlice<f16>),

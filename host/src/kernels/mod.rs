@@ -25,6 +25,7 @@ use std::time::Instant;
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, sys};
 use kernels_gpu::entries::{Collective, Elem, Kernel};
 
+pub use crate::config::KernelImage;
 use crate::error::{DriverContext, Error, Result};
 pub(crate) use launch::Grid;
 use launch::{Function, KernelArgs, Module};
@@ -94,34 +95,6 @@ fn unpack(image: &[u8], what: &str) -> Result<Vec<u8>> {
         .read_to_end(&mut out)
         .map_err(|e| Error::KernelImage(format!("unpacking {what}: {e}")))?;
     Ok(out)
-}
-
-/// Which embedded image a [`KernelModule`] loads (`INTRANODE_KERNEL_IMAGE`,
-/// `config::KERNEL_IMAGE_ENV`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum KernelImage {
-    /// The cubin where the device can run it, else the PTX (JIT compiled
-    /// by the driver).
-    #[default]
-    Auto,
-    /// The cubin, or an error where the device cannot run it.
-    Cubin,
-    /// Always the PTX: the driver JIT compiles it (or takes it from its
-    /// cache), as before cubins were embedded; for comparisons.
-    Ptx,
-}
-
-impl std::str::FromStr for KernelImage {
-    type Err = String;
-
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s.trim() {
-            "" | "auto" => Ok(KernelImage::Auto),
-            "cubin" => Ok(KernelImage::Cubin),
-            "ptx" => Ok(KernelImage::Ptx),
-            other => Err(format!("{other:?} is not auto, cubin or ptx")),
-        }
-    }
 }
 
 /// `sm_90` -> 90 (`sm_90a` too); 0 for anything else.

@@ -10,8 +10,8 @@ use kernels_gpu::pattern::SoakParams;
 
 use super::launch::Grid;
 use super::{DType, ElemType, TestKernelModule};
-use crate::ReduceOp;
 use crate::error::{Error, Result};
+use crate::types::ReduceOp;
 
 /// Which call of the soak, for which rank: what the pattern depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -53,6 +53,24 @@ use crate::setup_times::SetupTimes;
 use crate::symm_mem::SymmetricMemory;
 use crate::topology::{self, MAX_DEVICES, NvlMesh, PciAddress};
 
+// The constructor lives here, above `comm`, so that `comm` does not
+// import the rendezvous that builds it (no module cycle).
+impl IntraNodeComm {
+    /// Builds the communicator of `rank` in a group of `world` ranks on
+    /// the device of `ctx`, meeting the others through `store`. Every rank
+    /// of the group must call it (with the same `world`, in the same order
+    /// relative to its other communicators). See the docs of this module (`rendezvous`).
+    pub fn rendezvous(
+        ctx: &Arc<CudaContext>,
+        store: Arc<dyn Store>,
+        rank: usize,
+        world: usize,
+        config: &CommConfig,
+    ) -> Result<IntraNodeComm, RendezvousError> {
+        crate::rendezvous::run(ctx, store, rank, world, config)
+    }
+}
+
 /// Why [`IntraNodeComm::rendezvous`] returned no communicator.
 #[derive(Debug, thiserror::Error)]
 pub enum RendezvousError {

@@ -84,7 +84,7 @@ pub struct RendezvousRequest {
     pub buffer_bytes: usize,
     /// The symmetric-memory backend the sender will use.
     pub backend: Backend,
-    /// The sender's [`DEBUG_ENV`] level.
+    /// The sender's `INTRANODE_DEBUG` level.
     pub debug: DebugLevel,
     /// The sender's push-form launch shape (`config::PUSH_LAUNCH_ENV`):
     /// its kernels meet per block and lay their rings out from it, so
@@ -178,7 +178,7 @@ pub fn hostname() -> String {
 }
 
 /// Why the ranks that sent `requests` cannot work together at all, if
-/// they disagree on [`DEBUG_ENV`]: a rank that checks every call would wait
+/// they disagree on `INTRANODE_DEBUG`: a rank that checks every call would wait
 /// in the store for fingerprints its peers never publish (until the store
 /// timeout, minutes), on the fast path and on NCCL alike. So this is a
 /// failure on every rank, not a reason to fall back.

@@ -31,7 +31,10 @@ fn push_shapes_must_agree() {
     assert_eq!(push_shape_mismatch(&g), None);
     g[1].push_shape.slots = 8;
     let why = push_shape_mismatch(&g).unwrap();
-    assert!(why.contains("rank 1") && why.contains(PUSH_LAUNCH_ENV), "{why}");
+    assert!(
+        why.contains("rank 1") && why.contains(PUSH_LAUNCH_ENV),
+        "{why}"
+    );
     assert_eq!(push_shape_mismatch(&[]), None);
 }
 
@@ -328,10 +331,7 @@ fn partial_overlap_needs_links_between_gpus() {
         ..cfg()
     };
     let e = validate(&g, &NvlMesh::zero(), &config).expect_err("no NVLink between A and B");
-    assert!(
-        matches!(e, Unsupported::Topology { world: 4, .. }),
-        "{e}"
-    );
+    assert!(matches!(e, Unsupported::Topology { world: 4, .. }), "{e}");
     // With A-B links (as NVML reports them for each rank's GPU).
     let mut m = NvlMesh::zero();
     for a in 0..4 {
@@ -350,10 +350,7 @@ fn unknown_topology_refused_with_mesh() {
     // PCIe only.
     let e = validate(&group(4), &NvlMesh::zero(), &cfg()).expect_err("pcie");
     let text = e.to_string();
-    assert!(matches!(
-        e,
-        Unsupported::Topology { world: 4, .. }
-    ));
+    assert!(matches!(e, Unsupported::Topology { world: 4, .. }));
     assert!(text.contains("node-a") && text.contains(TEST_ENV), "{text}");
     assert!(text.contains("rank 3:"), "{text}");
     // One missing pair.

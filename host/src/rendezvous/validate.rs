@@ -8,6 +8,7 @@
 use std::fmt;
 
 use super::request::RendezvousRequest;
+pub use crate::config::BUFFER_GRANULARITY_BYTES;
 use crate::config::{ALLOW_OVERLAPPING_ENV, CommConfig, ENABLE_ENV, TEST_ENV};
 use crate::symm_mem::Backend;
 use crate::topology::{self, MAX_DEVICES, NvlMesh, Topology};
@@ -17,14 +18,6 @@ pub const MIN_WORLD: usize = 2;
 
 /// Most ranks the fast path serves (PyTorch's `kMaxDevices`).
 pub const MAX_WORLD: usize = MAX_DEVICES;
-
-/// What the intra-node comm's symmetric buffer size must be a multiple of.
-/// The kernels split the buffer into two halves of whole 16-byte vectors
-/// and require a non-zero half (`run_chunks` divides by it), so anything
-/// below 32 bytes, or not a multiple of it, would be undefined behaviour on
-/// the GPU; one page is a round bound that keeps every half 16-byte
-/// aligned with room to spare.
-pub const BUFFER_GRANULARITY_BYTES: usize = 4096;
 
 /// Why a group cannot use the intra-node fast path; the caller falls back
 /// (to NCCL). Messages name rank, host and device.

@@ -4,170 +4,18 @@
 //! policy for errors met while releasing any of them (NOTE [drop errors] in
 //! `error.rs`).
 
-use std::fmt;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, result, sys};
 use intranode_store::Store;
 use serde::{Deserialize, Serialize};
 
+pub(super) use super::block::DeviceAlloc;
+pub use super::block::{BlockLayout, SIGNAL_PAD_ALIGN, SIGNAL_PAD_BYTES, round_up};
 use super::{cuda_ipc, vmm};
+pub use crate::config::{Backend, DEFAULT_BUFFER_BYTES};
 use crate::error::{DriverContext, Error, Result};
-use crate::ipc_channel::IpcChannel;
-
-/// Default size of each rank's data buffer: 10 MiB (PyTorch's
-/// `kDefaultBufferSize`).
-pub const DEFAULT_BUFFER_BYTES: usize = 10 << 20;
-
-/// Size of each rank's signal pad: barrier flags and counters, then the
-/// Lamport buffers (NOTE [signal pad layout] in `kernels_gpu::layout`).
-pub const SIGNAL_PAD_BYTES: usize = kernels_gpu::layout::SIGNAL_PAD_BYTES;
-
-const _: () = assert!(SIGNAL_PAD_BYTES >= kernels_gpu::layout::SIGNAL_PAD_MIN_BYTES);
-
-/// Alignment of the signal pad inside a block.
-pub const SIGNAL_PAD_ALIGN: usize = 4096;
-
-/// How blocks are shared between the ranks' processes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Backend {
-    /// CUDA virtual memory management with POSIX file descriptors.
-    Vmm,
-    /// Legacy `cuIpcGetMemHandle` / `cuIpcOpenMemHandle`.
-    CudaIpc,
-}
-
-impl Backend {
-    /// The backend named `text` (`vmm`, `cuda-ipc`; case-insensitive,
-    /// `_` for `-` accepted).
-    pub fn parse(text: &str) -> Option<Self> {
-        match text.trim().to_ascii_lowercase().replace('_', "-").as_str() {
-            "vmm" => Some(Self::Vmm),
-            "cuda-ipc" | "ipc" => Some(Self::CudaIpc),
-            _ => None,
-        }
-    }
-
-    /// The name [`Backend::parse`] accepts.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Vmm => "vmm",
-            Self::CudaIpc => "cuda-ipc",
-        }
-    }
-}
-
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// `bytes` rounded up to a multiple of `granularity`; `None` on overflow
-/// or a zero granularity.
-pub fn round_up(bytes: usize, granularity: usize) -> Option<usize> {
-    if granularity == 0 {
-        return None;
-    }
-    bytes.checked_next_multiple_of(granularity)
-}
-
-/// Where buffer and signal pad sit in one rank's block. Identical on every
-/// rank (checked at rendezvous).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct BlockLayout {
-    /// Usable bytes of the data buffer, at offset 0 (what the caller asked
-    /// for; views are checked against it).
-    pub buffer_bytes: usize,
-    /// Offset of the signal pad: `buffer_bytes` rounded up to
-    /// [`SIGNAL_PAD_ALIGN`].
-    pub signal_pad_offset: usize,
-    /// Bytes of the signal pad.
-    pub signal_pad_bytes: usize,
-    /// Bytes actually allocated: the end of the signal pad rounded up to
-    /// the allocation granularity.
-    pub alloc_bytes: usize,
-}
-
-impl BlockLayout {
-    /// The layout for a buffer of `buffer_bytes` and a pad of
-    /// [`SIGNAL_PAD_BYTES`], allocated in multiples of `granularity`.
-    pub fn new(buffer_bytes: usize, granularity: usize) -> Result<Self> {
-        Self::with_signal_pad(buffer_bytes, SIGNAL_PAD_BYTES, granularity)
-    }
-
-    /// [`BlockLayout::new`] with a chosen signal-pad size.
-    pub fn with_signal_pad(
-        buffer_bytes: usize,
-        signal_pad_bytes: usize,
-        granularity: usize,
-    ) -> Result<Self> {
-        if buffer_bytes == 0 {
-            return Err(Error::InvalidArgument(
-                "symmetric memory buffer size must be positive, got 0 bytes".into(),
-            ));
-        }
-        if granularity == 0 || !granularity.is_power_of_two() {
-            return Err(Error::InvalidArgument(format!(
-                "allocation granularity must be a power of two, got {granularity}"
-            )));
-        }
-        let too_big = || {
-            Error::InvalidArgument(format!(
-                "symmetric memory buffer of {buffer_bytes} bytes plus a {signal_pad_bytes}-byte signal pad \
-                 overflows the address space"
-            ))
-        };
-        let signal_pad_offset = round_up(buffer_bytes, SIGNAL_PAD_ALIGN).ok_or_else(too_big)?;
-        let end = signal_pad_offset
-            .checked_add(signal_pad_bytes)
-            .ok_or_else(too_big)?;
-        let alloc_bytes = round_up(end, granularity).ok_or_else(too_big)?;
-        Ok(Self {
-            buffer_bytes,
-            signal_pad_offset,
-            signal_pad_bytes,
-            alloc_bytes,
-        })
-    }
-}
-
-pub(super) use crate::error::{bind_for_drop, record_drop_error};
-
-/// Device memory from plain `cuMemAlloc` (peers can reach it, unlike the
-/// stream-ordered pool behind cudarc's `alloc`), freed on drop.
-#[derive(Debug)]
-pub(super) struct DeviceAlloc {
-    ctx: Arc<CudaContext>,
-    pub(super) ptr: sys::CUdeviceptr,
-}
-
-impl DeviceAlloc {
-    pub(super) fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self> {
-        let device = Some(ctx.ordinal());
-        crate::error::bind(ctx, device)?;
-        // SAFETY: the context is current; the memory is uninitialised
-        // bytes, which this type never reads as anything.
-        let ptr = unsafe { result::malloc_sync(bytes) }.ctx("cuMemAlloc", device)?;
-        Ok(Self {
-            ctx: ctx.clone(),
-            ptr,
-        })
-    }
-}
-
-impl Drop for DeviceAlloc {
-    fn drop(&mut self) {
-        if !bind_for_drop(&self.ctx, "cuCtxSetCurrent before cuMemFree") {
-            return;
-        }
-        // SAFETY: `ptr` came from cuMemAlloc in this context and is freed
-        // only here; the owner synchronized the context before dropping.
-        if let Err(e) = unsafe { result::free_sync(self.ptr) } {
-            record_drop_error(&self.ctx, "cuMemFree", e);
-        }
-    }
-}
+use intranode_ipc::IpcChannel;
 
 /// The peers' blocks as this process holds them, per backend.
 #[derive(Debug)]
@@ -229,7 +77,8 @@ pub(super) fn allocate_local(
                 rank,
                 world,
                 store.timeout(),
-            )?;
+            )
+            .map_err(Error::ipc)?;
             (LocalBlock::Vmm(block), layout, None, Some(channel))
         }
         Backend::CudaIpc => {

@@ -10,11 +10,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, result, sys};
 
-use super::allocator::{
-    BlockLayout, DeviceAlloc, SIGNAL_PAD_ALIGN, bind_for_drop, record_drop_error,
-};
+use super::block::{BlockLayout, DeviceAlloc, SIGNAL_PAD_ALIGN};
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
+use crate::error::{bind_for_drop, record_drop_error};
 
 /// Size in bytes of a `CUipcMemHandle`.
 pub(super) const IPC_HANDLE_BYTES: usize = 64;
@@ -41,7 +40,8 @@ impl LocalBlock {
         let device = ctx.ordinal();
         // cuMemAlloc has no granularity of its own to respect; round to the
         // pad alignment so the layout is the same on every rank.
-        let layout = BlockLayout::with_signal_pad(buffer_bytes, signal_pad_bytes, SIGNAL_PAD_ALIGN)?;
+        let layout =
+            BlockLayout::with_signal_pad(buffer_bytes, signal_pad_bytes, SIGNAL_PAD_ALIGN)?;
         let alloc = DeviceAlloc::new(ctx, layout.alloc_bytes)?;
         // SAFETY: `alloc` holds `alloc_bytes` bytes of device memory in the
         // current context.

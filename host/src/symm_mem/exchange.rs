@@ -12,7 +12,7 @@ use intranode_store::{Store, StoreExchange};
 use super::allocator::{self, Backend, Blocks, DeviceAlloc, LocalBlock, LocalInfo};
 use super::{SymmetricMemory, cuda_ipc, vmm};
 use crate::error::{DriverContext, Error, Result};
-use crate::ipc_channel::IpcChannel;
+use intranode_ipc::IpcChannel;
 
 /// The first rank whose entry is an error, with its text.
 fn first_failure<T>(outcomes: &[std::result::Result<T, String>]) -> Option<(usize, &str)> {

@@ -7,9 +7,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaContext;
 
-use super::allocator::{
-    Backend, BlockLayout, Blocks, DeviceAlloc,
-};
+use super::allocator::{Backend, BlockLayout, Blocks, DeviceAlloc};
 use crate::error::{Error, Result, sync_for_drop};
 use crate::kernels::DType;
 

@@ -22,7 +22,7 @@
 //!
 //! - [`Backend::Vmm`] (default, module `vmm`): `cuMemCreate` with a POSIX
 //!   file-descriptor handle; descriptors travel over an
-//!   [`IpcChannel`](crate::ipc_channel::IpcChannel); peers import and map
+//!   [`IpcChannel`](intranode_ipc::IpcChannel); peers import and map
 //!   them (`map_block`: reserve, `cuMemMap`, `cuMemSetAccess`).
 //! - [`Backend::CudaIpc`] (`INTRANODE_SYMM_MEM_BACKEND=cuda-ipc`, module
 //!   `cuda_ipc`): `cuMemAlloc` plus legacy `cuIpcGetMemHandle` handles
@@ -52,6 +52,7 @@
 //! or descriptors out, the peers' blocks mapped in).
 
 mod allocator;
+mod block;
 mod cuda_ipc;
 mod exchange;
 mod handle;

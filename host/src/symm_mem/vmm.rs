@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, result, sys};
 
-use super::allocator::{BlockLayout, bind_for_drop, record_drop_error};
+use super::block::BlockLayout;
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
-use crate::ipc_channel::IpcChannel;
+use crate::error::{bind_for_drop, record_drop_error};
+use intranode_ipc::IpcChannel;
 
 /// Pinned device memory on `device`, exportable as a POSIX descriptor.
 fn allocation_prop(device: sys::CUdevice) -> sys::CUmemAllocationProp {
@@ -249,7 +250,9 @@ pub(super) fn exchange_and_map(
     world: usize,
 ) -> Result<Blocks> {
     let device = ctx.ordinal();
-    let fds = channel.all_gather_fds(local.fd.as_fd())?;
+    let fds = channel
+        .all_gather_fds(local.fd.as_fd())
+        .map_err(Error::ipc)?;
     if fds.len() != world {
         return Err(Error::InvalidArgument(format!(
             "descriptor all-gather returned {} descriptors for {world} ranks",

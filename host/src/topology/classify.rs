@@ -1,12 +1,12 @@
 //! The classification, pure functions of the mesh: which pairs CUDA lets
-//! talk ([`restrict_to_peer_access`]), the [`Topology`] class, and the
-//! hybrid-cube-mesh table ([`hcm_neighbors`]).
+//! talk (`restrict_to_peer_access`), the [`Topology`] class, and the
+//! hybrid-cube-mesh table (`hcm_neighbors`).
 
 use std::fmt;
 
 use super::{MAX_DEVICES, NvlMesh};
 
-/// Slot of the relay neighbour in each row of [`hcm_neighbors`]; slots
+/// Slot of the relay neighbour in each row of `hcm_neighbors`; slots
 /// `0..HCM_RELAY_SLOT` hold the three one-shot neighbours.
 pub const HCM_RELAY_SLOT: usize = 3;
 
@@ -44,11 +44,12 @@ pub fn restrict_to_peer_access(
 /// How the GPUs of a rendezvous are connected, which decides the
 /// all-reduce algorithms that can run on them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Topology {
     /// Every pair of ranks is NVLinked (directly or through NVSwitch):
     /// one-shot and two-shot all-reduce can run.
     FullyConnected,
-    /// 8 GPUs in the DGX-1 hybrid cube mesh (see [`hcm_neighbors`]).
+    /// 8 GPUs in the DGX-1 hybrid cube mesh (see `hcm_neighbors`).
     HybridCubeMesh,
     /// Anything else: leave the collective to NCCL.
     Unknown,
@@ -66,7 +67,7 @@ impl fmt::Display for Topology {
 
 /// Classifies the mesh between the first `world` ranks: fully connected if
 /// every pair is linked both ways, else the hybrid cube mesh if `world` is
-/// 8 and [`hcm_neighbors`] finds one, else unknown. A single rank counts as
+/// 8 and `hcm_neighbors` finds one, else unknown. A single rank counts as
 /// fully connected; `world` of 0 or above [`MAX_DEVICES`] is unknown.
 pub fn detect_topology(mesh: &NvlMesh, world: usize) -> Topology {
     if world == 0 || world > MAX_DEVICES {
@@ -161,7 +162,7 @@ pub fn hcm_neighbors(mesh: &NvlMesh) -> Option<[[usize; 4]; MAX_DEVICES]> {
 /// `edges[next..]` slots such that no vertex has two edges in one slot
 /// (`used_slots[v]` is the bit set of slots vertex `v` already has).
 /// Tries slots in increasing order, so the first colouring found is the
-/// deterministic one [`hcm_neighbors`] promises.
+/// deterministic one `hcm_neighbors` promises.
 fn colour_edges(
     edges: &[(usize, usize)],
     next: usize,

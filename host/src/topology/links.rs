@@ -11,6 +11,7 @@ pub const NVLINK_MAX_LINKS: u32 = 18;
 
 /// Where one active NVLink leads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RemoteEndpoint {
     /// A GPU, by PCI address (one of the ranks' GPUs or not).
     Gpu(PciAddress),

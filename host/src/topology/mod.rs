@@ -10,13 +10,13 @@
 //!   counts as a switch link of that GPU, and two GPUs behind switches are
 //!   joined by the smaller of their switch-link counts (all switches are
 //!   assumed to be connected to each other, as PyTorch does).
-//! - [`restrict_to_peer_access`] removes the pairs that CUDA says cannot
+//! - `restrict_to_peer_access` removes the pairs that CUDA says cannot
 //!   access each other's memory (the caller passes the
 //!   `cuDeviceCanAccessPeer` answer as a closure, so this module stays free
 //!   of cudarc).
 //! - [`detect_topology`] classifies the mesh as
 //!   [`Topology::FullyConnected`], [`Topology::HybridCubeMesh`] (DGX-1
-//!   style, 8 GPUs) or [`Topology::Unknown`]; [`hcm_neighbors`] gives the
+//!   style, 8 GPUs) or [`Topology::Unknown`]; `hcm_neighbors` gives the
 //!   hybrid-cube-mesh peers the HCM all-reduce kernel needs.
 //!
 //! Policy stays out of this module: NVML missing or failing gives a
@@ -24,26 +24,27 @@
 //! [`Topology::Unknown`], so the caller falls back to NCCL), never an error
 //! or a panic; switches such as `TEST_INTRA_NODE_COMM` belong to the caller.
 //!
-//! The NVML queries sit behind the small [`LinkSource`] trait, so the
-//! counting in [`nvl_mesh_from_links`] is unit-tested without a GPU.
+//! The NVML queries sit behind the small `LinkSource` trait, so the
+//! counting in `nvl_mesh_from_links` is unit-tested without a GPU.
 //!
 //! # Files
 //!
 //! `mesh.rs` the matrix and the PCI address; `links.rs` the counting over
-//! a [`LinkSource`]; `nvml.rs` the NVML queries (the only file that uses
+//! a `LinkSource`; `nvml.rs` the NVML queries (the only file that uses
 //! `nvml-wrapper`); `classify.rs` peer access, [`Topology`] and the
 //! hybrid cube mesh, all pure.
 
-mod classify;
-mod links;
+pub(crate) mod classify;
+pub(crate) mod links;
 mod mesh;
 mod nvml;
 #[cfg(test)]
 mod test_meshes;
 
-pub use classify::{
-    HCM_RELAY_SLOT, Topology, detect_topology, hcm_neighbors, restrict_to_peer_access,
-};
-pub use links::{LinkSource, NVLINK_MAX_LINKS, RemoteEndpoint, nvl_mesh_from_links};
+pub use classify::{Topology, detect_topology};
+// The builders and the machinery's queries: crate-private, and for the
+// project's suites through `internals::topology`.
+pub(crate) use classify::{HCM_RELAY_SLOT, hcm_neighbors, restrict_to_peer_access};
+pub(crate) use links::{LinkSource, RemoteEndpoint, nvl_mesh_from_links};
 pub use mesh::{MAX_DEVICES, NvlMesh, PciAddress};
 pub use nvml::nvl_mesh_from_nvml;

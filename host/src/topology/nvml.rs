@@ -144,7 +144,8 @@ fn remote_device_type(device: &nvml_wrapper::Device<'_>, link: u32) -> Result<u3
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::{NVLINK_MAX_LINKS, detect_topology};
+    use crate::topology::detect_topology;
+    use crate::topology::links::NVLINK_MAX_LINKS;
 
     #[test]
     fn nvml_with_unknown_gpus_gives_zero_mesh() {

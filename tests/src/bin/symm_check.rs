@@ -37,10 +37,11 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use cudarc::driver::{CudaContext, result};
-use intranode::comm::{IntraNodeComm, RendezvousError};
 use intranode::config::CommConfig;
 use intranode::dist_env::DistEnv;
-use intranode::symm_mem::{self, Backend};
+use intranode::internals::comm::IntraNodeComm;
+use intranode::internals::rendezvous::RendezvousError;
+use intranode::internals::symm_mem::{self, Backend};
 use intranode::{Error, gpu};
 use intranode_store::Store;
 use intranode_tests::{first_difference, open_fd_count, pattern};

@@ -252,6 +252,7 @@ pub fn run(args: &DecodeArgs) -> Result<()> {
                                     .algo_for::<bf16>(batch * shape.hidden, &ReduceOp::Sum)
                                     .name()
                             ),
+                            other => format!("{other:?}"),
                         }
                     }
                 };

@@ -23,11 +23,11 @@ use cudarc::driver::CudaSlice;
 use cudarc::nccl::ReduceOp as NcclOp;
 use half::{bf16, f16};
 use intranode::ReduceOp;
-use intranode::algo::AllReduceAlgo;
-use intranode::comm::RendezvousError;
-use intranode::config::{ALLOW_OVERLAPPING_ENV, CommConfig};
-use intranode::config::{DEBUG_ENV, DebugLevel};
-use intranode::rendezvous::Unsupported;
+use intranode::config::{CommConfig, DebugLevel};
+use intranode::internals::algo::AllReduceAlgo;
+use intranode::internals::rendezvous::RendezvousError;
+use intranode::internals::rendezvous::Unsupported;
+use intranode::internals::switches::{ALLOW_OVERLAPPING_ENV, DEBUG_ENV};
 use intranode_harness::data;
 use intranode_harness::rank::{Proc, Rank};
 
@@ -295,7 +295,7 @@ fn overlap() -> Result<()> {
     if config.allow_overlapping_devices {
         bail!("bad-input rank {rank}: FAIL: unset {ALLOW_OVERLAPPING_ENV} for this case");
     }
-    match intranode::comm::IntraNodeComm::rendezvous(
+    match intranode::internals::comm::IntraNodeComm::rendezvous(
         &p.ctx,
         p.store.clone(),
         rank,
@@ -333,7 +333,7 @@ fn debug_mismatch() -> Result<()> {
         DebugLevel::Off
     };
     let start = std::time::Instant::now();
-    match intranode::comm::IntraNodeComm::rendezvous(
+    match intranode::internals::comm::IntraNodeComm::rendezvous(
         &p.ctx,
         p.store.clone(),
         rank,
@@ -375,8 +375,13 @@ fn world_size() -> Result<()> {
         allow_overlapping_devices: true,
         ..CommConfig::from_env()?
     };
-    match intranode::comm::IntraNodeComm::rendezvous(&p.ctx, p.store.clone(), rank, world, &config)
-    {
+    match intranode::internals::comm::IntraNodeComm::rendezvous(
+        &p.ctx,
+        p.store.clone(),
+        rank,
+        world,
+        &config,
+    ) {
         Err(RendezvousError::Unsupported(u @ Unsupported::WorldSize { .. })) => {
             println!("bad-input rank {rank}: PASS world size {world} refused: {u}");
             Ok(())

@@ -7,7 +7,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
 use intranode::ReduceOp;
-use intranode::algo::AllReduceAlgo;
+use intranode::internals::algo::AllReduceAlgo;
 use intranode::kernels::DType;
 use intranode_harness::data;
 use intranode_harness::progress::Progress;
@@ -157,7 +157,7 @@ fn sweep<T: DType + NcclType>(
     // The largest message of the Lamport two-shot: the fullest its
     // buffers get, several vectors per thread.
     let lamport_elems =
-        intranode::algo::lamport_two_shot_max_message_bytes(r.world()) / T::ELEM.bytes();
+        intranode::internals::algo::lamport_two_shot_max_message_bytes(r.world()) / T::ELEM.bytes();
     let lengths = sweep_lengths(buffer_elems, lamport_elems);
     let mut cases = 0;
     for &algo in algos {

@@ -16,7 +16,7 @@ use anyhow::{Result, bail};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use half::bf16;
 use intranode::ReduceOp;
-use intranode::algo::AllReduceAlgo;
+use intranode::internals::algo::AllReduceAlgo;
 use intranode::kernels::{SoakCall, TestKernelModule};
 
 use intranode_harness::data;

@@ -33,6 +33,7 @@ fn tolerance(elem: ElemType) -> f64 {
         ElemType::Bf16 => 1.0 / 128.0,
         ElemType::F16 => 1.0 / 1024.0,
         ElemType::F32 => 1e-4,
+        other => panic!("no norm tolerance for {other:?}"),
     }
 }
 

@@ -8,7 +8,7 @@ use anyhow::Result;
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
 use intranode::ReduceOp;
-use intranode::comm::scatter_gather::ScatterGather;
+use intranode::internals::comm::scatter_gather::ScatterGather;
 use intranode::kernels::DType;
 use intranode_harness::data;
 use intranode_harness::rank::Rank;

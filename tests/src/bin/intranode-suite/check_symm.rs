@@ -10,7 +10,7 @@ use cudarc::driver::{DevicePtr, DeviceSlice};
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
 use intranode::ReduceOp;
-use intranode::algo::AllReduceAlgo;
+use intranode::internals::algo::AllReduceAlgo;
 use intranode::kernels::DType;
 use intranode_harness::data;
 use intranode_harness::rank::Rank;

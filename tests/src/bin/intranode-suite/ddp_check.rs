@@ -35,12 +35,12 @@ use anyhow::{Context, Result, anyhow, bail, ensure};
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
-use intranode::algo::AllReduceAlgo;
-use intranode::comm::broadcast::BroadcastAlgo;
 use intranode::ddp::{
     AllReduceHook, CommHook, CompressHook, DeviceBuffer, GradBucket, PlanItem, StatefulHook,
     all_reduce_flat, broadcast_coalesced_with, plan_buckets,
 };
+use intranode::internals::algo::AllReduceAlgo;
+use intranode::internals::comm::broadcast::BroadcastAlgo;
 use intranode::kernels::{DType, ElemType};
 use intranode::{Communicator, ReduceOp};
 use intranode_harness::data::{self, mix};
@@ -83,6 +83,7 @@ fn bits<T: DType>(v: T) -> u32 {
         ElemType::Bf16 => bf16::from_f32(v.to_f32()).to_bits() as u32,
         ElemType::F16 => f16::from_f32(v.to_f32()).to_bits() as u32,
         ElemType::F32 => v.to_f32().to_bits(),
+        other => panic!("no bit pattern for {other:?}"),
     }
 }
 
@@ -302,6 +303,7 @@ fn coalesced_case(
             ElemType::Bf16 => Buf::Bf16(upload(&c.stream, tag, len, poison)?),
             ElemType::F16 => Buf::F16(upload(&c.stream, tag, len, poison)?),
             ElemType::F32 => Buf::F32(upload(&c.stream, tag, len, poison)?),
+            other => bail!("no buffer kind for {other:?}"),
         });
     }
     {
@@ -634,6 +636,7 @@ fn unit_roundoff(elem: ElemType) -> f64 {
         ElemType::F32 => 2f64.powi(-24),
         ElemType::Bf16 => 2f64.powi(-8),
         ElemType::F16 => 2f64.powi(-11),
+        other => panic!("no unit roundoff for {other:?}"),
     }
 }
 

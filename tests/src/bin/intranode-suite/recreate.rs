@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use cudarc::driver::CudaSlice;
-use intranode::algo::AllReduceAlgo;
 use intranode::config::CommConfig;
+use intranode::internals::algo::AllReduceAlgo;
 use intranode::kernels::KernelModule;
 use intranode::{Communicator, ReduceOp};
 use intranode_harness::rank::Proc;
@@ -106,7 +106,7 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
             ("nccl comm", &|p: &mut Proc| {
                 let (rank, world) = (p.rank(), p.world());
                 let mut exchange = StoreExchange::new("intranode/recreate/nccl");
-                let c = intranode::nccl::nccl_comm(
+                let c = intranode::internals::nccl::nccl_comm(
                     &p.stream,
                     p.store.as_ref(),
                     &mut exchange,

@@ -29,7 +29,7 @@ use cudarc::driver::{CudaGraph, CudaSlice, CudaStream};
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
 use intranode::ReduceOp;
-use intranode::algo::AllReduceAlgo;
+use intranode::internals::algo::AllReduceAlgo;
 use intranode::kernels::{DType, ElemType, SoakCall, TestKernelModule};
 use intranode_harness::rank::Rank;
 use kernels_gpu::layout;
@@ -145,6 +145,7 @@ impl AnyPair {
             ElemType::Bf16 => AnyPair::Bf16(Pair::new(stream, elems)?),
             ElemType::F16 => AnyPair::F16(Pair::new(stream, elems)?),
             ElemType::F32 => AnyPair::F32(Pair::new(stream, elems)?),
+            other => bail!("no buffer pair for {other:?}"),
         })
     }
 }
@@ -507,6 +508,7 @@ pub fn run(args: &SoakArgs) -> Result<()> {
                 ElemType::Bf16 => s.eager(&mut eager_bf16, &spec, call, slot),
                 ElemType::F16 => s.eager(&mut eager_f16, &spec, call, slot),
                 ElemType::F32 => s.eager(&mut eager_f32, &spec, call, slot),
+                other => Err(anyhow::anyhow!("no eager buffers for {other:?}")),
             };
             result.with_context(|| format!("rank {rank}: {}", describe(call, &spec, false)))?;
             pending.push((call, spec, false));

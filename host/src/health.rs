@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use cudarc::driver::CudaContext;
 use kernels_gpu::layout::{
-    ERR_NONE, ErrorWord, SLOT_EXPLICIT, SLOT_LAMPORT, SLOT_PUSH, SLOT_MID, SLOT_START, form_name,
+    ERR_NONE, ErrorWord, SLOT_EXPLICIT, SLOT_LAMPORT, SLOT_MID, SLOT_PUSH, SLOT_START, form_name,
 };
 
 use crate::driver_ext;
