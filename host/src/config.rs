@@ -109,7 +109,7 @@ impl LamportShapes {
     }
 }
 
-/// The launch shape of the push form ([`PUSH_LAUNCH_ENV`]): the most
+/// The launch shape of the push form (`INTRANODE_PUSH_LAUNCH`): the most
 /// blocks and chunk bytes of a launch, its threads and ring slots, and the
 /// scratch its rings may take; the host fits the chunk to the symmetric
 /// buffer and the message (`comm::all_reduce::push_launch`).
@@ -182,7 +182,7 @@ impl PushShape {
         }
     }
 
-    /// Parses a value of [`PUSH_LAUNCH_ENV`]; the error says what is wrong
+    /// Parses a value of `INTRANODE_PUSH_LAUNCH`; the error says what is wrong
     /// with it.
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut shape = PushShape::default();
