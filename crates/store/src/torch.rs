@@ -170,7 +170,23 @@ impl Request {
         req.0.extend_from_slice(bytes);
         req
     }
+
+    /// A key as PyTorch's client sends it: [`TORCH_KEY_PREFIX`] first
+    /// (`TCPStore::keyPrefix_`), so a key this client sets is the key a
+    /// Python rank's `store.get` asks for, and the other way round.
+    fn key(self, key: &str) -> Self {
+        let mut req = self.u64((TORCH_KEY_PREFIX.len() + key.len()) as u64);
+        req.0.extend_from_slice(TORCH_KEY_PREFIX.as_bytes());
+        req.0.extend_from_slice(key.as_bytes());
+        req
+    }
 }
+
+/// What PyTorch's `TCPStore` client puts before every key on the wire
+/// (`keyPrefix_`). Without it a Rust rank and a Python rank that name the
+/// same key never meet: seen on 2 H200 with PyTorch 2.11 (2026-11-26), a
+/// wait on `py/hello` for the `/py/hello` that Python had set never ended.
+pub const TORCH_KEY_PREFIX: &str = "/";
 
 fn over_limit(what: &'static str, got: usize, max: usize, limit: &'static str) -> WireError {
     WireError::OverLimit {
@@ -192,10 +208,10 @@ fn check_keys(keys: &[&str]) -> Result<(), WireError> {
         ));
     }
     for key in keys {
-        if key.len() > TORCH_MAX_KEY_BYTES {
+        if TORCH_KEY_PREFIX.len() + key.len() > TORCH_MAX_KEY_BYTES {
             return Err(over_limit(
                 "key bytes",
-                key.len(),
+                TORCH_KEY_PREFIX.len() + key.len(),
                 TORCH_MAX_KEY_BYTES,
                 "PyTorch's MAX_STRING_LEN",
             ));
@@ -547,7 +563,7 @@ fn validate_and_ping(mut stream: TcpStream, window: Duration) -> Result<TcpStrea
 fn keys_request(query: TorchQuery, keys: &[&str]) -> Request {
     let mut req = Request::new(query).u64(keys.len() as u64);
     for key in keys {
-        req = req.bytes(key.as_bytes());
+        req = req.key(key);
     }
     req
 }
@@ -557,23 +573,19 @@ impl Store for TorchStore {
         check_keys(&[key])
             .and_then(|()| check_value(value))
             .map_err(|e| self.limit_error("set", e))?;
-        let req = Request::new(TorchQuery::Set)
-            .bytes(key.as_bytes())
-            .bytes(value);
+        let req = Request::new(TorchQuery::Set).key(key).bytes(value);
         self.call("set", req, |_| Ok(()))
     }
 
     fn get_with_timeout(&self, key: &str, timeout: Duration) -> Result<Vec<u8>, StoreError> {
         self.wait_keys("get", &[key], timeout)?;
-        let req = Request::new(TorchQuery::Get).bytes(key.as_bytes());
+        let req = Request::new(TorchQuery::Get).key(key);
         self.call("get", req, |s| Ok(read_bytes(s)?))
     }
 
     fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
         check_keys(&[key]).map_err(|e| self.limit_error("add", e))?;
-        let req = Request::new(TorchQuery::Add)
-            .bytes(key.as_bytes())
-            .i64(delta);
+        let req = Request::new(TorchQuery::Add).key(key).i64(delta);
         self.call("add", req, |s| Ok(read_i64(s)?))
     }
 
@@ -588,7 +600,7 @@ impl Store for TorchStore {
             .and_then(|()| check_value(desired))
             .map_err(|e| self.limit_error("compare_set", e))?;
         let req = Request::new(TorchQuery::CompareSet)
-            .bytes(key.as_bytes())
+            .key(key)
             .bytes(expected)
             .bytes(desired);
         self.call("compare_set", req, |s| Ok(read_bytes(s)?))
@@ -615,7 +627,7 @@ impl Store for TorchStore {
 
     fn delete_key(&self, key: &str) -> Result<bool, StoreError> {
         check_keys(&[key]).map_err(|e| self.limit_error("delete_key", e))?;
-        let req = Request::new(TorchQuery::DeleteKey).bytes(key.as_bytes());
+        let req = Request::new(TorchQuery::DeleteKey).key(key);
         self.call("delete_key", req, |s| match read_i64(s)? {
             0 => Ok(false),
             1 => Ok(true),
@@ -654,7 +666,7 @@ impl Store for TorchStore {
             .map_err(|e| self.limit_error("multi_set", e))?;
         let mut req = Request::new(TorchQuery::MultiSet).u64(keys.len() as u64);
         for (key, value) in keys.iter().zip(values) {
-            req = req.bytes(key.as_bytes()).bytes(value);
+            req = req.key(key).bytes(value);
         }
         self.call("multi_set", req, |_| Ok(()))
     }
@@ -663,9 +675,7 @@ impl Store for TorchStore {
         check_keys(&[key])
             .and_then(|()| check_value(value))
             .map_err(|e| self.limit_error("append", e))?;
-        let req = Request::new(TorchQuery::Append)
-            .bytes(key.as_bytes())
-            .bytes(value);
+        let req = Request::new(TorchQuery::Append).key(key).bytes(value);
         self.call("append", req, |_| Ok(()))
     }
 
@@ -701,16 +711,17 @@ mod tests {
 
     #[test]
     fn requests_encode_little_endian_with_u64_lengths() {
-        let req = Request::new(TorchQuery::Add).bytes(b"k").i64(-2);
+        let req = Request::new(TorchQuery::Add).key("k").i64(-2);
         let mut want = vec![4u8];
-        want.extend_from_slice(&1u64.to_le_bytes());
-        want.push(b'k');
+        want.extend_from_slice(&2u64.to_le_bytes());
+        want.extend_from_slice(b"/k");
         want.extend_from_slice(&(-2i64).to_le_bytes());
         assert_eq!(req.0, want);
         let req = keys_request(TorchQuery::Check, &["a", "bc"]);
         assert_eq!(req.0[0], 5);
         assert_eq!(req.0[1..9], 2u64.to_le_bytes());
-        assert_eq!(req.0.len(), 1 + 8 + 8 + 1 + 8 + 2);
+        // Each key with PyTorch's "/" before it.
+        assert_eq!(req.0.len(), 1 + 8 + 8 + 2 + 8 + 3);
     }
 
     #[test]
@@ -725,7 +736,8 @@ mod tests {
 
     #[test]
     fn limits_are_checked_before_sending() {
-        let long = "k".repeat(TORCH_MAX_KEY_BYTES + 1);
+        // The limit counts the "/" PyTorch's client puts before a key.
+        let long = "k".repeat(TORCH_MAX_KEY_BYTES);
         let err = check_keys(&[&long]).unwrap_err();
         assert!(err.to_string().contains("MAX_STRING_LEN"), "{err}");
         check_keys(&[&long[1..]]).unwrap();

@@ -410,14 +410,15 @@ fn a_timed_out_wait_cancels_and_the_connection_stays_usable() {
 fn over_limit_requests_are_refused_before_sending() {
     let fake = FakeTorchStore::start();
     let store = client(&fake);
-    let long_key = "k".repeat(TORCH_MAX_KEY_BYTES + 1);
+    // Keys go out with PyTorch's "/" before them (`TORCH_KEY_PREFIX`).
+    let long_key = "k".repeat(TORCH_MAX_KEY_BYTES);
     let err = store.set(&long_key, b"v").unwrap_err();
     assert!(err.to_string().contains("MAX_STRING_LEN"), "{err}");
     let big = vec![7u8; TORCH_MAX_VALUE_BYTES + 1];
     let err = store.set("k", &big).unwrap_err();
     assert!(err.to_string().contains("MAX_PAYLOAD_LEN"), "{err}");
     // At the limits exactly, the server takes them.
-    let key = "k".repeat(TORCH_MAX_KEY_BYTES);
+    let key = "k".repeat(TORCH_MAX_KEY_BYTES - 1);
     store.set(&key, &big[1..]).unwrap();
     assert_eq!(store.get(&key).unwrap().len(), TORCH_MAX_VALUE_BYTES);
     assert_eq!(fake.rejected(), Vec::<String>::new());
@@ -435,7 +436,8 @@ fn connect_prefixes_keys_as_torchruns_workers_do() {
     store.set("intranode/x", b"1").unwrap();
     // SET has no reply: the GET's reply proves the server took it.
     assert_eq!(store.get("intranode/x").unwrap(), b"1");
-    assert_eq!(fake.keys(), ["/worker/attempt_2/intranode/x"]);
+    // On the wire: PyTorch's client prefix, then the workers' prefix.
+    assert_eq!(fake.keys(), ["//worker/attempt_2/intranode/x"]);
 }
 
 #[test]
@@ -576,7 +578,7 @@ fn ranks_under_torchrun_variables_rendezvous_through_the_torch_store() {
     assert!(
         written
             .iter()
-            .all(|k| k.starts_with("/worker/attempt_1/intranode/test/")),
+            .all(|k| k.starts_with("//worker/attempt_1/intranode/test/")),
         "{written:?}"
     );
     assert_eq!(fake.rejected(), Vec::<String>::new());

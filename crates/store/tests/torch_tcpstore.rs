@@ -158,15 +158,7 @@ fn round_trip_with_torchs_libuv_server() {
     round_trip("libuv");
 }
 
-/// PyTorch's classic (non-libuv) server, `TCPStore(use_libuv=False)`:
-/// deprecated since libuv became the default (PyTorch 2.4; torchrun's
-/// agent store uses libuv). On 2 H200 with PyTorch 2.11 (2026-11-26,
-/// docs/perf/v12/final-h200x2/torch_protocol.log) this test did not end
-/// within 60 s: the connect's validation + PING got no answer, so
-/// `TorchStore` does not support that server; run it by name
-/// (`--ignored`) when working on that.
 #[test]
-#[ignore = "PyTorch's classic TCPStore server: unsupported, see the doc comment"]
 fn round_trip_with_torchs_classic_server() {
     round_trip("classic");
 }
