@@ -9,7 +9,9 @@
 //! followed by its fields, each reply only its fields. Integers are in the
 //! host's byte order (PyTorch copies them raw); every platform it runs on
 //! is little-endian, so little-endian here. A string or byte vector is a
-//! `u64` length and the bytes.
+//! `u64` length and the bytes. Every key goes out with PyTorch's client
+//! prefix `/` before it ([`TORCH_KEY_PREFIX`]), as Python's `TCPStore`
+//! sends it, so both see the same keys.
 //!
 //! | query | byte | request fields | reply |
 //! | --- | --- | --- | --- |
