@@ -31,6 +31,11 @@ const ARCH_ENV: &str = "INTRANODE_PTX_ARCH";
 /// Env switch: `1` builds the kernels from source even when the committed
 /// PTX is current.
 const REBUILD_ENV: &str = "INTRANODE_PTX_REBUILD";
+/// Env switch: `0` leaves the PTX fallback out where machine code for the
+/// architecture is embedded (about 3.7 MB less per binary; devices the
+/// machine code does not run on then get an error instead of a JIT). The
+/// device bundle builds this way to fit what a device run carries.
+const EMBED_PTX_ENV: &str = "INTRANODE_EMBED_PTX";
 
 fn main() {
     if let Err(e) = try_main() {
@@ -52,6 +57,7 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
     let committed_dir = manifest_dir.join("ptx");
     println!("cargo:rerun-if-env-changed={ARCH_ENV}");
     println!("cargo:rerun-if-env-changed={REBUILD_ENV}");
+    println!("cargo:rerun-if-env-changed={EMBED_PTX_ENV}");
     // Only paths that exist: cargo reruns the script on every build for a
     // missing one.
     for watched in [
@@ -75,6 +81,7 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
         sets.push((KernelSet::Test, "INTRANODE_EMBEDDED_TEST_PTX"));
     }
     let mut from_source = false;
+    let mut production_ptx = None;
     for (set, env) in sets {
         let committed = committed_dir.join(set.committed_file_name(&arch));
         let embedded = if forced {
@@ -107,7 +114,11 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
         } else {
             committed
         };
-        println!("cargo:rustc-env={env}={}", embedded.display());
+        if set == KernelSet::Production {
+            production_ptx = Some((env, embedded));
+        } else {
+            println!("cargo:rustc-env={env}={}", embedded.display());
+        }
     }
     println!("cargo:rustc-env=INTRANODE_EMBEDDED_PTX_ARCH={arch}");
 
@@ -130,6 +141,26 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
         cubin.display()
     );
     println!("cargo:rustc-env=INTRANODE_EMBEDDED_CUBIN_ARCH={cubin_arch}");
+
+    // The production PTX, or an empty file where `INTRANODE_EMBED_PTX=0`
+    // asks to leave it out and machine code stands in for it (never
+    // where there is none: then the PTX is all there is).
+    let (env, ptx) = production_ptx.ok_or("no production kernel set")?;
+    let leave_out = std::env::var(EMBED_PTX_ENV).is_ok_and(|v| v.trim() == "0");
+    let ptx = if leave_out && !cubin_arch.is_empty() {
+        let empty = PathBuf::from(std::env::var("OUT_DIR")?).join("no-ptx");
+        std::fs::write(&empty, b"")?;
+        empty
+    } else {
+        if leave_out {
+            println!(
+                "cargo:warning={EMBED_PTX_ENV}=0 ignored: no machine code is embedded for {arch}, \
+                 so the PTX is"
+            );
+        }
+        ptx
+    };
+    println!("cargo:rustc-env={env}={}", ptx.display());
     Ok(())
 }
 
