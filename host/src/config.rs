@@ -806,6 +806,22 @@ mod tests {
     }
 
     #[test]
+    fn push_shapes_keep_to_the_sms() {
+        let d = PushShape::default();
+        // An H100/H200 (132 SMs) takes the default whole; an A100 (108)
+        // gets one block per SM; nothing else of the shape moves.
+        assert_eq!(d.for_sms(132), d);
+        assert_eq!(
+            d.for_sms(108),
+            PushShape {
+                max_blocks: 108,
+                ..d
+            }
+        );
+        assert_eq!(d.for_sms(0).max_blocks, 1);
+    }
+
+    #[test]
     fn push_shapes_parse_or_say_why_not() {
         assert_eq!(PushShape::parse("").unwrap(), PushShape::default());
         assert_eq!(
