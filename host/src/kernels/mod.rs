@@ -69,7 +69,7 @@ const CUBIN_IMAGE: &[u8] = include_bytes!(env!("INTRANODE_EMBEDDED_CUBIN"));
 pub const CUBIN_ARCH: &str = env!("INTRANODE_EMBEDDED_CUBIN_ARCH");
 
 /// The production kernels' PTX text (unpacked from the embedded image:
-/// about 20 MB; an error in a build that left it out, `INTRANODE_EMBED_PTX=0`).
+/// about 21 MB; an error in a build that left it out, `INTRANODE_EMBED_PTX=0`).
 pub fn ptx() -> Result<String> {
     if PTX_IMAGE.is_empty() {
         return Err(Error::KernelImage(format!(
