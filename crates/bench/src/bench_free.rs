@@ -10,7 +10,7 @@
 //! decode table, and writes the results file.
 
 use anyhow::{Context, Result, bail};
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, DevicePtr};
 use half::{bf16, f16};
 use intranode::ReduceOp;
 use intranode::internals::algo::{AllReduceAlgo, scatter_gather_uses_ours};
@@ -152,19 +152,62 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 }
 
 /// The timed call of the sweep: `T` reduced by `op` through the
-/// communicator, by `algo` (`None`: as it decides).
-fn enqueue_typed<T: BenchElem>(
+/// communicator, by `algo` (`None`: as it decides), from `input` (a plain
+/// slice, or a symmetric buffer with `--symmetric`).
+fn enqueue_typed<T: BenchElem, S: DevicePtr<T>>(
     r: &Rank,
-    d_in: &CudaSlice<T>,
+    input: &S,
     d_out: &mut CudaSlice<T>,
     op: &cudarc::nccl::ReduceOp,
     algo: Option<AllReduceAlgo>,
 ) -> Result<()> {
     match algo {
-        None => r.comm.all_reduce(d_in, d_out, op)?,
-        Some(a) => r.comm.all_reduce_with(d_in, d_out, op, a)?,
+        None => r.comm.all_reduce(input, d_out, op)?,
+        Some(a) => r.comm.all_reduce_with(input, d_out, op, a)?,
     };
     Ok(())
+}
+
+/// One row of the sweep: `algo` reducing `input` (the inputs of `call`)
+/// into a poisoned output, timed (`config_seed` draws the skew), the
+/// output checked on every rank and the distributions merged. A wrong
+/// element is counted, not fatal at once (nccl-tests' `#wrong`): the run
+/// fails once the tables are out. `label` names the row.
+#[allow(clippy::too_many_arguments)]
+fn timed_row<T: BenchElem, S: DevicePtr<T>>(
+    r: &mut Rank,
+    args: &BenchArgs,
+    timer: &mut Timer,
+    input: &S,
+    (call, config_seed): (u64, u64),
+    op: &cudarc::nccl::ReduceOp,
+    algo: Option<AllReduceAlgo>,
+    label: &str,
+) -> Result<Row> {
+    let (elems, world) = (input.len(), r.world());
+    let bytes = elems * std::mem::size_of::<T>();
+    let mut d_out = r.stream.clone_htod(&vec![elem::poison::<T>(); elems])?;
+    let mine = {
+        let mut enqueue = |r: &Rank, _j: usize| enqueue_typed(r, input, &mut d_out, op, algo);
+        measure(r, args, timer, bytes, &mut enqueue, config_seed)?
+    };
+    let out = r.stream.clone_dtoh(&d_out)?;
+    r.stream.synchronize()?;
+    let (wrong, first) = elem::wrong(&out, args.op, call, world);
+    if let Some(first) = first {
+        eprintln!(
+            "rank {}: {} {} {label} at {bytes} bytes: {wrong} wrong elements; first {first}",
+            r.rank(),
+            T::NAME,
+            args.op.name(),
+        );
+    }
+    let all = r.all_gather(&(mine, wrong as u64))?;
+    let dists: Vec<RankDists> = all.iter().map(|(d, _)| d.clone()).collect();
+    let mut row = row::<T>(r, world, bytes, algo, op, merge(&dists));
+    row.wrong = all.iter().map(|(_, w)| w).sum();
+    row.algo = label.to_owned();
+    Ok(row)
 }
 
 /// The all-reduce sweep in `T` with `args.op`: the decode-like mode only
@@ -220,31 +263,17 @@ fn sweep<T: BenchElem>(r: &mut Rank, args: &BenchArgs) -> Result<()> {
             .stream
             .clone_htod(&elem::inputs::<T>(args.op, call, r.rank(), elems))?;
         for &algo in &algos {
-            let mut d_out = r.stream.clone_htod(&vec![elem::poison::<T>(); elems])?;
             let config_seed = data::mix(seed ^ bytes as u64 ^ ((rows.len() as u64) << 40));
-            let mine = {
-                let mut call = |r: &Rank, _j: usize| enqueue_typed(r, &d_in, &mut d_out, &op, algo);
-                measure(r, args, &mut timer, bytes, &mut call, config_seed)?
-            };
-            let out = r.stream.clone_dtoh(&d_out)?;
-            r.stream.synchronize()?;
-            // Counted, not fatal at once (nccl-tests' #wrong): the run
-            // fails once the tables are out.
-            let (wrong, first) = elem::wrong(&out, args.op, call, world);
-            if let Some(first) = first {
-                eprintln!(
-                    "rank {}: {} {} {} at {bytes} bytes: {wrong} wrong elements; first {first}",
-                    r.rank(),
-                    T::NAME,
-                    args.op.name(),
-                    name(algo)
-                );
-            }
-            let all = r.all_gather(&(mine, wrong as u64))?;
-            let dists: Vec<RankDists> = all.iter().map(|(d, _)| d.clone()).collect();
-            let modes = merge(&dists);
-            let mut row = row::<T>(r, world, bytes, algo, &op, modes);
-            row.wrong = all.iter().map(|(_, w)| w).sum();
+            let row = timed_row(
+                r,
+                args,
+                &mut timer,
+                &d_in,
+                (call, config_seed),
+                &op,
+                algo,
+                name(algo),
+            )?;
             rows.push(row);
             progress.step(&format!("{} {}", fmt_bytes(bytes), name(algo)));
         }
@@ -342,42 +371,14 @@ fn symmetric_rows<T: BenchElem>(
     rows: &mut Vec<Row>,
     progress: &mut Progress,
 ) -> Result<()> {
-    let (elems, world) = (d_in.len(), r.world());
-    let mut sym = r.comm.alloc_symmetric::<T>(elems)?;
+    let mut sym = r.comm.alloc_symmetric::<T>(d_in.len())?;
     r.stream.memcpy_dtod(d_in, &mut sym)?;
     for &algo in algos.iter().filter(|a| **a != Some(AllReduceAlgo::Nccl)) {
-        let mut d_out = r.stream.clone_htod(&vec![elem::poison::<T>(); elems])?;
         let config_seed = data::mix(seed ^ 0x5E77 ^ bytes as u64 ^ ((rows.len() as u64) << 40));
-        let mine = {
-            let mut call = |r: &Rank, _j: usize| -> Result<()> {
-                match algo {
-                    None => r.comm.all_reduce(&sym, &mut d_out, op)?,
-                    Some(a) => r.comm.all_reduce_with(&sym, &mut d_out, op, a)?,
-                };
-                Ok(())
-            };
-            measure(r, args, timer, bytes, &mut call, config_seed)?
-        };
-        let out = r.stream.clone_dtoh(&d_out)?;
-        r.stream.synchronize()?;
-        let (wrong, first) = elem::wrong(&out, args.op, call, world);
-        if let Some(first) = first {
-            eprintln!(
-                "rank {}: {} {} {}+sym at {bytes} bytes: {wrong} wrong elements; first {first}",
-                r.rank(),
-                T::NAME,
-                args.op.name(),
-                name(algo)
-            );
-        }
-        let all = r.all_gather(&(mine, wrong as u64))?;
-        let dists: Vec<RankDists> = all.iter().map(|(d, _)| d.clone()).collect();
-        let modes = merge(&dists);
-        let mut row = row::<T>(r, world, bytes, algo, op, modes);
-        row.wrong = all.iter().map(|(_, w)| w).sum();
-        row.algo = format!("{}+sym", name(algo));
+        let label = format!("{}+sym", name(algo));
+        let row = timed_row(r, args, timer, &sym, (call, config_seed), op, algo, &label)?;
         rows.push(row);
-        progress.step(&format!("{} {}+sym", fmt_bytes(bytes), name(algo)));
+        progress.step(&format!("{} {label}", fmt_bytes(bytes)));
     }
     Ok(())
 }
