@@ -50,26 +50,7 @@ pub fn run(root: &Path) -> Result<()> {
     let target_dir = root.join("target").join("stable-embed");
     let manifest = manifest.to_str().context("path is not UTF-8")?;
     let target_dir = target_dir.to_str().context("path is not UTF-8")?;
-    let args = [
-        "run",
-        TOOLCHAIN,
-        "cargo",
-        "run",
-        "--manifest-path",
-        manifest,
-        "--target-dir",
-        target_dir,
-    ];
-    let outside = std::env::temp_dir();
-    eprintln!(
-        "xtask: ({rustc}, in {}) $ rustup {}",
-        outside.display(),
-        args.join(" ")
-    );
-    let mut cmd = Command::new("rustup");
-    cmd.args(args).current_dir(&outside);
-    scrub(&mut cmd);
-    let status = cmd.status().context("starting rustup")?;
+    let status = cargo_run_on_stable(manifest, target_dir, &[], &rustc)?;
     if !status.success() {
         bail!(
             "the stable build of tests/stable-embed failed ({status}): the crate users get \
@@ -204,27 +185,7 @@ pub fn run_packaged(root: &Path) -> Result<()> {
     let manifest = manifest.to_str().context("path is not UTF-8")?;
     let target_dir = work.join("target");
     let target_dir = target_dir.to_str().context("path is not UTF-8")?;
-    let args = [
-        "run",
-        TOOLCHAIN,
-        "cargo",
-        "run",
-        "--offline",
-        "--manifest-path",
-        manifest,
-        "--target-dir",
-        target_dir,
-    ];
-    let outside = std::env::temp_dir();
-    eprintln!(
-        "xtask: (in {}) $ rustup {}",
-        outside.display(),
-        args.join(" ")
-    );
-    let mut cmd = Command::new("rustup");
-    cmd.args(args).current_dir(&outside);
-    scrub(&mut cmd);
-    let status = cmd.status().context("starting rustup")?;
+    let status = cargo_run_on_stable(manifest, target_dir, &["--offline"], "packaged crates")?;
     if !status.success() {
         bail!(
             "the stable build against the packaged crates failed ({status}): a user's build \
@@ -233,4 +194,30 @@ pub fn run_packaged(root: &Path) -> Result<()> {
     }
     eprintln!("xtask: a stable crate builds and runs against the packaged crates");
     Ok(())
+}
+
+/// `rustup run TOOLCHAIN cargo run [extra] --manifest-path MANIFEST
+/// --target-dir TARGET_DIR` from outside the workspace (so its
+/// `rust-toolchain.toml` does not apply) with the workspace's cargo
+/// variables scrubbed, as a user's build would run; `what` labels the
+/// command line it prints.
+fn cargo_run_on_stable(
+    manifest: &str,
+    target_dir: &str,
+    extra: &[&str],
+    what: &str,
+) -> Result<std::process::ExitStatus> {
+    let mut args = vec!["run", TOOLCHAIN, "cargo", "run"];
+    args.extend_from_slice(extra);
+    args.extend(["--manifest-path", manifest, "--target-dir", target_dir]);
+    let outside = std::env::temp_dir();
+    eprintln!(
+        "xtask: ({what}, in {}) $ rustup {}",
+        outside.display(),
+        args.join(" ")
+    );
+    let mut cmd = Command::new("rustup");
+    cmd.args(&args).current_dir(&outside);
+    scrub(&mut cmd);
+    cmd.status().context("starting rustup")
 }
