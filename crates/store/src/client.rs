@@ -353,9 +353,44 @@ fn open(
     window: Duration,
     handshake_timeout: Duration,
 ) -> Result<(TcpStream, Vec<SocketAddr>), StoreError> {
+    dial(name, resolve, window, "store", |stream, remaining| {
+        // At least a second, so a nearly spent window still gets an
+        // answer.
+        let answer_within = handshake_timeout.min(remaining.max(Duration::from_secs(1)));
+        match handshake(name, stream, token, answer_within) {
+            Ok(stream) => Attempt::Done(stream),
+            Err(Handshake::Refused(e)) => Attempt::Fatal(e),
+            Err(Handshake::Busy(reason)) => Attempt::Retry(io::Error::other(reason)),
+            Err(Handshake::Io(e)) => Attempt::Retry(e),
+        }
+    })
+}
+
+/// What greeting the server on one connection came to ([`dial`]).
+pub(crate) enum Attempt {
+    /// Connected and greeted.
+    Done(TcpStream),
+    /// Not to be retried: the server said no, or nothing in time.
+    Fatal(StoreError),
+    /// Retried within the window: a busy server, a broken connection.
+    Retry(io::Error),
+}
+
+/// Connects to `name` (its addresses from `resolve`, asked again on every
+/// round) and greets the server with `greet(stream, time left)`, retrying
+/// with backoff until `window` has passed, so a rank may start before the
+/// store. Both clients dial this way: intranode's (`TcpStore`) and
+/// PyTorch's (`TorchStore`); `what` names the store in trace events.
+pub(crate) fn dial(
+    name: &str,
+    resolve: impl Fn() -> io::Result<Vec<SocketAddr>>,
+    window: Duration,
+    what: &str,
+    mut greet: impl FnMut(TcpStream, Duration) -> Attempt,
+) -> Result<(TcpStream, Vec<SocketAddr>), StoreError> {
     let start = Instant::now();
     let deadline = start.checked_add(window);
-    let left = |deadline: Option<Instant>| match deadline {
+    let left = || match deadline {
         Some(d) => d.saturating_duration_since(Instant::now()),
         None => Duration::MAX,
     };
@@ -371,34 +406,25 @@ fn open(
             }
             Ok(addrs) => {
                 for sa in &addrs {
-                    let remaining = left(deadline);
+                    let remaining = left();
                     if remaining.is_zero() {
                         break;
                     }
                     // Cap one attempt so a black-holed address does not eat
                     // the whole window before the next one is tried.
                     match TcpStream::connect_timeout(sa, remaining.min(Duration::from_secs(5))) {
-                        Ok(stream) => {
-                            // At least a second, so a nearly spent window
-                            // still gets an answer.
-                            let answer_within =
-                                handshake_timeout.min(remaining.max(Duration::from_secs(1)));
-                            match handshake(name, stream, token, answer_within) {
-                                Ok(stream) => return Ok((stream, addrs)),
-                                Err(Handshake::Refused(e)) => return Err(e),
-                                Err(Handshake::Busy(reason)) => {
-                                    last_err = io::Error::other(reason);
-                                }
-                                Err(Handshake::Io(e)) => last_err = e,
-                            }
-                        }
+                        Ok(stream) => match greet(stream, remaining) {
+                            Attempt::Done(stream) => return Ok((stream, addrs)),
+                            Attempt::Fatal(e) => return Err(e),
+                            Attempt::Retry(e) => last_err = e,
+                        },
                         Err(e) => last_err = e,
                     }
                 }
             }
             Err(e) => last_err = e,
         }
-        let remaining = left(deadline);
+        let remaining = left();
         if remaining.is_zero() {
             return Err(StoreError::Connect {
                 addr: name.to_owned(),
@@ -406,7 +432,7 @@ fn open(
                 source: last_err,
             });
         }
-        tracing::trace!(addr = %name, error = %last_err, "store connect failed, retrying");
+        tracing::trace!(addr = %name, error = %last_err, "{what} connect failed, retrying");
         thread::sleep(backoff.min(remaining));
         backoff = (backoff * 2).min(BACKOFF_MAX);
     }

@@ -49,9 +49,9 @@ use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::client::{Attempt, dial};
 use crate::store::{Store, TimeoutCell, owned_keys};
 use crate::{ClientConfig, StoreError, WireError};
 
@@ -116,10 +116,6 @@ pub const PING_TIMEOUT: Duration = Duration::from_secs(10);
 /// Extra time a reply may take beyond a request's own timeout, as in
 /// [`crate::TcpStore`].
 const IO_GRACE: Duration = Duration::from_secs(5);
-
-/// First and largest pause between connect attempts (doubling in between).
-const BACKOFF_START: Duration = Duration::from_millis(10);
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// A [`Store`] backed by PyTorch's `TCPStore` (NOTE [torch store protocol]).
 ///
@@ -473,59 +469,20 @@ fn open(
     resolve: impl Fn() -> io::Result<Vec<SocketAddr>>,
     window: Duration,
 ) -> Result<(TcpStream, Vec<SocketAddr>), StoreError> {
-    let start = Instant::now();
-    let deadline = start.checked_add(window);
-    let left = || match deadline {
-        Some(d) => d.saturating_duration_since(Instant::now()),
-        None => Duration::MAX,
-    };
-    let mut backoff = BACKOFF_START;
-    let mut last_err = io::Error::new(
-        io::ErrorKind::TimedOut,
-        "no connect attempt fit the timeout",
-    );
-    loop {
-        match resolve() {
-            Ok(addrs) if addrs.is_empty() => {
-                last_err = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
-            }
-            Ok(addrs) => {
-                for sa in &addrs {
-                    let remaining = left();
-                    if remaining.is_zero() {
-                        break;
-                    }
-                    // Cap one attempt so a black-holed address does not eat
-                    // the whole window before the next one is tried.
-                    match TcpStream::connect_timeout(sa, remaining.min(Duration::from_secs(5))) {
-                        Ok(stream) => match validate_and_ping(stream, remaining) {
-                            Ok(stream) => return Ok((stream, addrs)),
-                            Err(Handshake::Refused(reason)) => {
-                                return Err(StoreError::Handshake {
-                                    addr: name.to_owned(),
-                                    reason,
-                                });
-                            }
-                            Err(Handshake::Io(e)) => last_err = e,
-                        },
-                        Err(e) => last_err = e,
-                    }
-                }
-            }
-            Err(e) => last_err = e,
-        }
-        let remaining = left();
-        if remaining.is_zero() {
-            return Err(StoreError::Connect {
+    dial(
+        name,
+        resolve,
+        window,
+        "torch store",
+        |stream, remaining| match validate_and_ping(stream, remaining) {
+            Ok(stream) => Attempt::Done(stream),
+            Err(Handshake::Refused(reason)) => Attempt::Fatal(StoreError::Handshake {
                 addr: name.to_owned(),
-                waited: start.elapsed(),
-                source: last_err,
-            });
-        }
-        tracing::trace!(addr = %name, error = %last_err, "torch store connect failed, retrying");
-        thread::sleep(backoff.min(remaining));
-        backoff = (backoff * 2).min(BACKOFF_MAX);
-    }
+                reason,
+            }),
+            Err(Handshake::Io(e)) => Attempt::Retry(e),
+        },
+    )
 }
 
 fn validate_and_ping(mut stream: TcpStream, window: Duration) -> Result<TcpStream, Handshake> {
