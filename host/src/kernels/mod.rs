@@ -232,7 +232,14 @@ impl KernelModule {
                 }
             }
             _ => {
-                let text = ptx()?;
+                let text = ptx().map_err(|e| match e {
+                    // Name the device whose architecture needed the PTX.
+                    Error::KernelImage(why) => Error::KernelImage(format!(
+                        "device {} (compute capability {major}.{minor}): {why}",
+                        ctx.ordinal()
+                    )),
+                    other => other,
+                })?;
                 let unpacked = started.elapsed();
                 (
                     Module::load(ctx, &text)?,
