@@ -3,8 +3,9 @@
 # GPU machine, every run's output also in $OUT (default: the current
 # directory). Usage: device-run.sh BUNDLE_DIR [GPUS]
 #
-# With 2 or more GPUs: both back-ends on every GPU, batch 1, 8 and 32.
-# With one GPU: a world of one (both back-ends; intranode's communicator
+# With 2 or more GPUs: every back-end (intranode, its fused all-reduce +
+# residual + RMSNorm, NCCL) on every GPU, batch 1, 8 and 32.
+# With one GPU: a world of one (every back-end; intranode's communicator
 # has no intra-node path in a world of one and sends the sum to NCCL),
 # then two ranks sharing the GPU on intranode's path alone (NCCL refuses
 # two ranks on one GPU): a correctness run, its timing time-sliced and
@@ -57,14 +58,16 @@ fi
 launch=$bundle/intranode-run
 if [ "$gpus" -ge 2 ]; then
     for b in 1 8 32; do
-        run "w${gpus}_b$b" "$launch" --nproc-per-node "$gpus" --timeout 600 -- "$tp" --backend both --batch "$b"
+        run "w${gpus}_b$b" "$launch" --nproc-per-node "$gpus" --timeout 600 -- "$tp" --backend all --batch "$b"
     done
 else
     for b in 1 8 32; do
-        run "w1_b$b" "$launch" --nproc-per-node 1 --timeout 70 -- "$tp" --backend both --batch "$b"
+        run "w1_b$b" "$launch" --nproc-per-node 1 --timeout 70 -- "$tp" --backend all --batch "$b"
     done
-    run w2_shared_gpu env INTRANODE_ALLOW_OVERLAPPING_DEVICES=1 INTRANODE_TEST_INTRA_NODE_COMM=1 \
-        "$launch" --nproc-per-node 2 --gpus 0,0 --timeout 70 -- \
-        "$tp" --backend intranode --batch 8 --reps 2 --steps 10
+    for be in intranode fused; do
+        run "w2_shared_gpu_$be" env INTRANODE_ALLOW_OVERLAPPING_DEVICES=1 INTRANODE_TEST_INTRA_NODE_COMM=1 \
+            "$launch" --nproc-per-node 2 --gpus 0,0 --timeout 70 -- \
+            "$tp" --backend "$be" --batch 8 --reps 2 --steps 10
+    done
 fi
 exit $fail

@@ -1,13 +1,14 @@
 //! Tensor-parallel Llama-shaped decode in candle, one process per GPU
 //! under `intranode-run`, with the row-parallel all-reduce through
-//! intranode or through cudarc's NCCL (`--backend`). Prints decode
-//! tokens per second and checks the outputs: against a reference that
-//! rank 0 computes alone from every rank's shard, across ranks (the
-//! replicated hidden states must be bitwise equal), and between the two
-//! back-ends.
+//! intranode or through cudarc's NCCL (`--backend`), and, with
+//! intranode, also the fused form: each all-reduce, the residual add and
+//! the next block's RMSNorm in one call. Prints decode tokens per second
+//! and checks the outputs: against a reference that rank 0 computes alone
+//! from every rank's shard, across ranks (the replicated hidden states
+//! must be bitwise equal), and between the back-ends.
 //!
 //! ```sh
-//! intranode-run --nproc-per-node 2 -- ./candle-tp --backend both
+//! intranode-run --nproc-per-node 2 -- ./candle-tp --backend all
 //! ```
 
 mod model;
@@ -27,22 +28,67 @@ use intranode::Communicator;
 use intranode::dist_env::DistEnv;
 use intranode_store::{ClientConfig, Store, TcpStore};
 
-use model::{Config, Replicated, Shard};
-use reduce::AllReduce;
+use model::{Config, Replicated, Residual, Shard, Unfused};
+use reduce::{AllReduce, Fused};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum BackendArg {
+    /// intranode's all-reduce, then candle's residual add and RMSNorm.
     Intranode,
+    /// intranode's all-reduce + residual add + RMSNorm in one call.
+    Fused,
+    /// cudarc's NCCL all-reduce, then candle's residual add and RMSNorm.
     Nccl,
-    /// Both, checked against each other and timed in turns.
+    /// intranode and nccl, checked against each other and timed in turns.
     Both,
+    /// intranode, fused and nccl.
+    All,
+}
+
+impl BackendArg {
+    fn includes(self, one: BackendArg) -> bool {
+        self == one
+            || self == BackendArg::All
+            || (self == BackendArg::Both && matches!(one, BackendArg::Intranode | BackendArg::Nccl))
+    }
+}
+
+/// What a step does between the blocks: one of the back-ends, or nothing
+/// (the partials not summed: the steps' cost without communication).
+#[derive(Clone, Copy)]
+enum Mode<'a> {
+    Unfused(&'a AllReduce),
+    Fused(&'a Communicator, &'a CudaDevice),
+    NoReduce,
+}
+
+impl<'a> Mode<'a> {
+    fn name(&self) -> &'static str {
+        match self {
+            Mode::Unfused(b) => b.name(),
+            Mode::Fused(..) => "intranode-fused",
+            Mode::NoReduce => "none",
+        }
+    }
+
+    fn residual(&self) -> Box<dyn Residual + 'a> {
+        match *self {
+            Mode::Unfused(b) => Box::new(Unfused::new(move |p| sum(p, b))),
+            Mode::Fused(comm, device) => Box::new(Fused::new(comm, device.clone())),
+            Mode::NoReduce => Box::new(Unfused::new(|p: Vec<Tensor>| {
+                p.into_iter()
+                    .next()
+                    .ok_or_else(|| candle_core::Error::msg("no partial sum"))
+            })),
+        }
+    }
 }
 
 #[derive(Debug, Parser)]
 #[command(about = "Tensor-parallel Llama-shaped decode in candle: intranode against NCCL")]
 struct Args {
     /// Who sums the row-parallel partials.
-    #[arg(long, value_enum, default_value = "both")]
+    #[arg(long, value_enum, default_value = "all")]
     backend: BackendArg,
     #[arg(long, default_value_t = 4096)]
     hidden: usize,
@@ -114,11 +160,11 @@ fn main() -> Result<()> {
     let stream = cuda.cuda_stream();
 
     let mut backends = Vec::new();
-    if matches!(args.backend, BackendArg::Intranode | BackendArg::Both) {
+    if args.backend.includes(BackendArg::Intranode) || args.backend.includes(BackendArg::Fused) {
         let comm = Communicator::new(stream.clone(), store.clone(), rank, world)?;
         backends.push(AllReduce::Intranode(Box::new(comm)));
     }
-    if matches!(args.backend, BackendArg::Nccl | BackendArg::Both) {
+    if args.backend.includes(BackendArg::Nccl) {
         backends.push(AllReduce::Nccl(nccl_comm(
             store.as_ref(),
             &stream,
@@ -127,11 +173,26 @@ fn main() -> Result<()> {
         )?));
     }
 
+    let mut modes = Vec::new();
+    for b in &backends {
+        match b {
+            AllReduce::Intranode(comm) => {
+                if args.backend.includes(BackendArg::Intranode) {
+                    modes.push(Mode::Unfused(b));
+                }
+                if args.backend.includes(BackendArg::Fused) {
+                    modes.push(Mode::Fused(comm, &cuda));
+                }
+            }
+            AllReduce::Nccl(_) => modes.push(Mode::Unfused(b)),
+        }
+    }
+
     let shard = Shard::new(&cfg, rank, world, &device)?;
     let rep = Replicated::new(&cfg, &device)?;
     device.synchronize()?;
     if rank == 0 {
-        print_header(&cfg, world, &stream, &shard, &backends)?;
+        print_header(&cfg, world, &stream, &shard, &modes)?;
     }
 
     // Rank 0's reference: the same sharded model run serially on one GPU
@@ -144,7 +205,13 @@ fn main() -> Result<()> {
             .collect::<candle_core::Result<Vec<_>>>()?;
         let mut all: Vec<&Shard> = others.iter().chain([&shard]).collect();
         all.sort_by_key(|s| s.rank);
-        let y = model::forward(&cfg, &all, &rep, &rep.input, &mut model::local_sum)?;
+        let y = model::forward(
+            &cfg,
+            &all,
+            &rep,
+            &rep.input,
+            &mut Unfused::new(model::local_sum),
+        )?;
         Some(to_f32(&y)?)
     } else {
         None
@@ -154,16 +221,16 @@ fn main() -> Result<()> {
     // must be bitwise equal on every rank, and match the reference and the
     // other back-end.
     let mut outputs = Vec::new();
-    for b in &backends {
-        let y = model::forward(&cfg, &[&shard], &rep, &rep.input, &mut |p| sum(p, b))?;
+    for m in &modes {
+        let y = model::forward(&cfg, &[&shard], &rep, &rep.input, &mut *m.residual())?;
         let bits: Vec<u16> = y
             .flatten_all()?
             .to_vec1::<bf16>()?
             .iter()
             .map(|v| v.to_bits())
             .collect();
-        same_on_every_rank(store.as_ref(), b.name(), rank, world, &bits)?;
-        outputs.push((b.name(), to_f32(&y)?));
+        same_on_every_rank(store.as_ref(), m.name(), rank, world, &bits)?;
+        outputs.push((m.name(), to_f32(&y)?));
     }
     if rank == 0 {
         let mut failed = Vec::new();
@@ -177,8 +244,10 @@ fn main() -> Result<()> {
                 ));
             }
         }
-        if let [(a, ya), (b, yb)] = &outputs[..] {
-            failed.extend(compare(&format!("{a} vs {b}"), ya, yb, args.tolerance));
+        if let [(a, ya), others @ ..] = &outputs[..] {
+            for (b, yb) in others {
+                failed.extend(compare(&format!("{b} vs {a}"), yb, ya, args.tolerance));
+            }
         }
         if !failed.is_empty() {
             bail!("outputs disagree: {}", failed.join("; "));
@@ -187,8 +256,7 @@ fn main() -> Result<()> {
 
     // Timing: warm-up, then the back-ends (and the same steps without any
     // all-reduce, for the cost of the communication) take turns.
-    let mut modes: Vec<Option<&AllReduce>> = backends.iter().map(Some).collect();
-    modes.push(None);
+    modes.push(Mode::NoReduce);
     // Seconds of each timed run, per mode.
     let mut run_secs: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
     for mode in &modes {
@@ -216,9 +284,9 @@ fn main() -> Result<()> {
                 continue;
             };
             let label = match mode {
-                Some(b) => b.name().to_owned(),
-                None if world == 1 => "none (no all-reduce)".to_owned(),
-                None => "none (no all-reduce, sums wrong)".to_owned(),
+                Mode::NoReduce if world == 1 => "none (no all-reduce)".to_owned(),
+                Mode::NoReduce => "none (no all-reduce, sums wrong)".to_owned(),
+                m => m.name().to_owned(),
             };
             let step_secs = median_secs / args.steps as f64;
             println!(
@@ -241,25 +309,11 @@ fn sum(parts: Vec<Tensor>, backend: &AllReduce) -> candle_core::Result<Tensor> {
     Ok(p)
 }
 
-/// `n` decode steps, each step's output the next one's input; `None`
-/// skips the all-reduce (timing only).
-fn run_steps(
-    cfg: &Config,
-    shard: &Shard,
-    rep: &Replicated,
-    backend: Option<&AllReduce>,
-    n: usize,
-) -> Result<()> {
+/// `n` decode steps, each step's output the next one's input.
+fn run_steps(cfg: &Config, shard: &Shard, rep: &Replicated, mode: Mode, n: usize) -> Result<()> {
     let mut x = rep.input.clone();
     for _ in 0..n {
-        x = match backend {
-            Some(b) => model::forward(cfg, &[shard], rep, &x, &mut |p| sum(p, b))?,
-            None => model::forward(cfg, &[shard], rep, &x, &mut |p| {
-                p.into_iter()
-                    .next()
-                    .ok_or_else(|| candle_core::Error::msg("no partial sum"))
-            })?,
-        };
+        x = model::forward(cfg, &[shard], rep, &x, &mut *mode.residual())?;
     }
     Ok(())
 }
@@ -379,7 +433,7 @@ fn print_header(
     world: usize,
     stream: &Arc<CudaStream>,
     shard: &Shard,
-    backends: &[AllReduce],
+    modes: &[Mode],
 ) -> Result<()> {
     let gpu = stream
         .context()
@@ -403,13 +457,20 @@ fn print_header(
         cfg.batch * cfg.hidden,
         cfg.batch * cfg.hidden * 2
     );
-    for b in backends {
-        if let AllReduce::Intranode(c) = b {
-            let algo = c.algo_for::<bf16>(cfg.batch * cfg.hidden, &ReduceOp::Sum);
-            match c.intra_reason() {
-                None => println!("intranode: algorithm {}", algo.name()),
-                Some(why) => println!("intranode: NCCL underneath ({why})"),
+    for m in modes {
+        match m {
+            Mode::Unfused(AllReduce::Intranode(c)) => {
+                let algo = c.algo_for::<bf16>(cfg.batch * cfg.hidden, &ReduceOp::Sum);
+                match c.intra_reason() {
+                    None => println!("intranode: algorithm {}", algo.name()),
+                    Some(why) => println!("intranode: NCCL underneath ({why})"),
+                }
             }
+            Mode::Fused(c, _) => println!(
+                "intranode-fused: path {:?}",
+                Fused::path(c, cfg.batch, cfg.hidden)
+            ),
+            _ => {}
         }
     }
     Ok(())

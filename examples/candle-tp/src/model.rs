@@ -261,13 +261,10 @@ impl Replicated {
     }
 }
 
-/// RMSNorm in f32, scaled by `weight`, back in bf16.
-fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
-    let x32 = x.to_dtype(DType::F32)?;
-    let ms = x32.sqr()?.mean_keepdim(D::Minus1)?;
-    x32.broadcast_div(&(ms + eps)?.sqrt()?)?
-        .to_dtype(DType::BF16)?
-        .broadcast_mul(weight)
+/// RMSNorm as candle's Llama takes it (`candle_nn::RmsNorm`): one
+/// kernel, the row's mean square in f32, the result rounded once.
+pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    candle_nn::ops::rms_norm(x, weight, eps as f32)
 }
 
 /// Rotates `x` (`[.., head_dim]`) by the position's angles.
@@ -337,37 +334,91 @@ fn mlp_partial(cfg: &Config, world: usize, layer: &Layer, h: &Tensor) -> Result<
     act.matmul(&layer.wdown)
 }
 
+/// The residual stream of one decode step, as a back-end carries it: each
+/// block's row-parallel partial sums are summed across ranks, added to the
+/// residual, and the new residual is normed for the next block. The
+/// unfused form is candle's ops around an all-reduce ([`Unfused`]); a
+/// fused one does the three in one call (`reduce::Fused`).
+pub trait Residual {
+    /// Starts a step: the residual becomes `x`; returns
+    /// `rms_norm(x, weight)`.
+    fn start(&mut self, x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor>;
+    /// `residual += sum of parts` (one partial per shard this process
+    /// holds, summed across ranks), then returns
+    /// `rms_norm(residual, weight)`.
+    fn add_norm(&mut self, parts: Vec<Tensor>, weight: &Tensor, eps: f64) -> Result<Tensor>;
+}
+
+/// The residual as a candle tensor: `x + reduce(parts)`, then
+/// [`rms_norm`], each its own candle op.
+pub struct Unfused<F> {
+    reduce: F,
+    x: Option<Tensor>,
+}
+
+impl<F: FnMut(Vec<Tensor>) -> Result<Tensor>> Unfused<F> {
+    /// `reduce` turns the partial sums of a row-parallel matmul (one per
+    /// shard) into the full sum.
+    pub fn new(reduce: F) -> Self {
+        Unfused { reduce, x: None }
+    }
+}
+
+impl<F: FnMut(Vec<Tensor>) -> Result<Tensor>> Residual for Unfused<F> {
+    fn start(&mut self, x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+        self.x = Some(x.clone());
+        rms_norm(x, weight, eps)
+    }
+
+    fn add_norm(&mut self, parts: Vec<Tensor>, weight: &Tensor, eps: f64) -> Result<Tensor> {
+        let Some(x) = self.x.take() else {
+            bail!("add_norm before start");
+        };
+        let x = (x + (self.reduce)(parts)?)?;
+        let h = rms_norm(&x, weight, eps);
+        self.x = Some(x);
+        h
+    }
+}
+
 /// One decode step: `x` (`[batch, hidden]`, alike on every rank) through
 /// every layer, then the final norm. `shards` holds this rank's shard, or,
-/// for the reference, every rank's; `reduce` turns the partial sums of a
-/// row-parallel matmul (one per shard) into the full sum.
+/// for the reference, every rank's; `residual` sums, adds and norms
+/// between the blocks. Each block's output norm is the next block's input
+/// norm (the last one the final norm), so every all-reduce is followed by
+/// a residual add and an RMSNorm: the shape the fused call takes.
 pub fn forward(
     cfg: &Config,
     shards: &[&Shard],
     rep: &Replicated,
     x: &Tensor,
-    reduce: &mut dyn FnMut(Vec<Tensor>) -> Result<Tensor>,
+    residual: &mut dyn Residual,
 ) -> Result<Tensor> {
     let Some(first) = shards.first() else {
         bail!("forward needs at least one shard");
     };
+    let Some(layer0) = first.layers.first() else {
+        bail!("forward needs at least one layer");
+    };
     let world = first.world;
-    let mut x = x.clone();
+    let mut h = residual.start(x, &layer0.attn_norm, cfg.eps)?;
     for l in 0..cfg.layers {
-        let h = rms_norm(&x, &first.layers[l].attn_norm, cfg.eps)?;
         let parts = shards
             .iter()
             .map(|s| attention_partial(cfg, world, &s.layers[l], rep, &h))
             .collect::<Result<Vec<_>>>()?;
-        x = (x + reduce(parts)?)?;
-        let h = rms_norm(&x, &first.layers[l].mlp_norm, cfg.eps)?;
+        h = residual.add_norm(parts, &first.layers[l].mlp_norm, cfg.eps)?;
         let parts = shards
             .iter()
             .map(|s| mlp_partial(cfg, world, &s.layers[l], &h))
             .collect::<Result<Vec<_>>>()?;
-        x = (x + reduce(parts)?)?;
+        let next = first
+            .layers
+            .get(l + 1)
+            .map_or(&rep.final_norm, |n| &n.attn_norm);
+        h = residual.add_norm(parts, next, cfg.eps)?;
     }
-    rms_norm(&x, &rep.final_norm, cfg.eps)
+    Ok(h)
 }
 
 /// The reference's reduction: the partial sums added in f32 in rank
@@ -477,15 +528,27 @@ mod tests {
             &[&shards[0], &shards[1]],
             &rep,
             &rep.input,
-            &mut local_sum,
+            &mut Unfused::new(local_sum),
         )?;
         let whole = merge(&cfg, &shards)?;
-        let y = forward(&cfg, &[&whole], &rep, &rep.input, &mut local_sum)?;
+        let y = forward(
+            &cfg,
+            &[&whole],
+            &rep,
+            &rep.input,
+            &mut Unfused::new(local_sum),
+        )?;
         assert_eq!(y.dims(), [cfg.batch, cfg.hidden]);
         let rel = max_rel_diff(&split, &y)?;
         assert!(rel < 2e-2, "relative difference {rel}");
         // And the check can tell: rank 1's shard alone is another model.
-        let one = forward(&cfg, &[&shards[1]], &rep, &rep.input, &mut local_sum)?;
+        let one = forward(
+            &cfg,
+            &[&shards[1]],
+            &rep,
+            &rep.input,
+            &mut Unfused::new(local_sum),
+        )?;
         assert!(max_rel_diff(&one, &y)? > 0.1);
         Ok(())
     }
