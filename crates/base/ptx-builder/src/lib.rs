@@ -131,7 +131,7 @@ impl KernelSet {
 const STAMPED_FILES: &[&str] = &[
     "kernels-gpu/Cargo.toml",
     "rust-toolchain.toml",
-    "crates/ptx-builder/src/lib.rs",
+    "crates/base/ptx-builder/src/lib.rs",
 ];
 
 /// A fingerprint of everything the PTX is built from: 64-bit FNV-1a over
@@ -389,7 +389,7 @@ mod tests {
 
     #[test]
     fn stamp_covers_the_kernel_sources() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..");
         let stamp = source_stamp(&root).expect("workspace sources readable");
         assert!(
             stamp.starts_with("fnv1a64:") && stamp.len() == 8 + 16,
