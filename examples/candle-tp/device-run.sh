@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs candle-tp from a bundle (`cargo xtask candle-example --out DIR`) on a
 # GPU machine, every run's output also in $OUT (default: the current
-# directory). Usage: device-run.sh BUNDLE_DIR [GPUS]
+# directory). Usage: device-run.sh BUNDLE_DIR [GPUS [CANDLE_TP_ARGS...]]
+# (the arguments after GPUS go to every 2-GPU run, e.g. --reps 11).
 #
 # With 2 or more GPUs: every back-end (intranode, its fused all-reduce +
 # residual + RMSNorm, NCCL) on every GPU, batch 1, 8 and 32.
@@ -13,6 +14,7 @@
 set -u
 bundle=$(cd "${1:?usage: device-run.sh BUNDLE_DIR [GPUS]}" && pwd)
 gpus=${2:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')}
+extra=("${@:3}")
 out=${OUT:-.}
 export NCCL_NVLS_ENABLE=0
 # cuBLAS, cuRAND and NCCL are opened at run time (cudarc's dynamic
@@ -58,7 +60,7 @@ fi
 launch=$bundle/intranode-run
 if [ "$gpus" -ge 2 ]; then
     for b in 1 8 32; do
-        run "w${gpus}_b$b" "$launch" --nproc-per-node "$gpus" --timeout 600 -- "$tp" --backend all --batch "$b"
+        run "w${gpus}_b$b" "$launch" --nproc-per-node "$gpus" --timeout 600 -- "$tp" --backend all --batch "$b" "${extra[@]}"
     done
 else
     for b in 1 8 32; do
