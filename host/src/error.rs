@@ -32,7 +32,46 @@ pub enum Error {
 
     #[error("configuration: {0}")]
     Config(#[from] crate::config::ConfigError),
-    /// The caller passed arguments the operation cannot accept.
+    /// A buffer's length does not fit the call: `buffer` holds `elems`
+    /// elements where the call needs `expected_elems` (`None`: more than
+    /// `usize::MAX`), which follows from the other arguments as `rule`
+    /// says (`"as many as send"`, `"world size 4 x send 3"`).
+    #[error(
+        "invalid argument: {op} on rank {rank}: {buffer} has {elems} elements, but must hold {rule} = {}",
+        elems_text(*.expected_elems)
+    )]
+    BufferLength {
+        op: &'static str,
+        rank: usize,
+        buffer: &'static str,
+        elems: usize,
+        expected_elems: Option<usize>,
+        rule: String,
+    },
+    /// A root or peer rank (`what`) outside the world of the call.
+    #[error(
+        "invalid argument: {op} on rank {rank}: {what} {value} is outside the world of {world}"
+    )]
+    RankOutOfWorld {
+        op: &'static str,
+        rank: usize,
+        what: &'static str,
+        /// As passed (an `i32` may be negative).
+        value: i64,
+        world: usize,
+    },
+    /// The root of a rooted call passed no buffer where only the root
+    /// needs one (broadcast's send, reduce's recv).
+    #[error(
+        "invalid argument: {op} on rank {rank}: the root must pass a {buffer} buffer (got None)"
+    )]
+    MissingRootBuffer {
+        op: &'static str,
+        rank: usize,
+        buffer: &'static str,
+    },
+    /// The caller passed arguments the operation cannot accept, in a case
+    /// the variants above do not name.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// A key-value store operation of a rendezvous failed (a peer that
@@ -104,6 +143,10 @@ pub enum Error {
     /// An NCCL call failed.
     #[error("nccl {op} failed: {detail}")]
     Nccl { op: &'static str, detail: String },
+}
+
+fn elems_text(elems: Option<usize>) -> String {
+    elems.map_or_else(|| "more than usize::MAX".to_string(), |n| n.to_string())
 }
 
 /// Result with the crate's [`Error`].

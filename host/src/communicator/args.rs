@@ -7,28 +7,37 @@ use crate::error::{Error, Result};
 
 /// `value` (a root or peer, named `what`) as an index below `world`.
 pub(super) fn rank_in_world(
-    op: &str,
+    op: &'static str,
     rank: usize,
     world: usize,
-    what: &str,
+    what: &'static str,
     value: impl RankIndex,
 ) -> Result<usize> {
     match value.index() {
         Some(i) if i < world => Ok(i),
-        _ => Err(Error::InvalidArgument(format!(
-            "{op} on rank {rank}: {what} {value} is outside the world of {world}"
-        ))),
+        _ => Err(Error::RankOutOfWorld {
+            op,
+            rank,
+            what,
+            value: value.as_i64(),
+            world,
+        }),
     }
 }
 
 /// Send and receive buffers of one length (all-reduce).
-pub(super) fn same_len(op: &str, rank: usize, send: usize, recv: usize) -> Result<()> {
+pub(super) fn same_len(op: &'static str, rank: usize, send: usize, recv: usize) -> Result<()> {
     if send == recv {
         return Ok(());
     }
-    Err(Error::InvalidArgument(format!(
-        "{op} on rank {rank}: send has {send} elements, recv {recv}"
-    )))
+    Err(Error::BufferLength {
+        op,
+        rank,
+        buffer: "recv",
+        elems: recv,
+        expected_elems: Some(send),
+        rule: "as many as send".into(),
+    })
 }
 
 /// The buffer only the root uses (`name`: broadcast's send, reduce's
@@ -36,53 +45,65 @@ pub(super) fn same_len(op: &str, rank: usize, send: usize, recv: usize) -> Resul
 /// (the length of the buffer every rank passes, `other`); elsewhere it
 /// is ignored, as NCCL ignores it.
 pub(super) fn root_buffer(
-    op: &str,
+    op: &'static str,
     rank: usize,
     root: usize,
-    name: &str,
+    name: &'static str,
     len: Option<usize>,
-    other: &str,
+    other: &'static str,
     other_len: usize,
 ) -> Result<()> {
     if rank != root {
         return Ok(());
     }
     match len {
-        None => Err(Error::InvalidArgument(format!(
-            "{op} on rank {rank}: the root must pass a {name} buffer (got None)"
-        ))),
-        Some(n) if n != other_len => Err(Error::InvalidArgument(format!(
-            "{op} on rank {rank} (the root): {name} has {n} elements, {other} {other_len}"
-        ))),
+        None => Err(Error::MissingRootBuffer {
+            op,
+            rank,
+            buffer: name,
+        }),
+        Some(n) if n != other_len => Err(Error::BufferLength {
+            op,
+            rank,
+            buffer: name,
+            elems: n,
+            expected_elems: Some(other_len),
+            rule: format!("as many as {other}"),
+        }),
         Some(_) => Ok(()),
     }
 }
 
 /// All-gather: `recv` holds `world` x `send` elements.
 pub(super) fn all_gather(rank: usize, world: usize, send: usize, recv: usize) -> Result<()> {
-    if world.checked_mul(send) == Some(recv) {
+    let expected_elems = world.checked_mul(send);
+    if expected_elems == Some(recv) {
         return Ok(());
     }
-    Err(Error::InvalidArgument(format!(
-        "all_gather on rank {rank}: recv has {recv} elements, but must hold world size {world} x send {send} = {}",
-        times(world, send)
-    )))
+    Err(Error::BufferLength {
+        op: "all_gather",
+        rank,
+        buffer: "recv",
+        elems: recv,
+        expected_elems,
+        rule: format!("world size {world} x send {send}"),
+    })
 }
 
 /// Reduce-scatter: `send` holds `world` x `recv` elements.
 pub(super) fn reduce_scatter(rank: usize, world: usize, send: usize, recv: usize) -> Result<()> {
-    if world.checked_mul(recv) == Some(send) {
+    let expected_elems = world.checked_mul(recv);
+    if expected_elems == Some(send) {
         return Ok(());
     }
-    Err(Error::InvalidArgument(format!(
-        "reduce_scatter on rank {rank}: send has {send} elements, but must hold world size {world} x recv {recv} = {}",
-        times(world, recv)
-    )))
-}
-
-fn times(a: usize, b: usize) -> String {
-    a.checked_mul(b)
-        .map_or_else(|| "more than usize::MAX".to_string(), |n| n.to_string())
+    Err(Error::BufferLength {
+        op: "reduce_scatter",
+        rank,
+        buffer: "send",
+        elems: send,
+        expected_elems,
+        rule: format!("world size {world} x recv {recv}"),
+    })
 }
 
 #[cfg(test)]
@@ -105,7 +126,18 @@ mod tests {
             message(rank_in_world("send", 2, 4, "peer", -1i32)),
             "invalid argument: send on rank 2: peer -1 is outside the world of 4"
         );
-        assert!(rank_in_world("recv", 0, 2, "peer", usize::MAX).is_err());
+        assert!(matches!(
+            rank_in_world("recv", 0, 2, "peer", usize::MAX),
+            Err(Error::RankOutOfWorld {
+                value: i64::MAX,
+                world: 2,
+                ..
+            })
+        ));
+        assert!(matches!(
+            rank_in_world("send", 2, 4, "peer", -1i32),
+            Err(Error::RankOutOfWorld { value: -1, .. })
+        ));
         assert_eq!((-1i32).index(), None);
         assert_eq!(i32::MAX.index(), Some(i32::MAX as usize));
     }
@@ -120,6 +152,13 @@ mod tests {
         );
         // The recv of the send's length (an all-reduce's shape) is refused.
         assert!(all_gather(0, 2, 8, 8).is_err());
+        assert!(matches!(
+            all_gather(0, 8, usize::MAX / 2, 0),
+            Err(Error::BufferLength {
+                expected_elems: None,
+                ..
+            })
+        ));
         let huge = message(all_gather(0, 8, usize::MAX / 2, 0));
         assert!(huge.contains("more than usize::MAX"), "{huge}");
     }
@@ -146,16 +185,25 @@ mod tests {
         );
         assert_eq!(
             message(root_buffer("reduce", 0, 0, "recv", Some(4), "send", 5)),
-            "invalid argument: reduce on rank 0 (the root): recv has 4 elements, send 5"
+            "invalid argument: reduce on rank 0: recv has 4 elements, but must hold as many as send = 5"
         );
     }
 
     #[test]
     fn all_reduce_lengths_match() {
         same_len("all_reduce", 0, 7, 7).unwrap();
+        assert!(matches!(
+            same_len("all_reduce", 1, 10000, 9999),
+            Err(Error::BufferLength {
+                buffer: "recv",
+                elems: 9999,
+                expected_elems: Some(10000),
+                ..
+            })
+        ));
         assert_eq!(
             message(same_len("all_reduce", 1, 10000, 9999)),
-            "invalid argument: all_reduce on rank 1: send has 10000 elements, recv 9999"
+            "invalid argument: all_reduce on rank 1: recv has 9999 elements, but must hold as many as send = 10000"
         );
     }
 }

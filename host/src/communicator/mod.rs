@@ -688,17 +688,28 @@ fn not_ours<T: NcclType, U: DType>() -> Error {
 pub trait RankIndex: Copy + std::fmt::Display + sealed::Sealed {
     /// The rank as an index, `None` when negative.
     fn index(self) -> Option<usize>;
+    /// The rank as passed, for [`Error::RankOutOfWorld`] (saturated at
+    /// `i64::MAX`).
+    fn as_i64(self) -> i64;
 }
 
 impl RankIndex for i32 {
     fn index(self) -> Option<usize> {
         usize::try_from(self).ok()
     }
+
+    fn as_i64(self) -> i64 {
+        i64::from(self)
+    }
 }
 
 impl RankIndex for usize {
     fn index(self) -> Option<usize> {
         Some(self)
+    }
+
+    fn as_i64(self) -> i64 {
+        i64::try_from(self).unwrap_or(i64::MAX)
     }
 }
 

@@ -191,10 +191,17 @@ impl Communicator {
                 "residual_rmsnorm on rank {rank}: {input} elements are not rows of the weight's {hidden}"
             )));
         }
-        if residual != input || output != input {
-            return Err(Error::InvalidArgument(format!(
-                "residual_rmsnorm on rank {rank}: input {input}, residual {residual} and output {output} elements must be equal"
-            )));
+        for (buffer, elems) in [("residual", residual), ("output", output)] {
+            if elems != input {
+                return Err(Error::BufferLength {
+                    op: "residual_rmsnorm",
+                    rank,
+                    buffer,
+                    elems,
+                    expected_elems: Some(input),
+                    rule: "as many as input".into(),
+                });
+            }
         }
         if !(eps.is_finite() && eps >= 0.0) {
             return Err(Error::InvalidArgument(format!(

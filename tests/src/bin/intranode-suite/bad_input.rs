@@ -110,12 +110,12 @@ fn normal() -> Result<()> {
         "Communicator: send and recv lengths differ",
         r.comm
             .all_reduce_with(&a, &mut short, &NcclOp::Sum, AllReduceAlgo::TwoShot),
-        &["send has 10000 elements, recv 9999"],
+        &["recv has 9999 elements, but must hold as many as send = 10000"],
     )?);
     report.push(expect_err(
         "Communicator: recv too short (auto algorithm)",
         r.comm.all_reduce(&a, &mut half_len, &NcclOp::Sum),
-        &["recv 5000"],
+        &["recv has 5000 elements"],
     )?);
     report.push(expect_err(
         "IntraNodeComm: output too short",
