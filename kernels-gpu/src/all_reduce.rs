@@ -90,9 +90,7 @@ use crate::prims::grid::{self, Walk, copy4_all};
 use crate::prims::reduce::{combine, combine_in_order, finish_op, load_each, reduce_vec};
 use crate::ptx;
 use crate::push::push;
-use crate::sync::{
-    Peers, block_barrier, call_epoch, finish_call, group_barrier, nth_rank, pick,
-};
+use crate::sync::{Peers, block_barrier, call_epoch, finish_call, group_barrier, nth_rank, pick};
 
 /// Whether the caller's input is a symmetric buffer every peer mapped
 /// (NOTE [symmetric input]).

@@ -26,8 +26,9 @@
 use crate::elem::{Bf16, Element, F16};
 use crate::layout::{FORM_FUSED_NORM, FusedNormParams, OP_SUM, lamport_stride_bytes};
 use crate::prims::row::{WARP, add_vec, block_sum, inv_rms, scale_vec, sum_sq_vec};
-use crate::prims::slots::{LamportCall, push_slots, reduce_slots, take_each};
+use crate::prims::slots::{LamportCall, push_slots, reduce_slots, take};
 use crate::ptx;
+use crate::sync::pick;
 
 /// # Safety
 /// `p.ar.pads` must hold the mapped pads of W ranks (`rank < W`);
@@ -65,7 +66,7 @@ unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormParams) {
     // SAFETY: the slots hold the whole message (caller's promise).
     unsafe { push_slots::<T, W>(a, buffer_off, slot_bytes, vecs, true, tid, stride) };
 
-    let own = call.own(buffer_off);
+    let own = pick(&a.pads, a.rank) + buffer_off;
     let (output, residual, weight, normed) = (
         a.output as *mut [u32; 4],
         p.residual as *mut [u32; 4],
@@ -81,31 +82,21 @@ unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormParams) {
     while row < p.rows as usize {
         let first = row * row_vecs;
         let mut sq = 0.0f32;
-        let add_residual = |i: usize, raw| {
-            let sum = T::narrow(reduce_slots::<T, W, OP_SUM>(raw));
-            // SAFETY: i < vecs lies inside the caller's buffers, which are
-            // 16-byte aligned.
+        let mut j = t;
+        while j < row_vecs {
+            let i = first + j;
+            // SAFETY: i < vecs lies inside our buffer's slots and the
+            // caller's buffers, which are 16-byte aligned.
             unsafe {
+                let raw = take::<W, FORM_FUSED_NORM>(own, slot_bytes, i, a);
+                let sum = T::narrow(reduce_slots::<T, W, OP_SUM>(raw));
                 ptx::st_global_v4_u32(output.add(i), sum);
                 let new = add_vec::<T>(sum, ptx::ld_global_v4_u32(residual.add(i)));
                 ptx::st_global_v4_u32(residual.add(i), new);
                 sq += sum_sq_vec::<T>(new);
             }
-        };
-        // The row's vectors `first + t, first + t + threads, ...`, each
-        // once every rank's slot arrived, zeroed for the next call.
-        // SAFETY: the row's vectors lie inside our buffer's slots.
-        unsafe {
-            take_each::<W, FORM_FUSED_NORM>(
-                own,
-                slot_bytes,
-                first + t,
-                threads,
-                first + row_vecs,
-                a,
-                add_residual,
-            )
-        };
+            j += threads;
+        }
         // SAFETY: every thread of the block gets here (block-uniform
         // rows); the block's shape is the caller's promise.
         let total = unsafe { block_sum(sq) };

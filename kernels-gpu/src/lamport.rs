@@ -65,6 +65,7 @@ use crate::prims::slots::{
     take_each,
 };
 use crate::ptx;
+use crate::sync::pick;
 
 /// # Safety
 /// `p.pads` must hold the mapped pads of W ranks (`rank < W`), the caller
@@ -86,7 +87,7 @@ pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllR
     unsafe { push_slots::<T, W>(p, buffer_off, slot_bytes, vecs, aligned, tid, stride) };
 
     // Poll our own buffer, reduce in rank order, zero what was read.
-    let own = call.own(buffer_off);
+    let own = pick(&p.pads, p.rank) + buffer_off;
     let reduce_out = |i: usize, raw| {
         let acc = reduce_slots::<T, W, OP>(raw);
         // SAFETY: i < vecs lies inside the caller's output.
@@ -162,7 +163,7 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
 
     // Reduce our shard; write it out and store it into our slot of every
     // rank's gather area (ours too, so the gather polls all W alike).
-    let own_scatter = call.own(scatter_off);
+    let own_scatter = pick(&p.pads, p.rank) + scatter_off;
     let gather_dst = slot_on_every_rank::<W>(p, gather_off, slot_bytes);
     let reduce_share = |j: usize, raw| {
         // Our own shard gets what the peers will decode: the encoding
@@ -196,7 +197,7 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
     };
 
     // Gather the other shards from our gather area.
-    let own_gather = call.own(gather_off);
+    let own_gather = pick(&p.pads, p.rank) + gather_off;
     let write_out = |j: usize, raw: [[u32; 4]; W]| {
         // Constant indices (`unroll!`): a loop over `raw` around
         // `store_vec` (which has loops of its own) stays rolled and would
@@ -268,54 +269,54 @@ impl ShardCall {
 #[inline(always)]
 pub(crate) unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded from the caller.
-    let ShardCall {
-        call,
-        n,
-        vecs,
-        slot_bytes,
-        shard_bytes,
-        tid,
-        stride,
-    } = unsafe { ShardCall::new::<T>(p) };
+    let c = unsafe { ShardCall::new::<T>(p) };
     // Every shard start must be aligned for the vector path.
     let aligned = crate::math::all_vec_aligned(&[
         p.input as usize,
-        (p.input + shard_bytes) as usize,
+        (p.input + c.shard_bytes) as usize,
         p.output as usize,
     ]);
     let me = p.rank as usize;
-    let area = call.buffer_off;
-    let dst = slot_on_every_rank::<W>(p, area, slot_bytes);
-    let mut j = tid;
-    while j < vecs {
+    let area = c.call.buffer_off;
+    let dst = slot_on_every_rank::<W>(p, area, c.slot_bytes);
+    let mut j = c.tid;
+    while j < c.vecs {
         // Constant indices (`unroll!`, see `lamport2`'s scatter): a rolled
         // loop over `dst` puts it in local memory.
         unroll!(k in [0 1 2 3 4 5 6 7] => {
             if let Some(d) = dst.get(k) {
                 let r = kth_destination::<W>(me, k);
-                let shard = (p.input + r as u64 * shard_bytes) as *const T;
-                // SAFETY: shard r holds n elements (caller's promise); the
-                // slot holds `vecs` vectors.
+                let shard = (p.input + r as u64 * c.shard_bytes) as *const T;
+                // SAFETY: shard r holds `c.n` elements (caller's promise); the
+                // slot holds `c.vecs` vectors.
                 unsafe {
-                    let v = load_vec(shard, j, n, aligned);
+                    let v = load_vec(shard, j, c.n, aligned);
                     ptx::st_relaxed_sys_v4_u32((*d as *mut [u32; 4]).add(j), encode::<T>(v));
                 }
             }
         });
-        j += stride;
+        j += c.stride;
     }
-    let own = call.own(area);
+    let own = pick(&p.pads, p.rank) + area;
     let reduce_out = |j: usize, raw| {
         let acc = reduce_slots::<T, W, OP>(raw);
-        // SAFETY: j < vecs lies inside the output shard.
-        unsafe { store_vec(p.output as *mut T, j, n, aligned, T::narrow(acc)) };
+        // SAFETY: j < c.vecs lies inside the output shard.
+        unsafe { store_vec(p.output as *mut T, j, c.n, aligned, T::narrow(acc)) };
     };
-    // SAFETY: our area's slots hold `vecs` vectors (caller's promise).
+    // SAFETY: our area's slots hold `c.vecs` vectors (caller's promise).
     unsafe {
-        take_each::<W, FORM_REDUCE_SCATTER>(own, slot_bytes, tid, stride, vecs, p, reduce_out)
+        take_each::<W, FORM_REDUCE_SCATTER>(
+            own,
+            c.slot_bytes,
+            c.tid,
+            c.stride,
+            c.vecs,
+            p,
+            reduce_out,
+        )
     };
     // SAFETY: every thread gets here, done with the buffer.
-    unsafe { call.finish() };
+    unsafe { c.call.finish() };
 }
 
 /// All-gather, Lamport style (NOTE [lamport reduce-scatter and
@@ -328,49 +329,43 @@ pub(crate) unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &A
 #[inline(always)]
 pub(crate) unsafe fn lamport_ag<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded from the caller.
-    let ShardCall {
-        call,
-        n,
-        vecs,
-        slot_bytes,
-        shard_bytes,
-        tid,
-        stride,
-    } = unsafe { ShardCall::new::<T>(p) };
+    let c = unsafe { ShardCall::new::<T>(p) };
     let aligned = crate::math::all_vec_aligned(&[
         p.input as usize,
         p.output as usize,
-        (p.output + shard_bytes) as usize,
+        (p.output + c.shard_bytes) as usize,
     ]);
-    let area = call.buffer_off;
-    let dst = slot_on_every_rank::<W>(p, area, slot_bytes);
-    let mut j = tid;
-    while j < vecs {
-        // SAFETY: j < vecs lies inside the input; every slot holds `vecs`.
+    let area = c.call.buffer_off;
+    let dst = slot_on_every_rank::<W>(p, area, c.slot_bytes);
+    let mut j = c.tid;
+    while j < c.vecs {
+        // SAFETY: j < c.vecs lies inside the input; every slot holds `c.vecs`.
         unsafe {
-            let e = encode::<T>(load_vec(p.input as *const T, j, n, aligned));
+            let e = encode::<T>(load_vec(p.input as *const T, j, c.n, aligned));
             let mut k = 0;
             while k < W {
                 ptx::st_relaxed_sys_v4_u32((dst[k] as *mut [u32; 4]).add(j), e);
                 k += 1;
             }
         }
-        j += stride;
+        j += c.stride;
     }
-    let own = call.own(area);
+    let own = pick(&p.pads, p.rank) + area;
     let write_out = |j: usize, raw: [[u32; 4]; W]| {
         // Constant indices, as in `lamport2`'s gather: a loop around
         // `store_vec` would move `raw` to local memory.
         unroll!(r in [0 1 2 3 4 5 6 7] => {
             if let Some(v) = raw.get(r) {
-                let shard = (p.output + r as u64 * shard_bytes) as *mut T;
-                // SAFETY: shard r of the output holds n elements.
-                unsafe { store_vec(shard, j, n, aligned, decode::<T>(*v)) };
+                let shard = (p.output + r as u64 * c.shard_bytes) as *mut T;
+                // SAFETY: shard r of the output holds `c.n` elements.
+                unsafe { store_vec(shard, j, c.n, aligned, decode::<T>(*v)) };
             }
         });
     };
-    // SAFETY: our area's slots hold `vecs` vectors (caller's promise).
-    unsafe { take_each::<W, FORM_ALL_GATHER>(own, slot_bytes, tid, stride, vecs, p, write_out) };
+    // SAFETY: our area's slots hold `c.vecs` vectors (caller's promise).
+    unsafe {
+        take_each::<W, FORM_ALL_GATHER>(own, c.slot_bytes, c.tid, c.stride, c.vecs, p, write_out)
+    };
     // SAFETY: every thread gets here, done with the buffer.
-    unsafe { call.finish() };
+    unsafe { c.call.finish() };
 }

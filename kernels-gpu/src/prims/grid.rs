@@ -36,6 +36,7 @@ pub(crate) use unroll;
 /// An index of a grid-stride walk: `usize`, or `u32` where 64-bit
 /// indices cost registers (the push form, `math::PUSH_MAX_VECS`).
 pub trait Index: Copy + PartialOrd + Add<Output = Self> + Mul<Output = Self> {
+    const TWO: Self;
     const THREE: Self;
     const FOUR: Self;
     /// The index as a pointer offset.
@@ -43,6 +44,7 @@ pub trait Index: Copy + PartialOrd + Add<Output = Self> + Mul<Output = Self> {
 }
 
 impl Index for usize {
+    const TWO: Self = 2;
     const THREE: Self = 3;
     const FOUR: Self = 4;
     #[inline(always)]
@@ -52,6 +54,7 @@ impl Index for usize {
 }
 
 impl Index for u32 {
+    const TWO: Self = 2;
     const THREE: Self = 3;
     const FOUR: Self = 4;
     #[inline(always)]
@@ -99,7 +102,12 @@ pub unsafe fn copy4<I: Index>(
     };
     let mut i = walk.first;
     while i + I::THREE * s < fast_end {
-        let (i0, i1, i2, i3) = (i.at(), (i + s).at(), (i + s + s).at(), (i + I::THREE * s).at());
+        let (i0, i1, i2, i3) = (
+            i.at(),
+            (i + s).at(),
+            (i + I::TWO * s).at(),
+            (i + I::THREE * s).at(),
+        );
         let a = load_whole(i0);
         let b = load_whole(i1);
         let d = load_whole(i2);

@@ -42,13 +42,6 @@ impl LamportCall {
         }
     }
 
-    /// This rank's own area at `area_off` (an offset in every pad, from
-    /// the call's buffer on) as an address.
-    #[inline(always)]
-    pub fn own(&self, area_off: u64) -> u64 {
-        self.own_pad as u64 + area_off
-    }
-
     /// Ends the call: `sync::finish_call` with its epoch.
     ///
     /// # Safety
@@ -96,11 +89,7 @@ fn arrived(v: &[u32; 4]) -> bool {
 /// `own` must be a Lamport buffer of W slots of `slot_bytes` that holds
 /// vector `i`.
 #[inline(always)]
-unsafe fn load_slots<const W: usize>(
-    own: u64,
-    slot_bytes: u64,
-    i: usize,
-) -> [[u32; 4]; W] {
+unsafe fn load_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) -> [[u32; 4]; W] {
     let mut raw = [[0u32; 4]; W];
     let mut r = 0;
     while r < W {
@@ -155,6 +144,27 @@ unsafe fn zero_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) {
 /// not measured apart (2 GPUs, 4 MiB: 16.85 us against v8's 16.60).
 const PUSH_AHEAD: usize = 3;
 
+/// Vector `i` of every slot of `own` once all arrived (or the wait
+/// failed, see [`wait_slots`]), already zeroed for the next call that uses
+/// this buffer (NOTE [lamport]).
+///
+/// # Safety
+/// As for [`load_slots`]; `p.error` is a mapped error word or 0.
+#[inline(always)]
+pub unsafe fn take<const W: usize, const FORM: u32>(
+    own: u64,
+    slot_bytes: u64,
+    i: usize,
+    p: &AllReduceParams,
+) -> [[u32; 4]; W] {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        let raw = wait_slots::<W, FORM>(load_slots::<W>(own, slot_bytes, i), own, slot_bytes, i, p);
+        zero_slots::<W>(own, slot_bytes, i);
+        raw
+    }
+}
+
 /// Calls `f(k, raw)` for this thread's vectors `k = first, first + stride,
 /// ...` below `n`, with `raw` vector `k` of every slot of `own` once all
 /// arrived (or the wait failed, see [`wait_slots`]) and already zeroed for
@@ -179,12 +189,7 @@ pub unsafe fn take_each<const W: usize, const FORM: u32>(
     let mut k = first;
     while k < n {
         // SAFETY: k < n lies inside every slot (caller's promise).
-        let raw = unsafe {
-            let raw =
-                wait_slots::<W, FORM>(load_slots::<W>(own, slot_bytes, k), own, slot_bytes, k, p);
-            zero_slots::<W>(own, slot_bytes, k);
-            raw
-        };
+        let raw = unsafe { take::<W, FORM>(own, slot_bytes, k, p) };
         f(k, raw);
         k += stride;
     }
@@ -192,9 +197,7 @@ pub unsafe fn take_each<const W: usize, const FORM: u32>(
 
 /// Decodes every slot's vector and reduces them in rank order.
 #[inline(always)]
-pub fn reduce_slots<T: Element, const W: usize, const OP: u32>(
-    mut raw: [[u32; 4]; W],
-) -> Lanes {
+pub fn reduce_slots<T: Element, const W: usize, const OP: u32>(mut raw: [[u32; 4]; W]) -> Lanes {
     let mut r = 0;
     while r < W {
         raw[r] = decode::<T>(raw[r]);
