@@ -5,8 +5,9 @@
 //!
 //! NOTE [fused norm]: the all-reduce is the Lamport one-shot's protocol
 //! unchanged (NOTE [lamport] in `lamport.rs`): the same call count, buffer
-//! `epoch & 1`, slot layout, encoding, zeroing and push, so fused calls
-//! interleave freely with every other collective. What differs is who
+//! `epoch & 1`, slot layout, encoding, zeroing and push (the same
+//! functions: `prims::slots`), so fused calls interleave freely with
+//! every other collective. What differs is who
 //! takes the data out of this rank's buffer: a block per row (blocks
 //! `b, b + grid, ...`), thread `t` taking the row's vectors `t, t +
 //! threads, ...`. For each vector it waits for every rank's slot, reduces in
@@ -21,7 +22,9 @@
 //! the grid, which follows each GPU's SM count: so every rank computes
 //! bitwise the same outputs. Rows must be whole vectors (`hidden` a
 //! multiple of the lanes) and every buffer 16-byte aligned; the host
-//! sends other calls down the unfused path (`algo::decide_norm`).
+//! sends other calls down the unfused path (`algo::decide_norm`). The
+//! add, squares, scale and sums are `prims::row`'s, the unfused norm's
+//! (`norm.rs`) too: one definition for both paths.
 
 use crate::elem::{Bf16, Element, F16};
 use crate::layout::{FORM_FUSED_NORM, FusedNormParams, OP_SUM, lamport_stride_bytes};

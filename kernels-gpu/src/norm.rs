@@ -6,7 +6,9 @@
 //! for the first norm of a layer stack, whose input no add precedes.
 //!
 //! One warp per row: the row's sum of squares is a warp butterfly
-//! (`shfl.sync`), no shared memory and no second kernel. The adds and
+//! (`shfl.sync`), no shared memory and no second kernel. The per-vector
+//! math and the butterfly are `prims::row`'s, shared with the fused norm
+//! (`fused_norm.rs`). The adds and
 //! products are in f32, each stored value rounded once to the element
 //! type, and the norm reads the residual as stored (what an unfused
 //! add-then-norm would read).

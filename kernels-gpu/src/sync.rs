@@ -151,7 +151,7 @@ pub(crate) enum Wait<P> {
 }
 
 /// The one poll loop of the kernels, behind every wait on a peer (the
-/// barriers here, the Lamport waits of `lamport.rs`): calls `poll` until
+/// barriers here, the Lamport waits of `prims::slots`): calls `poll` until
 /// it misses nothing (returns `None`), `timeout_ns` of `%globaltimer`
 /// pass, or, once the wait lasts, the abort word `abort` (0: none) says
 /// that an earlier wait of this rank failed (NOTE [abandoned waits]:

@@ -36,30 +36,48 @@ pub(crate) use unroll;
 /// An index of a grid-stride walk: `usize`, or `u32` where 64-bit
 /// indices cost registers (the push form, `math::PUSH_MAX_VECS`).
 pub trait Index: Copy + PartialOrd + Add<Output = Self> + Mul<Output = Self> {
-    const TWO: Self;
     const THREE: Self;
     const FOUR: Self;
     /// The index as a pointer offset.
     fn at(self) -> usize;
+    /// `i, i + s, i + 2 s, i + 3 s` as pointer offsets: the four of one
+    /// round of [`copy4`]. The same values either way; each type's form
+    /// is the one ptxas kept every kernel at or below its registers with
+    /// before the copy was shared (`cargo xtask check-ptx`, sm_90): with
+    /// `2 * s` for `usize` the 16-bit two-shot at 4 ranks took 96
+    /// registers instead of 80; with `s + s` for `u32` the f32 push at 5
+    /// ranks took 118 instead of 102.
+    fn four(self, s: Self) -> (usize, usize, usize, usize);
 }
 
 impl Index for usize {
-    const TWO: Self = 2;
     const THREE: Self = 3;
     const FOUR: Self = 4;
     #[inline(always)]
     fn at(self) -> usize {
         self
     }
+    #[inline(always)]
+    fn four(self, s: Self) -> (usize, usize, usize, usize) {
+        (self, self + s, self + s + s, self + 3 * s)
+    }
 }
 
 impl Index for u32 {
-    const TWO: Self = 2;
     const THREE: Self = 3;
     const FOUR: Self = 4;
     #[inline(always)]
     fn at(self) -> usize {
         self as usize
+    }
+    #[inline(always)]
+    fn four(self, s: Self) -> (usize, usize, usize, usize) {
+        (
+            self as usize,
+            (self + s) as usize,
+            (self + 2 * s) as usize,
+            (self + 3 * s) as usize,
+        )
     }
 }
 
@@ -102,12 +120,7 @@ pub unsafe fn copy4<I: Index>(
     };
     let mut i = walk.first;
     while i + I::THREE * s < fast_end {
-        let (i0, i1, i2, i3) = (
-            i.at(),
-            (i + s).at(),
-            (i + I::TWO * s).at(),
-            (i + I::THREE * s).at(),
-        );
+        let (i0, i1, i2, i3) = i.four(s);
         let a = load_whole(i0);
         let b = load_whole(i1);
         let d = load_whole(i2);
