@@ -18,7 +18,10 @@ use crate::sync::{ReportTo, Wait, call_epoch, finish_call, pick, poll_until, rep
 
 /// A Lamport call's set-up, the same in every form: this rank's pad, the
 /// call's epoch (`sync::call_epoch`) and the offset in every pad of the
-/// buffer the call uses, `epoch & 1` (NOTE [lamport]).
+/// buffer the call uses, `epoch & 1` (NOTE [lamport]). Users address
+/// their own area as `pick(&p.pads, p.rank) + offset`, not from
+/// `own_pad`: that form took `lamport_rs_{bf16,f16}_w2` from 48 to 52
+/// registers (ptxas, sm_90).
 #[derive(Clone, Copy, Debug)]
 pub struct LamportCall {
     pub own_pad: *mut u32,
@@ -68,6 +71,7 @@ pub fn encode<T: Element>(v: [u32; 4]) -> [u32; 4] {
     ]
 }
 
+/// Undoes [`encode`]: every value comes back, but -0.0 as +0.0.
 #[inline(always)]
 pub fn decode<T: Element>(v: [u32; 4]) -> [u32; 4] {
     [
