@@ -86,86 +86,11 @@ use crate::layout::{
 };
 use crate::math;
 use crate::math::hcm_chunk_elems;
+use crate::prims::grid::{self, Walk, copy4_all};
+use crate::prims::reduce::{combine, combine_in_order, finish_op, load_each, reduce_vec};
 use crate::ptx;
 use crate::push::push;
-use crate::sync::{
-    ReportTo, block_barrier, call_epoch, finish_call, group_barrier, nth_rank, pick,
-};
-
-/// Where the waits of a collective with parameters `p` report, as `form`.
-#[inline(always)]
-pub(crate) fn report_to(p: &AllReduceParams, form: u32) -> ReportTo {
-    ReportTo {
-        word: p.error,
-        abort: p.abort,
-        form,
-    }
-}
-
-#[inline(always)]
-pub(crate) fn combine<const OP: u32>(a: Lanes, b: &Lanes) -> Lanes {
-    let mut out = a;
-    let mut k = 0;
-    while k < 8 {
-        out[k] = match OP {
-            OP_MIN => a[k].min(b[k]),
-            OP_MAX => a[k].max(b[k]),
-            _ => a[k] + b[k],
-        };
-        k += 1;
-    }
-    out
-}
-
-/// `raw[0] op raw[1] op ...`, widened to f32, in index (rank) order: the
-/// one accumulation order every kernel uses, so ranks agree bitwise.
-#[inline(always)]
-pub(crate) fn combine_in_order<T: Element, const N: usize, const OP: u32>(
-    raw: &[[u32; 4]; N],
-) -> Lanes {
-    let mut acc = T::widen(raw[0]);
-    let mut r = 1;
-    while r < N {
-        acc = combine::<OP>(acc, &T::widen(raw[r]));
-        r += 1;
-    }
-    acc
-}
-
-/// For [`OP_AVG`], divides the sum of `ranks` inputs by `ranks`.
-#[inline(always)]
-pub(crate) fn finish_op<const OP: u32>(mut acc: Lanes, ranks: usize) -> Lanes {
-    if OP == OP_AVG {
-        let mut k = 0;
-        while k < 8 {
-            acc[k] /= ranks as f32;
-            k += 1;
-        }
-    }
-    acc
-}
-
-/// Reduces vector `i` of every rank's source (`srcs[r]`: rank `r`'s half,
-/// or its copy of a symmetric input), in rank order.
-///
-/// # Safety
-/// Every `srcs[r]` must hold vector `i`.
-#[inline(always)]
-unsafe fn reduce_vec<T: Element, const W: usize, const OP: u32>(
-    srcs: &[u64; W],
-    i: usize,
-) -> [u32; 4] {
-    // Issue all W loads before combining: they travel over NVLink in
-    // parallel instead of one round trip after another.
-    let mut raw = [[0u32; 4]; W];
-    let mut r = 0;
-    while r < W {
-        // SAFETY: forwarded from the caller.
-        raw[r] = unsafe { ptx::ld_global_v4_u32((srcs[r] as *const [u32; 4]).add(i)) };
-        r += 1;
-    }
-    T::narrow(finish_op::<OP>(combine_in_order::<T, W, OP>(&raw), W))
-}
+use crate::sync::{Peers, block_barrier, call_epoch, finish_call, group_barrier, nth_rank, pick};
 
 /// Whether the caller's input is a symmetric buffer every peer mapped
 /// (NOTE [symmetric input]).
@@ -253,19 +178,13 @@ unsafe fn one_shot_chunk<T: Element, const W: usize, const OP: u32>(
     c: &Chunk,
 ) {
     let sym = symmetric_input(p);
+    let peers = Peers::of(p, FORM_ONE_SHOT);
     // SAFETY: forwarded from the caller throughout.
     unsafe {
         if !sym {
             copy_in::<T>(p, c, 0, c.vecs);
         }
-        block_barrier::<W>(
-            &p.pads,
-            p.rank,
-            SLOT_START,
-            c.epoch,
-            p.timeout_ns,
-            report_to(p, FORM_ONE_SHOT),
-        );
+        block_barrier::<W>(&peers, SLOT_START, c.epoch);
         // In place on a symmetric input, the peers still read our input
         // (= output) until the end barrier: the result waits in our own
         // half, which no peer reads on this path.
@@ -289,14 +208,7 @@ unsafe fn one_shot_chunk<T: Element, const W: usize, const OP: u32>(
             reduce_all(&offsets::<W>(&p.bufs, c.half_off));
         }
         if sym {
-            block_barrier::<W>(
-                &p.pads,
-                p.rank,
-                SLOT_END,
-                c.epoch,
-                p.timeout_ns,
-                report_to(p, FORM_ONE_SHOT),
-            );
+            block_barrier::<W>(&peers, SLOT_END, c.epoch);
         }
         if staged {
             // Each thread reads back only the vectors it staged itself.
@@ -327,6 +239,7 @@ unsafe fn two_shot_chunk<T: Element, const W: usize, const OP: u32>(
     p: &AllReduceParams,
     c: &Chunk,
 ) {
+    let peers = Peers::of(p, FORM_TWO_SHOT);
     // SAFETY: forwarded from the caller throughout.
     unsafe {
         if !symmetric_input(p) {
@@ -337,14 +250,7 @@ unsafe fn two_shot_chunk<T: Element, const W: usize, const OP: u32>(
                 r += 1;
             }
         }
-        block_barrier::<W>(
-            &p.pads,
-            p.rank,
-            SLOT_START,
-            c.epoch,
-            p.timeout_ns,
-            report_to(p, FORM_TWO_SHOT),
-        );
+        block_barrier::<W>(&peers, SLOT_START, c.epoch);
 
         let own = (pick(&p.bufs, p.rank) + c.half_off) as *mut [u32; 4];
         let (start, end) = c.shard::<W>(p.rank as usize);
@@ -362,46 +268,27 @@ unsafe fn two_shot_chunk<T: Element, const W: usize, const OP: u32>(
         } else {
             reduce_shard(&offsets::<W>(&p.bufs, c.half_off));
         }
-        block_barrier::<W>(
-            &p.pads,
-            p.rank,
-            SLOT_MID,
-            c.epoch,
-            p.timeout_ns,
-            report_to(p, FORM_TWO_SHOT),
-        );
+        block_barrier::<W>(&peers, SLOT_MID, c.epoch);
 
-        // Gather, shard by shard: four independent 16-byte loads in flight
-        // per thread (written out, so no array goes to local memory).
+        // Gather, shard by shard, four loads in flight (`grid::copy4`).
         let mut r = 0;
         while r < W {
             if r != p.rank as usize {
                 let (start, end) = c.shard::<W>(r);
                 let src = (pick(&p.bufs, r as u32) + c.half_off) as *const [u32; 4];
                 let out = c.output as *mut T;
-                let s = c.stride;
-                let mut i = start + c.tid;
-                while i + 3 * s < end {
-                    let a = ptx::ld_global_v4_u32(src.add(i));
-                    let b = ptx::ld_global_v4_u32(src.add(i + s));
-                    let d = ptx::ld_global_v4_u32(src.add(i + 2 * s));
-                    let e = ptx::ld_global_v4_u32(src.add(i + 3 * s));
-                    store_vec(out, i, c.elems, c.aligned, a);
-                    store_vec(out, i + s, c.elems, c.aligned, b);
-                    store_vec(out, i + 2 * s, c.elems, c.aligned, d);
-                    store_vec(out, i + 3 * s, c.elems, c.aligned, e);
-                    i += 4 * s;
-                }
-                while i < end {
-                    store_vec(
-                        out,
-                        i,
-                        c.elems,
-                        c.aligned,
-                        ptx::ld_global_v4_u32(src.add(i)),
-                    );
-                    i += s;
-                }
+                let walk = Walk {
+                    first: start + c.tid,
+                    end,
+                    stride: c.stride,
+                };
+                // SAFETY: the walk stays in `[start, end)`: inside the
+                // owner's half and the chunk's output.
+                copy4_all(
+                    walk,
+                    |i| ptx::ld_global_v4_u32(src.add(i)),
+                    |i, v| store_vec(out, i, c.elems, c.aligned, v),
+                );
             }
             r += 1;
         }
@@ -487,39 +374,18 @@ unsafe fn hcm_chunk<T: Element, const G: usize, const OP: u32>(p: &AllReducePara
     }
     let own_partial = pick(&p.bufs, p.rank) + c.half_off + partial_off;
     let relay_partial = pick(&p.bufs, p.hcm_relay) + c.half_off + partial_off;
+    let peers = Peers::of(p, FORM_HCM);
     // SAFETY: forwarded from the caller throughout.
     unsafe {
         copy_in::<T>(p, c, 0, c.vecs);
-        group_barrier(
-            &p.pads,
-            p.rank,
-            SLOT_START,
-            c.epoch,
-            p.timeout_ns,
-            report_to(p, FORM_HCM),
-            p.hcm_group_mask,
-        );
+        group_barrier(&peers, SLOT_START, c.epoch, p.hcm_group_mask);
         let mut i = c.tid;
         while i < c.vecs {
-            // All G loads in flight before combining, as in `reduce_vec`.
-            let mut raw = [[0u32; 4]; G];
-            let mut k = 0;
-            while k < G {
-                raw[k] = ptx::ld_global_v4_u32((srcs[k] as *const [u32; 4]).add(i));
-                k += 1;
-            }
+            let raw = load_each::<G>(&srcs, i);
             store_partial::<T>(own_partial, i, &combine_in_order::<T, G, OP>(&raw));
             i += c.stride;
         }
-        group_barrier(
-            &p.pads,
-            p.rank,
-            SLOT_MID,
-            c.epoch,
-            p.timeout_ns,
-            report_to(p, FORM_HCM),
-            1 << p.hcm_relay,
-        );
+        group_barrier(&peers, SLOT_MID, c.epoch, 1 << p.hcm_relay);
         let mut i = c.tid;
         while i < c.vecs {
             let theirs = load_partial::<T>(relay_partial, i);
@@ -569,8 +435,7 @@ unsafe fn run_chunks<T: Element, const W: usize, const OP: u32, const ALGO: u32>
     };
     let chunks = math::div_ceil(elems, chunk_elems).max(1);
     let aligned = math::all_vec_aligned(&[p.input as usize, p.output as usize]);
-    let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
-    let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
+    let (tid, stride) = grid::place();
     let basis_vecs = math::div_ceil(
         if elems < chunk_elems {
             elems

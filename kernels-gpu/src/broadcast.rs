@@ -24,10 +24,11 @@
 //! before their barrier; the mapping of a vector to a block depends only on
 //! its index, never on the chunk's length.
 
-use crate::layout::{BroadcastParams, SLOT_START};
+use crate::layout::{BroadcastParams, FORM_BROADCAST, SLOT_START};
 use crate::math::{self, VEC_BYTES};
+use crate::prims::grid::{self, Walk, copy4_all};
 use crate::ptx;
-use crate::sync::{block_barrier, call_epoch, finish_call, pick};
+use crate::sync::{Peers, ReportTo, block_barrier, call_epoch, finish_call, pick};
 
 /// Bytes `16 i .. 16 i + 16` of `p` as one vector: one 16-byte load when
 /// `aligned` and the vector is whole, else byte by byte with zeros past
@@ -98,8 +99,17 @@ unsafe fn broadcast<const W: usize>(p: &BroadcastParams) {
     // Chunks start at multiples of `half_bytes` (a multiple of 16), so the
     // buffer's own alignment decides for every chunk.
     let aligned = math::all_vec_aligned(&[p.buf as usize]);
-    let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
-    let s = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
+    let (tid, s) = grid::place();
+    let peers = Peers {
+        pads: &p.pads,
+        rank: p.rank,
+        timeout_ns: p.timeout_ns,
+        to: ReportTo {
+            word: p.error,
+            abort: p.abort,
+            form: FORM_BROADCAST,
+        },
+    };
     let is_root = p.rank == p.root;
     let root_buf = pick(&p.bufs, p.root);
     let mut k = 0;
@@ -124,39 +134,21 @@ unsafe fn broadcast<const W: usize>(p: &BroadcastParams) {
                     i += s;
                 }
             }
-            block_barrier::<W>(
-                &p.pads,
-                p.rank,
-                SLOT_START,
-                epoch,
-                p.timeout_ns,
-                crate::sync::ReportTo {
-                    word: p.error,
-                    abort: p.abort,
-                    form: crate::layout::FORM_BROADCAST,
-                },
-            );
+            block_barrier::<W>(&peers, SLOT_START, epoch);
             if !is_root {
-                // Four independent 16-byte loads in flight per thread, as
-                // in the two-shot gather (written out, so no array goes to
-                // local memory).
+                // Four loads in flight per thread, as in the two-shot
+                // gather (`grid::copy4`).
                 let src = half as *const [u32; 4];
-                let mut i = tid;
-                while i + 3 * s < vecs {
-                    let a = ptx::ld_global_v4_u32(src.add(i));
-                    let b = ptx::ld_global_v4_u32(src.add(i + s));
-                    let c = ptx::ld_global_v4_u32(src.add(i + 2 * s));
-                    let d = ptx::ld_global_v4_u32(src.add(i + 3 * s));
-                    store_bytes(user, i, n, aligned, a);
-                    store_bytes(user, i + s, n, aligned, b);
-                    store_bytes(user, i + 2 * s, n, aligned, c);
-                    store_bytes(user, i + 3 * s, n, aligned, d);
-                    i += 4 * s;
-                }
-                while i < vecs {
-                    store_bytes(user, i, n, aligned, ptx::ld_global_v4_u32(src.add(i)));
-                    i += s;
-                }
+                let walk = Walk {
+                    first: tid,
+                    end: vecs,
+                    stride: s,
+                };
+                copy4_all(
+                    walk,
+                    |i| ptx::ld_global_v4_u32(src.add(i)),
+                    |i, v| store_bytes(user, i, n, aligned, v),
+                );
             }
         }
         k += 1;

@@ -54,298 +54,18 @@
 //! freely with the all-reduces. The encoding makes an all-gathered -0.0
 //! come out +0.0 (every other value, NaN payloads included, exactly).
 
-use crate::all_reduce::{combine_in_order, finish_op};
-use crate::elem::{Element, Lanes, load_vec, store_vec};
+use crate::elem::{Element, load_vec, store_vec};
 use crate::layout::{
     AllReduceParams, FORM_ALL_GATHER, FORM_LAMPORT, FORM_LAMPORT_TWO_SHOT, FORM_REDUCE_SCATTER,
-    LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, SLOT_LAMPORT, lamport_stride_bytes,
+    lamport_stride_bytes,
 };
-use crate::math::{lamport_decode_word, lamport_encode_word};
+use crate::prims::grid::{self, unroll};
+use crate::prims::slots::{
+    LamportCall, decode, encode, kth_destination, push_slots, reduce_slots, slot_on_every_rank,
+    take_each,
+};
 use crate::ptx;
-use crate::sync::{ReportTo, Wait, call_epoch, finish_call, pick, poll_until, report};
-
-/// NOTE [lamport]: -0.0 becomes +0.0, then the sign bits flip, so no
-/// encoded word is zero (`math::lamport_encode_word`). The price: a result
-/// that would be -0.0 (all inputs -0.0, or an average that underflows from
-/// below) comes out +0.0; every rank gets the same bits.
-#[inline(always)]
-fn encode<T: Element>(v: [u32; 4]) -> [u32; 4] {
-    [
-        lamport_encode_word(v[0], T::BYTES),
-        lamport_encode_word(v[1], T::BYTES),
-        lamport_encode_word(v[2], T::BYTES),
-        lamport_encode_word(v[3], T::BYTES),
-    ]
-}
-
-#[inline(always)]
-fn decode<T: Element>(v: [u32; 4]) -> [u32; 4] {
-    [
-        lamport_decode_word(v[0], T::BYTES),
-        lamport_decode_word(v[1], T::BYTES),
-        lamport_decode_word(v[2], T::BYTES),
-        lamport_decode_word(v[3], T::BYTES),
-    ]
-}
-
-#[inline(always)]
-fn arrived(v: &[u32; 4]) -> bool {
-    v[0] != 0 && v[1] != 0 && v[2] != 0 && v[3] != 0
-}
-
-/// Loads vector `i` of every slot of `own`, all W loads in flight at once.
-///
-/// # Safety
-/// `own` must be a Lamport buffer of W slots of `slot_bytes` that holds
-/// vector `i`.
-#[inline(always)]
-pub(crate) unsafe fn load_slots<const W: usize>(
-    own: u64,
-    slot_bytes: u64,
-    i: usize,
-) -> [[u32; 4]; W] {
-    let mut raw = [[0u32; 4]; W];
-    let mut r = 0;
-    while r < W {
-        // SAFETY: forwarded from the caller.
-        raw[r] = unsafe {
-            ptx::ld_relaxed_sys_v4_u32(((own + r as u64 * slot_bytes) as *const [u32; 4]).add(i))
-        };
-        r += 1;
-    }
-    raw
-}
-
-/// Which slot's vector has not fully arrived, if any.
-#[inline(always)]
-fn missing<const W: usize>(raw: &[[u32; 4]; W]) -> Option<u32> {
-    let mut r = 0;
-    while r < W {
-        if !arrived(&raw[r]) {
-            return Some(r as u32);
-        }
-        r += 1;
-    }
-    None
-}
-
-/// Zeroes vector `i` of every slot of `own`: the empty state for the next
-/// call that uses this buffer (NOTE [lamport]).
-///
-/// # Safety
-/// As for [`load_slots`].
-#[inline(always)]
-pub(crate) unsafe fn zero_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) {
-    let mut r = 0;
-    while r < W {
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            ptx::st_global_v4_u32(
-                ((own + r as u64 * slot_bytes) as *mut [u32; 4]).add(i),
-                [0; 4],
-            )
-        };
-        r += 1;
-    }
-}
-
-/// Loads of its input a thread keeps in flight ahead of the vector it
-/// stores, in the one-shot's push. The loads and stores are `asm!` that
-/// the compiler keeps in order, and a store waits for its load: without
-/// loads ahead, each vector of a thread pays a full HBM latency before
-/// the next load even issues. The same reasoning gave the two-shot's
-/// scatter its measured gain (v9 in docs/PERF_NOTES.md); this window was
-/// not measured apart (2 GPUs, 4 MiB: 16.85 us against v8's 16.60).
-const PUSH_AHEAD: usize = 3;
-
-/// Calls `f(k, raw)` for this thread's vectors `k = first, first + stride,
-/// ...` below `n`, with `raw` vector `k` of every slot of `own` once all
-/// arrived (or the wait failed, see [`wait_slots`]) and already zeroed for
-/// the next call that uses this buffer (NOTE [lamport]). Loading the next
-/// vector's slots before waiting on this one was measured (v9 in
-/// docs/PERF_NOTES.md, variant E): no difference from 64 KiB to 4 MiB on
-/// 4 GPUs, for 32 more registers; dropped.
-///
-/// # Safety
-/// `own` must be a Lamport buffer of W slots of `slot_bytes` that holds
-/// `n` vectors; `p.error` is a mapped error word or 0.
-#[inline(always)]
-unsafe fn take_each<const W: usize, const FORM: u32>(
-    own: u64,
-    slot_bytes: u64,
-    first: usize,
-    stride: usize,
-    n: usize,
-    p: &AllReduceParams,
-    mut f: impl FnMut(usize, [[u32; 4]; W]),
-) {
-    let mut k = first;
-    while k < n {
-        // SAFETY: k < n lies inside every slot (caller's promise).
-        let raw = unsafe {
-            let raw =
-                wait_slots::<W, FORM>(load_slots::<W>(own, slot_bytes, k), own, slot_bytes, k, p);
-            zero_slots::<W>(own, slot_bytes, k);
-            raw
-        };
-        f(k, raw);
-        k += stride;
-    }
-}
-
-/// Decodes every slot's vector and reduces them in rank order.
-#[inline(always)]
-pub(crate) fn reduce_slots<T: Element, const W: usize, const OP: u32>(
-    mut raw: [[u32; 4]; W],
-) -> Lanes {
-    let mut r = 0;
-    while r < W {
-        raw[r] = decode::<T>(raw[r]);
-        r += 1;
-    }
-    finish_op::<OP>(combine_in_order::<T, W, OP>(&raw), W)
-}
-
-/// The rank a rank `me` stores to `k`-th: `me + 1, me + 2, ..., me`, so
-/// that at any moment the ranks' stores spread over all destinations
-/// instead of all going to rank 0 first (v9). On more than 4 ranks in rank
-/// order: with a constant rank the pad's address is a kernel parameter,
-/// not one of W registers, which keeps the 8-rank two-shot within 128.
-#[inline(always)]
-const fn kth_destination<const W: usize>(me: usize, k: usize) -> usize {
-    if W <= 4 { (me + 1 + k) % W } else { k }
-}
-
-/// Where this rank stores its slot of a Lamport area on every rank: the
-/// area at `area_off` in each pad, in the order of [`kth_destination`].
-#[inline(always)]
-pub(crate) fn slot_on_every_rank<const W: usize>(
-    p: &AllReduceParams,
-    area_off: u64,
-    slot_bytes: u64,
-) -> [u64; W] {
-    let mut dst = [0u64; W];
-    let mut k = 0;
-    while k < W {
-        let r = kth_destination::<W>(p.rank as usize, k);
-        dst[k] = pick(&p.pads, r as u32) + area_off + p.rank as u64 * slot_bytes;
-        k += 1;
-    }
-    dst
-}
-
-/// Vector `i` of every slot, from `raw` (loaded by [`load_slots`]) once
-/// all arrived or `timeout_ns` passed (then reported and used as it is:
-/// the host fails the next call, see `comm/health.rs`), in the one poll
-/// loop of the kernels (`sync::poll_until`). Re-polls only the slots
-/// still missing, so polls take less of the L2 that the peers' stores
-/// also go through (v8 in docs/PERF_NOTES.md: no speed-up beyond
-/// run-to-run noise, kept because it does strictly less work). The loop
-/// over W is unrolled, so the slots stay in registers.
-///
-/// # Safety
-/// As for [`load_slots`]; `p.error` is a mapped error word or 0.
-#[inline(always)]
-pub(crate) unsafe fn wait_slots<const W: usize, const FORM: u32>(
-    mut raw: [[u32; 4]; W],
-    own: u64,
-    slot_bytes: u64,
-    i: usize,
-    p: &AllReduceParams,
-) -> [[u32; 4]; W] {
-    if missing(&raw).is_none() {
-        return raw;
-    }
-    // Re-polls the slots still missing; returns the first one still
-    // missing, if any.
-    let poll = || {
-        let mut r = 0;
-        while r < W {
-            if !arrived(&raw[r]) {
-                // SAFETY: the slot holds vector `i` (caller's promise).
-                raw[r] = unsafe {
-                    ptx::ld_relaxed_sys_v4_u32(
-                        ((own + r as u64 * slot_bytes) as *const [u32; 4]).add(i),
-                    )
-                };
-            }
-            r += 1;
-        }
-        missing(&raw)
-    };
-    // SAFETY: `p.abort` is this rank's abort word or 0 (the host's
-    // promise).
-    let waited = unsafe { poll_until(p.timeout_ns, p.abort, poll) };
-    // A timeout is reported, naming the peer the last poll still missed.
-    // An abandoned wait is not (NOTE [abandoned waits] in `sync.rs`): an
-    // earlier one failed, this call's result is void, and the first report
-    // stands.
-    if let Wait::TimedOut(peer) = waited {
-        // SAFETY: `p.error` is a mapped error word or 0 (caller's promise).
-        unsafe {
-            report(
-                ReportTo {
-                    word: p.error,
-                    abort: p.abort,
-                    form: FORM,
-                },
-                peer,
-                ptx::block_idx_x(),
-                SLOT_LAMPORT as u32,
-                p.rank,
-            )
-        };
-    }
-    raw
-}
-
-/// The one-shot's push (NOTE [lamport]): this thread's vectors `tid, tid
-/// + stride, ...` below `vecs` of `p.input` (`p.elems` elements), encoded,
-/// into this rank's slot of the buffer at `buffer_off` on every rank.
-///
-/// # Safety
-/// `p.pads` must hold the mapped pads of W ranks (`rank < W`); `p.input`
-/// holds `p.elems` elements in `vecs` vectors; W slots of `slot_bytes`
-/// (which hold `vecs` vectors) fit the buffer at `buffer_off`.
-#[inline(always)]
-pub(crate) unsafe fn push_slots<T: Element, const W: usize>(
-    p: &AllReduceParams,
-    buffer_off: u64,
-    slot_bytes: u64,
-    vecs: usize,
-    aligned: bool,
-    tid: usize,
-    stride: usize,
-) {
-    let elems = p.elems as usize;
-    let dst = slot_on_every_rank::<W>(p, buffer_off, slot_bytes);
-    let load = |i: usize| {
-        if i < vecs {
-            // SAFETY: i < vecs lies inside the caller's input.
-            unsafe { load_vec(p.input as *const T, i, elems, aligned) }
-        } else {
-            [0; 4]
-        }
-    };
-    // PUSH_AHEAD loads in flight at every store, as a window of variables:
-    // an array indexed in a loop that stays rolled would move to local
-    // memory.
-    const { assert!(PUSH_AHEAD == 3) };
-    let mut i = tid;
-    let (mut v0, mut v1, mut v2) = (load(i), load(i + stride), load(i + 2 * stride));
-    while i < vecs {
-        let v3 = load(i + 3 * stride);
-        let e = encode::<T>(v0);
-        let mut k = 0;
-        while k < W {
-            // SAFETY: the slot holds the whole message (caller's promise).
-            unsafe { ptx::st_relaxed_sys_v4_u32((dst[k] as *mut [u32; 4]).add(i), e) };
-            k += 1;
-        }
-        (v0, v1, v2) = (v1, v2, v3);
-        i += stride;
-    }
-}
+use crate::sync::pick;
 
 /// # Safety
 /// `p.pads` must hold the mapped pads of W ranks (`rank < W`), the caller
@@ -353,16 +73,14 @@ pub(crate) unsafe fn push_slots<T: Element, const W: usize>(
 /// `lamport_slot_bytes(W)`; every rank passes the same `p.elems`.
 #[inline(always)]
 pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
-    let own_pad = pick(&p.pads, p.rank) as *mut u32;
     // SAFETY: the host passes this rank's mapped pad.
-    let epoch = unsafe { call_epoch(own_pad) };
-    let buffer_off = LAMPORT_OFFSET_BYTES as u64 + (epoch & 1) as u64 * LAMPORT_BUFFER_BYTES as u64;
+    let call = unsafe { LamportCall::begin(&p.pads, p.rank) };
+    let buffer_off = call.buffer_off;
     let elems = p.elems as usize;
     let vecs = crate::math::div_ceil(elems, T::LANES);
     let slot_bytes = lamport_stride_bytes(vecs) as u64;
     let aligned = crate::math::all_vec_aligned(&[p.input as usize, p.output as usize]);
-    let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
-    let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
+    let (tid, stride) = grid::place();
 
     // Push: our slot on every rank, ourselves included.
     // SAFETY: the slots hold the whole message (caller's promise).
@@ -377,8 +95,8 @@ pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllR
     };
     // SAFETY: our buffer's slots hold `vecs` vectors (caller's promise).
     unsafe { take_each::<W, FORM_LAMPORT>(own, slot_bytes, tid, stride, vecs, p, reduce_out) };
-    // SAFETY: `own_pad` is this rank's pad; every thread gets here.
-    unsafe { finish_call(own_pad, epoch) };
+    // SAFETY: every thread gets here, done with the buffer.
+    unsafe { call.finish() };
 }
 
 /// # Safety
@@ -387,19 +105,16 @@ pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllR
 /// `lamport2_slot_bytes(W) / 16`; every rank passes the same `p.elems`.
 #[inline(always)]
 pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
-    let own_pad = pick(&p.pads, p.rank) as *mut u32;
     // SAFETY: the host passes this rank's mapped pad.
-    let epoch = unsafe { call_epoch(own_pad) };
-    let scatter_off =
-        LAMPORT_OFFSET_BYTES as u64 + (epoch & 1) as u64 * LAMPORT_BUFFER_BYTES as u64;
+    let call = unsafe { LamportCall::begin(&p.pads, p.rank) };
+    let scatter_off = call.buffer_off;
     let elems = p.elems as usize;
     let vecs = crate::math::div_ceil(elems, T::LANES);
     let shard = crate::math::div_ceil(vecs, W);
     let slot_bytes = lamport_stride_bytes(shard) as u64;
     let gather_off = scatter_off + W as u64 * slot_bytes;
     let aligned = crate::math::all_vec_aligned(&[p.input as usize, p.output as usize]);
-    let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
-    let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
+    let (tid, stride) = grid::place();
     let me = p.rank as usize;
 
     // Scatter: shard r of our input into our slot of rank r's scatter
@@ -409,45 +124,40 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
     let mut j = tid;
     while j < shard {
         let mut v = [[0u32; 4]; W];
-        // One statement per rank with a constant index (see the gather
-        // below): a loop around `load_vec` stays rolled and moves `v` to
-        // local memory.
-        macro_rules! load {
-            ($($k:literal)+) => {$(
-                if let Some(v) = v.get_mut($k) {
-                    let i = kth_destination::<W>(me, $k) * shard + j;
-                    if i < vecs {
-                        // SAFETY: vector i lies inside the input.
-                        *v = unsafe { load_vec(p.input as *const T, i, elems, aligned) };
+        // All loads of a group of ranks in flight before its stores: one
+        // group of up to 4 ranks; on more, groups of two (four or eight
+        // loads in flight take the kernel past 128 registers). Constant
+        // indices (`unroll!`): a loop around `load_vec` stays rolled and
+        // moves `v` to local memory.
+        let group = if W <= 4 { 4 } else { 2 };
+        unroll!(g in [0 1 2 3] => {
+            if g * group < W {
+                unroll!(k in [0 1 2 3] => {
+                    if k < group
+                        && let Some(v) = v.get_mut(g * group + k)
+                    {
+                        let i = kth_destination::<W>(me, g * group + k) * shard + j;
+                        if i < vecs {
+                            // SAFETY: vector i lies inside the input.
+                            *v = unsafe { load_vec(p.input as *const T, i, elems, aligned) };
+                        }
                     }
-                }
-            )+};
-        }
-        macro_rules! store {
-            ($($k:literal)+) => {$(
-                if let (Some(v), Some(dst)) = (v.get($k), dst.get($k)) {
-                    // SAFETY: j < shard fits the slot (caller's promise).
-                    unsafe {
-                        ptx::st_relaxed_sys_v4_u32((*dst as *mut [u32; 4]).add(j), encode::<T>(*v))
-                    };
-                }
-            )+};
-        }
-        // All loads in flight on up to 4 ranks; on more, two at a time:
-        // four or eight take the kernel past 128 registers.
-        if W <= 4 {
-            load!(0 1 2 3);
-            store!(0 1 2 3);
-        } else {
-            load!(0 1);
-            store!(0 1);
-            load!(2 3);
-            store!(2 3);
-            load!(4 5);
-            store!(4 5);
-            load!(6 7);
-            store!(6 7);
-        }
+                });
+                unroll!(k in [0 1 2 3] => {
+                    if k < group
+                        && let (Some(v), Some(dst)) = (v.get(g * group + k), dst.get(g * group + k))
+                    {
+                        // SAFETY: j < shard fits the slot (caller's promise).
+                        unsafe {
+                            ptx::st_relaxed_sys_v4_u32(
+                                (*dst as *mut [u32; 4]).add(j),
+                                encode::<T>(*v),
+                            )
+                        };
+                    }
+                });
+            }
+        });
         j += stride;
     }
 
@@ -489,23 +199,18 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
     // Gather the other shards from our gather area.
     let own_gather = pick(&p.pads, p.rank) + gather_off;
     let write_out = |j: usize, raw: [[u32; 4]; W]| {
-        // One statement per rank with a constant index: a loop over `raw`
-        // around `store_vec` (which has loops of its own) stays rolled and
-        // would move `raw` to local memory.
-        macro_rules! out {
-            ($($r:literal)+) => {$(
-                if let Some(v) = raw.get($r) {
-                    let i = $r * shard + j;
-                    if $r != me && i < vecs {
-                        // SAFETY: vector i lies inside the output.
-                        unsafe {
-                            store_vec(p.output as *mut T, i, elems, aligned, decode::<T>(*v))
-                        };
-                    }
+        // Constant indices (`unroll!`): a loop over `raw` around
+        // `store_vec` (which has loops of its own) stays rolled and would
+        // move `raw` to local memory.
+        unroll!(r in [0 1 2 3 4 5 6 7] => {
+            if let Some(v) = raw.get(r) {
+                let i = r * shard + j;
+                if r != me && i < vecs {
+                    // SAFETY: vector i lies inside the output.
+                    unsafe { store_vec(p.output as *mut T, i, elems, aligned, decode::<T>(*v)) };
                 }
-            )+};
-        }
-        out!(0 1 2 3 4 5 6 7);
+            }
+        });
     };
     // SAFETY: as above, for the gather area.
     unsafe {
@@ -513,17 +218,16 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
             own_gather, slot_bytes, tid, stride, shard, p, write_out,
         )
     };
-    // SAFETY: `own_pad` is this rank's pad; every thread gets here.
-    unsafe { finish_call(own_pad, epoch) };
+    // SAFETY: every thread gets here, done with the buffer.
+    unsafe { call.finish() };
 }
 
 /// What the reduce-scatter and the all-gather derive alike from their
-/// parameters: this call's pad, epoch and Lamport area, the shard of `n`
-/// elements in `vecs` vectors, its slot stride and this thread's place.
+/// parameters: this call's Lamport set-up (its area is the call's buffer),
+/// the shard of `n` elements in `vecs` vectors, its slot stride and this
+/// thread's place.
 struct ShardCall {
-    own_pad: *mut u32,
-    epoch: u32,
-    area: u64,
+    call: LamportCall,
     n: usize,
     vecs: usize,
     slot_bytes: u64,
@@ -537,21 +241,19 @@ impl ShardCall {
     /// `p.pads` must hold this rank's mapped pad at `p.rank`.
     #[inline(always)]
     unsafe fn new<T: Element>(p: &AllReduceParams) -> Self {
-        let own_pad = pick(&p.pads, p.rank) as *mut u32;
         // SAFETY: the host passes this rank's mapped pad.
-        let epoch = unsafe { call_epoch(own_pad) };
+        let call = unsafe { LamportCall::begin(&p.pads, p.rank) };
         let n = p.elems as usize;
         let vecs = crate::math::div_ceil(n, T::LANES);
+        let (tid, stride) = grid::place();
         ShardCall {
-            own_pad,
-            epoch,
-            area: LAMPORT_OFFSET_BYTES as u64 + (epoch & 1) as u64 * LAMPORT_BUFFER_BYTES as u64,
+            call,
             n,
             vecs,
             slot_bytes: lamport_stride_bytes(vecs) as u64,
             shard_bytes: (n * T::BYTES) as u64,
-            tid: (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize,
-            stride: (ptx::grid_dim_x() * ptx::block_dim_x()) as usize,
+            tid,
+            stride,
         }
     }
 }
@@ -567,59 +269,54 @@ impl ShardCall {
 #[inline(always)]
 pub(crate) unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded from the caller.
-    let ShardCall {
-        own_pad,
-        epoch,
-        area,
-        n,
-        vecs,
-        slot_bytes,
-        shard_bytes,
-        tid,
-        stride,
-    } = unsafe { ShardCall::new::<T>(p) };
+    let c = unsafe { ShardCall::new::<T>(p) };
     // Every shard start must be aligned for the vector path.
     let aligned = crate::math::all_vec_aligned(&[
         p.input as usize,
-        (p.input + shard_bytes) as usize,
+        (p.input + c.shard_bytes) as usize,
         p.output as usize,
     ]);
     let me = p.rank as usize;
-    let dst = slot_on_every_rank::<W>(p, area, slot_bytes);
-    let mut j = tid;
-    while j < vecs {
-        // One statement per destination with a constant index (see
-        // `lamport2`'s scatter): a rolled loop over `dst` puts it in local
-        // memory.
-        macro_rules! push {
-            ($($k:literal)+) => {$(
-                if let Some(d) = dst.get($k) {
-                    let r = kth_destination::<W>(me, $k);
-                    let shard = (p.input + r as u64 * shard_bytes) as *const T;
-                    // SAFETY: shard r holds n elements (caller's promise);
-                    // the slot holds `vecs` vectors.
-                    unsafe {
-                        let v = load_vec(shard, j, n, aligned);
-                        ptx::st_relaxed_sys_v4_u32((*d as *mut [u32; 4]).add(j), encode::<T>(v));
-                    }
+    let area = c.call.buffer_off;
+    let dst = slot_on_every_rank::<W>(p, area, c.slot_bytes);
+    let mut j = c.tid;
+    while j < c.vecs {
+        // Constant indices (`unroll!`, see `lamport2`'s scatter): a rolled
+        // loop over `dst` puts it in local memory.
+        unroll!(k in [0 1 2 3 4 5 6 7] => {
+            if let Some(d) = dst.get(k) {
+                let r = kth_destination::<W>(me, k);
+                let shard = (p.input + r as u64 * c.shard_bytes) as *const T;
+                // SAFETY: shard r holds `c.n` elements (caller's promise); the
+                // slot holds `c.vecs` vectors.
+                unsafe {
+                    let v = load_vec(shard, j, c.n, aligned);
+                    ptx::st_relaxed_sys_v4_u32((*d as *mut [u32; 4]).add(j), encode::<T>(v));
                 }
-            )+};
-        }
-        push!(0 1 2 3 4 5 6 7);
-        j += stride;
+            }
+        });
+        j += c.stride;
     }
     let own = pick(&p.pads, p.rank) + area;
     let reduce_out = |j: usize, raw| {
         let acc = reduce_slots::<T, W, OP>(raw);
-        // SAFETY: j < vecs lies inside the output shard.
-        unsafe { store_vec(p.output as *mut T, j, n, aligned, T::narrow(acc)) };
+        // SAFETY: j < c.vecs lies inside the output shard.
+        unsafe { store_vec(p.output as *mut T, j, c.n, aligned, T::narrow(acc)) };
     };
-    // SAFETY: our area's slots hold `vecs` vectors (caller's promise).
+    // SAFETY: our area's slots hold `c.vecs` vectors (caller's promise).
     unsafe {
-        take_each::<W, FORM_REDUCE_SCATTER>(own, slot_bytes, tid, stride, vecs, p, reduce_out)
+        take_each::<W, FORM_REDUCE_SCATTER>(
+            own,
+            c.slot_bytes,
+            c.tid,
+            c.stride,
+            c.vecs,
+            p,
+            reduce_out,
+        )
     };
-    // SAFETY: `own_pad` is this rank's pad; every thread gets here.
-    unsafe { finish_call(own_pad, epoch) };
+    // SAFETY: every thread gets here, done with the buffer.
+    unsafe { c.call.finish() };
 }
 
 /// All-gather, Lamport style (NOTE [lamport reduce-scatter and
@@ -632,54 +329,43 @@ pub(crate) unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &A
 #[inline(always)]
 pub(crate) unsafe fn lamport_ag<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded from the caller.
-    let ShardCall {
-        own_pad,
-        epoch,
-        area,
-        n,
-        vecs,
-        slot_bytes,
-        shard_bytes,
-        tid,
-        stride,
-    } = unsafe { ShardCall::new::<T>(p) };
+    let c = unsafe { ShardCall::new::<T>(p) };
     let aligned = crate::math::all_vec_aligned(&[
         p.input as usize,
         p.output as usize,
-        (p.output + shard_bytes) as usize,
+        (p.output + c.shard_bytes) as usize,
     ]);
-    let dst = slot_on_every_rank::<W>(p, area, slot_bytes);
-    let mut j = tid;
-    while j < vecs {
-        // SAFETY: j < vecs lies inside the input; every slot holds `vecs`.
+    let area = c.call.buffer_off;
+    let dst = slot_on_every_rank::<W>(p, area, c.slot_bytes);
+    let mut j = c.tid;
+    while j < c.vecs {
+        // SAFETY: j < c.vecs lies inside the input; every slot holds `c.vecs`.
         unsafe {
-            let e = encode::<T>(load_vec(p.input as *const T, j, n, aligned));
+            let e = encode::<T>(load_vec(p.input as *const T, j, c.n, aligned));
             let mut k = 0;
             while k < W {
                 ptx::st_relaxed_sys_v4_u32((dst[k] as *mut [u32; 4]).add(j), e);
                 k += 1;
             }
         }
-        j += stride;
+        j += c.stride;
     }
     let own = pick(&p.pads, p.rank) + area;
     let write_out = |j: usize, raw: [[u32; 4]; W]| {
-        // One statement per rank with a constant index, as in `lamport2`'s
-        // gather: a loop around `store_vec` would move `raw` to local
-        // memory.
-        macro_rules! out {
-            ($($r:literal)+) => {$(
-                if let Some(v) = raw.get($r) {
-                    let shard = (p.output + $r * shard_bytes) as *mut T;
-                    // SAFETY: shard r of the output holds n elements.
-                    unsafe { store_vec(shard, j, n, aligned, decode::<T>(*v)) };
-                }
-            )+};
-        }
-        out!(0 1 2 3 4 5 6 7);
+        // Constant indices, as in `lamport2`'s gather: a loop around
+        // `store_vec` would move `raw` to local memory.
+        unroll!(r in [0 1 2 3 4 5 6 7] => {
+            if let Some(v) = raw.get(r) {
+                let shard = (p.output + r as u64 * c.shard_bytes) as *mut T;
+                // SAFETY: shard r of the output holds `c.n` elements.
+                unsafe { store_vec(shard, j, c.n, aligned, decode::<T>(*v)) };
+            }
+        });
     };
-    // SAFETY: our area's slots hold `vecs` vectors (caller's promise).
-    unsafe { take_each::<W, FORM_ALL_GATHER>(own, slot_bytes, tid, stride, vecs, p, write_out) };
-    // SAFETY: `own_pad` is this rank's pad; every thread gets here.
-    unsafe { finish_call(own_pad, epoch) };
+    // SAFETY: our area's slots hold `c.vecs` vectors (caller's promise).
+    unsafe {
+        take_each::<W, FORM_ALL_GATHER>(own, c.slot_bytes, c.tid, c.stride, c.vecs, p, write_out)
+    };
+    // SAFETY: every thread gets here, done with the buffer.
+    unsafe { c.call.finish() };
 }

@@ -10,6 +10,12 @@
 //!   host (and unit-tested there).
 //! - [`elem`]: element types (bf16, f16, f32) as packed 16-byte vectors,
 //!   widened to f32 for arithmetic.
+//! - [`sync`]: the peer barriers and flags over signal pads, with bounded
+//!   waits.
+//! - [`prims`]: the device primitives the collectives are made of (the
+//!   rank-order reduction, the 4-in-flight strided copy, the Lamport
+//!   buffers' call set-up, push, wait and zeroing, the norm's row ops):
+//!   one floor below every collective, which import only downwards.
 //! - [`all_reduce`]: one-shot, two-shot and HCM all-reduce; [`lamport`]:
 //!   the barrier-free one-shot and two-shot, and the reduce-scatter and
 //!   all-gather made of the two-shot's hops; [`push`]: the large-message
@@ -89,6 +95,9 @@ pub mod fused_norm;
 pub mod lamport;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod norm;
+// The primitives the production kernels are made of, below them.
+#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+pub mod prims;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod push;
 

@@ -6,7 +6,9 @@
 //! for the first norm of a layer stack, whose input no add precedes.
 //!
 //! One warp per row: the row's sum of squares is a warp butterfly
-//! (`shfl.sync`), no shared memory and no second kernel. The adds and
+//! (`shfl.sync`), no shared memory and no second kernel. The per-vector
+//! math and the butterfly are `prims::row`'s, shared with the fused norm
+//! (`fused_norm.rs`). The adds and
 //! products are in f32, each stored value rounded once to the element
 //! type, and the norm reads the residual as stored (what an unfused
 //! add-then-norm would read).
@@ -23,55 +25,17 @@
 use crate::elem::{Bf16, Element, F16};
 use crate::layout::NormParams;
 use crate::math;
+use crate::prims::row::{WARP, add_vec, inv_rms, scale, scale_vec, sum_sq_vec, warp_sum};
+use crate::prims::unroll;
 use crate::ptx;
-
-const WARP: u32 = 32;
 
 /// Vectors each lane loads before it uses the first: enough loads in
 /// flight to cover a row of 4096 bf16 in two rounds, few enough registers
 /// (`UNROLL x 4` words per loaded buffer) to stay far from spilling; the
-/// macro below writes out that many copies.
-const UNROLL: usize = 8;
-
-/// `$body` once for each `$k` in `0..UNROLL`, written out: with constant
-/// indices the per-lane arrays live in registers (LLVM left the loop over
+/// loops below write out that many copies (`unroll!`: with constant
+/// indices the per-lane arrays live in registers; LLVM left the loop over
 /// eight 16-byte vectors of eight lanes rolled, the arrays on the stack).
-macro_rules! unrolled {
-    ($k:ident => $body:block) => {{
-        {
-            let $k: usize = 0;
-            $body
-        }
-        {
-            let $k: usize = 1;
-            $body
-        }
-        {
-            let $k: usize = 2;
-            $body
-        }
-        {
-            let $k: usize = 3;
-            $body
-        }
-        {
-            let $k: usize = 4;
-            $body
-        }
-        {
-            let $k: usize = 5;
-            $body
-        }
-        {
-            let $k: usize = 6;
-            $body
-        }
-        {
-            let $k: usize = 7;
-            $body
-        }
-    }};
-}
+const UNROLL: usize = 8;
 
 /// The row this thread's warp starts at, the stride between its rows,
 /// and its lane.
@@ -80,67 +44,6 @@ fn warp_rows() -> (u64, u64, usize) {
     let tid = ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x();
     let warps = (ptx::grid_dim_x() * ptx::block_dim_x() / WARP) as u64;
     ((tid / WARP) as u64, warps, (tid % WARP) as usize)
-}
-
-/// The sum of `v` over the warp, on every lane.
-///
-/// # Safety
-/// All 32 lanes must call it together.
-#[inline(always)]
-unsafe fn warp_sum(mut v: f32) -> f32 {
-    let mut mask = WARP / 2;
-    while mask > 0 {
-        // SAFETY: the caller's promise: all 32 lanes get here together.
-        v += unsafe { ptx::shfl_bfly_f32(v, mask) };
-        mask /= 2;
-    }
-    v
-}
-
-/// `1 / sqrt(mean + eps)`, the scale of a row whose squares sum to
-/// `sum_sq` (the same expression on both paths).
-#[inline(always)]
-fn inv_rms(sum_sq: f32, hidden: usize, eps: f32) -> f32 {
-    1.0 / ptx::sqrt_rn_f32(sum_sq / hidden as f32 + eps)
-}
-
-/// Adds `r` to `x` lane by lane, rounded once to `T`.
-#[inline(always)]
-fn add_vec<T: Element>(x: [u32; 4], r: [u32; 4]) -> [u32; 4] {
-    let (a, b) = (T::widen(x), T::widen(r));
-    let mut s = [0.0f32; 8];
-    let mut k = 0;
-    while k < T::LANES {
-        s[k] = a[k] + b[k];
-        k += 1;
-    }
-    T::narrow(s)
-}
-
-/// The sum of squares of one vector's lanes.
-#[inline(always)]
-fn sum_sq_vec<T: Element>(v: [u32; 4]) -> f32 {
-    let a = T::widen(v);
-    let mut s = 0.0f32;
-    let mut k = 0;
-    while k < T::LANES {
-        s += a[k] * a[k];
-        k += 1;
-    }
-    s
-}
-
-/// `h * inv * w` lane by lane, rounded once to `T`.
-#[inline(always)]
-fn scale_vec<T: Element>(h: [u32; 4], inv: f32, w: [u32; 4]) -> [u32; 4] {
-    let (a, b) = (T::widen(h), T::widen(w));
-    let mut s = [0.0f32; 8];
-    let mut k = 0;
-    while k < T::LANES {
-        s[k] = a[k] * inv * b[k];
-        k += 1;
-    }
-    T::narrow(s)
 }
 
 /// The vector path: every pointer 16-byte aligned and `hidden` a whole
@@ -165,6 +68,7 @@ unsafe fn rows_vec<T: Element, const RESIDUAL: bool>(p: &NormParams) {
     } else {
         input
     };
+    const { assert!(UNROLL == 8) };
     let chunk = WARP as usize * UNROLL;
     // Every lane of a warp has the same row and the same trip counts: the
     // loops are uniform across the warp, so the shuffles see all 32 lanes.
@@ -175,25 +79,25 @@ unsafe fn rows_vec<T: Element, const RESIDUAL: bool>(p: &NormParams) {
         let mut c = 0;
         while c + chunk <= vecs {
             let mut x = [[0u32; 4]; UNROLL];
-            unrolled!(k => {
+            unroll!(k in [0 1 2 3 4 5 6 7] => {
                 // SAFETY: c + chunk <= vecs: every vector of the chunk lies
                 // in row `row` (caller's promise on the buffers).
                 x[k] = unsafe { ptx::ld_global_v4_u32(input.add(base + c + lane + k * 32)) };
             });
             if RESIDUAL {
                 let mut r = [[0u32; 4]; UNROLL];
-                unrolled!(k => {
+                unroll!(k in [0 1 2 3 4 5 6 7] => {
                     // SAFETY: as above.
                     r[k] = unsafe { ptx::ld_global_v4_u32(residual.add(base + c + lane + k * 32)) };
                 });
-                unrolled!(k => {
+                unroll!(k in [0 1 2 3 4 5 6 7] => {
                     // The sum as stored (rounded), as an unfused norm reads it.
                     x[k] = add_vec::<T>(x[k], r[k]);
                     // SAFETY: as above; `residual` overlaps no other buffer.
                     unsafe { ptx::st_global_v4_u32(residual.add(base + c + lane + k * 32), x[k]) };
                 });
             }
-            unrolled!(k => {
+            unroll!(k in [0 1 2 3 4 5 6 7] => {
                 sum_sq += sum_sq_vec::<T>(x[k]);
             });
             c += chunk;
@@ -217,7 +121,7 @@ unsafe fn rows_vec<T: Element, const RESIDUAL: bool>(p: &NormParams) {
         while c + chunk <= vecs {
             let mut h = [[0u32; 4]; UNROLL];
             let mut w = [[0u32; 4]; UNROLL];
-            unrolled!(k => {
+            unroll!(k in [0 1 2 3 4 5 6 7] => {
                 let v = c + lane + k * 32;
                 // SAFETY: v < vecs; `weight` holds one row's vectors. This
                 // lane stored the residual vectors it reads back here.
@@ -226,7 +130,7 @@ unsafe fn rows_vec<T: Element, const RESIDUAL: bool>(p: &NormParams) {
                     w[k] = ptx::ld_global_v4_u32(weight.add(v));
                 }
             });
-            unrolled!(k => {
+            unroll!(k in [0 1 2 3 4 5 6 7] => {
                 let out = scale_vec::<T>(h[k], inv, w[k]);
                 // SAFETY: as above; `output` overlaps no other buffer.
                 unsafe { ptx::st_global_v4_u32(output.add(base + c + lane + k * 32), out) };
@@ -294,7 +198,7 @@ unsafe fn rows_scalar<T: Element, const RESIDUAL: bool>(p: &NormParams) {
             unsafe {
                 let h = T::load(normed.add(base + i));
                 let w = T::load(weight.add(i));
-                T::store(output.add(base + i), h * inv * w);
+                T::store(output.add(base + i), scale(h, inv, w));
             }
             i += WARP as usize;
         }

@@ -82,7 +82,6 @@
 //! slots (the host derives them from the call, the buffer size and the
 //! launch shape of `config::PUSH_LAUNCH_ENV`).
 
-use crate::all_reduce::{combine_in_order, finish_op, report_to};
 use crate::elem::{Element, load_vec, store_vec};
 use crate::layout::{
     AllReduceParams, FORM_PUSH, PUSH_AG_FREE, PUSH_AG_READY, PUSH_RS_READY, PUSH_TILES_DONE,
@@ -92,9 +91,11 @@ use crate::math::{
     self, PUSH_RING_AG, PUSH_RING_RS, push_block_tiles, push_chunk, push_counter_reached,
     push_lookahead, push_peer_index, push_slot_offset, push_tiles,
 };
+use crate::prims::grid::{Walk, copy4};
+use crate::prims::reduce::{combine_in_order, finish_op};
 use crate::ptx;
 use crate::sync::{
-    ReportTo, Wait, block_barrier, call_epoch, finish_call, pick, poll_until, report,
+    Peers, ReportTo, Wait, block_barrier, call_epoch, finish_call, pick, poll_until, report,
 };
 
 /// One call's geometry as this block sees it. Everything but the thread
@@ -176,43 +177,34 @@ unsafe fn copy<T: Element, const IN: bool, const OUT: bool>(
     start: u32,
     end: u32,
 ) {
-    let s = c.threads;
-    let fast_end = if end < c.whole { end } else { c.whole };
-    let mut i = start + c.tid;
+    let walk = Walk {
+        first: start + c.tid,
+        end,
+        stride: c.threads,
+    };
     // SAFETY: the caller's promise; vectors below `whole` are whole and
     // aligned in the caller's buffers, slots always are.
     unsafe {
-        while i + 3 * s < fast_end {
-            let (i0, i1, i2, i3) = (
-                i as usize,
-                (i + s) as usize,
-                (i + 2 * s) as usize,
-                (i + 3 * s) as usize,
-            );
-            let a = ptx::ld_global_v4_u32(src.add(i0));
-            let b = ptx::ld_global_v4_u32(src.add(i1));
-            let d = ptx::ld_global_v4_u32(src.add(i2));
-            let e = ptx::ld_global_v4_u32(src.add(i3));
-            ptx::st_global_v4_u32(dst.add(i0), a);
-            ptx::st_global_v4_u32(dst.add(i1), b);
-            ptx::st_global_v4_u32(dst.add(i2), d);
-            ptx::st_global_v4_u32(dst.add(i3), e);
-            i += 4 * s;
-        }
-        while i < end {
-            let iu = i as usize;
-            let v = if IN {
-                load_vec(src as *const T, iu, c.elems, c.aligned)
-            } else {
-                ptx::ld_global_v4_u32(src.add(iu))
-            };
-            if OUT {
-                store_vec(dst as *mut T, iu, c.elems, c.aligned, v);
-            } else {
-                ptx::st_global_v4_u32(dst.add(iu), v);
-            }
-            i += s;
-        }
+        copy4(
+            walk,
+            c.whole,
+            |i| ptx::ld_global_v4_u32(src.add(i)),
+            |i, v| ptx::st_global_v4_u32(dst.add(i), v),
+            |i| {
+                if IN {
+                    load_vec(src as *const T, i, c.elems, c.aligned)
+                } else {
+                    ptx::ld_global_v4_u32(src.add(i))
+                }
+            },
+            |i, v| {
+                if OUT {
+                    store_vec(dst as *mut T, i, c.elems, c.aligned, v);
+                } else {
+                    ptx::st_global_v4_u32(dst.add(i), v);
+                }
+            },
+        )
     }
 }
 
@@ -501,14 +493,15 @@ pub(crate) unsafe fn push<T: Element, const W: usize, const OP: u32>(p: &AllRedu
     let n = push_block_tiles(push_tiles(vecs, W as u32, c.chunk_vecs), c.blocks, c.block);
     let d = push_lookahead(c.slots, p.push_lookahead);
     let s = c.slots as i32;
-    let to = report_to(p, FORM_PUSH);
+    let peers = Peers::of(p, FORM_PUSH);
+    let to = peers.to;
     let done_word = own_pad.wrapping_add(PUSH_TILES_DONE + c.block as usize);
     // SAFETY: forwarded from the caller; the order of steps, waits and
     // signals is the one NOTE [push all-reduce] argues safe.
     unsafe {
         // Every rank finished every earlier call before anyone writes a
         // peer's buffer or counters.
-        block_barrier::<W>(&p.pads, p.rank, SLOT_START, epoch, p.timeout_ns, to);
+        block_barrier::<W>(&peers, SLOT_START, epoch);
         let base = ptx::ld_relaxed_sys_u32(done_word);
         if n > 0 {
             let first = if d < n { d } else { n };

@@ -3,7 +3,8 @@
 //! instead of hanging the GPU.
 
 use crate::layout::{
-    BLOCKS_DONE, CALL_COUNTER, ERR_BARRIER_TIMEOUT, MAX_RANKS, epoch_reached, flag_index,
+    AllReduceParams, BLOCKS_DONE, CALL_COUNTER, ERR_BARRIER_TIMEOUT, MAX_RANKS, epoch_reached,
+    flag_index,
 };
 use crate::ptx;
 
@@ -31,6 +32,45 @@ pub struct ReportTo {
     pub word: u64,
     pub abort: u64,
     pub form: u32,
+}
+
+impl ReportTo {
+    /// Where the waits of a collective with parameters `p` report, as
+    /// `form`.
+    #[inline(always)]
+    pub fn of(p: &AllReduceParams, form: u32) -> Self {
+        ReportTo {
+            word: p.error,
+            abort: p.abort,
+            form,
+        }
+    }
+}
+
+/// What every barrier of a call passes alike: the pads of the ranks it
+/// meets (mapped into this process), this rank, the bound of each wait
+/// and where a failed wait reports. Built once per call
+/// ([`Peers::of`]); the barriers take it with the slot and epoch that
+/// differ between them.
+#[derive(Clone, Copy, Debug)]
+pub struct Peers<'a> {
+    pub pads: &'a [u64; MAX_RANKS],
+    pub rank: u32,
+    pub timeout_ns: u64,
+    pub to: ReportTo,
+}
+
+impl<'a> Peers<'a> {
+    /// The peers of a collective with parameters `p`, reporting as `form`.
+    #[inline(always)]
+    pub fn of(p: &'a AllReduceParams, form: u32) -> Self {
+        Peers {
+            pads: &p.pads,
+            rank: p.rank,
+            timeout_ns: p.timeout_ns,
+            to: ReportTo::of(p, form),
+        }
+    }
 }
 
 /// Records a failed wait: the rank's abort word first (so this rank's
@@ -111,7 +151,7 @@ pub(crate) enum Wait<P> {
 }
 
 /// The one poll loop of the kernels, behind every wait on a peer (the
-/// barriers here, the Lamport waits of `lamport.rs`): calls `poll` until
+/// barriers here, the Lamport waits of `prims::slots`): calls `poll` until
 /// it misses nothing (returns `None`), `timeout_ns` of `%globaltimer`
 /// pass, or, once the wait lasts, the abort word `abort` (0: none) says
 /// that an earlier wait of this rank failed (NOTE [abandoned waits]:
@@ -174,18 +214,12 @@ unsafe fn wait_epoch(flag: *const u32, epoch: u32, timeout_ns: u64, abort: u64) 
 /// Every thread of the block must call it.
 ///
 /// # Safety
-/// `pads` must hold the mapped signal pads of ranks `0..W`; `rank < W`.
+/// `peers.pads` must hold the mapped signal pads of ranks `0..W`;
+/// `peers.rank < W`.
 #[inline(always)]
-pub unsafe fn block_barrier<const W: usize>(
-    pads: &[u64; MAX_RANKS],
-    rank: u32,
-    slot: usize,
-    epoch: u32,
-    timeout_ns: u64,
-    to: ReportTo,
-) {
+pub unsafe fn block_barrier<const W: usize>(peers: &Peers<'_>, slot: usize, epoch: u32) {
     // SAFETY: forwarded; thread t's peer is rank t < W.
-    unsafe { barrier_with(pads, rank, slot, epoch, timeout_ns, to, W as u32, |t| t) }
+    unsafe { barrier_with(peers, slot, epoch, W as u32, |t| t) }
 }
 
 /// A barrier between block `blockIdx.x` of this rank and of every rank
@@ -193,25 +227,13 @@ pub unsafe fn block_barrier<const W: usize>(
 /// thread of the block must call it.
 ///
 /// # Safety
-/// `pads` must hold the mapped signal pads of `rank` and of every rank in
-/// `peer_mask`, whose bits are below `MAX_RANKS`.
+/// `peers.pads` must hold the mapped signal pads of `peers.rank` and of
+/// every rank in `peer_mask`, whose bits are below `MAX_RANKS`.
 #[inline(always)]
-pub unsafe fn group_barrier(
-    pads: &[u64; MAX_RANKS],
-    rank: u32,
-    slot: usize,
-    epoch: u32,
-    timeout_ns: u64,
-    to: ReportTo,
-    peer_mask: u32,
-) {
+pub unsafe fn group_barrier(peers: &Peers<'_>, slot: usize, epoch: u32, peer_mask: u32) {
     let n = peer_mask.count_ones();
     // SAFETY: forwarded; thread t < n's peer is the t-th rank of the mask.
-    unsafe {
-        barrier_with(pads, rank, slot, epoch, timeout_ns, to, n, |t| {
-            nth_rank(peer_mask, t)
-        })
-    }
+    unsafe { barrier_with(peers, slot, epoch, n, |t| nth_rank(peer_mask, t)) }
 }
 
 /// The `n`-th lowest rank in `mask` (bit arithmetic, not an array:
@@ -233,24 +255,20 @@ pub fn nth_rank(mask: u32, n: u32) -> u32 {
 /// that rank's word.
 ///
 /// # Safety
-/// `pads` must hold the mapped signal pads of `rank` and of every
-/// `peer_of(t)`, `t < n`, each below `MAX_RANKS`.
+/// `peers.pads` must hold the mapped signal pads of `peers.rank` and of
+/// every `peer_of(t)`, `t < n`, each below `MAX_RANKS`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn barrier_with(
-    pads: &[u64; MAX_RANKS],
-    rank: u32,
+    peers: &Peers<'_>,
     slot: usize,
     epoch: u32,
-    timeout_ns: u64,
-    to: ReportTo,
     n: u32,
     peer_of: impl Fn(u32) -> u32,
 ) {
     // SAFETY: forwarded from the caller.
     unsafe {
-        arrive_with(pads, rank, slot, epoch, n, &peer_of);
-        await_with(pads, rank, slot, epoch, timeout_ns, to, n, &peer_of);
+        arrive_with(peers, slot, epoch, n, &peer_of);
+        await_with(peers, slot, epoch, n, &peer_of);
     }
 }
 
@@ -262,12 +280,11 @@ unsafe fn barrier_with(
 /// flag sees all of them, stores into its memory over NVLink included.
 ///
 /// # Safety
-/// `pads` must hold the mapped signal pads of every `peer_of(t)`, `t < n`,
-/// each below `MAX_RANKS`; `rank < MAX_RANKS`.
+/// `peers.pads` must hold the mapped signal pads of every `peer_of(t)`,
+/// `t < n`, each below `MAX_RANKS`; `peers.rank < MAX_RANKS`.
 #[inline(always)]
 unsafe fn arrive_with(
-    pads: &[u64; MAX_RANKS],
-    rank: u32,
+    peers: &Peers<'_>,
     slot: usize,
     epoch: u32,
     n: u32,
@@ -276,13 +293,17 @@ unsafe fn arrive_with(
     ptx::sync_threads();
     let t = ptx::thread_idx_x();
     if t < n {
-        let peer_pad = pick(pads, peer_of(t)) as *mut u32;
+        let peer_pad = pick(peers.pads, peer_of(t)) as *mut u32;
         // SAFETY: the pad is mapped (caller's promise) and the index is
         // inside the layout (slot < SLOTS, block < MAX_BLOCKS, rank <
         // MAX_RANKS: the host launches at most MAX_BLOCKS blocks).
         unsafe {
             ptx::st_release_sys_u32(
-                peer_pad.add(flag_index(slot, ptx::block_idx_x() as usize, rank as usize)),
+                peer_pad.add(flag_index(
+                    slot,
+                    ptx::block_idx_x() as usize,
+                    peers.rank as usize,
+                )),
                 epoch,
             )
         };
@@ -297,17 +318,13 @@ unsafe fn arrive_with(
 /// of the block after the peer's writes.
 ///
 /// # Safety
-/// `pads` must hold this rank's mapped signal pad; `rank` and every
-/// `peer_of(t)`, `t < n`, are below `MAX_RANKS`.
+/// `peers.pads` must hold this rank's mapped signal pad; `peers.rank`
+/// and every `peer_of(t)`, `t < n`, are below `MAX_RANKS`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn await_with(
-    pads: &[u64; MAX_RANKS],
-    rank: u32,
+    peers: &Peers<'_>,
     slot: usize,
     epoch: u32,
-    timeout_ns: u64,
-    to: ReportTo,
     n: u32,
     peer_of: &impl Fn(u32) -> u32,
 ) {
@@ -315,18 +332,18 @@ unsafe fn await_with(
     if t < n {
         let peer = peer_of(t);
         let block = ptx::block_idx_x();
-        let own_pad = pick(pads, rank) as *const u32;
+        let own_pad = pick(peers.pads, peers.rank) as *const u32;
         // SAFETY: the pad is mapped (caller's promise) and the index is
         // inside the layout, as in `arrive_with`.
         unsafe {
             let waited = wait_epoch(
                 own_pad.add(flag_index(slot, block as usize, peer as usize)),
                 epoch,
-                timeout_ns,
-                to.abort,
+                peers.timeout_ns,
+                peers.to.abort,
             );
             if let Wait::TimedOut(()) = waited {
-                report(to, peer, block, slot as u32, rank);
+                report(peers.to, peer, block, slot as u32, peers.rank);
             }
         }
     }
