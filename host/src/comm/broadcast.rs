@@ -11,13 +11,13 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtrMut};
-use kernels_gpu::entries::Kernel;
+use kernels_gpu::entries::Broadcast;
 use kernels_gpu::layout::{BroadcastParams, MAX_BLOCKS};
 use kernels_gpu::math::VEC_BYTES;
 
-use super::IntraNodeComm;
+use super::{IntraNodeComm, Launch};
 use crate::error::{Error, Result};
-use crate::kernels::Grid;
+use crate::kernels::{Grid, KernelKey};
 use crate::topology::Topology;
 pub use crate::types::BroadcastAlgo;
 use crate::work::Work;
@@ -58,9 +58,8 @@ fn blocks_for(chunk_bytes: usize) -> usize {
 }
 
 /// The broadcast kernel for `world` ranks, if there is one.
-fn broadcast_kernel(world: usize) -> Option<Kernel> {
-    let kernel = Kernel::Broadcast { world };
-    kernel.index().map(|_| kernel)
+fn broadcast_kernel(world: usize) -> Option<KernelKey<(BroadcastParams,)>> {
+    Broadcast::Broadcast.key(world)
 }
 
 impl IntraNodeComm {
@@ -74,14 +73,13 @@ impl IntraNodeComm {
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
         let bytes = buf.num_bytes();
-        let mut bufs = self.call_buffers(stream)?;
-        let ptr = bufs.output(buf, "broadcast buffer")?;
-        bufs.ready()?;
-        // SAFETY: `ptr` is a live device buffer of `bytes` bytes that
-        // `bufs` keeps ordered with `stream`.
-        let work = unsafe { self.broadcast_raw(ptr, bytes, root, stream) }?;
-        bufs.finish()?;
-        Ok(work)
+        self.with_buffers(
+            stream,
+            |bufs| bufs.output(buf, "broadcast buffer"),
+            // SAFETY: `ptr` is a live device buffer of `bytes` bytes that
+            // the call's buffers keep ordered with `stream`.
+            |ptr| unsafe { self.broadcast_raw(ptr, bytes, root, stream) },
+        )
     }
 
     /// Broadcast over a raw device address: `bytes` bytes at `buf` of
@@ -124,19 +122,15 @@ impl IntraNodeComm {
             ))
         })?;
         self.increment_usage_counter();
-        if bytes == 0 {
-            return Ok(Work::new(stream.clone(), Some(self.health_arc())));
-        }
-        let params = self.broadcast_params(buf, bytes, root);
-        let blocks = blocks_for(bytes.min(half_bytes));
-        // SAFETY: every broadcast kernel takes one BroadcastParams by value;
-        // the caller vouches for `buf`, the peers' buffers and pads live as
-        // long as `self`; `blocks_for` stays within MAX_BLOCKS.
-        unsafe {
-            self.kernels()
-                .launch(kernel, Grid::new(blocks, THREADS), stream, (params,))
-        }?;
-        Ok(Work::new(stream.clone(), Some(self.health_arc())))
+        let launch = (bytes > 0).then(|| Launch {
+            key: kernel,
+            grid: Grid::new(blocks_for(bytes.min(half_bytes)), THREADS),
+            args: (self.broadcast_params(buf, bytes, root),),
+        });
+        // SAFETY: the caller vouches for `buf`, the peers' buffers and
+        // pads live as long as `self`; `blocks_for` stays within
+        // MAX_BLOCKS.
+        unsafe { self.launch(launch, stream) }
     }
 
     /// The launch parameters of one broadcast (the same buffers, pads,

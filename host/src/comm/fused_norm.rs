@@ -7,25 +7,21 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use kernels_gpu::entries::Kernel;
+use kernels_gpu::entries::FusedNorm;
 use kernels_gpu::layout::{FusedNormParams, fused_norm_threads};
 
-use super::IntraNodeComm;
 use super::debug::CallFingerprint;
+use super::{IntraNodeComm, Launch};
 use crate::algo::{AllReduceCall, NormCall, NormPath, fused_norm_runs};
 use crate::config::MAX_LAMPORT_BLOCKS;
 use crate::error::{Error, Result};
-use crate::kernels::Grid;
+use crate::kernels::{Grid, KernelKey};
 use crate::types::{ElemType, ReduceOp};
 use crate::work::Work;
 
 /// The fused kernel of `elem` for a world of `world`, if there is one.
-fn kernel(elem: ElemType, world: usize) -> Option<Kernel> {
-    let kernel = Kernel::FusedNorm {
-        elem: elem.into(),
-        world,
-    };
-    kernel.index().map(|_| kernel)
+fn kernel(elem: ElemType, world: usize) -> Option<KernelKey<(FusedNormParams,)>> {
+    FusedNorm::FusedNorm.key(elem.into(), world)
 }
 
 /// Blocks and threads of a fused launch over `rows` rows of `row_vecs`
@@ -124,7 +120,8 @@ impl IntraNodeComm {
         }
         self.increment_usage_counter();
         if elems == 0 {
-            return Ok(Work::new(stream.clone(), Some(self.health_arc())));
+            // SAFETY: launches nothing.
+            return unsafe { self.launch::<(FusedNormParams,)>(None, stream) };
         }
         let mut ar = self.params_template();
         ar.op = ReduceOp::Sum.code();
@@ -143,17 +140,17 @@ impl IntraNodeComm {
         };
         let row_vecs = hidden / kernels_gpu::math::elems_per_vec(elem.bytes());
         let (blocks, threads) = launch_shape(rows, row_vecs, self.lamport_launch().sms);
-        // SAFETY: the fused kernels take one FusedNormParams by value; the
-        // caller vouches for the four buffers; `fused_norm_runs` checked
-        // what the kernel trusts (whole vectors per row, alignment, the
-        // message within a Lamport slot); the block shape is the one every
-        // rank derives from `hidden`; these kernels keep no per-block
-        // flags.
-        unsafe {
-            self.kernels()
-                .launch(kernel, Grid::new(blocks, threads), stream, (params,))
-        }?;
-        Ok(Work::new(stream.clone(), Some(self.health_arc())))
+        let launch = Launch {
+            key: kernel,
+            grid: Grid::new(blocks, threads),
+            args: (params,),
+        };
+        // SAFETY: the caller vouches for the four buffers;
+        // `fused_norm_runs` checked what the kernel trusts (whole vectors
+        // per row, alignment, the message within a Lamport slot); the
+        // block shape is the one every rank derives from `hidden`; these
+        // kernels keep no per-block flags.
+        unsafe { self.launch(Some(launch), stream) }
     }
 }
 

@@ -7,12 +7,13 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
-use kernels_gpu::entries::{Collective, Kernel};
+use kernels_gpu::entries::Collective;
+use kernels_gpu::layout::AllReduceParams;
 
-use super::IntraNodeComm;
+use super::{IntraNodeComm, Launch};
 use crate::algo::{AllReduceAlgo, scatter_gather_max_shard_bytes};
 use crate::error::{Error, Result};
-use crate::kernels::Grid;
+use crate::kernels::{Grid, KernelKey};
 use crate::types::{ElemType, ReduceOp};
 use crate::work::Work;
 
@@ -37,17 +38,16 @@ impl ScatterGather {
 }
 
 /// The kernel of `what` for `elem` on `world` ranks, if there is one.
-fn scatter_gather_kernel(what: ScatterGather, elem: ElemType, world: usize) -> Option<Kernel> {
-    let algo = match what {
+fn scatter_gather_kernel(
+    what: ScatterGather,
+    elem: ElemType,
+    world: usize,
+) -> Option<KernelKey<(AllReduceParams,)>> {
+    let family = match what {
         ScatterGather::ReduceScatter => Collective::ReduceScatter,
         ScatterGather::AllGather => Collective::AllGather,
     };
-    let kernel = Kernel::Collective {
-        algo,
-        elem: elem.into(),
-        world,
-    };
-    kernel.index().map(|_| kernel)
+    family.key(elem.into(), world)
 }
 
 impl IntraNodeComm {
@@ -86,16 +86,14 @@ impl IntraNodeComm {
                 whole
             )));
         }
-        let mut bufs = self.call_buffers(stream)?;
-        let input = bufs.input(send, "input")?;
-        let output = bufs.output(recv, "output")?;
-        bufs.ready()?;
-        // SAFETY: both pointers come from live device buffers of the
-        // lengths checked above, ordered with `stream` by `bufs`.
-        let work =
-            unsafe { self.scatter_gather_raw(what, input, output, shard, elem, op, stream) }?;
-        bufs.finish()?;
-        Ok(work)
+        self.with_buffers(
+            stream,
+            |bufs| Ok((bufs.input(send, "input")?, bufs.output(recv, "output")?)),
+            // SAFETY: both pointers come from live device buffers of the
+            // lengths checked above, ordered with `stream` by the call's
+            // buffers.
+            |(i, o)| unsafe { self.scatter_gather_raw(what, i, o, shard, elem, op, stream) },
+        )
     }
 
     /// [`scatter_gather`](Self::scatter_gather) over raw addresses, with
@@ -140,7 +138,8 @@ impl IntraNodeComm {
         })?;
         self.increment_usage_counter();
         if shard == 0 {
-            return Ok(Work::new(stream.clone(), Some(self.health_arc())));
+            // SAFETY: launches nothing.
+            return unsafe { self.launch::<(AllReduceParams,)>(None, stream) };
         }
         let mut params = self.params_template();
         params.op = match what {
@@ -162,11 +161,13 @@ impl IntraNodeComm {
         // caller vouches for input and output, the peers' pads live as long
         // as `self`; the shard fits the Lamport buffer (checked above);
         // these kernels keep no per-block flags.
-        unsafe {
-            self.kernels()
-                .launch(kernel, Grid::new(blocks, threads), stream, (params,))
-        }?;
-        Ok(Work::new(stream.clone(), Some(self.health_arc())))
+        let launch = Launch {
+            key: kernel,
+            grid: Grid::new(blocks, threads),
+            args: (params,),
+        };
+        // SAFETY: as above.
+        unsafe { self.launch(Some(launch), stream) }
     }
 }
 
