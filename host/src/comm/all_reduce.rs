@@ -362,14 +362,17 @@ impl IntraNodeComm {
         algo: AllReduceAlgo,
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
-        self.check_call("all_reduce", stream)?;
-        let launch = self.all_reduce_launch(algo, input, output, elems, elem, op)?;
-        self.check_all_reduce_call(elems, elem, op, algo)?;
-        self.increment_usage_counter();
+        let build = || {
+            let launch = self.all_reduce_launch(algo, input, output, elems, elem, op)?;
+            self.check_all_reduce_call(elems, elem, op, algo)?;
+            self.increment_usage_counter();
+            Ok(launch)
+        };
         // SAFETY: the caller vouches for input and output, the peers'
         // buffers and pads live as long as `self`; `all_reduce_launch`
-        // keeps the grid within what the kernel takes (see there).
-        unsafe { self.launch(launch, stream) }
+        // keeps the grid and the message within what the kernel takes (see
+        // there).
+        unsafe { self.run("all_reduce", stream, build) }
     }
 
     /// The launch of one all-reduce with `algo` (as decided): the kernel

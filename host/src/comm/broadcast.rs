@@ -98,39 +98,40 @@ impl IntraNodeComm {
         root: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
-        self.check_call("broadcast", stream)?;
-        if root >= self.world() {
-            return Err(Error::InvalidArgument(format!(
-                "broadcast on rank {}: root {root} is outside the world of {}",
-                self.rank(),
-                self.world()
-            )));
-        }
-        let half_bytes = self.half_buffer_bytes();
-        if half_bytes == 0 {
-            return Err(Error::InvalidArgument(format!(
-                "broadcast on rank {}: symmetric buffer of {} bytes is too small",
-                self.rank(),
-                self.symm().buffer_bytes()
-            )));
-        }
-        let kernel = broadcast_kernel(self.world()).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "broadcast on rank {}: no kernel for a world of {}",
-                self.rank(),
-                self.world()
-            ))
-        })?;
-        self.increment_usage_counter();
-        let launch = (bytes > 0).then(|| Launch {
-            key: kernel,
-            grid: Grid::new(blocks_for(bytes.min(half_bytes)), THREADS),
-            args: (self.broadcast_params(buf, bytes, root),),
-        });
-        // SAFETY: the caller vouches for `buf`, the peers' buffers and
-        // pads live as long as `self`; `blocks_for` stays within
-        // MAX_BLOCKS.
-        unsafe { self.launch(launch, stream) }
+        let build = || -> Result<Option<Launch<_>>> {
+            if root >= self.world() {
+                return Err(Error::InvalidArgument(format!(
+                    "broadcast on rank {}: root {root} is outside the world of {}",
+                    self.rank(),
+                    self.world()
+                )));
+            }
+            let half_bytes = self.half_buffer_bytes();
+            if half_bytes == 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "broadcast on rank {}: symmetric buffer of {} bytes is too small",
+                    self.rank(),
+                    self.symm().buffer_bytes()
+                )));
+            }
+            let kernel = broadcast_kernel(self.world()).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "broadcast on rank {}: no kernel for a world of {}",
+                    self.rank(),
+                    self.world()
+                ))
+            })?;
+            self.increment_usage_counter();
+            let launch = (bytes > 0).then(|| Launch {
+                key: kernel,
+                grid: Grid::new(blocks_for(bytes.min(half_bytes)), THREADS),
+                args: (self.broadcast_params(buf, bytes, root),),
+            });
+            Ok(launch)
+        };
+        // SAFETY: the caller vouches for `buf`, the peers' buffers and pads
+        // live as long as `self`; `blocks_for` stays within MAX_BLOCKS.
+        unsafe { self.run("broadcast", stream, build) }
     }
 
     /// The launch parameters of one broadcast (the same buffers, pads,

@@ -205,6 +205,25 @@ impl IntraNodeComm {
         Ok(work)
     }
 
+    /// The one path from a decided call of ours to its [`Work`]: the
+    /// checks every call makes ([`check_call`](Self::check_call), named
+    /// `what`), then `build` (the collective's own checks and its
+    /// [`Launch`], `None` for an empty call), then the launch.
+    ///
+    /// # Safety
+    /// As for [`launch`](Self::launch), for what `build` returns.
+    pub(crate) unsafe fn run<A: KernelArgs>(
+        &self,
+        what: &str,
+        stream: &Arc<CudaStream>,
+        build: impl FnOnce() -> Result<Option<Launch<A>>>,
+    ) -> Result<crate::work::Work> {
+        self.check_call(what, stream)?;
+        let launch = build()?;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch(launch, stream) }
+    }
+
     /// Enqueues `launch` on `stream` (nothing for `None`: an empty call)
     /// and returns the call's [`Work`](crate::work::Work): the one launch
     /// of every collective of ours.

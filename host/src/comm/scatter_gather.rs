@@ -115,59 +115,57 @@ impl IntraNodeComm {
         op: ReduceOp,
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
-        self.check_call(what.name(), stream)?;
-        let shard_bytes = shard.saturating_mul(elem.bytes());
-        let max_bytes = scatter_gather_max_shard_bytes(self.world());
-        if shard_bytes > max_bytes {
-            // The kernels trust the host on this: a larger shard would
-            // store past the Lamport buffer into the peers' pads.
-            return Err(Error::InvalidArgument(format!(
-                "{} on rank {}: a shard of {shard_bytes} bytes exceeds the {max_bytes} bytes our kernels take on {} ranks (the communicator sends those to NCCL)",
-                what.name(),
-                self.rank(),
-                self.world()
-            )));
-        }
-        let kernel = scatter_gather_kernel(what, elem, self.world()).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{} on rank {}: no kernel for a world of {}",
-                what.name(),
-                self.rank(),
-                self.world()
-            ))
-        })?;
-        self.increment_usage_counter();
-        if shard == 0 {
-            // SAFETY: launches nothing.
-            return unsafe { self.launch::<(AllReduceParams,)>(None, stream) };
-        }
-        let mut params = self.params_template();
-        params.op = match what {
-            ScatterGather::ReduceScatter => op.code(),
-            // The all-gather reduces nothing; its kernels are instantiated
-            // per op like the others, and any will do.
-            ScatterGather::AllGather => ReduceOp::Sum.code(),
+        let build = || -> Result<Option<Launch<_>>> {
+            let shard_bytes = shard.saturating_mul(elem.bytes());
+            let max_bytes = scatter_gather_max_shard_bytes(self.world());
+            if shard_bytes > max_bytes {
+                // The kernels trust the host on this: a larger shard would
+                // store past the Lamport buffer into the peers' pads.
+                return Err(Error::InvalidArgument(format!(
+                    "{} on rank {}: a shard of {shard_bytes} bytes exceeds the {max_bytes} bytes our kernels take on {} ranks (the communicator sends those to NCCL)",
+                    what.name(),
+                    self.rank(),
+                    self.world()
+                )));
+            }
+            let kernel = scatter_gather_kernel(what, elem, self.world()).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "{} on rank {}: no kernel for a world of {}",
+                    what.name(),
+                    self.rank(),
+                    self.world()
+                ))
+            })?;
+            self.increment_usage_counter();
+            if shard == 0 {
+                return Ok(None);
+            }
+            let mut params = self.params_template();
+            params.op = match what {
+                ScatterGather::ReduceScatter => op.code(),
+                // The all-gather reduces nothing; its kernels are instantiated
+                // per op like the others, and any will do.
+                ScatterGather::AllGather => ReduceOp::Sum.code(),
+            };
+            params.input = input;
+            params.output = output;
+            params.elems = shard as u64;
+            let vecs = shard.div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
+            // One vector per thread over every SM, as the Lamport one-shot: each
+            // thread moves its vector of all W slots.
+            let (blocks, threads) =
+                self.lamport_launch()
+                    .shape_for(AllReduceAlgo::Lamport, vecs, self.world());
+            Ok(Some(Launch {
+                key: kernel,
+                grid: Grid::new(blocks, threads),
+                args: (params,),
+            }))
         };
-        params.input = input;
-        params.output = output;
-        params.elems = shard as u64;
-        let vecs = shard.div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
-        // One vector per thread over every SM, as the Lamport one-shot: each
-        // thread moves its vector of all W slots.
-        let (blocks, threads) =
-            self.lamport_launch()
-                .shape_for(AllReduceAlgo::Lamport, vecs, self.world());
-        // SAFETY: the Lamport kernels take one AllReduceParams by value; the
-        // caller vouches for input and output, the peers' pads live as long
-        // as `self`; the shard fits the Lamport buffer (checked above);
-        // these kernels keep no per-block flags.
-        let launch = Launch {
-            key: kernel,
-            grid: Grid::new(blocks, threads),
-            args: (params,),
-        };
-        // SAFETY: as above.
-        unsafe { self.launch(Some(launch), stream) }
+        // SAFETY: the caller vouches for input and output, the peers' pads
+        // live as long as `self`; the shard fits the Lamport buffer
+        // (checked in `build`); these kernels keep no per-block flags.
+        unsafe { self.run(what.name(), stream, build) }
     }
 }
 
