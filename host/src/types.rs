@@ -191,6 +191,8 @@ pub enum AllReduceAlgo {
     /// `algo::push_max_message_bytes` (16 GiB) run as
     /// [`TwoShot`](Self::TwoShot).
     Push,
+    /// Scratch variant (issue 27 demo).
+    OneShotX,
     /// NCCL's all-reduce (the fallback).
     Nccl,
 }
@@ -205,6 +207,7 @@ impl AllReduceAlgo {
             AllReduceAlgo::TwoShot => "two-shot",
             AllReduceAlgo::Hcm => "hcm",
             AllReduceAlgo::Push => "push",
+            AllReduceAlgo::OneShotX => "one-shot-x",
             AllReduceAlgo::Nccl => "nccl",
         }
     }
@@ -218,6 +221,7 @@ impl AllReduceAlgo {
             Self::TwoShot,
             Self::Hcm,
             Self::Push,
+            Self::OneShotX,
             Self::Nccl,
         ]
         .into_iter()
