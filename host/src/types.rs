@@ -191,8 +191,6 @@ pub enum AllReduceAlgo {
     /// `algo::push_max_message_bytes` (16 GiB) run as
     /// [`TwoShot`](Self::TwoShot).
     Push,
-    /// Scratch variant (issue 27 demo).
-    OneShotX,
     /// NCCL's all-reduce (the fallback).
     Nccl,
 }
@@ -207,7 +205,6 @@ impl AllReduceAlgo {
             AllReduceAlgo::TwoShot => "two-shot",
             AllReduceAlgo::Hcm => "hcm",
             AllReduceAlgo::Push => "push",
-            AllReduceAlgo::OneShotX => "one-shot-x",
             AllReduceAlgo::Nccl => "nccl",
         }
     }
@@ -221,7 +218,6 @@ impl AllReduceAlgo {
             Self::TwoShot,
             Self::Hcm,
             Self::Push,
-            Self::OneShotX,
             Self::Nccl,
         ]
         .into_iter()

@@ -629,16 +629,6 @@ pub(crate) unsafe fn two_shot<T: Element, const W: usize, const OP: u32>(p: &All
     unsafe { run_chunks::<T, W, OP, ALGO_TWO_SHOT>(p) }
 }
 
-/// Scratch variant (issue 27 demo): the one-shot under another name.
-///
-/// # Safety
-/// See [`run_chunks`].
-#[inline(always)]
-pub(crate) unsafe fn one_shot_x<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
-    // SAFETY: forwarded.
-    unsafe { run_chunks::<T, W, OP, ALGO_ONE_SHOT>(p) }
-}
-
 /// HCM over 2 G ranks: `run_chunks` gets the group size G as its `W`.
 ///
 /// # Safety

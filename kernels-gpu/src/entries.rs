@@ -91,8 +91,6 @@ macro_rules! kernel_table {
                 /// all-gather merged per chunk through rings of slots (NOTE
                 /// [push all-reduce] in `push.rs`).
                 Push = "push" "", [Bf16 F16 F32], [2 3 4 5 6 7 8], collective(push, world);
-                /// Scratch variant (issue 27 demo).
-                OneShotX = "one_shot_x" "", [Bf16 F16 F32], [2 3 4 5 6 7 8], collective(one_shot_x, world);
             }
             /// Broadcast through the root's symmetric buffer.
             Broadcast (BroadcastParams) world overlapped {
@@ -140,7 +138,7 @@ pub use kernel_table;
 /// ones, named from the table.
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 mod instances {
-    use crate::all_reduce::{hcm, one_shot, one_shot_x, two_shot};
+    use crate::all_reduce::{hcm, one_shot, two_shot};
     use crate::broadcast::broadcast;
     use crate::decode::kernels::silu_mul;
     use crate::elem::{Bf16, F16};
@@ -794,7 +792,7 @@ mod table {
             // 8 algorithms of 3 element types; HCM has 3 world sizes, the
             // others 7; 7 broadcasts; the fused norm's 3 types of 7 world
             // sizes; 18 others.
-            assert_eq!(Kernel::COUNT, 3 * (8 * 7 + 3) + 7 + 3 * 7 + 18);
+            assert_eq!(Kernel::COUNT, 3 * (7 * 7 + 3) + 7 + 3 * 7 + 18);
 
             let tests: Vec<TestKernel> = TestKernel::all().collect();
             assert_eq!(tests.len(), TestKernel::COUNT);

@@ -186,7 +186,6 @@ const fn family(algo: AllReduceAlgo) -> Option<Collective> {
         AllReduceAlgo::Lamport => Some(Collective::Lamport),
         AllReduceAlgo::LamportTwoShot => Some(Collective::LamportTwoShot),
         AllReduceAlgo::Push => Some(Collective::Push),
-        AllReduceAlgo::OneShotX => Some(Collective::OneShotX),
         AllReduceAlgo::Nccl => None,
     }
 }
