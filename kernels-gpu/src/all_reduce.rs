@@ -78,10 +78,10 @@
 //! the input is 16-byte aligned and lies in one allocation; the rest is
 //! the caller's contract (`intranode::symmetric` docs).
 
-use crate::elem::{Bf16, Element, F16, Lanes, load_vec, store_vec};
+use crate::elem::{Element, Lanes, load_vec, store_vec};
 use crate::layout::{
-    AllReduceParams, FORM_HCM, FORM_ONE_SHOT, FORM_TWO_SHOT, OP_AVG, OP_MAX, OP_MIN, OP_SUM,
-    SLOT_END, SLOT_MID, SLOT_START,
+    AllReduceParams, FORM_HCM, FORM_ONE_SHOT, FORM_TWO_SHOT, OP_AVG, OP_MAX, OP_MIN, SLOT_END,
+    SLOT_MID, SLOT_START,
 };
 use crate::math;
 use crate::math::hcm_chunk_elems;

@@ -44,7 +44,7 @@ fn grid() -> (usize, usize) {
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod kernels {
     use super::grid;
-    use crate::elem::{Bf16, Element, F16};
+    use crate::elem::Element;
     use crate::math;
     use crate::ptx;
 

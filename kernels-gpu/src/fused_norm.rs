@@ -23,7 +23,7 @@
 //! multiple of the lanes) and every buffer 16-byte aligned; the host
 //! sends other calls down the unfused path (`algo::decide_norm`).
 
-use crate::elem::{Bf16, Element, F16, Lanes};
+use crate::elem::{Element, Lanes};
 use crate::lamport::{load_slots, push_slots, reduce_slots, wait_slots, zero_slots};
 use crate::layout::{
     FORM_FUSED_NORM, FusedNormParams, LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, OP_SUM,

@@ -20,7 +20,7 @@
 //! microseconds for one row of 4096). Other rows (odd hidden sizes,
 //! misaligned views) walk element by element.
 
-use crate::elem::{Bf16, Element, F16};
+use crate::elem::Element;
 use crate::layout::NormParams;
 use crate::math;
 use crate::ptx;
