@@ -638,6 +638,24 @@ mod table {
     /// `(AllReduceParams,)`, `(u64, u64, u64, usize)`): only the groups'
     /// `key` functions make one, so a launch of a key with arguments of
     /// another type does not compile.
+    ///
+    /// An all-reduce kernel's key is typed by `AllReduceParams`:
+    ///
+    /// ```
+    /// use kernels_gpu::entries::{Collective, Elem, KernelKey};
+    /// use kernels_gpu::layout::AllReduceParams;
+    /// let key: Option<KernelKey<(AllReduceParams,)>> = Collective::Lamport.key(Elem::Bf16, 2);
+    /// assert_eq!(key.map(|k| k.to_string()).as_deref(), Some("lamport_bf16_w2"));
+    /// ```
+    ///
+    /// and is no broadcast kernel's key (the same line with the broadcast's
+    /// parameters does not compile):
+    ///
+    /// ```compile_fail,E0308
+    /// use kernels_gpu::entries::{Collective, Elem, KernelKey};
+    /// use kernels_gpu::layout::BroadcastParams;
+    /// let key: Option<KernelKey<(BroadcastParams,)>> = Collective::Lamport.key(Elem::Bf16, 2);
+    /// ```
     pub struct KernelKey<A> {
         kernel: Kernel,
         index: usize,
