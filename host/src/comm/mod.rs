@@ -29,8 +29,9 @@ use all_reduce::LamportLaunch;
 /// One launch of a collective of ours, decided: the kernel (typed by the
 /// arguments it takes, from the table in `kernels-gpu/src/entries.rs`),
 /// the grid, and the arguments. Built once per call by the collective's
-/// own function (`all_reduce_launch`, `broadcast_launch`, ...), enqueued
-/// by [`IntraNodeComm::launch`].
+/// own builder (`all_reduce_launch`; the ones in `broadcast_raw`,
+/// `scatter_gather_raw`, `all_reduce_residual_rmsnorm_raw`, `barrier`),
+/// enqueued by [`IntraNodeComm::run`] / [`IntraNodeComm::launch`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Launch<A> {
     pub(crate) key: KernelKey<A>,
