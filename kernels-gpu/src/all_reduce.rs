@@ -78,18 +78,16 @@
 //! the input is 16-byte aligned and lies in one allocation; the rest is
 //! the caller's contract (`intranode::symmetric` docs).
 
-use crate::elem::{Bf16, Element, F16, Lanes, load_vec, store_vec};
-use crate::lamport::{lamport, lamport_ag, lamport_rs, lamport2};
+use crate::elem::{Element, Lanes, load_vec, store_vec};
 use crate::layout::{
-    AllReduceParams, FORM_HCM, FORM_ONE_SHOT, FORM_TWO_SHOT, OP_AVG, OP_MAX, OP_MIN, OP_SUM,
-    SLOT_END, SLOT_MID, SLOT_START,
+    AllReduceParams, FORM_HCM, FORM_ONE_SHOT, FORM_TWO_SHOT, OP_AVG, OP_MAX, OP_MIN, SLOT_END,
+    SLOT_MID, SLOT_START,
 };
 use crate::math;
 use crate::math::hcm_chunk_elems;
 use crate::prims::grid::{self, Walk, copy4_all};
 use crate::prims::reduce::{combine, combine_in_order, finish_op, load_each, reduce_vec};
 use crate::ptx;
-use crate::push::push;
 use crate::sync::{Peers, block_barrier, call_epoch, finish_call, group_barrier, nth_rank, pick};
 
 /// Whether the caller's input is a symmetric buffer every peer mapped
@@ -483,7 +481,7 @@ unsafe fn run_chunks<T: Element, const W: usize, const OP: u32, const ALGO: u32>
 /// # Safety
 /// See [`run_chunks`].
 #[inline(always)]
-unsafe fn one_shot<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+pub(crate) unsafe fn one_shot<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded.
     unsafe { run_chunks::<T, W, OP, ALGO_ONE_SHOT>(p) }
 }
@@ -491,7 +489,7 @@ unsafe fn one_shot<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
 /// # Safety
 /// See [`run_chunks`].
 #[inline(always)]
-unsafe fn two_shot<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+pub(crate) unsafe fn two_shot<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded.
     unsafe { run_chunks::<T, W, OP, ALGO_TWO_SHOT>(p) }
 }
@@ -501,63 +499,10 @@ unsafe fn two_shot<T: Element, const W: usize, const OP: u32>(p: &AllReduceParam
 /// # Safety
 /// See [`run_chunks`] and [`hcm_chunk`].
 #[inline(always)]
-unsafe fn hcm<T: Element, const G: usize, const OP: u32>(p: &AllReduceParams) {
+pub(crate) unsafe fn hcm<T: Element, const G: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded.
     unsafe { run_chunks::<T, G, OP, ALGO_HCM>(p) }
 }
-
-/// The GPU side of `entries::collective_kernels!`: for every row, one
-/// kernel per element type and world size, named
-/// `<prefix>_<elem>_w<world>` from the list. The op is a run-time
-/// parameter dispatched once, outside the loops.
-macro_rules! define_collective_kernels {
-    ($($(#[$doc:meta])* $variant:ident = $prefix:literal, $func:ident, $worlds:tt, $inst:ident;)+) => {$(
-        collective_kernels_of!($prefix, $func, $inst, "bf16", Bf16, $worlds);
-        collective_kernels_of!($prefix, $func, $inst, "f16", F16, $worlds);
-        collective_kernels_of!($prefix, $func, $inst, "f32", f32, $worlds);
-    )+};
-}
-
-/// One row's kernels of one element type, one per world size.
-macro_rules! collective_kernels_of {
-    ($prefix:literal, $func:ident, $inst:ident, $elem:literal, $ty:ty, [$($world:literal)+]) => {$(
-        collective_kernel!($inst, $func, $ty, $world, concat!($prefix, "_", $elem, "_w", $world));
-    )+};
-}
-
-/// One kernel: `$func` instantiated with the world size (`world`) or with
-/// the group size, half of it (`group`: HCM, NOTE [hcm groups]).
-macro_rules! collective_kernel {
-    (world, $func:ident, $ty:ty, $world:literal, $name:expr) => {
-        collective_kernel!(@define $func, $ty, { $world }, $name);
-    };
-    (group, $func:ident, $ty:ty, $world:literal, $name:expr) => {
-        collective_kernel!(@define $func, $ty, { $world / 2 }, $name);
-    };
-    (@define $func:ident, $ty:ty, $n:tt, $name:expr) => {
-        const _: () = {
-            /// # Safety
-            /// See the algorithm's function; launched only by the host crate.
-            #[unsafe(export_name = $name)]
-            pub unsafe extern "ptx-kernel" fn kernel(p: AllReduceParams) {
-                ptx::griddepcontrol_wait();
-                ptx::griddepcontrol_launch_dependents();
-                // SAFETY: the host upholds the algorithm's contract.
-                unsafe {
-                    match p.op {
-                        OP_SUM => $func::<$ty, $n, OP_SUM>(&p),
-                        OP_AVG => $func::<$ty, $n, OP_AVG>(&p),
-                        OP_MIN => $func::<$ty, $n, OP_MIN>(&p),
-                        OP_MAX => $func::<$ty, $n, OP_MAX>(&p),
-                        _ => ptx::trap(),
-                    }
-                }
-            }
-        };
-    };
-}
-
-crate::entries::collective_kernels!(define_collective_kernels);
 
 /// Explicit barrier among the ranks of `p.rank_mask`: one block of
 /// `MAX_RANKS` threads.

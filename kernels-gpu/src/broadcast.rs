@@ -89,7 +89,7 @@ unsafe fn store_bytes(p: *mut u8, i: usize, bytes: usize, aligned: bool, v: [u32
 /// W), a caller buffer of `p.bytes` bytes, and `p.half_bytes` a non-zero
 /// multiple of 16 inside every buffer's halves.
 #[inline(always)]
-unsafe fn broadcast<const W: usize>(p: &BroadcastParams) {
+pub(crate) unsafe fn broadcast<const W: usize>(p: &BroadcastParams) {
     let own_pad = pick(&p.pads, p.rank) as *mut u32;
     // SAFETY: the host passes this rank's mapped pad.
     let base = unsafe { call_epoch(own_pad) };
@@ -156,23 +156,3 @@ unsafe fn broadcast<const W: usize>(p: &BroadcastParams) {
     // SAFETY: `own_pad` is this rank's pad; every thread gets here.
     unsafe { finish_call(own_pad, base.wrapping_add(chunks as u32 - 1)) };
 }
-
-/// The GPU side of `entries::broadcast_kernels!`: one kernel per world
-/// size, named `<prefix>_w<w>` from the list.
-macro_rules! define_broadcast_kernels {
-    ($prefix:literal, [$($w:literal)+]) => {$(
-        const _: () = {
-            /// # Safety
-            /// See [`broadcast`]; launched only by the host crate.
-            #[unsafe(export_name = concat!($prefix, "_w", $w))]
-            pub unsafe extern "ptx-kernel" fn kernel(p: BroadcastParams) {
-                crate::ptx::griddepcontrol_wait();
-                crate::ptx::griddepcontrol_launch_dependents();
-                // SAFETY: the host upholds `broadcast`'s contract.
-                unsafe { broadcast::<$w>(&p) }
-            }
-        };
-    )+};
-}
-
-crate::entries::broadcast_kernels!(define_broadcast_kernels);

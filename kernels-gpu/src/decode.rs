@@ -44,7 +44,7 @@ fn grid() -> (usize, usize) {
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod kernels {
     use super::grid;
-    use crate::elem::{Bf16, Element, F16};
+    use crate::elem::Element;
     use crate::math;
     use crate::ptx;
 
@@ -64,7 +64,12 @@ pub mod kernels {
     /// `gate_up` holds `rows * 2 * cols` elements, `out` `rows * cols`,
     /// not overlapping.
     #[inline(always)]
-    unsafe fn silu_mul<T: Element>(gate_up: *const T, out: *mut T, rows: usize, cols: usize) {
+    pub(crate) unsafe fn silu_mul<T: Element>(
+        gate_up: *const T,
+        out: *mut T,
+        rows: usize,
+        cols: usize,
+    ) {
         let (tid, stride) = grid();
         let aligned = cols.is_multiple_of(T::LANES)
             && math::all_vec_aligned(&[gate_up as usize, out as usize]);
@@ -115,29 +120,6 @@ pub mod kernels {
             }
         }
     }
-
-    macro_rules! silu_mul_kernels {
-        ($($silu:ident = $ty:ty);+ $(;)?) => {$(
-            /// # Safety
-            /// See `silu_mul`; launched only by the host crate.
-            #[unsafe(no_mangle)]
-            pub unsafe extern "ptx-kernel" fn $silu(
-                gate_up: *const $ty,
-                out: *mut $ty,
-                rows: usize,
-                cols: usize,
-            ) {
-                // SAFETY: the host upholds the contract.
-                unsafe { silu_mul(gate_up, out, rows, cols) }
-            }
-        )+};
-    }
-
-    silu_mul_kernels!(
-        silu_mul_bf16 = Bf16;
-        silu_mul_f16 = F16;
-        silu_mul_f32 = f32;
-    );
 }
 
 /// The random fill's entry points: the decode benchmark's, so test

@@ -43,7 +43,7 @@ use crate::sync::pick;
 /// `rows` and `hidden` and launches blocks of the same shape
 /// (`layout::fused_norm_threads`).
 #[inline(always)]
-unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormParams) {
+pub(crate) unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormParams) {
     let a = &p.ar;
     let threads = ptx::block_dim_x() as usize;
     let hidden = p.hidden as usize;
@@ -123,48 +123,3 @@ unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormParams) {
     // SAFETY: every thread gets here, done with the buffer.
     unsafe { call.finish() };
 }
-
-macro_rules! fused_norm_kernels {
-    ($ty:ty, $($name:ident = $w:literal),+ $(,)?) => {$(
-        /// # Safety
-        /// See [`lamport_rmsnorm`]; launched only by the host crate.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(p: FusedNormParams) {
-            crate::ptx::griddepcontrol_wait();
-            crate::ptx::griddepcontrol_launch_dependents();
-            // SAFETY: the host upholds the contract.
-            unsafe { lamport_rmsnorm::<$ty, $w>(&p) }
-        }
-    )+};
-}
-
-fused_norm_kernels!(
-    Bf16,
-    lamport_rmsnorm_bf16_w2 = 2,
-    lamport_rmsnorm_bf16_w3 = 3,
-    lamport_rmsnorm_bf16_w4 = 4,
-    lamport_rmsnorm_bf16_w5 = 5,
-    lamport_rmsnorm_bf16_w6 = 6,
-    lamport_rmsnorm_bf16_w7 = 7,
-    lamport_rmsnorm_bf16_w8 = 8,
-);
-fused_norm_kernels!(
-    F16,
-    lamport_rmsnorm_f16_w2 = 2,
-    lamport_rmsnorm_f16_w3 = 3,
-    lamport_rmsnorm_f16_w4 = 4,
-    lamport_rmsnorm_f16_w5 = 5,
-    lamport_rmsnorm_f16_w6 = 6,
-    lamport_rmsnorm_f16_w7 = 7,
-    lamport_rmsnorm_f16_w8 = 8,
-);
-fused_norm_kernels!(
-    f32,
-    lamport_rmsnorm_f32_w2 = 2,
-    lamport_rmsnorm_f32_w3 = 3,
-    lamport_rmsnorm_f32_w4 = 4,
-    lamport_rmsnorm_f32_w5 = 5,
-    lamport_rmsnorm_f32_w6 = 6,
-    lamport_rmsnorm_f32_w7 = 7,
-    lamport_rmsnorm_f32_w8 = 8,
-);

@@ -22,7 +22,7 @@
 //! microseconds for one row of 4096). Other rows (odd hidden sizes,
 //! misaligned views) walk element by element.
 
-use crate::elem::{Bf16, Element, F16};
+use crate::elem::Element;
 use crate::layout::NormParams;
 use crate::math;
 use crate::prims::row::{WARP, add_vec, inv_rms, scale, scale_vec, sum_sq_vec, warp_sum};
@@ -211,7 +211,7 @@ unsafe fn rows_scalar<T: Element, const RESIDUAL: bool>(p: &NormParams) {
 /// * p.hidden` elements of `T`, `p.weight` holds `p.hidden`; `output`
 /// (and `residual`, when `RESIDUAL`) do not overlap the others.
 #[inline(always)]
-unsafe fn residual_rmsnorm<T: Element, const RESIDUAL: bool>(p: &NormParams) {
+pub(crate) unsafe fn residual_rmsnorm<T: Element, const RESIDUAL: bool>(p: &NormParams) {
     let residual = if RESIDUAL { p.residual } else { p.input };
     let aligned = (p.hidden as usize).is_multiple_of(T::LANES)
         && math::all_vec_aligned(&[
@@ -230,29 +230,3 @@ unsafe fn residual_rmsnorm<T: Element, const RESIDUAL: bool>(p: &NormParams) {
         }
     }
 }
-
-macro_rules! norm_kernels {
-    ($residual:literal: $($name:ident = $ty:ty),+ $(,)?) => {$(
-        /// # Safety
-        /// See [`residual_rmsnorm`]; launched only by the host crate, in
-        /// whole warps.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(p: NormParams) {
-            // SAFETY: the host upholds the contract.
-            unsafe { residual_rmsnorm::<$ty, $residual>(&p) }
-        }
-    )+};
-}
-
-norm_kernels!(
-    true: residual_rmsnorm_bf16 = Bf16,
-    residual_rmsnorm_f16 = F16,
-    residual_rmsnorm_f32 = f32,
-);
-
-// `p.residual` is not read: the norm of the input alone.
-norm_kernels!(
-    false: rmsnorm_bf16 = Bf16,
-    rmsnorm_f16 = F16,
-    rmsnorm_f32 = f32,
-);

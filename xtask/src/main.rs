@@ -352,6 +352,14 @@ fn ci(opts: &Opts) -> Result<()> {
     )?;
     candle::check_lock(&root)?;
     run(&root, cargo, &["test", "--workspace", "--locked"])?;
+    // `kernels-gpu` keeps doctests out of the workspace run
+    // (`doctest = false`); its few host-side examples, the typed kernel
+    // keys' compile-fail one among them (`entries.rs`), run here.
+    run(
+        &root,
+        cargo,
+        &["test", "-p", "kernels-gpu", "--doc", "--locked"],
+    )?;
     doc(&root)?;
     // The default architecture (or `--arch`), then the other one the
     // kernels promise to support.

@@ -11,14 +11,17 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
-use kernels_gpu::entries::{Collective, Kernel};
+use kernels_gpu::entries::{Barrier, Collective};
 use kernels_gpu::layout::{AllReduceParams, BarrierParams, MAX_BLOCKS, MAX_RANKS};
 
-use super::IntraNodeComm;
-use crate::algo::{AllReduceAlgo, AllReduceCall, IntraPath, decide_all_reduce};
+use super::{IntraNodeComm, Launch};
+use crate::algo::{
+    AllReduceAlgo, AllReduceCall, IntraPath, decide_all_reduce, lamport_max_message_bytes,
+    lamport_two_shot_max_message_bytes, push_max_message_bytes,
+};
 use crate::config::{LamportShapes, LaunchShape, MAX_LAMPORT_BLOCKS, PushShape};
 use crate::error::{Error, Result};
-use crate::kernels::Grid;
+use crate::kernels::{Grid, KernelKey};
 use crate::types::{DType, ElemType};
 use crate::work::Work;
 
@@ -173,31 +176,51 @@ fn launch_shape(
     }
 }
 
+/// The table's family of `algo` (`kernels-gpu/src/entries.rs`,
+/// `Collective`): `None` for NCCL's algorithm.
+const fn family(algo: AllReduceAlgo) -> Option<Collective> {
+    match algo {
+        AllReduceAlgo::OneShot => Some(Collective::OneShot),
+        AllReduceAlgo::TwoShot => Some(Collective::TwoShot),
+        AllReduceAlgo::Hcm => Some(Collective::Hcm),
+        AllReduceAlgo::Lamport => Some(Collective::Lamport),
+        AllReduceAlgo::LamportTwoShot => Some(Collective::LamportTwoShot),
+        AllReduceAlgo::Push => Some(Collective::Push),
+        AllReduceAlgo::Nccl => None,
+    }
+}
+
 /// The kernel of `algo` for `elem` on `world` ranks: `None` for NCCL's
 /// algorithm and for worlds without a kernel (HCM on an odd number of
 /// ranks, more than `MAX_RANKS`).
-fn collective_kernel(algo: AllReduceAlgo, elem: ElemType, world: usize) -> Option<Kernel> {
-    let algo = match algo {
-        AllReduceAlgo::OneShot => Collective::OneShot,
-        AllReduceAlgo::TwoShot => Collective::TwoShot,
-        AllReduceAlgo::Hcm => Collective::Hcm,
-        AllReduceAlgo::Lamport => Collective::Lamport,
-        AllReduceAlgo::LamportTwoShot => Collective::LamportTwoShot,
-        AllReduceAlgo::Push => Collective::Push,
-        AllReduceAlgo::Nccl => return None,
-    };
-    let kernel = Kernel::Collective {
-        algo,
-        elem: elem.into(),
-        world,
-    };
-    kernel.index().map(|_| kernel)
+fn collective_kernel(
+    algo: AllReduceAlgo,
+    elem: ElemType,
+    world: usize,
+) -> Option<KernelKey<(AllReduceParams,)>> {
+    family(algo)?.key(elem.into(), world)
+}
+
+/// The most bytes `algo` takes in one call on `world` ranks, where the
+/// kernels trust the host on it (`decide_all_reduce` hands larger messages
+/// to another form): the Lamport forms' buffers, the push form's u32
+/// indices.
+fn most_bytes(algo: AllReduceAlgo, world: usize) -> usize {
+    match algo {
+        AllReduceAlgo::Lamport => lamport_max_message_bytes(world),
+        AllReduceAlgo::LamportTwoShot => lamport_two_shot_max_message_bytes(world),
+        AllReduceAlgo::Push => push_max_message_bytes(),
+        _ => usize::MAX,
+    }
 }
 
 impl IntraNodeComm {
-    /// The algorithm a call of `elems` elements of `elem` asking for
-    /// `algo` runs: [`decide_all_reduce`] with `algo` forced (a Lamport
-    /// form hands messages larger than its buffers to its barrier twin).
+    /// The decision for a call of `elems` elements of `elem` that names
+    /// `algo` (the entry points of this type that take an explicit
+    /// algorithm: tests and the benchmark): [`decide_all_reduce`] with
+    /// `algo` forced, so a Lamport form hands messages larger than its
+    /// buffers to its barrier twin. `Communicator` decides itself and
+    /// calls the `_decided` functions, which do not decide again.
     pub fn resolve(&self, algo: AllReduceAlgo, elem: ElemType, elems: usize) -> AllReduceAlgo {
         let call = AllReduceCall {
             elem: Some(elem),
@@ -238,13 +261,28 @@ impl IntraNodeComm {
         self.buffer_bytes
     }
 
-    /// `output = op(input of every rank)`, on `stream`. `input` and
-    /// `output` may be the same buffer ([`all_reduce_in_place`]). Messages
-    /// larger than half the symmetric buffer run in one launch that walks
-    /// them chunk by chunk.
+    /// `output = op(input of every rank)`, on `stream`, with `algo` as
+    /// [`resolve`](Self::resolve) decides it. `input` and `output` may be
+    /// the same buffer ([`all_reduce_in_place`]). Messages larger than
+    /// half the symmetric buffer run in one launch that walks them chunk
+    /// by chunk.
     ///
     /// [`all_reduce_in_place`]: Self::all_reduce_in_place
     pub fn all_reduce<T: DType>(
+        &self,
+        input: &impl DevicePtr<T>,
+        output: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+        algo: AllReduceAlgo,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Work> {
+        let algo = self.resolve(algo, T::ELEM, input.len());
+        self.all_reduce_decided(input, output, op, algo, stream)
+    }
+
+    /// [`all_reduce`](Self::all_reduce) with `algo` as decided
+    /// (`Communicator` decides once, through [`decide_all_reduce`]).
+    pub(crate) fn all_reduce_decided<T: DType>(
         &self,
         input: &impl DevicePtr<T>,
         output: &mut impl DevicePtrMut<T>,
@@ -260,20 +298,21 @@ impl IntraNodeComm {
                 output.len()
             )));
         }
-        let mut bufs = self.call_buffers(stream)?;
-        let in_ptr = bufs.input(input, "all-reduce input")?;
-        let out_ptr = bufs.output(output, "all-reduce output")?;
-        bufs.ready()?;
-        // SAFETY: both pointers come from live device buffers of `elems`
-        // elements that `bufs` keeps ordered with `stream` (NOTE [capture
-        // and event tracking] in `tracked.rs`).
-        let work =
-            unsafe { self.all_reduce_raw(in_ptr, out_ptr, elems, T::ELEM, op, algo, stream) }?;
-        bufs.finish()?;
-        Ok(work)
+        self.with_buffers(
+            stream,
+            |bufs| {
+                let i = bufs.input(input, "all-reduce input")?;
+                Ok((i, bufs.output(output, "all-reduce output")?))
+            },
+            // SAFETY: both pointers come from live device buffers of
+            // `elems` elements that the call's buffers keep ordered with
+            // `stream` (NOTE [capture and event tracking] in `tracked.rs`).
+            |(i, o)| unsafe { self.all_reduce_raw(i, o, elems, T::ELEM, op, algo, stream) },
+        )
     }
 
-    /// In-place all-reduce of `buf` on `stream`.
+    /// In-place all-reduce of `buf` on `stream`, with `algo` as
+    /// [`resolve`](Self::resolve) decides it.
     pub fn all_reduce_in_place<T: DType>(
         &self,
         buf: &mut impl DevicePtrMut<T>,
@@ -281,17 +320,32 @@ impl IntraNodeComm {
         algo: AllReduceAlgo,
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
-        let elems = buf.len();
-        let mut bufs = self.call_buffers(stream)?;
-        let ptr = bufs.output(buf, "all-reduce buffer")?;
-        bufs.ready()?;
-        // SAFETY: `ptr` is a live device buffer of `elems` elements.
-        let work = unsafe { self.all_reduce_raw(ptr, ptr, elems, T::ELEM, op, algo, stream) }?;
-        bufs.finish()?;
-        Ok(work)
+        let algo = self.resolve(algo, T::ELEM, buf.len());
+        self.all_reduce_in_place_decided(buf, op, algo, stream)
     }
 
-    /// All-reduce over raw device addresses.
+    /// [`all_reduce_in_place`](Self::all_reduce_in_place) with `algo` as
+    /// decided.
+    pub(crate) fn all_reduce_in_place_decided<T: DType>(
+        &self,
+        buf: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+        algo: AllReduceAlgo,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Work> {
+        let elems = buf.len();
+        self.with_buffers(
+            stream,
+            |bufs| bufs.output(buf, "all-reduce buffer"),
+            // SAFETY: `ptr` is a live device buffer of `elems` elements.
+            |ptr| unsafe { self.all_reduce_raw(ptr, ptr, elems, T::ELEM, op, algo, stream) },
+        )
+    }
+
+    /// All-reduce over raw device addresses with `algo` as decided
+    /// ([`decide_all_reduce`]; not decided again here: an algorithm that
+    /// cannot take the call, a Lamport form past its buffers, is an
+    /// error).
     ///
     /// # Safety
     /// `input` and `output` must each be device memory of this comm's
@@ -308,8 +362,56 @@ impl IntraNodeComm {
         algo: AllReduceAlgo,
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
-        self.check_call("all_reduce", stream)?;
-        let algo = self.resolve(algo, elem, elems);
+        let build = || {
+            let launch = self.all_reduce_launch(algo, input, output, elems, elem, op)?;
+            self.check_all_reduce_call(elems, elem, op, algo)?;
+            self.increment_usage_counter();
+            Ok(launch)
+        };
+        // SAFETY: the caller vouches for input and output, the peers'
+        // buffers and pads live as long as `self`; `all_reduce_launch`
+        // keeps the grid and the message within what the kernel takes (see
+        // there).
+        unsafe { self.run("all_reduce", stream, build) }
+    }
+
+    /// The launch of one all-reduce with `algo` (as decided): the kernel
+    /// (looked up once, here), the grid and the parameter block; `None`
+    /// for an empty call. An error where `algo` cannot take the call.
+    ///
+    /// The grid: `blocks_for` and `push_launch` stay within MAX_BLOCKS
+    /// for the kernels that count blocks in the pad (the Lamport ones do
+    /// not); a push launch has chunks of a vector at least, 2 slots at
+    /// least, rings inside the buffer and at least 32 threads
+    /// (`push_launch`); the Lamport forms and the push form get no more
+    /// than `most_bytes`.
+    fn all_reduce_launch(
+        &self,
+        algo: AllReduceAlgo,
+        input: u64,
+        output: u64,
+        elems: usize,
+        elem: ElemType,
+        op: ReduceOp,
+    ) -> Result<Option<Launch<(AllReduceParams,)>>> {
+        let key = collective_kernel(algo, elem, self.world()).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "all_reduce on rank {}: no intra-node kernel for {} on {} ranks (nccl runs through Communicator)",
+                self.rank(),
+                algo.name(),
+                self.world()
+            ))
+        })?;
+        let bytes = elems.saturating_mul(elem.bytes());
+        if bytes > most_bytes(algo, self.world()) {
+            return Err(Error::InvalidArgument(format!(
+                "all_reduce on rank {}: {bytes} bytes exceed the {} bytes {} takes on {} ranks (decide_all_reduce hands such calls to another form)",
+                self.rank(),
+                most_bytes(algo, self.world()),
+                algo.name(),
+                self.world()
+            )));
+        }
         let mut params = self.params_template();
         // Elements one launch's grid is sized for: one chunk (the kernel
         // walks larger messages chunk by chunk, `run_chunks`); the push
@@ -346,24 +448,14 @@ impl IntraNodeComm {
                 algo.name()
             )));
         }
-        let kernel = collective_kernel(algo, elem, self.world()).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "all_reduce on rank {}: no intra-node kernel for {} on {} ranks (nccl runs through Communicator)",
-                self.rank(),
-                algo.name(),
-                self.world()
-            ))
-        })?;
-        self.check_all_reduce_call(elems, elem, op, algo)?;
-        self.increment_usage_counter();
         if elems == 0 {
-            return Ok(Work::new(stream.clone(), Some(self.health_arc())));
+            return Ok(None);
         }
         params.op = op.code();
         params.input = input;
         params.output = output;
         params.elems = elems as u64;
-        if let Some(in_bufs) = self.symmetric_input(algo, input, elems * elem.bytes()) {
+        if let Some(in_bufs) = self.symmetric_input(algo, input, bytes) {
             params.in_bufs = in_bufs;
         }
         let (blocks, threads) = match push {
@@ -380,20 +472,11 @@ impl IntraNodeComm {
                 launch_shape(algo, vecs, self.world(), self.lamport_launch())
             }
         };
-        // SAFETY: every all-reduce kernel takes one AllReduceParams by
-        // value; the caller vouches for input and output, the peers'
-        // buffers and pads live as long as `self`; `blocks_for` and
-        // `push_launch` stay within MAX_BLOCKS for the kernels that count
-        // blocks in the pad (the Lamport ones do not), and a push launch
-        // has chunks of a vector at least, 2 slots at least, rings inside
-        // the buffer and at least 32 threads (`push_launch`), and at most
-        // `PUSH_MAX_VECS` vectors (`decide_all_reduce` hands larger
-        // messages to the two-shot).
-        unsafe {
-            self.kernels()
-                .launch(kernel, Grid::new(blocks, threads), stream, (params,))
-        }?;
-        Ok(Work::new(stream.clone(), Some(self.health_arc())))
+        Ok(Some(Launch {
+            key,
+            grid: Grid::new(blocks, threads),
+            args: (params,),
+        }))
     }
 
     /// Every rank's copy of the `bytes` at `input`, when `algo` reads a
@@ -465,13 +548,15 @@ impl IntraNodeComm {
             error: template.error,
             abort: template.abort,
         };
-        // SAFETY: `barrier` takes one BarrierParams by value, one block of
+        let key = crate::kernels::present(Barrier::Barrier.key(), || "barrier".into())?;
+        let launch = Launch {
+            key,
+            grid: Grid::new(1, MAX_RANKS),
+            args: (params,),
+        };
+        // SAFETY: `barrier` takes one BarrierParams, one block of
         // MAX_RANKS threads; the pads live as long as `self`.
-        unsafe {
-            self.kernels()
-                .launch(Kernel::Barrier, Grid::new(1, MAX_RANKS), stream, (params,))
-        }?;
-        Ok(Work::new(stream.clone(), Some(self.health_arc())))
+        unsafe { self.launch(Some(launch), stream) }
     }
 
     /// The parameters every launch shares: peers' buffers and pads, the

@@ -11,13 +11,13 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtrMut};
-use kernels_gpu::entries::Kernel;
+use kernels_gpu::entries::Broadcast;
 use kernels_gpu::layout::{BroadcastParams, MAX_BLOCKS};
 use kernels_gpu::math::VEC_BYTES;
 
-use super::IntraNodeComm;
+use super::{IntraNodeComm, Launch};
 use crate::error::{Error, Result};
-use crate::kernels::Grid;
+use crate::kernels::{Grid, KernelKey};
 use crate::topology::Topology;
 pub use crate::types::BroadcastAlgo;
 use crate::work::Work;
@@ -58,9 +58,8 @@ fn blocks_for(chunk_bytes: usize) -> usize {
 }
 
 /// The broadcast kernel for `world` ranks, if there is one.
-fn broadcast_kernel(world: usize) -> Option<Kernel> {
-    let kernel = Kernel::Broadcast { world };
-    kernel.index().map(|_| kernel)
+fn broadcast_kernel(world: usize) -> Option<KernelKey<(BroadcastParams,)>> {
+    Broadcast::Broadcast.key(world)
 }
 
 impl IntraNodeComm {
@@ -74,14 +73,13 @@ impl IntraNodeComm {
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
         let bytes = buf.num_bytes();
-        let mut bufs = self.call_buffers(stream)?;
-        let ptr = bufs.output(buf, "broadcast buffer")?;
-        bufs.ready()?;
-        // SAFETY: `ptr` is a live device buffer of `bytes` bytes that
-        // `bufs` keeps ordered with `stream`.
-        let work = unsafe { self.broadcast_raw(ptr, bytes, root, stream) }?;
-        bufs.finish()?;
-        Ok(work)
+        self.with_buffers(
+            stream,
+            |bufs| bufs.output(buf, "broadcast buffer"),
+            // SAFETY: `ptr` is a live device buffer of `bytes` bytes that
+            // the call's buffers keep ordered with `stream`.
+            |ptr| unsafe { self.broadcast_raw(ptr, bytes, root, stream) },
+        )
     }
 
     /// Broadcast over a raw device address: `bytes` bytes at `buf` of
@@ -100,43 +98,40 @@ impl IntraNodeComm {
         root: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
-        self.check_call("broadcast", stream)?;
-        if root >= self.world() {
-            return Err(Error::InvalidArgument(format!(
-                "broadcast on rank {}: root {root} is outside the world of {}",
-                self.rank(),
-                self.world()
-            )));
-        }
-        let half_bytes = self.half_buffer_bytes();
-        if half_bytes == 0 {
-            return Err(Error::InvalidArgument(format!(
-                "broadcast on rank {}: symmetric buffer of {} bytes is too small",
-                self.rank(),
-                self.symm().buffer_bytes()
-            )));
-        }
-        let kernel = broadcast_kernel(self.world()).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "broadcast on rank {}: no kernel for a world of {}",
-                self.rank(),
-                self.world()
-            ))
-        })?;
-        self.increment_usage_counter();
-        if bytes == 0 {
-            return Ok(Work::new(stream.clone(), Some(self.health_arc())));
-        }
-        let params = self.broadcast_params(buf, bytes, root);
-        let blocks = blocks_for(bytes.min(half_bytes));
-        // SAFETY: every broadcast kernel takes one BroadcastParams by value;
-        // the caller vouches for `buf`, the peers' buffers and pads live as
-        // long as `self`; `blocks_for` stays within MAX_BLOCKS.
-        unsafe {
-            self.kernels()
-                .launch(kernel, Grid::new(blocks, THREADS), stream, (params,))
-        }?;
-        Ok(Work::new(stream.clone(), Some(self.health_arc())))
+        let build = || -> Result<Option<Launch<_>>> {
+            if root >= self.world() {
+                return Err(Error::InvalidArgument(format!(
+                    "broadcast on rank {}: root {root} is outside the world of {}",
+                    self.rank(),
+                    self.world()
+                )));
+            }
+            let half_bytes = self.half_buffer_bytes();
+            if half_bytes == 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "broadcast on rank {}: symmetric buffer of {} bytes is too small",
+                    self.rank(),
+                    self.symm().buffer_bytes()
+                )));
+            }
+            let kernel = broadcast_kernel(self.world()).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "broadcast on rank {}: no kernel for a world of {}",
+                    self.rank(),
+                    self.world()
+                ))
+            })?;
+            self.increment_usage_counter();
+            let launch = (bytes > 0).then(|| Launch {
+                key: kernel,
+                grid: Grid::new(blocks_for(bytes.min(half_bytes)), THREADS),
+                args: (self.broadcast_params(buf, bytes, root),),
+            });
+            Ok(launch)
+        };
+        // SAFETY: the caller vouches for `buf`, the peers' buffers and pads
+        // live as long as `self`; `blocks_for` stays within MAX_BLOCKS.
+        unsafe { self.run("broadcast", stream, build) }
     }
 
     /// The launch parameters of one broadcast (the same buffers, pads,

@@ -7,25 +7,21 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use kernels_gpu::entries::Kernel;
+use kernels_gpu::entries::FusedNorm;
 use kernels_gpu::layout::{FusedNormParams, fused_norm_threads};
 
-use super::IntraNodeComm;
 use super::debug::CallFingerprint;
+use super::{IntraNodeComm, Launch};
 use crate::algo::{AllReduceCall, NormCall, NormPath, fused_norm_runs};
 use crate::config::MAX_LAMPORT_BLOCKS;
 use crate::error::{Error, Result};
-use crate::kernels::Grid;
+use crate::kernels::{Grid, KernelKey};
 use crate::types::{ElemType, ReduceOp};
 use crate::work::Work;
 
 /// The fused kernel of `elem` for a world of `world`, if there is one.
-fn kernel(elem: ElemType, world: usize) -> Option<Kernel> {
-    let kernel = Kernel::FusedNorm {
-        elem: elem.into(),
-        world,
-    };
-    kernel.index().map(|_| kernel)
+fn kernel(elem: ElemType, world: usize) -> Option<KernelKey<(FusedNormParams,)>> {
+    FusedNorm::FusedNorm.key(elem.into(), world)
 }
 
 /// Blocks and threads of a fused launch over `rows` rows of `row_vecs`
@@ -73,87 +69,88 @@ impl IntraNodeComm {
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
         const WHAT: &str = "all_reduce_residual_rmsnorm";
-        self.check_call(WHAT, stream)?;
-        let elems = rows.saturating_mul(hidden);
-        let call = NormCall {
-            all_reduce: AllReduceCall {
-                elem: Some(elem),
-                bytes: elems.saturating_mul(elem.bytes()),
-                world: self.world(),
-                intra: Some(self.intra_path()),
-                op_is_ours: true,
-                nccl_available: false,
-                forced: None,
-            },
-            hidden,
-            aligned: kernels_gpu::math::all_vec_aligned(&[
-                input as usize,
-                residual as usize,
-                weight as usize,
-                output as usize,
-            ]),
-            forced: Some(NormPath::Fused),
-        };
-        // The kernel trusts the host on every one of these (a message
-        // past the slot would store into the peers' pads).
-        if !fused_norm_runs(&call) {
-            return Err(Error::InvalidArgument(format!(
-                "{WHAT} on rank {}: the fused kernel does not take {rows} x {hidden} {elem:?} on {} ranks ({:?}, buffers {}aligned to 16 bytes); the communicator sends such calls down the unfused path",
-                self.rank(),
-                self.world(),
-                self.topology(),
-                if call.aligned { "" } else { "not " },
-            )));
-        }
-        let kernel = kernel(elem, self.world()).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{WHAT} on rank {}: no kernel for a world of {}",
-                self.rank(),
-                self.world()
-            ))
-        })?;
-        if let Some(c) = self.call_checker() {
-            c.check(|n| CallFingerprint {
-                collective: WHAT.into(),
-                call: n,
-                elems: elems as u64,
-                elem: elem.suffix().into(),
-                op: ReduceOp::Sum.name().into(),
-                algo: NormPath::Fused.name().into(),
+        let build = || -> Result<Option<Launch<_>>> {
+            let elems = rows.saturating_mul(hidden);
+            let call = NormCall {
+                all_reduce: AllReduceCall {
+                    elem: Some(elem),
+                    bytes: elems.saturating_mul(elem.bytes()),
+                    world: self.world(),
+                    intra: Some(self.intra_path()),
+                    op_is_ours: true,
+                    nccl_available: false,
+                    forced: None,
+                },
+                hidden,
+                aligned: kernels_gpu::math::all_vec_aligned(&[
+                    input as usize,
+                    residual as usize,
+                    weight as usize,
+                    output as usize,
+                ]),
+                forced: Some(NormPath::Fused),
+            };
+            // The kernel trusts the host on every one of these (a message
+            // past the slot would store into the peers' pads).
+            if !fused_norm_runs(&call) {
+                return Err(Error::InvalidArgument(format!(
+                    "{WHAT} on rank {}: the fused kernel does not take {rows} x {hidden} {elem:?} on {} ranks ({:?}, buffers {}aligned to 16 bytes); the communicator sends such calls down the unfused path",
+                    self.rank(),
+                    self.world(),
+                    self.topology(),
+                    if call.aligned { "" } else { "not " },
+                )));
+            }
+            let kernel = kernel(elem, self.world()).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "{WHAT} on rank {}: no kernel for a world of {}",
+                    self.rank(),
+                    self.world()
+                ))
             })?;
-        }
-        self.increment_usage_counter();
-        if elems == 0 {
-            return Ok(Work::new(stream.clone(), Some(self.health_arc())));
-        }
-        let mut ar = self.params_template();
-        ar.op = ReduceOp::Sum.code();
-        ar.input = input;
-        ar.output = input;
-        ar.elems = elems as u64;
-        let params = FusedNormParams {
-            ar,
-            residual,
-            weight,
-            normed: output,
-            rows: rows as u64,
-            hidden: hidden as u64,
-            eps,
-            _pad: 0,
+            if let Some(c) = self.call_checker() {
+                c.check(|n| CallFingerprint {
+                    collective: WHAT.into(),
+                    call: n,
+                    elems: elems as u64,
+                    elem: elem.suffix().into(),
+                    op: ReduceOp::Sum.name().into(),
+                    algo: NormPath::Fused.name().into(),
+                })?;
+            }
+            self.increment_usage_counter();
+            if elems == 0 {
+                return Ok(None);
+            }
+            let mut ar = self.params_template();
+            ar.op = ReduceOp::Sum.code();
+            ar.input = input;
+            ar.output = input;
+            ar.elems = elems as u64;
+            let params = FusedNormParams {
+                ar,
+                residual,
+                weight,
+                normed: output,
+                rows: rows as u64,
+                hidden: hidden as u64,
+                eps,
+                _pad: 0,
+            };
+            let row_vecs = hidden / kernels_gpu::math::elems_per_vec(elem.bytes());
+            let (blocks, threads) = launch_shape(rows, row_vecs, self.lamport_launch().sms);
+            Ok(Some(Launch {
+                key: kernel,
+                grid: Grid::new(blocks, threads),
+                args: (params,),
+            }))
         };
-        let row_vecs = hidden / kernels_gpu::math::elems_per_vec(elem.bytes());
-        let (blocks, threads) = launch_shape(rows, row_vecs, self.lamport_launch().sms);
-        // SAFETY: the fused kernels take one FusedNormParams by value; the
-        // caller vouches for the four buffers; `fused_norm_runs` checked
-        // what the kernel trusts (whole vectors per row, alignment, the
-        // message within a Lamport slot); the block shape is the one every
-        // rank derives from `hidden`; these kernels keep no per-block
-        // flags.
-        unsafe {
-            self.kernels()
-                .launch(kernel, Grid::new(blocks, threads), stream, (params,))
-        }?;
-        Ok(Work::new(stream.clone(), Some(self.health_arc())))
+        // SAFETY: the caller vouches for the four buffers; `fused_norm_runs`
+        // (in `build`) checked what the kernel trusts (whole vectors per
+        // row, alignment, the message within a Lamport slot); the block
+        // shape is the one every rank derives from `hidden`; these kernels
+        // keep no per-block flags.
+        unsafe { self.run(WHAT, stream, build) }
     }
 }
 

@@ -21,10 +21,23 @@ use cudarc::driver::{CudaContext, CudaStream};
 use intranode_store::{Store, StoreExchange};
 
 use crate::error::{DriverContext, Error, Result};
-use crate::kernels::KernelModule;
+use crate::kernels::{Grid, KernelArgs, KernelKey, KernelModule};
 use crate::symm_mem::SymmetricMemory;
 use crate::topology::{MAX_DEVICES, NvlMesh, Topology};
 use all_reduce::LamportLaunch;
+
+/// One launch of a collective of ours, decided: the kernel (typed by the
+/// arguments it takes, from the table in `kernels-gpu/src/entries.rs`),
+/// the grid, and the arguments. Built once per call by the collective's
+/// own builder (`all_reduce_launch`; the ones in `broadcast_raw`,
+/// `scatter_gather_raw`, `all_reduce_residual_rmsnorm_raw`, `barrier`),
+/// enqueued by [`IntraNodeComm::run`] / [`IntraNodeComm::launch`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Launch<A> {
+    pub(crate) key: KernelKey<A>,
+    pub(crate) grid: Grid,
+    pub(crate) args: A,
+}
 
 /// The intra-node communicator of one rank. See the module docs.
 pub struct IntraNodeComm {
@@ -172,6 +185,67 @@ impl IntraNodeComm {
                 Error::InvalidArgument("the capture side stream could not be kept".into())
             })
         })
+    }
+
+    /// The one path of a call of ours over a caller's buffers: `take`
+    /// registers them with the call's [`tracked::CallBuffers`] (NOTE
+    /// [capture and event tracking] in `tracked.rs`) and returns their
+    /// addresses, `run` enqueues the call on them (checks, launch, `Work`),
+    /// then the buffers' uses are recorded.
+    pub(crate) fn with_buffers<'a, P>(
+        &'a self,
+        stream: &'a Arc<CudaStream>,
+        take: impl FnOnce(&mut tracked::CallBuffers<'a>) -> Result<P>,
+        run: impl FnOnce(P) -> Result<crate::work::Work>,
+    ) -> Result<crate::work::Work> {
+        let mut bufs = self.call_buffers(stream)?;
+        let addresses = take(&mut bufs)?;
+        bufs.ready()?;
+        let work = run(addresses)?;
+        bufs.finish()?;
+        Ok(work)
+    }
+
+    /// The one path from a decided call of ours to its [`Work`]: the
+    /// checks every call makes ([`check_call`](Self::check_call), named
+    /// `what`), then `build` (the collective's own checks and its
+    /// [`Launch`], `None` for an empty call), then the launch.
+    ///
+    /// # Safety
+    /// As for [`launch`](Self::launch), for what `build` returns.
+    pub(crate) unsafe fn run<A: KernelArgs>(
+        &self,
+        what: &str,
+        stream: &Arc<CudaStream>,
+        build: impl FnOnce() -> Result<Option<Launch<A>>>,
+    ) -> Result<crate::work::Work> {
+        self.check_call(what, stream)?;
+        let launch = build()?;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch(launch, stream) }
+    }
+
+    /// Enqueues `launch` on `stream` (nothing for `None`: an empty call)
+    /// and returns the call's [`Work`](crate::work::Work): the one launch
+    /// of every collective of ours.
+    ///
+    /// # Safety
+    /// The arguments hold what the kernel expects (live device addresses
+    /// of this comm's device, valid until the stream passes the kernel;
+    /// lengths within the kernel's limits) and the grid suits it.
+    pub(crate) unsafe fn launch<A: KernelArgs>(
+        &self,
+        launch: Option<Launch<A>>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<crate::work::Work> {
+        if let Some(l) = launch {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.kernels.launch(l.key, l.grid, stream, l.args) }?;
+        }
+        Ok(crate::work::Work::new(
+            stream.clone(),
+            Some(self.health_arc()),
+        ))
     }
 
     /// What every collective checks before it enqueues anything: no

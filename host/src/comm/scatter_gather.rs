@@ -7,12 +7,13 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
-use kernels_gpu::entries::{Collective, Kernel};
+use kernels_gpu::entries::Collective;
+use kernels_gpu::layout::AllReduceParams;
 
-use super::IntraNodeComm;
+use super::{IntraNodeComm, Launch};
 use crate::algo::{AllReduceAlgo, scatter_gather_max_shard_bytes};
 use crate::error::{Error, Result};
-use crate::kernels::Grid;
+use crate::kernels::{Grid, KernelKey};
 use crate::types::{ElemType, ReduceOp};
 use crate::work::Work;
 
@@ -37,17 +38,16 @@ impl ScatterGather {
 }
 
 /// The kernel of `what` for `elem` on `world` ranks, if there is one.
-fn scatter_gather_kernel(what: ScatterGather, elem: ElemType, world: usize) -> Option<Kernel> {
-    let algo = match what {
+fn scatter_gather_kernel(
+    what: ScatterGather,
+    elem: ElemType,
+    world: usize,
+) -> Option<KernelKey<(AllReduceParams,)>> {
+    let family = match what {
         ScatterGather::ReduceScatter => Collective::ReduceScatter,
         ScatterGather::AllGather => Collective::AllGather,
     };
-    let kernel = Kernel::Collective {
-        algo,
-        elem: elem.into(),
-        world,
-    };
-    kernel.index().map(|_| kernel)
+    family.key(elem.into(), world)
 }
 
 impl IntraNodeComm {
@@ -86,16 +86,14 @@ impl IntraNodeComm {
                 whole
             )));
         }
-        let mut bufs = self.call_buffers(stream)?;
-        let input = bufs.input(send, "input")?;
-        let output = bufs.output(recv, "output")?;
-        bufs.ready()?;
-        // SAFETY: both pointers come from live device buffers of the
-        // lengths checked above, ordered with `stream` by `bufs`.
-        let work =
-            unsafe { self.scatter_gather_raw(what, input, output, shard, elem, op, stream) }?;
-        bufs.finish()?;
-        Ok(work)
+        self.with_buffers(
+            stream,
+            |bufs| Ok((bufs.input(send, "input")?, bufs.output(recv, "output")?)),
+            // SAFETY: both pointers come from live device buffers of the
+            // lengths checked above, ordered with `stream` by the call's
+            // buffers.
+            |(i, o)| unsafe { self.scatter_gather_raw(what, i, o, shard, elem, op, stream) },
+        )
     }
 
     /// [`scatter_gather`](Self::scatter_gather) over raw addresses, with
@@ -117,56 +115,57 @@ impl IntraNodeComm {
         op: ReduceOp,
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
-        self.check_call(what.name(), stream)?;
-        let shard_bytes = shard.saturating_mul(elem.bytes());
-        let max_bytes = scatter_gather_max_shard_bytes(self.world());
-        if shard_bytes > max_bytes {
-            // The kernels trust the host on this: a larger shard would
-            // store past the Lamport buffer into the peers' pads.
-            return Err(Error::InvalidArgument(format!(
-                "{} on rank {}: a shard of {shard_bytes} bytes exceeds the {max_bytes} bytes our kernels take on {} ranks (the communicator sends those to NCCL)",
-                what.name(),
-                self.rank(),
-                self.world()
-            )));
-        }
-        let kernel = scatter_gather_kernel(what, elem, self.world()).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{} on rank {}: no kernel for a world of {}",
-                what.name(),
-                self.rank(),
-                self.world()
-            ))
-        })?;
-        self.increment_usage_counter();
-        if shard == 0 {
-            return Ok(Work::new(stream.clone(), Some(self.health_arc())));
-        }
-        let mut params = self.params_template();
-        params.op = match what {
-            ScatterGather::ReduceScatter => op.code(),
-            // The all-gather reduces nothing; its kernels are instantiated
-            // per op like the others, and any will do.
-            ScatterGather::AllGather => ReduceOp::Sum.code(),
+        let build = || -> Result<Option<Launch<_>>> {
+            let shard_bytes = shard.saturating_mul(elem.bytes());
+            let max_bytes = scatter_gather_max_shard_bytes(self.world());
+            if shard_bytes > max_bytes {
+                // The kernels trust the host on this: a larger shard would
+                // store past the Lamport buffer into the peers' pads.
+                return Err(Error::InvalidArgument(format!(
+                    "{} on rank {}: a shard of {shard_bytes} bytes exceeds the {max_bytes} bytes our kernels take on {} ranks (the communicator sends those to NCCL)",
+                    what.name(),
+                    self.rank(),
+                    self.world()
+                )));
+            }
+            let kernel = scatter_gather_kernel(what, elem, self.world()).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "{} on rank {}: no kernel for a world of {}",
+                    what.name(),
+                    self.rank(),
+                    self.world()
+                ))
+            })?;
+            self.increment_usage_counter();
+            if shard == 0 {
+                return Ok(None);
+            }
+            let mut params = self.params_template();
+            params.op = match what {
+                ScatterGather::ReduceScatter => op.code(),
+                // The all-gather reduces nothing; its kernels are instantiated
+                // per op like the others, and any will do.
+                ScatterGather::AllGather => ReduceOp::Sum.code(),
+            };
+            params.input = input;
+            params.output = output;
+            params.elems = shard as u64;
+            let vecs = shard.div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
+            // One vector per thread over every SM, as the Lamport one-shot: each
+            // thread moves its vector of all W slots.
+            let (blocks, threads) =
+                self.lamport_launch()
+                    .shape_for(AllReduceAlgo::Lamport, vecs, self.world());
+            Ok(Some(Launch {
+                key: kernel,
+                grid: Grid::new(blocks, threads),
+                args: (params,),
+            }))
         };
-        params.input = input;
-        params.output = output;
-        params.elems = shard as u64;
-        let vecs = shard.div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
-        // One vector per thread over every SM, as the Lamport one-shot: each
-        // thread moves its vector of all W slots.
-        let (blocks, threads) =
-            self.lamport_launch()
-                .shape_for(AllReduceAlgo::Lamport, vecs, self.world());
-        // SAFETY: the Lamport kernels take one AllReduceParams by value; the
-        // caller vouches for input and output, the peers' pads live as long
-        // as `self`; the shard fits the Lamport buffer (checked above);
-        // these kernels keep no per-block flags.
-        unsafe {
-            self.kernels()
-                .launch(kernel, Grid::new(blocks, threads), stream, (params,))
-        }?;
-        Ok(Work::new(stream.clone(), Some(self.health_arc())))
+        // SAFETY: the caller vouches for input and output, the peers' pads
+        // live as long as `self`; the shard fits the Lamport buffer
+        // (checked in `build`); these kernels keep no per-block flags.
+        unsafe { self.run(what.name(), stream, build) }
     }
 }
 

@@ -3,6 +3,7 @@
 //! without a GPU. Every message names the call, the rank and the lengths.
 
 use super::RankIndex;
+use crate::algo::AllReduceAlgo;
 use crate::error::{Error, Result};
 
 /// `value` (a root or peer, named `what`) as an index below `world`.
@@ -38,6 +39,45 @@ pub(super) fn same_len(op: &'static str, rank: usize, send: usize, recv: usize) 
         expected_elems: Some(send),
         rule: "as many as send".into(),
     })
+}
+
+/// The rule of every `_with` variant (`all_reduce_with`,
+/// `all_reduce_in_place_with`, `broadcast_in_place_with`): the named
+/// algorithm runs, or the call fails; none falls back to NCCL. NCCL's runs
+/// when named (or when the automatic choice picks it). An algorithm of
+/// ours needs the intra-node path (`intra`: why there is none), an op our
+/// kernels have, and an element type they have (`elem`: NCCL's name of a
+/// type they lack). What runs is then `decide_all_reduce` with the
+/// algorithm forced (a Lamport form hands messages larger than its
+/// buffers to its barrier twin, as documented on `AllReduceAlgo`).
+pub(super) fn explicit_algo(
+    op: &str,
+    rank: usize,
+    algo: AllReduceAlgo,
+    intra: std::result::Result<(), &str>,
+    op_is_ours: bool,
+    elem: std::result::Result<(), &str>,
+) -> Result<()> {
+    if algo == AllReduceAlgo::Nccl {
+        return Ok(());
+    }
+    if let Err(why) = intra {
+        return Err(Error::InvalidArgument(format!(
+            "{op} on rank {rank}: {} needs the intra-node path, which is unavailable: {why}",
+            algo.name()
+        )));
+    }
+    if !op_is_ours {
+        return Err(Error::InvalidArgument(format!(
+            "{op} on rank {rank}: product is only served by nccl"
+        )));
+    }
+    if let Err(name) = elem {
+        return Err(Error::InvalidArgument(format!(
+            "{op} on rank {rank}: {name} elements are only reduced by nccl"
+        )));
+    }
+    Ok(())
 }
 
 /// The buffer only the root uses (`name`: broadcast's send, reduce's
@@ -109,6 +149,32 @@ pub(super) fn reduce_scatter(rank: usize, world: usize, send: usize, recv: usize
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_with_variant_runs_what_it_names_or_fails() {
+        let ok = Ok(());
+        let algo = AllReduceAlgo::Lamport;
+        assert!(explicit_algo("all_reduce", 0, algo, ok, true, ok).is_ok());
+        // NCCL named: whatever the group, op or type.
+        let none = Err("one process per GPU only");
+        let nccl = AllReduceAlgo::Nccl;
+        assert!(explicit_algo("x", 0, nccl, none, false, Err("i32")).is_ok());
+        // Ours named where it cannot run: an error, never NCCL.
+        let err = |intra, op_is_ours, elem| {
+            explicit_algo("all_reduce_in_place", 3, algo, intra, op_is_ours, elem)
+                .unwrap_err()
+                .to_string()
+        };
+        let no_intra = err(none, true, ok);
+        assert!(no_intra.contains("rank 3"), "{no_intra}");
+        assert!(
+            no_intra.contains("lamport needs the intra-node path"),
+            "{no_intra}"
+        );
+        assert!(no_intra.contains("one process per GPU only"), "{no_intra}");
+        assert!(err(ok, false, ok).contains("only served by nccl"));
+        assert!(err(ok, true, Err("i32")).contains("i32 elements are only reduced by nccl"));
+    }
 
     fn message(r: crate::error::Result<impl std::fmt::Debug>) -> String {
         r.expect_err("should be refused").to_string()

@@ -289,6 +289,20 @@ impl Communicator {
     /// The algorithm a call of `elems` elements of `T` with `op` would use
     /// (NCCL for the types and ops only NCCL reduces).
     pub fn algo_for<T: NcclType>(&self, elems: usize, op: &NcclOp) -> AllReduceAlgo {
+        self.decide::<T>(elems, op, self.forced)
+    }
+
+    /// The one decision of an all-reduce: [`decide_all_reduce`] for a call
+    /// of `elems` elements of `T` with `op`, `forced` as named by the
+    /// caller (`_with`) or the configuration. Every all-reduce of this
+    /// communicator decides here once and passes the decision down
+    /// (`IntraNodeComm::all_reduce_decided` does not decide again).
+    fn decide<T: NcclType>(
+        &self,
+        elems: usize,
+        op: &NcclOp,
+        forced: Option<AllReduceAlgo>,
+    ) -> AllReduceAlgo {
         let call = AllReduceCall {
             elem: elem_of::<T>(),
             bytes: elems.saturating_mul(std::mem::size_of::<T>()),
@@ -296,9 +310,33 @@ impl Communicator {
             intra: self.intra.as_ref().map(IntraNodeComm::intra_path),
             op_is_ours: ReduceOp::from_nccl(op).is_some(),
             nccl_available: self.nccl.is_ok(),
-            forced: self.forced,
+            forced,
         };
         decide_all_reduce(&call, &self.crossovers)
+    }
+
+    /// The decision for an explicit algorithm (the `_with` variants): the
+    /// rule of [`args::explicit_algo`], then [`Self::decide`] with `algo`
+    /// forced.
+    fn decide_with<T: NcclType>(
+        &self,
+        what: &str,
+        elems: usize,
+        op: &NcclOp,
+        algo: AllReduceAlgo,
+    ) -> Result<AllReduceAlgo> {
+        args::explicit_algo(
+            what,
+            self.rank,
+            algo,
+            match &self.intra {
+                Some(_) => Ok(()),
+                None => Err(self.intra_reason.as_deref().unwrap_or("unknown")),
+            },
+            ReduceOp::from_nccl(op).is_some(),
+            elem_of::<T>().map(|_| ()).ok_or(nccl_type_name::<T>()),
+        )?;
+        Ok(self.decide::<T>(elems, op, Some(algo)))
     }
 
     /// `recv = op(send of every rank)`, like `cudarc::nccl::Comm::all_reduce`:
@@ -311,7 +349,7 @@ impl Communicator {
         op: &NcclOp,
     ) -> Result<Work> {
         let algo = self.algo_for::<T>(send.len(), op);
-        self.all_reduce_with(send, recv, op, algo)
+        self.all_reduce_decided(send, recv, op, algo)
     }
 
     /// In-place all-reduce, like `cudarc::nccl::Comm::all_reduce_in_place`
@@ -322,63 +360,42 @@ impl Communicator {
         op: &NcclOp,
     ) -> Result<Work> {
         let algo = self.algo_for::<T>(buf.len(), op);
-        self.all_reduce_in_place_with(buf, op, algo)
+        self.all_reduce_in_place_decided(buf, op, algo)
     }
 
     /// In-place all-reduce with an explicit algorithm (tests and the
-    /// benchmark); an algorithm of ours that this group, op or element
-    /// type cannot run goes to NCCL.
+    /// benchmark): the algorithm named runs (a Lamport form hands messages
+    /// larger than its buffers to its barrier twin), or an error where
+    /// this group, op or element type cannot run it; no fallback to NCCL
+    /// (the rule of every `_with` variant).
     pub fn all_reduce_in_place_with<R: DevicePtrMut<T>, T: NcclType>(
         &self,
         buf: &mut R,
         op: &NcclOp,
         algo: AllReduceAlgo,
     ) -> Result<Work> {
-        self.check_group("all_reduce_in_place")?;
-        match (algo, &self.intra, ReduceOp::from_nccl(op), elem_of::<T>()) {
-            (AllReduceAlgo::Nccl, _, _, _)
-            | (_, None, _, _)
-            | (_, _, None, _)
-            | (_, _, _, None) => {
-                let comm = self.nccl_or_err()?;
-                self.check_health()?;
-                self.check_nccl_call::<T>(buf.len(), op)?;
-                let mut bufs = self.call_buffers()?;
-                let mut view = bufs.output_view(buf, "all-reduce buffer", &self.stream)?;
-                bufs.ready()?;
-                let r = comm.all_reduce_in_place(&mut view, op);
-                bufs.finish()?;
-                self.nccl_done("ncclAllReduce", r)
-            }
-            (algo, Some(intra), Some(iop), Some(elem)) => {
-                let stream = &self.stream;
-                match elem {
-                    ElemType::Bf16 => intra.all_reduce_in_place(
-                        &mut as_elem_mut::<_, _, half::bf16>(buf)?,
-                        iop,
-                        algo,
-                        stream,
-                    ),
-                    ElemType::F16 => intra.all_reduce_in_place(
-                        &mut as_elem_mut::<_, _, half::f16>(buf)?,
-                        iop,
-                        algo,
-                        stream,
-                    ),
-                    ElemType::F32 => intra.all_reduce_in_place(
-                        &mut as_elem_mut::<_, _, f32>(buf)?,
-                        iop,
-                        algo,
-                        stream,
-                    ),
-                }
-            }
-        }
+        let algo = self.decide_with::<T>("all_reduce_in_place", buf.len(), op, algo)?;
+        self.all_reduce_in_place_decided(buf, op, algo)
     }
 
-    /// All-reduce with an explicit algorithm (tests and the benchmark):
-    /// an error where this group, op or element type cannot run it.
+    /// All-reduce with an explicit algorithm (tests and the benchmark),
+    /// under the same rule as
+    /// [`all_reduce_in_place_with`](Self::all_reduce_in_place_with).
     pub fn all_reduce_with<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        op: &NcclOp,
+        algo: AllReduceAlgo,
+    ) -> Result<Work> {
+        let algo = self.decide_with::<T>("all_reduce", send.len(), op, algo)?;
+        self.all_reduce_decided(send, recv, op, algo)
+    }
+
+    /// An all-reduce with `algo` as decided: NCCL's, or ours on the
+    /// intra-node path (the caller's buffers seen as the `DType` of the
+    /// same data).
+    fn all_reduce_decided<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
         &self,
         send: &S,
         recv: &mut R,
@@ -387,59 +404,116 @@ impl Communicator {
     ) -> Result<Work> {
         args::same_len("all_reduce", self.rank, send.len(), recv.len())?;
         self.check_group("all_reduce")?;
-        match (algo, &self.intra, ReduceOp::from_nccl(op), elem_of::<T>()) {
-            (AllReduceAlgo::Nccl, _, _, _) => {
-                let comm = self.nccl_or_err()?;
-                self.check_health()?;
-                self.check_nccl_call::<T>(send.len(), op)?;
-                let mut bufs = self.call_buffers()?;
-                let src = bufs.input_view(send, "all-reduce input", &self.stream)?;
-                let mut dst = bufs.output_view(recv, "all-reduce output", &self.stream)?;
-                bufs.ready()?;
-                let r = comm.all_reduce(&src, &mut dst, op);
-                bufs.finish()?;
-                self.nccl_done("ncclAllReduce", r)
-            }
-            (_, None, _, _) => Err(Error::InvalidArgument(format!(
-                "all_reduce on rank {}: {} needs the intra-node path, which is unavailable: {}",
-                self.rank,
-                algo.name(),
-                self.intra_reason.as_deref().unwrap_or("unknown")
-            ))),
-            (_, _, None, _) => Err(Error::InvalidArgument(format!(
-                "all_reduce on rank {}: product is only served by nccl",
-                self.rank
-            ))),
-            (_, _, _, None) => Err(Error::InvalidArgument(format!(
-                "all_reduce on rank {}: {} elements are only reduced by nccl",
-                self.rank,
-                nccl_type_name::<T>()
-            ))),
-            (algo, Some(intra), Some(iop), Some(elem)) => {
-                let stream = &self.stream;
-                match elem {
-                    ElemType::Bf16 => intra.all_reduce(
-                        &as_elem::<_, _, half::bf16>(send)?,
-                        &mut as_elem_mut::<_, _, half::bf16>(recv)?,
-                        iop,
-                        algo,
-                        stream,
-                    ),
-                    ElemType::F16 => intra.all_reduce(
-                        &as_elem::<_, _, half::f16>(send)?,
-                        &mut as_elem_mut::<_, _, half::f16>(recv)?,
-                        iop,
-                        algo,
-                        stream,
-                    ),
-                    ElemType::F32 => intra.all_reduce(
-                        &as_elem::<_, _, f32>(send)?,
-                        &mut as_elem_mut::<_, _, f32>(recv)?,
-                        iop,
-                        algo,
-                        stream,
-                    ),
-                }
+        if algo == AllReduceAlgo::Nccl {
+            let comm = self.nccl_or_err()?;
+            self.check_health()?;
+            self.check_nccl_call::<T>(send.len(), op)?;
+            let mut bufs = self.call_buffers()?;
+            let src = bufs.input_view(send, "all-reduce input", &self.stream)?;
+            let mut dst = bufs.output_view(recv, "all-reduce output", &self.stream)?;
+            bufs.ready()?;
+            let r = comm.all_reduce(&src, &mut dst, op);
+            bufs.finish()?;
+            return self.nccl_done("ncclAllReduce", r);
+        }
+        let (intra, iop, elem) = self.ours::<T>("all_reduce", algo, op)?;
+        let stream = &self.stream;
+        match elem {
+            ElemType::Bf16 => intra.all_reduce_decided(
+                &as_elem::<_, _, half::bf16>(send)?,
+                &mut as_elem_mut::<_, _, half::bf16>(recv)?,
+                iop,
+                algo,
+                stream,
+            ),
+            ElemType::F16 => intra.all_reduce_decided(
+                &as_elem::<_, _, half::f16>(send)?,
+                &mut as_elem_mut::<_, _, half::f16>(recv)?,
+                iop,
+                algo,
+                stream,
+            ),
+            ElemType::F32 => intra.all_reduce_decided(
+                &as_elem::<_, _, f32>(send)?,
+                &mut as_elem_mut::<_, _, f32>(recv)?,
+                iop,
+                algo,
+                stream,
+            ),
+        }
+    }
+
+    /// [`all_reduce_decided`](Self::all_reduce_decided) in place.
+    fn all_reduce_in_place_decided<R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        buf: &mut R,
+        op: &NcclOp,
+        algo: AllReduceAlgo,
+    ) -> Result<Work> {
+        self.check_group("all_reduce_in_place")?;
+        if algo == AllReduceAlgo::Nccl {
+            let comm = self.nccl_or_err()?;
+            self.check_health()?;
+            self.check_nccl_call::<T>(buf.len(), op)?;
+            let mut bufs = self.call_buffers()?;
+            let mut view = bufs.output_view(buf, "all-reduce buffer", &self.stream)?;
+            bufs.ready()?;
+            let r = comm.all_reduce_in_place(&mut view, op);
+            bufs.finish()?;
+            return self.nccl_done("ncclAllReduce", r);
+        }
+        let (intra, iop, elem) = self.ours::<T>("all_reduce_in_place", algo, op)?;
+        let stream = &self.stream;
+        match elem {
+            ElemType::Bf16 => intra.all_reduce_in_place_decided(
+                &mut as_elem_mut::<_, _, half::bf16>(buf)?,
+                iop,
+                algo,
+                stream,
+            ),
+            ElemType::F16 => intra.all_reduce_in_place_decided(
+                &mut as_elem_mut::<_, _, half::f16>(buf)?,
+                iop,
+                algo,
+                stream,
+            ),
+            ElemType::F32 => intra.all_reduce_in_place_decided(
+                &mut as_elem_mut::<_, _, f32>(buf)?,
+                iop,
+                algo,
+                stream,
+            ),
+        }
+    }
+
+    /// What a decided algorithm of ours runs on: the intra-node path, our
+    /// op and element type. The decision picks ours only where they exist
+    /// (`decide_all_reduce`); an error rather than a panic otherwise.
+    fn ours<T: NcclType>(
+        &self,
+        what: &str,
+        algo: AllReduceAlgo,
+        op: &NcclOp,
+    ) -> Result<(&IntraNodeComm, ReduceOp, ElemType)> {
+        match (&self.intra, ReduceOp::from_nccl(op), elem_of::<T>()) {
+            (Some(intra), Some(iop), Some(elem)) => Ok((intra, iop, elem)),
+            (intra, iop, elem) => {
+                args::explicit_algo(
+                    what,
+                    self.rank,
+                    algo,
+                    intra
+                        .as_ref()
+                        .map(|_| ())
+                        .ok_or(self.intra_reason.as_deref().unwrap_or("unknown")),
+                    iop.is_some(),
+                    elem.map(|_| ()).ok_or(nccl_type_name::<T>()),
+                )?;
+                Err(Error::InvalidArgument(format!(
+                    "{what} on rank {}: {} cannot run this call",
+                    self.rank,
+                    algo.name()
+                )))
             }
         }
     }

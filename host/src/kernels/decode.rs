@@ -3,7 +3,7 @@
 //! test kernel (`fill.rs`).
 
 use cudarc::driver::CudaStream;
-use kernels_gpu::entries::Kernel;
+use kernels_gpu::entries::SiluMul;
 
 use super::{ElemType, KernelModule, elementwise_grid};
 use crate::error::Result;
@@ -29,18 +29,14 @@ impl KernelModule {
         if n == 0 {
             return Ok(());
         }
+        let key = super::present(SiluMul::SiluMul.key(elem.into()), || {
+            format!("silu_mul_{}", elem.suffix())
+        })?;
         let grid = elementwise_grid(n, elem.bytes());
         // SAFETY: `silu_mul_<ty>(gate_up: *T, out: *T, rows: usize, cols:
         // usize)` takes exactly these four arguments; the buffers are the
         // caller's promise.
-        unsafe {
-            self.launch(
-                Kernel::SiluMul(elem.into()),
-                grid,
-                stream,
-                (gate_up, out, rows, cols),
-            )
-        }
+        unsafe { self.launch(key, grid, stream, (gate_up, out, rows, cols)) }
     }
 }
 

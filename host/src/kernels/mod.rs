@@ -23,12 +23,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, sys};
-use kernels_gpu::entries::{Collective, Elem, Kernel};
+use kernels_gpu::entries::{Add, Elem, Kernel};
 
 pub use crate::config::KernelImage;
 use crate::error::{DriverContext, Error, Result};
-pub(crate) use launch::Grid;
-use launch::{Function, KernelArgs, Module};
+pub(crate) use kernels_gpu::entries::KernelKey;
+use launch::{Function, Module};
+pub(crate) use launch::{Grid, KernelArgs};
 
 pub use crate::types::{DType, ElemType};
 
@@ -289,34 +290,37 @@ impl KernelModule {
         self.module.context()
     }
 
-    /// Enqueues `kernel` on `stream` in `grid`, with `args` as its
-    /// parameters. An error for a key without a kernel.
+    /// Enqueues the kernel of `key` on `stream` in `grid`, with `args` as
+    /// its parameters: their types are the key's (`KernelKey<A>`, from the
+    /// table in `kernels-gpu/src/entries.rs`), checked by the compiler.
     ///
     /// # Safety
-    /// As for `Module::launch`: `args` are exactly `kernel`'s parameters,
-    /// their addresses stay valid until `stream` passes the kernel, and
-    /// `grid` suits the kernel.
-    pub(crate) unsafe fn launch(
+    /// As for `Module::launch`: the values in `args` hold what the kernel
+    /// expects (live device addresses, lengths), their addresses stay
+    /// valid until `stream` passes the kernel, and `grid` suits the kernel.
+    pub(crate) unsafe fn launch<A: KernelArgs>(
         &self,
-        kernel: Kernel,
+        key: KernelKey<A>,
         grid: Grid,
         stream: &CudaStream,
-        args: impl KernelArgs,
+        args: A,
     ) -> Result<()> {
-        let f = kernel
-            .index()
-            .and_then(|i| self.functions.get(i))
+        let f = self
+            .functions
+            .get(key.index())
             .ok_or_else(|| Error::MissingKernel {
-                name: kernel.to_string(),
+                name: key.to_string(),
             })?;
-        // SAFETY: forwarded from the caller; `f` is `kernel`'s entry point
-        // (the table is in `Kernel::index` order).
-        let overlap = self.overlap && waits_first(kernel);
-        // SAFETY: as above; a kernel launched overlapped begins with
-        // `griddepcontrol.wait` (`waits_first`).
+        let family = key.kernel().family;
+        // A kernel launched overlapped begins with `griddepcontrol.wait`:
+        // the table's `overlapped` families, whose GPU side emits it.
+        let overlap = self.overlap && family.overlapped();
+        // SAFETY: forwarded from the caller; `f` is `key`'s entry point
+        // (the table is in `Kernel::index` order) and `args` has the types
+        // of its parameters (the key's).
         unsafe {
             self.module
-                .launch(*f, launch_op(kernel), grid, stream, overlap, args)
+                .launch(*f, family.launch_op(), grid, stream, overlap, args)
         }
     }
 
@@ -349,47 +353,20 @@ impl KernelModule {
         // four arguments; the three buffers hold `n` elements each (checked
         // above) and stay alive until the stream passes the kernel (the
         // `_r*` guards record that).
-        unsafe { self.launch(Kernel::Add(T::ELEM.into()), grid, stream, (pa, pb, po, n)) }
+        let key = present(Add::Add.key(T::ELEM.into()), || {
+            format!("add_{}", T::ELEM.suffix())
+        })?;
+        // SAFETY: as above.
+        unsafe { self.launch(key, grid, stream, (pa, pb, po, n)) }
     }
 }
 
-/// Whether `kernel` begins with `griddepcontrol.wait` (and
-/// `launch_dependents`), so it may be launched overlapped: the collectives,
-/// whose entry points are generated with it (`kernels-gpu`: `all_reduce.rs`,
-/// `broadcast.rs`, `fused_norm.rs`, the barrier).
-fn waits_first(kernel: Kernel) -> bool {
-    matches!(
-        kernel,
-        Kernel::Barrier
-            | Kernel::Broadcast { .. }
-            | Kernel::FusedNorm { .. }
-            | Kernel::Collective { .. }
-    )
-}
-
-/// How a launch of `kernel` is named in errors.
-fn launch_op(kernel: Kernel) -> &'static str {
-    match kernel {
-        Kernel::Add(_) => "cuLaunchKernel(add)",
-        Kernel::AxpyF32 => "cuLaunchKernel(axpy_f32)",
-        Kernel::Barrier => "cuLaunchKernel(barrier)",
-        Kernel::Broadcast { .. } => "cuLaunchKernel(broadcast)",
-        Kernel::CastFromF32(_) | Kernel::CastToF32(_) => "cuLaunchKernel(cast)",
-        Kernel::ResidualRmsNorm(_) => "cuLaunchKernel(residual_rmsnorm)",
-        Kernel::RmsNorm(_) => "cuLaunchKernel(rmsnorm)",
-        Kernel::SiluMul(_) => "cuLaunchKernel(silu_mul)",
-        Kernel::FusedNorm { .. } => "cuLaunchKernel(all_reduce_residual_rmsnorm)",
-        Kernel::Collective { algo, .. } => match algo {
-            Collective::OneShot => "cuLaunchKernel(one_shot)",
-            Collective::TwoShot => "cuLaunchKernel(two_shot)",
-            Collective::Hcm => "cuLaunchKernel(hcm)",
-            Collective::Lamport => "cuLaunchKernel(lamport)",
-            Collective::LamportTwoShot => "cuLaunchKernel(lamport2)",
-            Collective::ReduceScatter => "cuLaunchKernel(reduce_scatter)",
-            Collective::AllGather => "cuLaunchKernel(all_gather)",
-            Collective::Push => "cuLaunchKernel(push)",
-        },
-    }
+/// `key`, or the error naming `what` where the table has no such kernel.
+pub(crate) fn present<A>(
+    key: Option<KernelKey<A>>,
+    what: impl FnOnce() -> String,
+) -> Result<KernelKey<A>> {
+    key.ok_or_else(|| Error::MissingKernel { name: what() })
 }
 
 /// Grid and block size of the elementwise kernels: one 16-byte vector per

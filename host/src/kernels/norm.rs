@@ -2,7 +2,7 @@
 //! add (`kernels-gpu/src/norm.rs`).
 
 use cudarc::driver::CudaStream;
-use kernels_gpu::entries::Kernel;
+use kernels_gpu::entries::Norm;
 use kernels_gpu::layout::NormParams;
 
 use super::launch::Grid;
@@ -30,7 +30,7 @@ impl KernelModule {
         p: NormParams,
     ) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.launch_norm(stream, Kernel::ResidualRmsNorm(elem.into()), p) }
+        unsafe { self.launch_norm(stream, Norm::ResidualRmsNorm, elem, p) }
     }
 
     /// Enqueues `output = rmsnorm(input) * weight` over `p.rows` rows of
@@ -48,13 +48,22 @@ impl KernelModule {
         p: NormParams,
     ) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.launch_norm(stream, Kernel::RmsNorm(elem.into()), p) }
+        unsafe { self.launch_norm(stream, Norm::RmsNorm, elem, p) }
     }
 
     /// # Safety
     /// `kernel` is one of the norm kernels, whose contract the caller
     /// upholds for `p`.
-    unsafe fn launch_norm(&self, stream: &CudaStream, kernel: Kernel, p: NormParams) -> Result<()> {
+    unsafe fn launch_norm(
+        &self,
+        stream: &CudaStream,
+        norm: Norm,
+        elem: ElemType,
+        p: NormParams,
+    ) -> Result<()> {
+        let kernel = super::present(norm.key(elem.into()), || {
+            format!("{}_{}", norm.prefix(), elem.suffix())
+        })?;
         if p.rows == 0 || p.hidden == 0 {
             return Ok(());
         }
