@@ -7,9 +7,11 @@
 #   PART=b: A/B of the launch path, the base build (04b694b, before the
 #           merges, bundle-base/) and this one (bundle-final/) taking
 #           turns: a free-running graph sweep and the lined-up eager
-#           sweep with cudarc's defaults (host us per call), then
-#           candle-tp (bundle-candle/, 11 runs per back-end).
-# Usage, from the repo root: OUT=DIR PART=a|b docs/perf/v13/final.sh
+#           sweep with cudarc's defaults (host us per call).
+#   PART=c: the suite's bad-input and the NCCL methods' test (the typed
+#           argument errors), then candle-tp (bundle-candle/, 11 runs per
+#           back-end).
+# Usage, from the repo root: OUT=DIR PART=a|b|c docs/perf/v13/final.sh
 set -u
 : "${OUT:?set OUT}"
 export NCCL_NVLS_ENABLE=0 INTRANODE_REQUIRE_GPUS=2
@@ -53,12 +55,24 @@ b)
     echo "== eager, lined up, cudarc defaults: base then new"
     timeout 90 $RO 85 -- $O/intranode-bench $eager --out /tmp/eager-base >$OUT/eager_base.log 2>&1; echo "rc=$?"
     timeout 90 $R 85 -- $N/intranode-bench $eager --out /tmp/eager-new >$OUT/eager_new.log 2>&1; echo "rc=$?"
+    ;;
+c)
+    echo "== bad-input (the typed argument errors) and the NCCL methods' test"
+    # The mismatch cases need the call fingerprints (INTRANODE_DEBUG=detail).
+    INTRANODE_DEBUG=detail timeout 70 $R 60 -- $N/intranode-suite bad-input >$OUT/bad_input.log 2>&1
+    echo "rc=$?"
+    grep -E "ok|rror|FAIL|expected|panick" $OUT/bad_input.log | tail -14
+    INTRANODE_REQUIRE_GPUS=1 timeout 60 $N/test-gpu_nccl_methods --test-threads=1 >$OUT/gpu_nccl_methods.log 2>&1
+    echo "rc=$?"
+    tail -4 $OUT/gpu_nccl_methods.log
+    # candle-tp on this build, 11 timed runs per back-end (part b's
+    # candle step wrote into a folder it had not made: run alone).
     echo "== candle-tp"
-    bundle=bundle-candle
-    OUT=/tmp/candle-out timeout 200 examples/candle-tp/device-run.sh $bundle 2 --reps 11 >/dev/null 2>&1
+    mkdir -p /tmp/candle-out
+    OUT=/tmp/candle-out timeout 300 examples/candle-tp/device-run.sh bundle-candle 2 --reps 11 >$OUT/candle_run.log 2>&1
     echo "rc=$?"
     cat /tmp/candle-out/w2_b*.txt >$OUT/candle.txt 2>/dev/null
-    grep -E "back-end|^\[0\] (intranode|nccl|none)" $OUT/candle.txt
+    grep -E "back-end|^\[0\] (intranode|nccl|none|check)" $OUT/candle.txt
     ;;
 esac
 echo "== done"
