@@ -80,8 +80,7 @@
 
 use crate::elem::{Element, Lanes, load_vec, store_vec};
 use crate::layout::{
-    AllReduceParams, FORM_HCM, FORM_ONE_SHOT, FORM_TWO_SHOT, OP_AVG, OP_MAX, OP_MIN, SLOT_END,
-    SLOT_MID, SLOT_START,
+    AllReduceParams, FORM_HCM, FORM_ONE_SHOT, FORM_TWO_SHOT, SLOT_END, SLOT_MID, SLOT_START,
 };
 use crate::math;
 use crate::math::hcm_chunk_elems;

@@ -26,7 +26,7 @@
 //! add, squares, scale and sums are `prims::row`'s, the unfused norm's
 //! (`norm.rs`) too: one definition for both paths.
 
-use crate::elem::{Bf16, Element, F16};
+use crate::elem::Element;
 use crate::layout::{FORM_FUSED_NORM, FusedNormParams, OP_SUM, lamport_stride_bytes};
 use crate::prims::row::{WARP, add_vec, block_sum, inv_rms, scale_vec, sum_sq_vec};
 use crate::prims::slots::{LamportCall, push_slots, reduce_slots, take};
