@@ -420,7 +420,7 @@ pub(crate) mod tests {
     /// The committed results the README's plot is made from still parse.
     #[test]
     fn committed_results_parse() {
-        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../docs/perf");
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/perf");
         for world in [2, 4] {
             let file = load(&docs.join(format!("v3_bench_w{world}.json"))).unwrap();
             assert_eq!(file.world, world);

@@ -131,7 +131,7 @@ impl KernelSet {
 const STAMPED_FILES: &[&str] = &[
     "kernels-gpu/Cargo.toml",
     "rust-toolchain.toml",
-    "crates/base/ptx-builder/src/lib.rs",
+    "host/base/ptx-builder/src/lib.rs",
 ];
 
 /// A fingerprint of everything the PTX is built from: 64-bit FNV-1a over

@@ -1,6 +1,6 @@
 //! `TorchStore` against a strict stand-in for PyTorch's `TCPStore` server,
 //! written from the protocol (NOTE [torch store protocol] in
-//! `crates/base/store/src/torch.rs`): it closes the connection on anything
+//! `host/base/store/src/torch.rs`): it closes the connection on anything
 //! PyTorch's libuv server would close it on (no VALIDATE first, a wrong
 //! magic, an unknown query, a key, value or key count over its limits) and
 //! records why, so every test can also check the client sent nothing

@@ -28,7 +28,7 @@
 //! as data arrives), every length inside a body is checked against the
 //! bytes left in the body, and every list count against the smallest size
 //! its items could have. `decode_request` is pure, so the fuzz target in
-//! `crates/base/store/fuzz` exercises exactly what the server runs.
+//! `host/base/store/fuzz` exercises exactly what the server runs.
 
 use std::io::{self, Read, Write};
 

@@ -39,7 +39,7 @@
 //! was started by that inner launcher, and the Slurm variables describe
 //! the outer step. They are read only when no other source is present.
 //! `intranode-run` removes all foreign rank variables from its ranks (see
-//! NOTE [foreign rank variables] in `crates/tools/launcher/src/rank_env.rs`).
+//! NOTE [foreign rank variables] in `crates/launcher/src/rank_env.rs`).
 //!
 //! `MASTER_ADDR`, `MASTER_PORT` and `INTRANODE_DEVICE` are read whatever
 //! the source; [`DistEnv::store_addr`] joins the first two, and
