@@ -300,18 +300,17 @@ pub(crate) fn algos(r: &Rank, args: &BenchArgs) -> Vec<Option<AllReduceAlgo>> {
     algos
 }
 
-pub fn run(args: &BenchArgs) -> Result<()> {
+/// The lined-up sweep (`--aligned`); the free-running one is
+/// `bench_free::run`, which builds on this module's sizes, algorithms and
+/// calls (`main.rs` picks).
+pub fn run_aligned(args: &BenchArgs) -> Result<()> {
     check_args(args)?;
-    if args.aligned {
-        run_aligned(args)
-    } else {
-        crate::bench_free::run(args)
-    }
+    aligned(args)
 }
 
 /// The combinations of switches the sweeps do not have, refused before
 /// any GPU work.
-fn check_args(args: &BenchArgs) -> Result<()> {
+pub(crate) fn check_args(args: &BenchArgs) -> Result<()> {
     if args.aligned && args.collective != Collective::AllReduce {
         anyhow::bail!("--aligned times the all-reduce only");
     }
@@ -356,7 +355,7 @@ fn check_args(args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-fn run_aligned(args: &BenchArgs) -> Result<()> {
+fn aligned(args: &BenchArgs) -> Result<()> {
     let Some(mut r) = Rank::setup("intranode-bench bench")? else {
         return Ok(());
     };

@@ -83,12 +83,22 @@ fn plot(args: &PlotArgs) -> Result<()> {
     Ok(())
 }
 
+/// The all-reduce sweep: lined up (`--aligned`) or free-running.
+fn run_bench(args: &bench::BenchArgs) -> Result<()> {
+    if args.aligned {
+        bench::run_aligned(args)
+    } else {
+        bench::check_args(args)?;
+        bench_free::run(args)
+    }
+}
+
 fn main() {
     intranode_harness::logging::init();
     let cli = Cli::parse();
     let result: Result<()> = match cli.cmd {
-        Cmd::Bench(args) => bench::run(&args),
-        Cmd::Demo => bench::run(&bench::BenchArgs::demo()),
+        Cmd::Bench(args) => run_bench(&args),
+        Cmd::Demo => run_bench(&bench::BenchArgs::demo()),
         Cmd::Plot(args) => plot(&args),
         Cmd::PollStorm(args) => poll_storm::run(&args),
         Cmd::Decode(args) => decode::run(&args),

@@ -28,7 +28,7 @@
 //!
 //! On other systems the waiter reaps as before and nothing is swept.
 
-use crate::supervise::RankExit;
+use crate::exit::RankExit;
 
 /// What a scan of the process table found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -54,7 +54,7 @@ mod imp {
     use nix::unistd::Pid;
 
     use super::Scan;
-    use crate::supervise::RankExit;
+    use crate::exit::RankExit;
 
     pub(crate) fn become_subreaper() -> Result<(), Errno> {
         nix::sys::prctl::set_child_subreaper(true)
@@ -171,7 +171,7 @@ mod imp {
     use nix::unistd::Pid;
 
     use super::Scan;
-    use crate::supervise::RankExit;
+    use crate::exit::RankExit;
 
     pub(crate) fn become_subreaper() -> Result<(), Errno> {
         Ok(())

@@ -17,6 +17,7 @@
 //! (NOTE [leftover processes] in `supervise.rs`).
 
 pub mod cli;
+mod exit;
 mod leftovers;
 pub mod output;
 pub mod rank_env;
