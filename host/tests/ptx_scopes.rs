@@ -104,9 +104,22 @@ fn globaltimer_is_read() {
     assert!(body.contains("%globaltimer"), "{body}");
 }
 
+/// The production PTX, or `None`, said, in a build that embeds only
+/// machine code (`INTRANODE_EMBED_PTX=0`, the device bundle's); CI's
+/// builds embed it.
+fn production_ptx() -> Option<String> {
+    if !intranode::kernels::embeds_ptx() {
+        eprintln!("SKIPPED: this build embeds no PTX (INTRANODE_EMBED_PTX=0)");
+        return None;
+    }
+    Some(intranode::kernels::ptx().expect("the embedded PTX unpacks"))
+}
+
 #[test]
 fn no_out_of_line_calls() {
-    let production = intranode::kernels::ptx().expect("the embedded PTX unpacks");
+    let Some(production) = production_ptx() else {
+        return;
+    };
     for ptx in [PTX, production.as_str()] {
         assert!(
             !ptx.contains(".extern .func"),
@@ -120,7 +133,9 @@ fn no_out_of_line_calls() {
 /// function no kernel uses any more checks nothing).
 #[test]
 fn every_probed_instruction_is_used_by_the_production_kernels() {
-    let production = intranode::kernels::ptx().expect("the embedded PTX unpacks");
+    let Some(production) = production_ptx() else {
+        return;
+    };
     for (probe, op) in [
         ("probe_ld_acquire_sys_u32", "ld.acquire.sys.global.u32"),
         ("probe_ld_relaxed_sys_u32", "ld.relaxed.sys.global.u32"),
@@ -176,7 +191,9 @@ fn block_gather_goes_through_shared_memory_between_barriers() {
 /// launched plainly (elementwise, norms) do not wait.
 #[test]
 fn collectives_wait_for_the_kernel_ahead_before_touching_memory() {
-    let ptx = intranode::kernels::ptx().expect("the embedded PTX unpacks");
+    let Some(ptx) = production_ptx() else {
+        return;
+    };
     if !ptx.contains(".target sm_9") {
         // Built for an older architecture: no griddepcontrol, no overlap.
         return;

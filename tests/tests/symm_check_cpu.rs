@@ -7,13 +7,21 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::{Command, Output, Stdio};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use intranode_launcher::JobConfig;
 use intranode_launcher::rank_env::{foreign_rank_vars, rank_vars};
 use intranode_store::{ServerConfig, TcpStoreServer};
 
-const SYMM_CHECK: &str = env!("CARGO_BIN_EXE_symm_check");
+/// The binary under test: cargo's build of it, or the device bundle's copy
+/// where `run-tests.sh` names the bundle (`INTRANODE_TEST_BIN_DIR`).
+static SYMM_CHECK: LazyLock<String> = LazyLock::new(|| {
+    std::env::var("INTRANODE_TEST_BIN_DIR").map_or_else(
+        |_| env!("CARGO_BIN_EXE_symm_check").to_owned(),
+        |dir| format!("{dir}/symm_check"),
+    )
+});
 
 /// The token the test's store asks for, as the launcher's would.
 const TOKEN: &str = "symm-check-cpu";
@@ -30,7 +38,7 @@ fn job(world: usize, port: u16) -> JobConfig {
         timeout: None,
         grace: Duration::from_secs(5),
         failure_wait: Duration::ZERO,
-        command: vec![SYMM_CHECK.into()],
+        command: vec![SYMM_CHECK.as_str().into()],
     }
 }
 
@@ -50,7 +58,7 @@ fn run_ranks(world: usize, extra: &[(&str, &str)], args: &[&str]) -> Vec<Output>
     let job = job(world, port);
     let children: Vec<_> = (0..world)
         .map(|rank| {
-            let mut cmd = Command::new(SYMM_CHECK);
+            let mut cmd = Command::new(SYMM_CHECK.as_str());
             for var in foreign_rank_vars().chain([intranode::internals::switches::REQUIRE_GPUS_ENV])
             {
                 cmd.env_remove(var);
@@ -124,7 +132,7 @@ fn required_gpus_turn_the_skip_into_a_failure() {
 
 #[test]
 fn bad_arguments_fail_with_usage() {
-    let out = Command::new(SYMM_CHECK)
+    let out = Command::new(SYMM_CHECK.as_str())
         .args(["--backend", "nvshmem"])
         .output()
         .expect("run symm_check");
@@ -138,7 +146,7 @@ fn bad_arguments_fail_with_usage() {
 
 #[test]
 fn missing_launcher_environment_is_an_error() {
-    let mut cmd = Command::new(SYMM_CHECK);
+    let mut cmd = Command::new(SYMM_CHECK.as_str());
     // Neither another launcher's variables nor any intranode-run sets.
     let ours = rank_vars(&job(2, 1), 0, 1, TOKEN);
     for var in foreign_rank_vars().chain(ours.iter().map(|(name, _)| *name)) {

@@ -10,7 +10,15 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, Result, bail};
 
 /// Binaries of the workspace that belong in the bundle.
-const BINARIES: &[&str] = &["intranode-run", "intranode-bench", "intranode-suite"];
+/// Binaries the bundle carries; the tests that start a binary
+/// (`intranode-run`, `symm_check`) find them here through
+/// `INTRANODE_TEST_BIN_DIR`, which `run-tests.sh` sets.
+const BINARIES: &[&str] = &[
+    "intranode-run",
+    "intranode-bench",
+    "intranode-suite",
+    "symm_check",
+];
 
 /// Examples the bundle carries and `run-tests.sh` runs.
 const EXAMPLES: [&str; 3] = ["01_data_parallel", "02_cuda_graph", "03_symmetric"];
@@ -104,7 +112,7 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
     tests.sort();
     let mut script = String::from(
         "#!/bin/sh\n# Runs every test executable of the bundle; GPU tests fail instead of\n\
-         # skipping when INTRANODE_REQUIRE_GPUS is set.\nset -u\ncd \"$(dirname \"$0\")\"\nexport NCCL_NVLS_ENABLE=0\nfail=0\n",
+         # skipping when INTRANODE_REQUIRE_GPUS is set.\nset -u\ncd \"$(dirname \"$0\")\"\nexport NCCL_NVLS_ENABLE=0\n# The tests that start a binary take the bundle's copy.\nexport INTRANODE_TEST_BIN_DIR=\"$(pwd)\"\nfail=0\n",
     );
     for t in &tests {
         script.push_str(&format!(

@@ -10,6 +10,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::LazyLock;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -17,7 +18,14 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-const LAUNCHER: &str = env!("CARGO_BIN_EXE_intranode-run");
+/// The binary under test: cargo's build of it, or the device bundle's copy
+/// where `run-tests.sh` names the bundle (`INTRANODE_TEST_BIN_DIR`).
+static LAUNCHER: LazyLock<String> = LazyLock::new(|| {
+    std::env::var("INTRANODE_TEST_BIN_DIR").map_or_else(
+        |_| env!("CARGO_BIN_EXE_intranode-run").to_owned(),
+        |dir| format!("{dir}/intranode-run"),
+    )
+});
 
 /// Upper bound on any one launcher run before the test calls it hung.
 const HANG: Duration = Duration::from_secs(90);
@@ -30,7 +38,7 @@ fn launcher_with_limits(limits: &str, args: &[&str]) -> Command {
     cmd.args([
         "-c",
         &format!("ulimit -c 0 {limits} && exec \"$0\" \"$@\""),
-        LAUNCHER,
+        LAUNCHER.as_str(),
     ])
     .args(args)
     .stdin(Stdio::null())

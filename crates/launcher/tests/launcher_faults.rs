@@ -11,13 +11,21 @@
 //! kernels) are `intranode-suite faults`.
 
 use std::process::{Command, Stdio};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use intranode::dist_env::DistEnv;
 use intranode::internals::rendezvous::{RendezvousRequest, exchange_requests};
 use intranode_store::{ClientConfig, Store, StoreError, StoreExchange, TcpStore};
 
-const LAUNCHER: &str = env!("CARGO_BIN_EXE_intranode-run");
+/// The binary under test: cargo's build of it, or the device bundle's copy
+/// where `run-tests.sh` names the bundle (`INTRANODE_TEST_BIN_DIR`).
+static LAUNCHER: LazyLock<String> = LazyLock::new(|| {
+    std::env::var("INTRANODE_TEST_BIN_DIR").map_or_else(
+        |_| env!("CARGO_BIN_EXE_intranode-run").to_owned(),
+        |dir| format!("{dir}/intranode-run"),
+    )
+});
 
 /// `phase:victim` in the child ranks.
 const CHILD_ENV: &str = "INTRANODE_LAUNCHER_FAULT_CHILD";
@@ -129,7 +137,7 @@ fn run_job(phase: &str, victim: usize, world: usize) -> Run {
     let exe = std::env::current_exe().expect("current exe");
     let world_text = world.to_string();
     let started = Instant::now();
-    let out = Command::new(LAUNCHER)
+    let out = Command::new(LAUNCHER.as_str())
         .args(["--nproc-per-node", &world_text, "--failure-wait-secs", "60"])
         .args(["--timeout", "120", "--"])
         .arg(exe)

@@ -9,6 +9,7 @@
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::LazyLock;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -16,7 +17,14 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-const LAUNCHER: &str = env!("CARGO_BIN_EXE_intranode-run");
+/// The binary under test: cargo's build of it, or the device bundle's copy
+/// where `run-tests.sh` names the bundle (`INTRANODE_TEST_BIN_DIR`).
+static LAUNCHER: LazyLock<String> = LazyLock::new(|| {
+    std::env::var("INTRANODE_TEST_BIN_DIR").map_or_else(
+        |_| env!("CARGO_BIN_EXE_intranode-run").to_owned(),
+        |dir| format!("{dir}/intranode-run"),
+    )
+});
 
 /// Upper bound on any one launcher run before the test calls it hung.
 const HANG: Duration = Duration::from_secs(60);
@@ -35,7 +43,7 @@ impl Run {
 }
 
 fn launcher(args: &[&str]) -> Command {
-    let mut cmd = Command::new(LAUNCHER);
+    let mut cmd = Command::new(LAUNCHER.as_str());
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -4,14 +4,22 @@
 //! Bounds on time only keep a broken launcher from hanging the suite.
 
 use std::process::{Command, Output, Stdio};
+use std::sync::LazyLock;
 
-const LAUNCHER: &str = env!("CARGO_BIN_EXE_intranode-run");
+/// The binary under test: cargo's build of it, or the device bundle's copy
+/// where `run-tests.sh` names the bundle (`INTRANODE_TEST_BIN_DIR`).
+static LAUNCHER: LazyLock<String> = LazyLock::new(|| {
+    std::env::var("INTRANODE_TEST_BIN_DIR").map_or_else(
+        |_| env!("CARGO_BIN_EXE_intranode-run").to_owned(),
+        |dir| format!("{dir}/intranode-run"),
+    )
+});
 
 const SCRIPT: &str =
     "echo rank $RANK of $WORLD_SIZE device $INTRANODE_DEVICE store $INTRANODE_STORE_PROTOCOL";
 
 fn launch(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(LAUNCHER);
+    let mut cmd = Command::new(LAUNCHER.as_str());
     cmd.args(["--timeout", "60"])
         .args(args)
         .stdin(Stdio::null())

@@ -69,6 +69,12 @@ const CUBIN_IMAGE: &[u8] = include_bytes!(env!("INTRANODE_EMBEDDED_CUBIN"));
 /// Architecture of the embedded cubin (`""` when there is none).
 pub const CUBIN_ARCH: &str = env!("INTRANODE_EMBEDDED_CUBIN_ARCH");
 
+/// Whether this build embeds the production PTX (not when built with
+/// `INTRANODE_EMBED_PTX=0`: machine code only, as the device bundle).
+pub fn embeds_ptx() -> bool {
+    !PTX_IMAGE.is_empty()
+}
+
 /// The production kernels' PTX text (unpacked from the embedded image:
 /// about 21 MB; an error in a build that left it out, `INTRANODE_EMBED_PTX=0`).
 pub fn ptx() -> Result<String> {
