@@ -6,11 +6,12 @@
 
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
-use std::sync::LazyLock;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -18,14 +19,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-/// The binary under test: cargo's build of it, or the device bundle's copy
-/// where `run-tests.sh` names the bundle (`INTRANODE_TEST_BIN_DIR`).
-static LAUNCHER: LazyLock<String> = LazyLock::new(|| {
-    std::env::var("INTRANODE_TEST_BIN_DIR").map_or_else(
-        |_| env!("CARGO_BIN_EXE_intranode-run").to_owned(),
-        |dir| format!("{dir}/intranode-run"),
-    )
-});
+use common::LAUNCHER;
 
 /// Upper bound on any one launcher run before the test calls it hung.
 const HANG: Duration = Duration::from_secs(90);

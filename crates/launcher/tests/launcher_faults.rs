@@ -10,22 +10,16 @@
 //! barrier of `StoreExchange`). The GPU phases (barrier and all-reduce
 //! kernels) are `intranode-suite faults`.
 
+mod common;
+
 use std::process::{Command, Stdio};
-use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use intranode::dist_env::DistEnv;
 use intranode::internals::rendezvous::{RendezvousRequest, exchange_requests};
 use intranode_store::{ClientConfig, Store, StoreError, StoreExchange, TcpStore};
 
-/// The binary under test: cargo's build of it, or the device bundle's copy
-/// where `run-tests.sh` names the bundle (`INTRANODE_TEST_BIN_DIR`).
-static LAUNCHER: LazyLock<String> = LazyLock::new(|| {
-    std::env::var("INTRANODE_TEST_BIN_DIR").map_or_else(
-        |_| env!("CARGO_BIN_EXE_intranode-run").to_owned(),
-        |dir| format!("{dir}/intranode-run"),
-    )
-});
+use common::LAUNCHER;
 
 /// `phase:victim` in the child ranks.
 const CHILD_ENV: &str = "INTRANODE_LAUNCHER_FAULT_CHILD";

@@ -6,10 +6,11 @@
 //! No test asserts tight timings: the bounds only keep a broken launcher
 //! from hanging the suite, so they hold on a loaded two-core machine.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::LazyLock;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -17,14 +18,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-/// The binary under test: cargo's build of it, or the device bundle's copy
-/// where `run-tests.sh` names the bundle (`INTRANODE_TEST_BIN_DIR`).
-static LAUNCHER: LazyLock<String> = LazyLock::new(|| {
-    std::env::var("INTRANODE_TEST_BIN_DIR").map_or_else(
-        |_| env!("CARGO_BIN_EXE_intranode-run").to_owned(),
-        |dir| format!("{dir}/intranode-run"),
-    )
-});
+use common::LAUNCHER;
 
 /// Upper bound on any one launcher run before the test calls it hung.
 const HANG: Duration = Duration::from_secs(60);

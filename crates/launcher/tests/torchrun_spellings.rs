@@ -3,17 +3,11 @@
 //!
 //! Bounds on time only keep a broken launcher from hanging the suite.
 
-use std::process::{Command, Output, Stdio};
-use std::sync::LazyLock;
+mod common;
 
-/// The binary under test: cargo's build of it, or the device bundle's copy
-/// where `run-tests.sh` names the bundle (`INTRANODE_TEST_BIN_DIR`).
-static LAUNCHER: LazyLock<String> = LazyLock::new(|| {
-    std::env::var("INTRANODE_TEST_BIN_DIR").map_or_else(
-        |_| env!("CARGO_BIN_EXE_intranode-run").to_owned(),
-        |dir| format!("{dir}/intranode-run"),
-    )
-});
+use std::process::{Command, Output, Stdio};
+
+use common::LAUNCHER;
 
 const SCRIPT: &str =
     "echo rank $RANK of $WORLD_SIZE device $INTRANODE_DEVICE store $INTRANODE_STORE_PROTOCOL";
