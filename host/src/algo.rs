@@ -46,6 +46,11 @@ pub struct Crossovers {
     /// written before it existed get the defaults).
     #[serde(default = "default_push_min_bytes")]
     pub push_min_bytes: [usize; MAX_DEVICES + 1],
+    /// Reduce-scatter and all-gather: our kernels up to here (the whole
+    /// buffer, every shard), NCCL above (files written before it existed
+    /// get the defaults).
+    #[serde(default = "default_scatter_gather_max_bytes")]
+    pub scatter_gather_max_bytes: [usize; MAX_DEVICES + 1],
 }
 
 impl Default for Crossovers {
@@ -63,6 +68,7 @@ impl Default for Crossovers {
             lamport_max_bytes: default_lamport_max_bytes(),
             lamport_two_shot_max_bytes: default_lamport_two_shot_max_bytes(),
             push_min_bytes: default_push_min_bytes(),
+            scatter_gather_max_bytes: default_scatter_gather_max_bytes(),
             one_shot_max_bytes: [
                 0,
                 0,
@@ -103,15 +109,26 @@ pub const fn scatter_gather_max_shard_bytes(world: usize) -> usize {
 }
 
 /// Whether a reduce-scatter or all-gather whose whole buffer (every
-/// shard) is `total_bytes` runs on our kernels (else NCCL). Ours are the
-/// two hops of the Lamport two-shot, so they take what it takes: up to its
-/// crossover with NCCL for all-reduces of the same size (not measured for
-/// these collectives apart: issue 21 asks for that on 2 and 4 GPUs), and
-/// never past a slot per shard.
+/// shard) is `total_bytes` runs on our kernels (else NCCL): up to the
+/// crossover `scatter_gather_max_bytes`. Shards past a Lamport slot run
+/// as several launches (`comm::scatter_gather`), so any size can.
 pub fn scatter_gather_uses_ours(total_bytes: usize, world: usize, crossovers: &Crossovers) -> bool {
-    (2..=MAX_DEVICES).contains(&world)
-        && total_bytes / world <= scatter_gather_max_shard_bytes(world)
-        && total_bytes <= crossovers.lamport_two_shot_max_bytes[world]
+    (2..=MAX_DEVICES).contains(&world) && total_bytes <= crossovers.scatter_gather_max_bytes[world]
+}
+
+/// Reduce-scatter and all-gather limits. Ours are the two hops of the
+/// Lamport two-shot, so where not measured apart they take what it takes
+/// (its crossover with NCCL for all-reduces of the same size:
+/// [`default_lamport_two_shot_max_bytes`]). On 4 H100 (2026-11-27,
+/// 46eeda2, `reduce-scatter.log` and `all-gather.log` in the results) ours
+/// led NCCL at every size to 16 MiB (0.77x and 0.69x there), the largest a
+/// single launch took; from v14 larger shards run as slot-sized slices,
+/// predicted at about 0.9x NCCL at 64 MiB (two launches of 32 MiB, each
+/// about twice the 44.8 us of 16 MiB, against NCCL's 192 and 189 us).
+fn default_scatter_gather_max_bytes() -> [usize; MAX_DEVICES + 1] {
+    let mut x = default_lamport_two_shot_max_bytes();
+    x[4] = 64 << 20;
+    x
 }
 
 /// The largest message the push form takes (its kernels index
@@ -641,14 +658,17 @@ mod tests {
         assert!(scatter_gather_uses_ours(4096, 2, &x));
         assert!(scatter_gather_uses_ours(16 << 20, 2, &x));
         assert!(!scatter_gather_uses_ours((16 << 20) + 2, 2, &x));
-        // Never past a slot per shard, whatever a tuning file says.
+        // Past a slot per shard where a tuning file says so (the host
+        // slices the shards), at 4 ranks to 64 MiB by default.
         let mut big = Crossovers::default();
-        big.lamport_two_shot_max_bytes[2] = 1 << 40;
-        assert!(!scatter_gather_uses_ours(
+        big.scatter_gather_max_bytes[2] = 1 << 40;
+        assert!(scatter_gather_uses_ours(
             2 * scatter_gather_max_shard_bytes(2) + 2,
             2,
             &big
         ));
+        assert!(scatter_gather_uses_ours(64 << 20, 4, &x));
+        assert!(!scatter_gather_uses_ours((64 << 20) + 8, 4, &x));
         assert!(!scatter_gather_uses_ours(4096, 1, &x));
         assert!(!scatter_gather_uses_ours(4096, MAX_DEVICES + 1, &x));
     }

@@ -53,6 +53,10 @@
 //! [lamport] (each call leaves its area all zero), so they interleave
 //! freely with the all-reduces. The encoding makes an all-gathered -0.0
 //! come out +0.0 (every other value, NaN payloads included, exactly).
+//! Shards larger than a slot run as several calls, each over the same
+//! slice of every shard: `p.shard_stride_elems` then gives the distance
+//! between shards on the side that holds them all (v14, issue 34 item 4:
+//! 64 MiB at 4 ranks, 16 MiB shards against 8 MiB slots).
 
 use crate::elem::{Element, load_vec, store_vec};
 use crate::layout::{
@@ -224,8 +228,9 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
 
 /// What the reduce-scatter and the all-gather derive alike from their
 /// parameters: this call's Lamport set-up (its area is the call's buffer),
-/// the shard of `n` elements in `vecs` vectors, its slot stride and this
-/// thread's place.
+/// the shard of `n` elements in `vecs` vectors, its slot stride, the bytes
+/// from one shard's start to the next on the side that holds every shard
+/// (`p.shard_stride_elems`, or `n` when 0) and this thread's place.
 struct ShardCall {
     call: LamportCall,
     n: usize,
@@ -251,7 +256,11 @@ impl ShardCall {
             n,
             vecs,
             slot_bytes: lamport_stride_bytes(vecs) as u64,
-            shard_bytes: (n * T::BYTES) as u64,
+            shard_bytes: if p.shard_stride_elems == 0 {
+                (n * T::BYTES) as u64
+            } else {
+                p.shard_stride_elems * T::BYTES as u64
+            },
             tid,
             stride,
         }
@@ -263,7 +272,8 @@ impl ShardCall {
 ///
 /// # Safety
 /// `p.pads` must hold the mapped pads of W ranks (`rank < W`); `p.input`
-/// holds `W * p.elems` elements and `p.output` `p.elems`;
+/// holds W shards of `p.elems` elements, each `p.shard_stride_elems` (or
+/// `p.elems` when 0) after the last, and `p.output` `p.elems`;
 /// `ceil(p.elems / LANES)` vectors fit `lamport_slot_bytes(W)`; every rank
 /// passes the same `p.elems`.
 #[inline(always)]
@@ -325,7 +335,7 @@ pub(crate) unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &A
 ///
 /// # Safety
 /// As for [`lamport_rs`], with `p.input` holding `p.elems` elements and
-/// `p.output` `W * p.elems`.
+/// `p.output` the W shards.
 #[inline(always)]
 pub(crate) unsafe fn lamport_ag<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded from the caller.

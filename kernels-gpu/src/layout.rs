@@ -251,6 +251,13 @@ pub struct AllReduceParams {
     /// the kernels no register (v10: computed from the pad instead, it
     /// took the two-shot kernels from about 90 to about 125).
     pub abort: u64,
+    /// Reduce-scatter and all-gather only (NOTE [lamport reduce-scatter
+    /// and all-gather] in `lamport.rs`): elements from one shard's start
+    /// to the next on the side that holds every shard; 0 means `elems`,
+    /// the shards back to back. The host sets it when it cuts shards
+    /// larger than a Lamport slot into several calls, each over a slice
+    /// of every shard.
+    pub shard_stride_elems: u64,
     pub rank: u32,
     /// One of the `OP_*` codes.
     pub op: u32,
@@ -513,7 +520,7 @@ mod tests {
     fn params_are_plain_words() {
         assert_eq!(
             core::mem::size_of::<AllReduceParams>(),
-            8 * 8 * 2 + 7 * 8 + 8 * 4 + 8 * 8
+            8 * 8 * 2 + 8 * 8 + 8 * 4 + 8 * 8
         );
         assert_eq!(core::mem::size_of::<ErrorWord>(), 32);
         assert_eq!(

@@ -664,11 +664,6 @@ fn run_scatter_gather(r: &mut Rank, args: &BenchArgs, what: ScatterGather) -> Re
             .stream
             .clone_htod(&data::inputs::<bf16>(seed, call_no, r.rank(), send_len))?;
         for &algo in &algos {
-            if algo == "ours"
-                && n * 2 > intranode::internals::algo::scatter_gather_max_shard_bytes(world)
-            {
-                continue;
-            }
             let mut recv = r
                 .stream
                 .clone_htod(&vec![data::poison::<bf16>(); recv_len])?;

@@ -1,8 +1,9 @@
 //! Reduce-scatter and all-gather over the Lamport buffers (NOTE [lamport
 //! reduce-scatter and all-gather] in `kernels-gpu/src/lamport.rs`): one
 //! launch each, no barrier, for shards up to
-//! [`crate::algo::scatter_gather_max_shard_bytes`]. `Communicator` decides
-//! when they run and sends the rest to NCCL.
+//! [`crate::algo::scatter_gather_max_shard_bytes`] (a Lamport slot), and
+//! larger shards as one such launch per slot-sized slice of every shard.
+//! `Communicator` decides when they run and sends the rest to NCCL.
 
 use std::sync::Arc;
 
@@ -54,8 +55,8 @@ impl IntraNodeComm {
     /// Reduce-scatter (`what` = `ReduceScatter`, `send` W x n elements,
     /// `recv` n) or all-gather (`AllGather`, `send` n, `recv` W x n) on
     /// `stream`, with our kernels; `elem` is the buffers' element type.
-    /// The shard of n elements must fit
-    /// [`scatter_gather_max_shard_bytes`].
+    /// A shard larger than [`scatter_gather_max_shard_bytes`] runs as
+    /// several launches.
     pub fn scatter_gather<T>(
         &self,
         what: ScatterGather,
@@ -97,7 +98,9 @@ impl IntraNodeComm {
     }
 
     /// [`scatter_gather`](Self::scatter_gather) over raw addresses, with
-    /// `shard` elements per rank.
+    /// `shard` elements per rank. A shard larger than a Lamport slot
+    /// ([`scatter_gather_max_shard_bytes`]) runs as several calls, each
+    /// over the same slice of every shard ([`shard_slices`]).
     ///
     /// # Safety
     /// `input` and `output` must be device memory of this comm's device,
@@ -115,58 +118,82 @@ impl IntraNodeComm {
         op: ReduceOp,
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
-        let build = || -> Result<Option<Launch<_>>> {
-            let shard_bytes = shard.saturating_mul(elem.bytes());
-            let max_bytes = scatter_gather_max_shard_bytes(self.world());
-            if shard_bytes > max_bytes {
-                // The kernels trust the host on this: a larger shard would
-                // store past the Lamport buffer into the peers' pads.
-                return Err(Error::InvalidArgument(format!(
-                    "{} on rank {}: a shard of {shard_bytes} bytes exceeds the {max_bytes} bytes our kernels take on {} ranks (the communicator sends those to NCCL)",
-                    what.name(),
-                    self.rank(),
-                    self.world()
-                )));
-            }
-            let kernel = scatter_gather_kernel(what, elem, self.world()).ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "{} on rank {}: no kernel for a world of {}",
-                    what.name(),
-                    self.rank(),
-                    self.world()
-                ))
-            })?;
-            self.increment_usage_counter();
-            if shard == 0 {
-                return Ok(None);
-            }
-            let mut params = self.params_template();
-            params.op = match what {
-                ScatterGather::ReduceScatter => op.code(),
-                // The all-gather reduces nothing; its kernels are instantiated
-                // per op like the others, and any will do.
-                ScatterGather::AllGather => ReduceOp::Sum.code(),
+        let kernel = scatter_gather_kernel(what, elem, self.world()).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{} on rank {}: no kernel for a world of {}",
+                what.name(),
+                self.rank(),
+                self.world()
+            ))
+        })?;
+        let slices = shard_slices(shard, elem.bytes(), self.world());
+        let eb = elem.bytes() as u64;
+        let mut work = None;
+        for (i, (first, elems)) in slices.enumerate() {
+            let build = || -> Result<Option<Launch<_>>> {
+                if i == 0 {
+                    self.increment_usage_counter();
+                }
+                if elems == 0 {
+                    return Ok(None);
+                }
+                let mut params = self.params_template();
+                params.op = match what {
+                    ScatterGather::ReduceScatter => op.code(),
+                    // The all-gather reduces nothing; its kernels are
+                    // instantiated per op like the others, and any will do.
+                    ScatterGather::AllGather => ReduceOp::Sum.code(),
+                };
+                // Slice `first..first + elems` of every shard: both sides
+                // start `first` elements in; the side that holds every
+                // shard steps `shard` elements from one to the next.
+                params.input = input + first as u64 * eb;
+                params.output = output + first as u64 * eb;
+                params.elems = elems as u64;
+                params.shard_stride_elems = shard as u64;
+                let vecs = elems.div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
+                // One vector per thread over every SM, as the Lamport
+                // one-shot: each thread moves its vector of all W slots.
+                let (blocks, threads) =
+                    self.lamport_launch()
+                        .shape_for(AllReduceAlgo::Lamport, vecs, self.world());
+                Ok(Some(Launch {
+                    key: kernel,
+                    grid: Grid::new(blocks, threads),
+                    args: (params,),
+                }))
             };
-            params.input = input;
-            params.output = output;
-            params.elems = shard as u64;
-            let vecs = shard.div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
-            // One vector per thread over every SM, as the Lamport one-shot: each
-            // thread moves its vector of all W slots.
-            let (blocks, threads) =
-                self.lamport_launch()
-                    .shape_for(AllReduceAlgo::Lamport, vecs, self.world());
-            Ok(Some(Launch {
-                key: kernel,
-                grid: Grid::new(blocks, threads),
-                args: (params,),
-            }))
-        };
-        // SAFETY: the caller vouches for input and output, the peers' pads
-        // live as long as `self`; the shard fits the Lamport buffer
-        // (checked in `build`); these kernels keep no per-block flags.
-        unsafe { self.run(what.name(), stream, build) }
+            // SAFETY: the caller vouches for input and output, the peers'
+            // pads live as long as `self`; each slice fits a Lamport slot
+            // (`shard_slices`) and lies inside every shard; these kernels
+            // keep no per-block flags. Each slice is a whole Lamport call
+            // of its own (its own epoch and buffer, NOTE [lamport]).
+            work = Some(unsafe { self.run(what.name(), stream, build) }?);
+        }
+        // `shard_slices` yields at least one slice.
+        work.ok_or_else(|| {
+            Error::InvalidArgument(format!("{} on rank {}: no slice", what.name(), self.rank()))
+        })
     }
+}
+
+/// The slices `(first element, elements)` of a shard of `shard` elements
+/// of `elem_bytes` each on `world` ranks, one Lamport call each: the whole
+/// shard when it fits a slot ([`scatter_gather_max_shard_bytes`]), else
+/// slot-sized slices (whole 16-byte vectors, so every slice starts as
+/// aligned as the shard) and the rest. At least one slice, empty for an
+/// empty shard.
+pub(crate) fn shard_slices(
+    shard: usize,
+    elem_bytes: usize,
+    world: usize,
+) -> impl Iterator<Item = (usize, usize)> {
+    let slot_elems = (scatter_gather_max_shard_bytes(world) / elem_bytes.max(1)).max(1);
+    let count = shard.div_ceil(slot_elems).max(1);
+    (0..count).map(move |k| {
+        let first = k * slot_elems;
+        (first, slot_elems.min(shard - first.min(shard)))
+    })
 }
 
 #[cfg(test)]
@@ -184,6 +211,29 @@ mod tests {
                 }
                 assert!(scatter_gather_kernel(what, elem, 1).is_none());
                 assert!(scatter_gather_kernel(what, elem, MAX_RANKS + 1).is_none());
+            }
+        }
+    }
+
+    #[test]
+    fn slices_cover_the_shard_in_slots() {
+        for world in 2..=MAX_RANKS {
+            for elem_bytes in [2, 4] {
+                let slot = scatter_gather_max_shard_bytes(world) / elem_bytes;
+                for shard in [0, 1, 7, slot - 1, slot, slot + 1, 2 * slot, 5 * slot + 3] {
+                    let slices: Vec<_> = shard_slices(shard, elem_bytes, world).collect();
+                    assert!(!slices.is_empty());
+                    let mut next = 0;
+                    for &(first, elems) in &slices {
+                        assert_eq!(first, next, "shard {shard}: slices back to back");
+                        assert!(elems <= slot, "shard {shard}: a slice fits a slot");
+                        // Every slice starts on a whole 16-byte vector.
+                        assert_eq!(first * elem_bytes % 16, 0);
+                        next += elems;
+                    }
+                    assert_eq!(next, shard, "shard {shard}: every element once");
+                    assert_eq!(slices.len(), shard.div_ceil(slot).max(1));
+                }
             }
         }
     }

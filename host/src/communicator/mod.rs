@@ -52,7 +52,7 @@ use intranode_store::{Store, StoreExchange};
 
 use crate::algo::{
     AllReduceAlgo, AllReduceCall, Crossovers, NormCall, NormPath, decide_all_reduce, decide_norm,
-    scatter_gather_max_shard_bytes, scatter_gather_uses_ours,
+    scatter_gather_uses_ours,
 };
 use crate::comm::IntraNodeComm;
 use crate::comm::broadcast::{BroadcastAlgo, select_broadcast_algo};

@@ -177,8 +177,8 @@ impl Communicator {
     }
 
     /// A reduce-scatter or all-gather on our kernels where
-    /// [`scatter_gather_uses_ours`] says so (or where NCCL cannot run and
-    /// the shard fits them); `None` sends the call to NCCL.
+    /// [`scatter_gather_uses_ours`] says so (or where NCCL cannot run:
+    /// ours take any shard, slot by slot); `None` sends the call to NCCL.
     fn scatter_gather_ours<T: NcclType>(
         &self,
         what: ScatterGather,
@@ -201,8 +201,7 @@ impl Communicator {
         }
         let total_bytes = send.len().max(recv.len()).saturating_mul(elem.bytes());
         let ours = scatter_gather_uses_ours(total_bytes, self.world, &self.crossovers)
-            || (self.nccl.is_err()
-                && total_bytes / self.world <= scatter_gather_max_shard_bytes(self.world));
+            || self.nccl.is_err();
         if !ours {
             return Ok(None);
         }
