@@ -65,10 +65,9 @@ use crate::layout::{
 };
 use crate::prims::grid::{self, unroll};
 use crate::prims::slots::{
-    LamportCall, decode, encode, kth_destination, push_slots, reduce_slots, slot_on_every_rank,
-    take_each,
+    LamportCall, decode, encode, kth_destination, push_slots, put, reduce_slots,
+    slot_on_every_rank, take, take_each,
 };
-use crate::ptx;
 use crate::sync::pick;
 
 /// # Safety
@@ -125,8 +124,7 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
     // area. A thread loads its vector of every shard before it stores any
     // (v9: one HBM latency per vector position, not W).
     let dst = slot_on_every_rank::<W>(p, scatter_off, slot_bytes);
-    let mut j = tid;
-    while j < shard {
+    let scatter = |j: usize| {
         let mut v = [[0u32; 4]; W];
         // All loads of a group of ranks in flight before its stores: one
         // group of up to 4 ranks; on more, groups of two (four or eight
@@ -152,18 +150,12 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
                         && let (Some(v), Some(dst)) = (v.get(g * group + k), dst.get(g * group + k))
                     {
                         // SAFETY: j < shard fits the slot (caller's promise).
-                        unsafe {
-                            ptx::st_relaxed_sys_v4_u32(
-                                (*dst as *mut [u32; 4]).add(j),
-                                encode::<T>(*v),
-                            )
-                        };
+                        unsafe { put((*dst as *mut [u32; 4]).add(j), encode::<T>(*v)) };
                     }
                 });
             }
         });
-        j += stride;
-    }
+    };
 
     // Reduce our shard; write it out and store it into our slot of every
     // rank's gather area (ours too, so the gather polls all W alike).
@@ -182,23 +174,35 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
         let mut k = 0;
         while k < W {
             // SAFETY: j < shard fits the slot (caller's promise).
-            unsafe { ptx::st_relaxed_sys_v4_u32((gather_dst[k] as *mut [u32; 4]).add(j), e) };
+            unsafe { put((gather_dst[k] as *mut [u32; 4]).add(j), e) };
             k += 1;
         }
     };
-    // SAFETY: our scatter area's slots hold `shard` vectors (caller's
-    // promise).
-    unsafe {
-        take_each::<W, FORM_LAMPORT_TWO_SHOT>(
-            own_scatter,
-            slot_bytes,
-            tid,
-            stride,
-            shard,
-            p,
-            reduce_share,
-        )
+    let own_scatter_take = |j: usize| {
+        // SAFETY: j < shard lies in every slot of our scatter area
+        // (caller's promise).
+        let raw = unsafe { take::<W, FORM_LAMPORT_TWO_SHOT>(own_scatter, slot_bytes, j, p) };
+        reduce_share(j, raw);
     };
+    // Each round of a thread (vectors `tid`, `tid + stride`, ...) reduces
+    // the previous round's shard vector right after it stored this
+    // round's scatter (v14): the gather stores of a round then leave
+    // while the next round's scatter is still on its way, instead of all
+    // scatter stores first and all gather stores after (issue 34: at 4
+    // ranks the two-shot took the two hops' latency plus both waves'
+    // transfer time, 5 us + 1.5 x bytes / 330 GB/s, from 1 KiB to 16
+    // MiB). With one round per thread nothing changes.
+    let mut j = tid;
+    while j < shard {
+        scatter(j);
+        if j >= tid + stride {
+            own_scatter_take(j - stride);
+        }
+        j += stride;
+    }
+    if j >= tid + stride {
+        own_scatter_take(j - stride);
+    }
 
     // Gather the other shards from our gather area.
     let own_gather = pick(&p.pads, p.rank) + gather_off;
@@ -301,7 +305,7 @@ pub(crate) unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &A
                 // slot holds `c.vecs` vectors.
                 unsafe {
                     let v = load_vec(shard, j, c.n, aligned);
-                    ptx::st_relaxed_sys_v4_u32((*d as *mut [u32; 4]).add(j), encode::<T>(v));
+                    put((*d as *mut [u32; 4]).add(j), encode::<T>(v));
                 }
             }
         });
@@ -354,7 +358,7 @@ pub(crate) unsafe fn lamport_ag<T: Element, const W: usize, const OP: u32>(p: &A
             let e = encode::<T>(load_vec(p.input as *const T, j, c.n, aligned));
             let mut k = 0;
             while k < W {
-                ptx::st_relaxed_sys_v4_u32((dst[k] as *mut [u32; 4]).add(j), e);
+                put((dst[k] as *mut [u32; 4]).add(j), e);
                 k += 1;
             }
         }

@@ -139,6 +139,27 @@ unsafe fn zero_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) {
     }
 }
 
+/// Stores one encoded vector into a slot, on a peer or on this rank: the
+/// one store of every Lamport form (the push, the two-shot's scatter and
+/// gather, the reduce-scatter and the all-gather).
+///
+/// A weak `st.global.v4` (v14; `st.relaxed.sys` before): the data words
+/// are their own flags, each polled with a strong load
+/// (`ld.relaxed.sys`, never from a stale L1 line) until non-zero, and
+/// nothing else is ordered after them, so the stores need no strength of
+/// their own: each 32-bit word lands whole and the poll re-reads until it
+/// does. NCCL's protocols store their data this way too (the flag,
+/// separate, is what they order). Whether it moves more bytes a second
+/// through NVLink than strong stores is what v14 measures (NOTES.md).
+///
+/// # Safety
+/// `dst` must be a valid, 16-byte aligned address of a mapped slot.
+#[inline(always)]
+pub unsafe fn put(dst: *mut [u32; 4], v: [u32; 4]) {
+    // SAFETY: forwarded from the caller.
+    unsafe { ptx::st_global_v4_u32(dst, v) }
+}
+
 /// Loads of its input a thread keeps in flight ahead of the vector it
 /// stores, in the one-shot's push. The loads and stores are `asm!` that
 /// the compiler keeps in order, and a store waits for its load: without
@@ -339,7 +360,7 @@ pub unsafe fn push_slots<T: Element, const W: usize>(
         let mut k = 0;
         while k < W {
             // SAFETY: the slot holds the whole message (caller's promise).
-            unsafe { ptx::st_relaxed_sys_v4_u32((dst[k] as *mut [u32; 4]).add(i), e) };
+            unsafe { put((dst[k] as *mut [u32; 4]).add(i), e) };
             k += 1;
         }
         (v0, v1, v2) = (v1, v2, v3);
