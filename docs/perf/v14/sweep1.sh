@@ -28,7 +28,7 @@ run() { # world, timeout, args...
     timeout $((t + 10)) $B/intranode-run --nproc-per-node $w --failure-wait-secs 10 --timeout $t -- $B/intranode-bench "$@"
 }
 # The table rows of a bench log: bytes algo mean_us x_nccl.
-rows() { grep -E '^\[0\] +[0-9]+ +[a-z-]+ +[a-z-]+ +[0-9.]+/' "$1" | awk '{print $2, $3, $6, $7}'; }
+rows() { grep -E '^\[0\] +[0-9]+ +[a-z+-]+ +[a-z+-]+ +[0-9.]+/' "$1" | awk '{print $2, $3, $6, $7}'; }
 common="bench --ks 16 --graph-only --no-decode --no-skew --calls 3000 --large-calls 500"
 : >$OUT/shapes_w4.txt
 for shape in default 132x64 132x128 132x256 264x128 264x256 528x64 528x128 66x512; do

@@ -25,11 +25,27 @@ fn ops(what: ScatterGather) -> &'static [ReduceOp] {
 }
 
 fn one_type<T: DType + NcclType>(r: &mut Rank, seed: u64, call: &mut u64) -> Result<usize> {
+    shards::<T>(r, seed, call, &SHARDS, true)
+}
+
+/// Shards of `lens` elements, every op (`all_ops`) or the sum alone.
+fn shards<T: DType + NcclType>(
+    r: &mut Rank,
+    seed: u64,
+    call: &mut u64,
+    lens: &[usize],
+    all_ops: bool,
+) -> Result<usize> {
     let (me, world) = (r.rank(), r.world());
     let mut cases = 0;
     for what in [ScatterGather::ReduceScatter, ScatterGather::AllGather] {
-        for &n in &SHARDS {
-            for &op in ops(what) {
+        for &n in lens {
+            let ops = if all_ops {
+                ops(what)
+            } else {
+                &[ReduceOp::Sum][..]
+            };
+            for &op in ops {
                 for forced in [false, true] {
                     if forced && r.comm.intra().is_none() {
                         continue;
@@ -78,5 +94,11 @@ pub fn run(r: &mut Rank, seed: u64) -> Result<usize> {
     let mut cases = one_type::<bf16>(r, seed, &mut call)?;
     cases += one_type::<f16>(r, seed, &mut call)?;
     cases += one_type::<f32>(r, seed, &mut call)?;
+    // A shard past a Lamport slot runs as slot-sized slices, one launch
+    // each (`comm::scatter_gather::shard_slices`): one slot and an odd
+    // tail, bf16 sums only (the slices share every other code path with
+    // the cases above).
+    let slot_elems = intranode::internals::algo::scatter_gather_max_shard_bytes(r.world()) / 2;
+    cases += shards::<bf16>(r, seed, &mut call, &[slot_elems + 13], false)?;
     Ok(cases)
 }
