@@ -8,18 +8,21 @@
 #      the same shapes on base are in run 1 (sweep1.sh, shapes_w4.txt);
 #   3. world 4 reduce-scatter and all-gather, 1-64 MiB, ours / NCCL / auto,
 #      base then new (base sends shards past 8 MiB to NCCL: no ours row);
-#   4. world 2 on GPUs 0,1: base, new (nothing may get slower);
-#   5. correctness of new at world 4: the suite's check for the Lamport
-#      forms (reduced counts) and its reduce-scatter / all-gather checks
-#      (a shard past a slot among them).
+#   4. the push form (v14: push and copy-out in one pass) at world 4,
+#      16 MiB-1 GiB, base then new, NCCL beside;
+#   5. world 2 on GPUs 0,1, 1 KiB-256 MiB (push included): base, new
+#      (nothing may get slower);
+#   6. correctness of new at world 4: the suite's check for the Lamport
+#      forms and push (reduced counts) and its reduce-scatter / all-gather
+#      checks (a shard past a slot among them).
 # Usage, from the repo root:
 #   OUT=DIR [BASE=bundle-base] [NEW=bundle-new] [SHAPES="132x128 ..."] bash docs/perf/v14/perf_run.sh
-# Writes 6 files under $OUT; prints a compact table last. About 7 minutes.
+# Writes 7 files under $OUT; prints a compact table last. About 7-8 minutes.
 set -u
 : "${OUT:?set OUT}"
 BASE=${BASE:-bundle-base}
 NEW=${NEW:-bundle-new}
-SHAPES=${SHAPES:-132x128 132x256 264x128}
+SHAPES=${SHAPES:-132x128 132x256}
 export NCCL_NVLS_ENABLE=0
 unpack() {
     mkdir -p "$2"
@@ -41,7 +44,7 @@ run() { # bin-dir, world, timeout, binary, args...
 }
 # The table rows of a bench log: bytes algo mean_us x_nccl.
 rows() { grep -E '^\[0\] +[0-9]+ +[a-z+-]+ +[a-z+-]+ +[0-9.]+/' "$1" | awk '{print $2, $3, $6, $7}'; }
-common="bench --ks 16 --graph-only --no-decode --no-skew --calls 3000 --large-calls 500"
+common="bench --ks 16 --graph-only --no-decode --no-skew --calls 2000 --large-calls 300"
 mid="$common --algos lamport,lamport-two-shot,nccl,auto --min-bytes 65536 --max-bytes 16777216"
 : >$OUT/mid_w4.txt
 for turn in 1 2; do
@@ -71,20 +74,28 @@ for coll in reduce-scatter all-gather; do
         rows /tmp/sg-$coll-$v.log | sed "s/^/$coll-$v /" >>$OUT/sg_w4.txt
     done
 done
+: >$OUT/push_w4.txt
+for v in base new; do
+    echo "== 4. world 4 push: $v"
+    run $(dir $v) 4 70 intranode-bench $common --algos push,nccl --min-bytes 16777216 \
+        --max-bytes 1073741824 --out /tmp/push-$v >/tmp/push-$v.log 2>&1
+    echo "rc=$?"
+    rows /tmp/push-$v.log | sed "s/^/$v /" >>$OUT/push_w4.txt
+done
 : >$OUT/w2.txt
 for v in base new; do
-    echo "== 4. world 2 (GPUs 0,1): $v"
-    CUDA_VISIBLE_DEVICES=0,1 run $(dir $v) 2 60 intranode-bench $common --symmetric \
-        --algos lamport,lamport-two-shot,nccl,auto --max-bytes 16777216 --out /tmp/w2-$v >/tmp/w2-$v.log 2>&1
+    echo "== 5. world 2 (GPUs 0,1): $v"
+    CUDA_VISIBLE_DEVICES=0,1 run $(dir $v) 2 70 intranode-bench $common \
+        --algos lamport,lamport-two-shot,push,nccl,auto --max-bytes 268435456 --out /tmp/w2-$v >/tmp/w2-$v.log 2>&1
     echo "rc=$?"
     rows /tmp/w2-$v.log | sed "s/^/$v /" >>$OUT/w2.txt
 done
-echo "== 5. correctness of new at world 4"
-INTRANODE_BARRIER_TIMEOUT_MS=5000 run $N 4 110 intranode-suite check --algos lamport,lamport-two-shot,auto \
-    --stress-calls 500 --graph-replays 20 --free-replays 5 >$OUT/check_w4.log 2>&1
+echo "== 6. correctness of new at world 4"
+INTRANODE_BARRIER_TIMEOUT_MS=5000 run $N 4 90 intranode-suite check --algos lamport,lamport-two-shot,push,auto \
+    --stress-calls 300 --graph-replays 10 --free-replays 3 >$OUT/check_w4.log 2>&1
 echo "check rc=$?"
 grep -v "done, last" $OUT/check_w4.log | grep -E "ok|rror|FAIL|wrong|mismatch|panick" | tail -6
-INTRANODE_BARRIER_TIMEOUT_MS=5000 run $N 4 80 intranode-suite check --only-scatter-gather >$OUT/check_sg_w4.log 2>&1
+INTRANODE_BARRIER_TIMEOUT_MS=5000 run $N 4 60 intranode-suite check --only-scatter-gather >$OUT/check_sg_w4.log 2>&1
 echo "check-sg rc=$?"
 grep -v "done, last" $OUT/check_sg_w4.log | grep -E "ok|rror|FAIL|wrong|mismatch|panick" | tail -4
 echo "== summary (mean us, graph of 16; x NCCL where the row has it)"
@@ -94,6 +105,8 @@ echo "-- 2. new two-shot by shape: shape bytes mean"
 awk '{print $1, $2, $4}' $OUT/shapes_new_w4.txt | column -t
 echo "-- 3. scatter/gather: what bytes algo mean x_nccl"
 sort -k1,1 -k2,2n $OUT/sg_w4.txt | column -t
-echo "-- 4. world 2: bytes algo base new"
+echo "-- 4. world 4 push: bytes algo base new"
+awk '{k=$2" "$3; v[k]=v[k]" "$4; if(!(k in o)){o[k]=++n; key[n]=k}} END{for(i=1;i<=n;i++) print key[i] v[key[i]]}' $OUT/push_w4.txt | sort -k1,1n -k2,2 | column -t
+echo "-- 5. world 2: bytes algo base new"
 awk '{k=$2" "$3; v[k]=v[k]" "$4; if(!(k in o)){o[k]=++n; key[n]=k}} END{for(i=1;i<=n;i++) print key[i] v[key[i]]}' $OUT/w2.txt | sort -k1,1n -k2,2 | column -t
 echo "== done"
