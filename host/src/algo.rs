@@ -117,18 +117,14 @@ pub fn scatter_gather_uses_ours(total_bytes: usize, world: usize, crossovers: &C
 }
 
 /// Reduce-scatter and all-gather limits. Ours are the two hops of the
-/// Lamport two-shot, so where not measured apart they take what it takes
-/// (its crossover with NCCL for all-reduces of the same size:
-/// [`default_lamport_two_shot_max_bytes`]). On 4 H100 (2026-11-27,
-/// 46eeda2, `reduce-scatter.log` and `all-gather.log` in the results) ours
-/// led NCCL at every size to 16 MiB (0.77x and 0.69x there), the largest a
-/// single launch took; from v14 larger shards run as slot-sized slices,
-/// predicted at about 0.9x NCCL at 64 MiB (two launches of 32 MiB, each
-/// about twice the 44.8 us of 16 MiB, against NCCL's 192 and 189 us).
+/// Lamport two-shot, so they take what it takes (its crossover with NCCL
+/// for all-reduces of the same size: [`default_lamport_two_shot_max_bytes`]).
+/// On 4 H100 (v14, docs/perf/v14/NOTES.md) ours led NCCL at every size to
+/// 16 MiB (0.77x and 0.69x there); at 64 MiB, as slot-sized slices, the
+/// reduce-scatter was even with it (187.9 us against 192.2) and the
+/// all-gather behind (196.6 against 190.5), so NCCL keeps 64 MiB.
 fn default_scatter_gather_max_bytes() -> [usize; MAX_DEVICES + 1] {
-    let mut x = default_lamport_two_shot_max_bytes();
-    x[4] = 64 << 20;
-    x
+    default_lamport_two_shot_max_bytes()
 }
 
 /// The largest message the push form takes (its kernels index
@@ -148,6 +144,9 @@ pub const fn lamport_two_shot_max_message_bytes(world: usize) -> usize {
 /// on 2 and 4 H200 (docs/PERF_NOTES.md, v9): on 2 GPUs it wins up to 1
 /// MiB (6.31 us against the Lamport two-shot's 7.59, 0.46 x NCCL; at 4
 /// MiB the two are even, 17.56 and 17.50 us), on 4 GPUs up to 256 KiB.
+/// On 4 H100 (v14, docs/perf/v14/NOTES.md) it also won at 512 KiB, in
+/// three runs: 7.78, 7.80, 7.80 us against the two-shot's 7.90, 7.92,
+/// 7.92 (and lost at 1 MiB, 12.5 against 9.7), so 4 ranks take 512 KiB.
 /// Other world sizes were not measured and take 64 KiB, since its traffic
 /// grows with the world size.
 fn default_lamport_max_bytes() -> [usize; MAX_DEVICES + 1] {
@@ -155,7 +154,7 @@ fn default_lamport_max_bytes() -> [usize; MAX_DEVICES + 1] {
     for (world, max) in x.iter_mut().enumerate().skip(2) {
         let measured = match world {
             2 => 1 << 20,
-            4 => 256 << 10,
+            4 => 512 << 10,
             _ => 64 << 10,
         };
         *max = lamport_max_message_bytes(world).min(measured);
@@ -667,8 +666,8 @@ mod tests {
             2,
             &big
         ));
-        assert!(scatter_gather_uses_ours(64 << 20, 4, &x));
-        assert!(!scatter_gather_uses_ours((64 << 20) + 8, 4, &x));
+        assert!(scatter_gather_uses_ours(16 << 20, 4, &x));
+        assert!(!scatter_gather_uses_ours(64 << 20, 4, &x));
         assert!(!scatter_gather_uses_ours(4096, 1, &x));
         assert!(!scatter_gather_uses_ours(4096, MAX_DEVICES + 1, &x));
     }
@@ -701,6 +700,10 @@ mod tests {
         assert_eq!(by_size(4096, 4, fc, 10 * MIB, &x), AllReduceAlgo::Lamport);
         assert_eq!(
             by_size(512 << 10, 4, fc, 10 * MIB, &x),
+            AllReduceAlgo::Lamport
+        );
+        assert_eq!(
+            by_size((512 << 10) + 16, 4, fc, 10 * MIB, &x),
             AllReduceAlgo::LamportTwoShot
         );
         x_lowered_sends_mid_sizes_to_one_shot(&x);

@@ -55,8 +55,8 @@
 //! come out +0.0 (every other value, NaN payloads included, exactly).
 //! Shards larger than a slot run as several calls, each over the same
 //! slice of every shard: `p.shard_stride_elems` then gives the distance
-//! between shards on the side that holds them all (v14, issue 34 item 4:
-//! 64 MiB at 4 ranks, 16 MiB shards against 8 MiB slots).
+//! between shards on the side that holds them all (v14, issue 34 item 4;
+//! at 4 ranks a slot is 8 MiB).
 
 use crate::elem::{Element, load_vec, store_vec};
 use crate::layout::{
@@ -66,7 +66,7 @@ use crate::layout::{
 use crate::prims::grid::{self, unroll};
 use crate::prims::slots::{
     LamportCall, decode, encode, kth_destination, push_slots, put, reduce_slots,
-    slot_on_every_rank, take, take_each,
+    slot_on_every_rank, take_each,
 };
 use crate::sync::pick;
 
@@ -124,7 +124,8 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
     // area. A thread loads its vector of every shard before it stores any
     // (v9: one HBM latency per vector position, not W).
     let dst = slot_on_every_rank::<W>(p, scatter_off, slot_bytes);
-    let scatter = |j: usize| {
+    let mut j = tid;
+    while j < shard {
         let mut v = [[0u32; 4]; W];
         // All loads of a group of ranks in flight before its stores: one
         // group of up to 4 ranks; on more, groups of two (four or eight
@@ -155,7 +156,8 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
                 });
             }
         });
-    };
+        j += stride;
+    }
 
     // Reduce our shard; write it out and store it into our slot of every
     // rank's gather area (ours too, so the gather polls all W alike).
@@ -178,31 +180,19 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
             k += 1;
         }
     };
-    let own_scatter_take = |j: usize| {
-        // SAFETY: j < shard lies in every slot of our scatter area
-        // (caller's promise).
-        let raw = unsafe { take::<W, FORM_LAMPORT_TWO_SHOT>(own_scatter, slot_bytes, j, p) };
-        reduce_share(j, raw);
+    // SAFETY: our scatter area's slots hold `shard` vectors (caller's
+    // promise).
+    unsafe {
+        take_each::<W, FORM_LAMPORT_TWO_SHOT>(
+            own_scatter,
+            slot_bytes,
+            tid,
+            stride,
+            shard,
+            p,
+            reduce_share,
+        )
     };
-    // Each round of a thread (vectors `tid`, `tid + stride`, ...) reduces
-    // the previous round's shard vector right after it stored this
-    // round's scatter (v14): the gather stores of a round then leave
-    // while the next round's scatter is still on its way, instead of all
-    // scatter stores first and all gather stores after (issue 34: at 4
-    // ranks the two-shot took the two hops' latency plus both waves'
-    // transfer time, 5 us + 1.5 x bytes / 330 GB/s, from 1 KiB to 16
-    // MiB). With one round per thread nothing changes.
-    let mut j = tid;
-    while j < shard {
-        scatter(j);
-        if j >= tid + stride {
-            own_scatter_take(j - stride);
-        }
-        j += stride;
-    }
-    if j >= tid + stride {
-        own_scatter_take(j - stride);
-    }
 
     // Gather the other shards from our gather area.
     let own_gather = pick(&p.pads, p.rank) + gather_off;
