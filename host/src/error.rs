@@ -140,9 +140,105 @@ pub enum Error {
     /// NCCL is needed for this call but could not be used.
     #[error("nccl unavailable: {0}")]
     NcclUnavailable(String),
-    /// An NCCL call failed.
-    #[error("nccl {op} failed: {detail}")]
-    Nccl { op: &'static str, detail: String },
+    /// An NCCL call failed with NCCL's result `code` (match on it:
+    /// `Error::Nccl { code: NcclCode::RemoteError, .. }`).
+    #[error("nccl {op} failed on rank {rank}: {code}")]
+    Nccl {
+        /// The NCCL function (`"ncclAllReduce"`, `"ncclGroupEnd"`, ...).
+        op: &'static str,
+        /// The rank that made the call.
+        rank: usize,
+        /// NCCL's result code.
+        code: NcclCode,
+    },
+}
+
+/// NCCL's result code (`ncclResult_t`) of a failed call, as
+/// [`Error::Nccl`] keeps it. `raw()` gives the number NCCL returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NcclCode {
+    /// `ncclUnhandledCudaError` (1): a CUDA call inside NCCL failed.
+    UnhandledCudaError,
+    /// `ncclSystemError` (2): a system call failed (sockets, shared
+    /// memory, `/dev/shm` too small, ...).
+    SystemError,
+    /// `ncclInternalError` (3): an NCCL bug or a corrupted state.
+    InternalError,
+    /// `ncclInvalidArgument` (4): an argument NCCL refused.
+    InvalidArgument,
+    /// `ncclInvalidUsage` (5): a call in the wrong order or state (for
+    /// example two ranks on one GPU).
+    InvalidUsage,
+    /// `ncclRemoteError` (6): a peer failed or went away.
+    RemoteError,
+    /// `ncclInProgress` (7): a non-blocking call has not finished.
+    InProgress,
+    /// `ncclTimeout` (8, NCCL 2.30 and later).
+    Timeout,
+    /// Any other value NCCL returned.
+    Other(u32),
+}
+
+impl NcclCode {
+    /// The code of NCCL's numeric `ncclResult_t`.
+    pub fn from_raw(raw: u32) -> Self {
+        match raw {
+            1 => Self::UnhandledCudaError,
+            2 => Self::SystemError,
+            3 => Self::InternalError,
+            4 => Self::InvalidArgument,
+            5 => Self::InvalidUsage,
+            6 => Self::RemoteError,
+            7 => Self::InProgress,
+            8 => Self::Timeout,
+            other => Self::Other(other),
+        }
+    }
+
+    /// The numeric `ncclResult_t`.
+    pub fn raw(self) -> u32 {
+        match self {
+            Self::UnhandledCudaError => 1,
+            Self::SystemError => 2,
+            Self::InternalError => 3,
+            Self::InvalidArgument => 4,
+            Self::InvalidUsage => 5,
+            Self::RemoteError => 6,
+            Self::InProgress => 7,
+            Self::Timeout => 8,
+            Self::Other(raw) => raw,
+        }
+    }
+
+    /// NCCL's name for the code (`"ncclRemoteError"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::UnhandledCudaError => "ncclUnhandledCudaError",
+            Self::SystemError => "ncclSystemError",
+            Self::InternalError => "ncclInternalError",
+            Self::InvalidArgument => "ncclInvalidArgument",
+            Self::InvalidUsage => "ncclInvalidUsage",
+            Self::RemoteError => "ncclRemoteError",
+            Self::InProgress => "ncclInProgress",
+            Self::Timeout => "ncclTimeout",
+            Self::Other(_) => "unknown ncclResult_t",
+        }
+    }
+}
+
+impl std::fmt::Display for NcclCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.name(), self.raw())
+    }
+}
+
+impl From<&cudarc::nccl::result::NcclError> for NcclCode {
+    fn from(e: &cudarc::nccl::result::NcclError) -> Self {
+        // By number: the enum's variants differ between cudarc's NCCL
+        // versions (`ncclTimeout` only from 2.30), the numbers do not.
+        Self::from_raw(e.0 as u32)
+    }
 }
 
 fn elems_text(elems: Option<usize>) -> String {

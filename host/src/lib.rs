@@ -172,7 +172,7 @@ pub use communicator::{Communicator, Group, RankIndex};
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
 pub use config::CommConfig;
-pub use error::{Error, Result};
+pub use error::{Error, NcclCode, Result};
 pub use setup_times::SetupTimes;
 pub use symmetric::{SymmetricBuffer, SymmetricView, SymmetricViewMut};
 pub use types::{AllReduceAlgo, BroadcastAlgo, DType, ElemType, NormPath, ReduceOp};

@@ -106,9 +106,10 @@ impl<'g> Group<'g> {
     fn not_open_error(&self) -> Option<Error> {
         self.not_open.as_ref().map(|e| match e {
             Error::NcclUnavailable(why) => Error::NcclUnavailable(why.clone()),
-            Error::Nccl { op, detail } => Error::Nccl {
+            Error::Nccl { op, rank, code } => Error::Nccl {
                 op,
-                detail: detail.clone(),
+                rank: *rank,
+                code: *code,
             },
             other => Error::InvalidArgument(format!("the group could not open: {other}")),
         })
@@ -312,11 +313,7 @@ impl Drop for Group<'_> {
     /// (`Drop` never panics).
     fn drop(&mut self) {
         if let Err(e) = self.finish() {
-            let detail = match e {
-                Error::Nccl { detail, .. } => detail,
-                other => other.to_string(),
-            };
-            self.comm.lock_group().end_error = Some(detail);
+            self.comm.lock_group().end_error = Some(e);
         }
     }
 }

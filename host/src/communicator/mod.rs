@@ -111,7 +111,7 @@ pub struct Communicator {
 struct GroupState {
     open: bool,
     /// A dropped group's `ncclGroupEnd` failure, reported once.
-    end_error: Option<String>,
+    end_error: Option<Error>,
 }
 
 /// Count of communicators without an intra-node path that check calls:
@@ -661,10 +661,7 @@ impl Communicator {
 
     fn take_group_end_error(&self) -> Result<()> {
         match self.lock_group().end_error.take() {
-            Some(detail) => Err(Error::Nccl {
-                op: "ncclGroupEnd",
-                detail,
-            }),
+            Some(e) => Err(e),
             None => Ok(()),
         }
     }
