@@ -39,7 +39,10 @@ pub struct Crossovers {
     /// existed get the defaults).
     #[serde(default = "default_lamport_two_shot_max_bytes")]
     pub lamport_two_shot_max_bytes: [usize; MAX_DEVICES + 1],
+    /// Then the one-shot, up to here (per world size).
     pub one_shot_max_bytes: [usize; MAX_DEVICES + 1],
+    /// Then the two-shot, up to here (per world size); above it NCCL,
+    /// or the push form from `push_min_bytes` on.
     pub two_shot_max_bytes: [usize; MAX_DEVICES + 1],
     /// From here on the push form (past the Lamport forms' ranges, which
     /// come first), `usize::MAX` where it never runs by size (files

@@ -56,7 +56,9 @@ impl DebugLevel {
 /// Most blocks and threads per block of one launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaunchShape {
+    /// The most blocks of the grid (fewer where the message needs fewer).
     pub max_blocks: usize,
+    /// Threads per block.
     pub threads: usize,
 }
 
@@ -64,7 +66,9 @@ pub struct LaunchShape {
 /// `None` keeps the measured rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LamportShapes {
+    /// The Lamport one-shot's shape (`lamport=BxT`).
     pub one_shot: Option<LaunchShape>,
+    /// The Lamport two-shot's shape (`lamport-two-shot=BxT`).
     pub two_shot: Option<LaunchShape>,
 }
 
@@ -115,9 +119,14 @@ impl LamportShapes {
 /// buffer and the message (`comm::all_reduce::push_launch`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PushShape {
+    /// The most blocks of a launch (`blocks=`, capped at the SM count).
     pub max_blocks: usize,
+    /// Threads per block (`threads=`).
     pub threads: usize,
+    /// The most bytes per ring slot (`chunk=`), cut to what the
+    /// allocation holds.
     pub max_chunk_bytes: usize,
+    /// Ring slots per block and peer (`slots=`).
     pub slots: usize,
     /// Tiles of lookahead (`kernels_gpu::math::push_lookahead`), 0 for
     /// the default of the slots.

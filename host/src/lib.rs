@@ -79,6 +79,11 @@
 //!   benchmark's stamps and spins), which the production PTX does not
 //!   carry.
 
+// Every public item is documented; CI keeps it so (`cargo xtask doc`).
+// Not under `internals`, the project's own hooks into the machinery,
+// which is not a public API.
+#![cfg_attr(not(feature = "internals"), deny(missing_docs))]
+
 pub mod communicator;
 pub mod config;
 pub mod ddp;
@@ -163,6 +168,10 @@ pub mod internals {
 
 // CUDA-free crates of their own, under their old paths.
 pub use intranode_dist_env as dist_env;
+/// The key-value store the ranks meet through (`intranode-store`):
+/// [`store::connect_env`] connects to the launcher's store, in the
+/// protocol it speaks (`intranode-run`'s, or torchrun's `TCPStore`).
+pub use intranode_store as store;
 
 pub use communicator::{Communicator, Group, RankIndex};
 

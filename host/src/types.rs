@@ -14,8 +14,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ElemType {
+    /// bfloat16 (`half::bf16`).
     Bf16,
+    /// IEEE half precision (`half::f16`).
     F16,
+    /// IEEE single precision.
     F32,
 }
 
@@ -107,10 +110,13 @@ impl DType for f32 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ReduceOp {
+    /// Element-wise sum.
     Sum,
     /// Sum divided by the world size.
     Avg,
+    /// Element-wise minimum.
     Min,
+    /// Element-wise maximum.
     Max,
 }
 

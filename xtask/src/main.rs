@@ -15,7 +15,9 @@
 //!   (`stable::PACKAGED`), each under crates.io's 10 MiB, then a stable
 //!   build and run of a crate that depends on `intranode = "0.1.0"`
 //!   patched to the unpacked packages (`tests/stable-embed`'s program).
-//! - `doc`: `cargo doc -p intranode --no-deps` with warnings denied.
+//! - `doc`: `cargo doc --no-deps` of the published crates (intranode, its
+//!   store, dist-env and ipc) with warnings denied; each denies
+//!   `missing_docs`.
 //! - `check-ptx [--arch sm_90]`: assembles both PTX files with `ptxas -v`
 //!   (fetched from PyPI into `.cache/` when absent) and fails on assembler
 //!   errors, out-of-line calls (`.extern .func`), spills or stack frames,
@@ -253,6 +255,8 @@ fn doc(root: &Path) -> Result<()> {
             "intranode-dist-env",
             "-p",
             "intranode-ipc",
+            "-p",
+            "intranode-store",
             "--no-deps",
             "--locked",
         ];
