@@ -292,6 +292,30 @@ impl ConfigError {
 
 /// Settings of a communicator. [`CommConfig::from_env`] reads every env
 /// switch above; nothing else in the library reads them.
+/// [`Communicator::new`](crate::Communicator::new) reads the environment;
+/// [`Communicator::with_config`](crate::Communicator::with_config) takes
+/// settings made in code.
+///
+/// # Example
+///
+/// ```
+/// use intranode::{AllReduceAlgo, CommConfig};
+///
+/// // The environment's settings (INTRANODE_*), then two changed in code.
+/// let mut config = CommConfig::from_env()?;
+/// config.barrier_timeout_ms = 3_000; // report a peer that hangs after 3 s
+/// config.forced_algo = Some(AllReduceAlgo::Nccl); // every all-reduce on NCCL
+///
+/// // Or the defaults, whatever the environment says.
+/// let defaults = CommConfig {
+///     buffer_bytes: 16 << 20,
+///     ..CommConfig::default()
+/// };
+/// assert!(defaults.enabled);
+/// // Then, on every rank (settings the rendezvous compares must agree):
+/// // let comm = Communicator::with_config(stream, store, rank, world, &config)?;
+/// # Ok::<(), intranode::config::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommConfig {
     /// Whether the fast path may be used at all (`INTRANODE_ENABLE_INTRA_NODE_COMM`).

@@ -11,6 +11,30 @@ use crate::health::HostErrorWord;
 /// the stream's order, so the stream it ran on needs no waiting; another
 /// stream waits with [`Work::wait_on`]. [`Work::synchronize`] also reports
 /// a wait on a peer that ran out.
+///
+/// # Example
+///
+/// All-reduce on the communicator's stream, consume the result on
+/// another one:
+///
+/// ```no_run
+/// # use intranode::{Communicator, dist_env::DistEnv};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let env = DistEnv::from_env()?;
+/// # let store = intranode::store::connect_env(&env)?;
+/// # let stream = intranode::gpu::context(env.local_rank)?.new_stream()?;
+/// # let comm = Communicator::new(stream.clone(), store, env.rank, env.world_size)?;
+/// use cudarc::nccl::ReduceOp;
+///
+/// let mut grads = stream.alloc_zeros::<f32>(1 << 20)?;
+/// let work = comm.all_reduce_in_place(&mut grads, &ReduceOp::Sum)?;
+/// let optimizer = stream.context().new_stream()?;
+/// work.wait_on(&optimizer)?; // `optimizer` now runs after the all-reduce
+/// // ... launch the optimizer step on `optimizer` ...
+/// work.synchronize()?; // or block the host, reporting a peer that never came
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Work {
     stream: Arc<CudaStream>,
