@@ -267,6 +267,15 @@ pub fn check_lock(root: &Path) -> Result<()> {
         .output()
         .with_context(|| format!("starting rustup (the tool chain: {TOOLCHAIN_HINT})"))?;
     if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // rustup's own refusal (RUSTUP_AUTO_INSTALL=0): say so, rather
+        // than blame the lock file.
+        if stderr.contains("is not installed") {
+            bail!(
+                "the tool chain {TOOLCHAIN} is not installed: {TOOLCHAIN_HINT} (.ci/run does)\n{}",
+                stderr.trim_end()
+            );
+        }
         bail!(
             "examples/candle-tp/Cargo.lock does not resolve the example's manifests ({}): \
              refresh it with `cargo update --workspace` in examples/candle-tp\n{}",

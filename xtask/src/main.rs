@@ -48,12 +48,16 @@
 //!   `examples/candle-tp` (candle 0.11 with CUDA, stable Rust) with that
 //!   toolkit; with `--out`, the stripped binary, `libcudart.so.13` and
 //!   `intranode-run` in `DIR`, for a GPU machine.
+//! - `figures [DIR]`: README.md's figure tables made from one dated
+//!   results folder (`docs/perf/results/...`; default: the one the README
+//!   names).
 
 mod bench;
 mod bundle;
 mod candle;
 mod committed;
 mod decode;
+mod figures;
 mod ptxas;
 mod stable;
 
@@ -76,6 +80,9 @@ fn try_main() -> Result<()> {
     if matches!(task.as_str(), "-h" | "--help" | "help") {
         println!("{USAGE}\n\n{HELP}");
         return Ok(());
+    }
+    if task == "figures" {
+        return figures::run(&root()?, rest);
     }
     let opts = Opts::parse(rest)?;
     if !opts.passthrough.is_empty() && task != "bench" && task != "decode" {
@@ -135,7 +142,7 @@ fn try_main() -> Result<()> {
     Ok(())
 }
 
-const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|package|doc|ci|device-bundle|demo|bench|decode|cuda-toolkit|candle-lock|candle-example> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench or decode]";
+const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|package|doc|ci|device-bundle|demo|bench|decode|cuda-toolkit|candle-lock|candle-example|figures> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench or decode]";
 
 /// The tasks, for `--help` (the module docs say more).
 const HELP: &str = "\
@@ -153,7 +160,8 @@ tasks:
   decode                the tensor-parallel decode benchmark (default out: target/decode-out/)
   cuda-toolkit          CUDA 13.0 from PyPI wheels into .cache/
   candle-lock           check examples/candle-tp/Cargo.lock with --locked
-  candle-example        build examples/candle-tp (stable Rust, CUDA toolkit)";
+  candle-example        build examples/candle-tp (stable Rust, CUDA toolkit)
+  figures [DIR]         remake README.md's figure tables from a dated results folder";
 
 #[derive(Debug)]
 struct Opts {

@@ -417,10 +417,15 @@ pub(crate) mod tests {
         assert!(parse(r#"{"format": 99}"#).is_err());
     }
 
-    /// The committed results the README's plot is made from still parse.
+    /// The committed results still parse: the README's plot's (the dated
+    /// folder it names) and the oldest format.
     #[test]
     fn committed_results_parse() {
         let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/perf");
+        let readme =
+            load(&docs.join("results/2026-11-27-h100x4/bench_w4_graph16_1GiB.json")).unwrap();
+        assert_eq!(readme.world, 4);
+        assert_eq!(readme.gpu_short(), Some("H100 80GB HBM3"));
         for world in [2, 4] {
             let file = load(&docs.join(format!("v3_bench_w{world}.json"))).unwrap();
             assert_eq!(file.world, world);
