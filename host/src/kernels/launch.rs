@@ -8,6 +8,7 @@
 use std::ffi::{CString, c_void};
 use std::fmt::Display;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cudarc::driver::{CudaContext, CudaStream, sys};
 use kernels_gpu::layout::{
@@ -30,6 +31,16 @@ use crate::driver_ext;
 // is one (compute capability 9), and `INTRANODE_LAUNCH_OVERLAP=0` turns it
 // off (`config::CommConfig::launch_overlap`).
 use crate::error::{DriverContext, Error, Result};
+
+/// Modules of this process loaded and not (successfully) unloaded: a
+/// handle kept alive by mistake, or an unload that Drop skipped, shows
+/// here (`intranode-suite module-probe`, issue 36).
+static LIVE_MODULES: AtomicUsize = AtomicUsize::new(0);
+
+/// How many kernel modules this process has loaded and not unloaded.
+pub(crate) fn live_modules() -> usize {
+    LIVE_MODULES.load(Ordering::Relaxed)
+}
 
 /// A kernel image (PTX or cubin) loaded into one context, unloaded when
 /// dropped.
@@ -133,6 +144,7 @@ impl Module {
         // SAFETY: the context was made current just above.
         let raw =
             unsafe { driver_ext::module_load_data(&image) }.ctx("cuModuleLoadData", device)?;
+        LIVE_MODULES.fetch_add(1, Ordering::Relaxed);
         Ok(Module {
             ctx: ctx.clone(),
             raw,
@@ -153,6 +165,7 @@ impl Module {
         // against it in CI) that outlives the call.
         let raw = unsafe { driver_ext::module_load_image(image) }
             .ctx("cuModuleLoadData(cubin)", device)?;
+        LIVE_MODULES.fetch_add(1, Ordering::Relaxed);
         Ok(Module {
             ctx: ctx.clone(),
             raw,
@@ -259,8 +272,11 @@ impl Drop for Module {
         if crate::error::sync_for_drop(&self.ctx, "cuCtxSetCurrent before cuModuleUnload") {
             // SAFETY: loaded in `load`, unloaded only here; the context is
             // current and idle (just synchronized).
-            if let Err(e) = unsafe { driver_ext::module_unload(self.raw) } {
-                crate::error::record_drop_error(&self.ctx, "cuModuleUnload", e);
+            match unsafe { driver_ext::module_unload(self.raw) } {
+                Ok(()) => {
+                    LIVE_MODULES.fetch_sub(1, Ordering::Relaxed);
+                }
+                Err(e) => crate::error::record_drop_error(&self.ctx, "cuModuleUnload", e),
             }
         }
     }

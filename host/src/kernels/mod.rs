@@ -88,6 +88,25 @@ pub fn ptx() -> Result<String> {
     String::from_utf8(bytes).map_err(|_| Error::KernelImage("the embedded PTX is not UTF-8".into()))
 }
 
+/// The production kernels' machine code for [`CUBIN_ARCH`] (the ELF image
+/// [`KernelModule`] loads where the device runs it), unpacked; an error
+/// where none is embedded (the PTX was built from source).
+pub fn cubin() -> Result<Vec<u8>> {
+    if CUBIN_IMAGE.is_empty() {
+        return Err(Error::KernelImage(
+            "this build embeds no cubin (the PTX was built from source)".into(),
+        ));
+    }
+    unpack(CUBIN_IMAGE, "the embedded cubin")
+}
+
+/// How many kernel modules (production and test) this process has loaded
+/// and not unloaded: what a handle kept alive by mistake, or an unload
+/// skipped in Drop, leaves.
+pub fn live_modules() -> usize {
+    launch::live_modules()
+}
+
 /// Kernel entry points (`.visible .entry NAME(`) declared in a PTX text.
 pub fn entry_names(ptx: &str) -> Vec<&str> {
     ptx.lines()
