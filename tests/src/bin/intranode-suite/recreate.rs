@@ -48,6 +48,39 @@ pub struct RecreateArgs {
 /// One create/drop cycle of a part of a communicator.
 type PieceCycle<'a> = dyn Fn(&mut Proc) -> Result<()> + 'a;
 
+/// Where each open descriptor points (`/proc/self/fd`): a growth is named
+/// by what the new descriptors are (a socket, `/dev/nvidia*`, an eventfd).
+fn fd_targets() -> std::collections::BTreeMap<String, String> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Default::default();
+    };
+    dir.flatten()
+        .map(|e| {
+            let target = std::fs::read_link(e.path())
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|err| format!("({err})"));
+            (e.file_name().to_string_lossy().into_owned(), target)
+        })
+        .collect()
+}
+
+/// The descriptors open in `after` and not in `before`, with their targets.
+fn new_fds(
+    before: &std::collections::BTreeMap<String, String>,
+    after: &std::collections::BTreeMap<String, String>,
+) -> String {
+    let new: Vec<String> = after
+        .iter()
+        .filter(|(fd, target)| before.get(*fd) != Some(*target))
+        .map(|(fd, target)| format!("{fd} -> {target}"))
+        .collect();
+    if new.is_empty() {
+        "none".into()
+    } else {
+        new.join(", ")
+    }
+}
+
 /// What a process holds at one moment.
 #[derive(Clone, Copy, Debug)]
 struct Held {
@@ -122,6 +155,7 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
             cycle(&mut p).with_context(|| format!("{name}: warm-up"))?;
             p.store_barrier()?;
             let before = Held::now(&p, name)?;
+            let fds_before = fd_targets();
             for i in 0..args.pieces {
                 cycle(&mut p).with_context(|| format!("{name}: cycle {i}"))?;
             }
@@ -134,6 +168,12 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
                 args.pieces,
                 mib / args.pieces as f64,
             );
+            if fds != 0 {
+                println!(
+                    "recreate rank {rank}: {name} alone: new fds: {}",
+                    new_fds(&fds_before, &fd_targets())
+                );
+            }
         }
     }
 
