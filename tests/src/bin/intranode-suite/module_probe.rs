@@ -24,6 +24,10 @@
 //! - `library`: the cubin through the context-independent library API
 //!   (`cuLibraryLoadData`, `cuLibraryGetKernel` + `cuKernelGetFunction`
 //!   for every kernel, `cuLibraryUnload`).
+//! - `nvml-raw`: `Nvml::init` + drop (`nvmlInit`/`nvmlShutdown`), the open
+//!   descriptors before and after (the bare communicator's fd a cycle).
+//! - `nvml-mesh`: `topology::nvl_mesh_from_nvml` (what a rendezvous asks),
+//!   descriptors before and after.
 //! - `ptx`: `--ptx FILE` (the committed PTX, unzipped) through
 //!   `cuModuleLoadData` + every kernel resolved, `--ptx-cycles` times (the
 //!   driver JIT compiles the first, its cache serves the rest).
@@ -59,7 +63,7 @@ pub struct ModuleProbeArgs {
     pub ptx_cycles: usize,
 }
 
-const ALL_PARTS: [&str; 11] = [
+const ALL_PARTS: [&str; 13] = [
     "control",
     "cudarc",
     "cudarc-resolve",
@@ -70,6 +74,8 @@ const ALL_PARTS: [&str; 11] = [
     "small",
     "hold",
     "library",
+    "nvml-raw",
+    "nvml-mesh",
     "ptx",
 ];
 
@@ -226,6 +232,26 @@ fn part(
         warm_s,
     );
     Ok(lost)
+}
+
+/// A part that counts open descriptors instead of device memory.
+fn fd_part(name: &str, cycles: usize, mut cycle: impl FnMut() -> Result<()>) -> Result<()> {
+    cycle().with_context(|| format!("{name}: warm-up"))?;
+    let before = intranode_tests::open_fd_count()?;
+    let mut steps = Vec::with_capacity(cycles);
+    let mut last = before;
+    for i in 0..cycles {
+        cycle().with_context(|| format!("{name}: cycle {i}"))?;
+        let now = intranode_tests::open_fd_count()?;
+        steps.push(format!("{:+}", now as i64 - last as i64));
+        last = now;
+    }
+    println!(
+        "module-probe: {name:<21} {cycles} cycles: fds {before} -> {last} ({:+}; per cycle [{}])",
+        last as i64 - before as i64,
+        steps.join(" ")
+    );
+    Ok(())
 }
 
 pub fn run(args: &ModuleProbeArgs) -> Result<()> {
@@ -386,6 +412,22 @@ pub fn run(args: &ModuleProbeArgs) -> Result<()> {
                 let r = unsafe { sys::cuLibraryUnload(lib) };
                 check(r, "cuLibraryUnload")
             })?,
+            "nvml-raw" => {
+                fd_part(p, n, || {
+                    let nvml = nvml_wrapper::Nvml::init()?;
+                    nvml.device_count()?;
+                    drop(nvml);
+                    Ok(())
+                })?;
+                0.0
+            }
+            "nvml-mesh" => {
+                fd_part(p, n, || {
+                    intranode::topology::nvl_mesh_from_nvml(&[]);
+                    Ok(())
+                })?;
+                0.0
+            }
             "ptx" => {
                 let Some(path) = &args.ptx else {
                     println!("module-probe: ptx skipped: no --ptx FILE");
