@@ -421,6 +421,15 @@ pub(crate) mod tests {
     #[test]
     fn committed_results_parse() {
         let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/perf");
+        if !docs.is_dir() {
+            // A test executable run away from its checkout (the device
+            // bundle's run-tests.sh): the committed files are not there.
+            eprintln!(
+                "skipped: no source tree at {} (run outside the checkout)",
+                docs.display()
+            );
+            return;
+        }
         for world in [2, 4] {
             let file = load(&docs.join(format!("v3_bench_w{world}.json"))).unwrap();
             assert_eq!(file.world, world);
