@@ -48,6 +48,10 @@ pub(crate) fn live_modules() -> usize {
 pub(crate) struct Module {
     ctx: Arc<CudaContext>,
     raw: sys::CUmodule,
+    /// Whether dropping it unloads it: not for the production kernels,
+    /// kept loaded for their context's life (NOTE [kept kernels] in
+    /// `kernels/mod.rs`).
+    unload: bool,
 }
 
 // SAFETY: a CUmodule and its CUfunctions are context-wide handles that the
@@ -148,6 +152,7 @@ impl Module {
         Ok(Module {
             ctx: ctx.clone(),
             raw,
+            unload: true,
         })
     }
 
@@ -169,12 +174,33 @@ impl Module {
         Ok(Module {
             ctx: ctx.clone(),
             raw,
+            unload: true,
         })
     }
 
     /// The context the module lives in.
     pub(crate) fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
+    }
+
+    /// Keeps the module loaded when this handle drops; its raw handle, for
+    /// [`Module::kept`].
+    pub(crate) fn keep(&mut self) -> sys::CUmodule {
+        self.unload = false;
+        self.raw
+    }
+
+    /// A handle on `raw`, a module kept loaded in `ctx` ([`Module::keep`]);
+    /// dropping it leaves the module loaded.
+    ///
+    /// # Safety
+    /// `raw` must be a module loaded into `ctx` and kept (never unloaded).
+    pub(crate) unsafe fn kept(ctx: &Arc<CudaContext>, raw: sys::CUmodule) -> Self {
+        Module {
+            ctx: ctx.clone(),
+            raw,
+            unload: false,
+        }
     }
 
     /// The entry points `names`, in order: the table a module type
@@ -266,6 +292,10 @@ impl Module {
 
 impl Drop for Module {
     fn drop(&mut self) {
+        if !self.unload {
+            // Kept for the context's life (NOTE [kept kernels]).
+            return;
+        }
         // NOTE [drop errors] in `error.rs`. Kernels already enqueued keep
         // running from the module's code: wait for them first (an error
         // recorded earlier must not skip the wait, nor the unload).

@@ -114,7 +114,7 @@ fn die(rank: usize, phase: Phase) -> Result<()> {
 /// fresh stream and checks what comes back: the context survived.
 pub fn context_works(ctx: &Arc<CudaContext>) -> Result<String> {
     let stream = ctx.new_stream().context("new stream")?;
-    let module = KernelModule::load(ctx).context("loading the kernels again")?;
+    let module = KernelModule::load_unshared(ctx).context("loading the kernels again")?;
     let n = (1usize << 16) + 3;
     let a: Vec<f32> = (0..n).map(|i| (i % 97) as f32).collect();
     let b: Vec<f32> = (0..n).map(|i| (i % 13) as f32 * 0.5).collect();

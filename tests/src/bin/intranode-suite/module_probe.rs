@@ -15,7 +15,10 @@
 //! - `cudarc-resolve`: the same, every kernel resolved (`get_function`).
 //! - `sys`: `cuModuleLoadData` / `cuModuleUnload` through `cudarc::driver::sys`.
 //! - `sys-resolve`: the same, every kernel resolved.
-//! - `kernel-module`: `KernelModule::load` + drop (what a communicator does).
+//! - `kernel-module`: `KernelModule::load` + drop (what a communicator
+//!   does: the kernels kept for the context's life, NOTE [kept kernels]).
+//! - `kernel-module-unshared`: `KernelModule::load_unshared` + drop (a
+//!   module of its own, unloaded on drop: what every communicator did).
 //! - `kernel-module-launch`: the same with one `add` launched and finished.
 //! - `small`: the test kernels' PTX (35 KB, 20-odd kernels) through
 //!   `TestKernelModule` (does the loss scale with the image?).
@@ -63,13 +66,14 @@ pub struct ModuleProbeArgs {
     pub ptx_cycles: usize,
 }
 
-const ALL_PARTS: [&str; 13] = [
+const ALL_PARTS: [&str; 14] = [
     "control",
     "cudarc",
     "cudarc-resolve",
     "sys",
     "sys-resolve",
     "kernel-module",
+    "kernel-module-unshared",
     "kernel-module-launch",
     "small",
     "hold",
@@ -336,6 +340,10 @@ pub fn run(args: &ModuleProbeArgs) -> Result<()> {
             })?,
             "kernel-module" => part(&ctx, p, n, || {
                 drop(KernelModule::load(&ctx)?);
+                Ok(())
+            })?,
+            "kernel-module-unshared" => part(&ctx, p, n, || {
+                drop(KernelModule::load_unshared(&ctx)?);
                 Ok(())
             })?,
             "kernel-module-launch" => part(&ctx, p, n, || {
