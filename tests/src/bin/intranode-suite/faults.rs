@@ -175,6 +175,8 @@ pub fn run(args: &FaultArgs) -> Result<()> {
     if matches!(args.phase, Phase::Skip | Phase::Late) {
         return straggler(&mut p, args, algo, &config, victim);
     }
+    // Where the clock started, for the verdict's text.
+    let mut clock = String::new();
     let (err, waited, bound, comm) = match args.phase {
         Phase::Rendezvous => {
             if rank == victim {
@@ -247,6 +249,15 @@ pub fn run(args: &FaultArgs) -> Result<()> {
                 Err(e) => e,
             };
             let from = wait_began(start, reached, reported_at, bound);
+            clock = format!(
+                " (measured from {}; {:.3} s after the calls began to be queued)",
+                if from == start {
+                    "the start of the queueing"
+                } else {
+                    "where the stream reached the first call the victim never made"
+                },
+                (reported_at - start).as_secs_f64()
+            );
             (err, reported_at - from, bound, Some(comm))
         }
     };
@@ -266,7 +277,7 @@ pub fn run(args: &FaultArgs) -> Result<()> {
     };
     if waited > bound + slack {
         bail!(
-            "faults rank {rank}: FAIL {}: the error came after {:.3} s, beyond the bound of {:.3} s + {} ms",
+            "faults rank {rank}: FAIL {}: the error came after {:.3} s{clock}, beyond the bound of {:.3} s + {} ms",
             args.phase.name(),
             waited.as_secs_f64(),
             bound.as_secs_f64(),
@@ -284,7 +295,7 @@ pub fn run(args: &FaultArgs) -> Result<()> {
     let context = context_works(&p.ctx)
         .map_err(|e| anyhow::anyhow!("faults rank {rank}: FAIL: after the fault: {e:#}"))?;
     println!(
-        "faults rank {rank}: PASS {} victim {victim}: error after {:.3} s (bound {:.3} s): {err}; {context}",
+        "faults rank {rank}: PASS {} victim {victim}: error after {:.3} s{clock} (bound {:.3} s): {err}; {context}",
         args.phase.name(),
         waited.as_secs_f64(),
         bound.as_secs_f64()
