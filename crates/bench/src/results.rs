@@ -422,6 +422,15 @@ pub(crate) mod tests {
     #[test]
     fn committed_results_parse() {
         let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/perf");
+        if !docs.is_dir() {
+            // A test executable run away from its checkout (the device
+            // bundle's run-tests.sh): the committed files are not there.
+            eprintln!(
+                "skipped: no source tree at {} (run outside the checkout)",
+                docs.display()
+            );
+            return;
+        }
         let readme =
             load(&docs.join("results/2026-11-27-h100x4/bench_w4_graph16_1GiB.json")).unwrap();
         assert_eq!(readme.world, 4);

@@ -8,6 +8,7 @@
 use std::ffi::{CString, c_void};
 use std::fmt::Display;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cudarc::driver::{CudaContext, CudaStream, sys};
 use kernels_gpu::layout::{
@@ -31,12 +32,26 @@ use crate::driver_ext;
 // off (`config::CommConfig::launch_overlap`).
 use crate::error::{DriverContext, Error, Result};
 
+/// Modules of this process loaded and not (successfully) unloaded: a
+/// handle kept alive by mistake, or an unload that Drop skipped, shows
+/// here (`intranode-suite module-probe`, issue 36).
+static LIVE_MODULES: AtomicUsize = AtomicUsize::new(0);
+
+/// How many kernel modules this process has loaded and not unloaded.
+pub(crate) fn live_modules() -> usize {
+    LIVE_MODULES.load(Ordering::Relaxed)
+}
+
 /// A kernel image (PTX or cubin) loaded into one context, unloaded when
 /// dropped.
 #[derive(Debug)]
 pub(crate) struct Module {
     ctx: Arc<CudaContext>,
     raw: sys::CUmodule,
+    /// Whether dropping it unloads it: not for the production kernels,
+    /// kept loaded for their context's life (NOTE [kept kernels] in
+    /// `kernels/mod.rs`).
+    unload: bool,
 }
 
 // SAFETY: a CUmodule and its CUfunctions are context-wide handles that the
@@ -133,9 +148,11 @@ impl Module {
         // SAFETY: the context was made current just above.
         let raw =
             unsafe { driver_ext::module_load_data(&image) }.ctx("cuModuleLoadData", device)?;
+        LIVE_MODULES.fetch_add(1, Ordering::Relaxed);
         Ok(Module {
             ctx: ctx.clone(),
             raw,
+            unload: true,
         })
     }
 
@@ -153,15 +170,37 @@ impl Module {
         // against it in CI) that outlives the call.
         let raw = unsafe { driver_ext::module_load_image(image) }
             .ctx("cuModuleLoadData(cubin)", device)?;
+        LIVE_MODULES.fetch_add(1, Ordering::Relaxed);
         Ok(Module {
             ctx: ctx.clone(),
             raw,
+            unload: true,
         })
     }
 
     /// The context the module lives in.
     pub(crate) fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
+    }
+
+    /// Keeps the module loaded when this handle drops; its raw handle, for
+    /// [`Module::kept`].
+    pub(crate) fn keep(&mut self) -> sys::CUmodule {
+        self.unload = false;
+        self.raw
+    }
+
+    /// A handle on `raw`, a module kept loaded in `ctx` ([`Module::keep`]);
+    /// dropping it leaves the module loaded.
+    ///
+    /// # Safety
+    /// `raw` must be a module loaded into `ctx` and kept (never unloaded).
+    pub(crate) unsafe fn kept(ctx: &Arc<CudaContext>, raw: sys::CUmodule) -> Self {
+        Module {
+            ctx: ctx.clone(),
+            raw,
+            unload: false,
+        }
     }
 
     /// The entry points `names`, in order: the table a module type
@@ -253,14 +292,21 @@ impl Module {
 
 impl Drop for Module {
     fn drop(&mut self) {
+        if !self.unload {
+            // Kept for the context's life (NOTE [kept kernels]).
+            return;
+        }
         // NOTE [drop errors] in `error.rs`. Kernels already enqueued keep
         // running from the module's code: wait for them first (an error
         // recorded earlier must not skip the wait, nor the unload).
         if crate::error::sync_for_drop(&self.ctx, "cuCtxSetCurrent before cuModuleUnload") {
             // SAFETY: loaded in `load`, unloaded only here; the context is
             // current and idle (just synchronized).
-            if let Err(e) = unsafe { driver_ext::module_unload(self.raw) } {
-                crate::error::record_drop_error(&self.ctx, "cuModuleUnload", e);
+            match unsafe { driver_ext::module_unload(self.raw) } {
+                Ok(()) => {
+                    LIVE_MODULES.fetch_sub(1, Ordering::Relaxed);
+                }
+                Err(e) => crate::error::record_drop_error(&self.ctx, "cuModuleUnload", e),
             }
         }
     }

@@ -390,6 +390,15 @@ mod tests {
     #[test]
     fn stamp_covers_the_kernel_sources() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..");
+        if !root.join("kernels-gpu").is_dir() {
+            // A test executable run away from its checkout (the device
+            // bundle's run-tests.sh): there are no sources to stamp.
+            eprintln!(
+                "skipped: no source tree at {} (run outside the checkout)",
+                root.display()
+            );
+            return;
+        }
         let stamp = source_stamp(&root).expect("workspace sources readable");
         assert!(
             stamp.starts_with("fnv1a64:") && stamp.len() == 8 + 16,
