@@ -316,7 +316,12 @@ fn report(cfg: &Config, args: &Args, world: usize, modes: &[Mode], window_secs: 
         for w in 0..args.windows {
             let row: Vec<String> = window_secs
                 .iter()
-                .map(|s| format!("{:>12.1}", tokens as f64 / s[w]))
+                .map(|s| {
+                    format!(
+                        "{:>12.1}",
+                        s.get(w).map_or(f64::NAN, |&x| tokens as f64 / x)
+                    )
+                })
                 .collect();
             println!("{w:>6}            {}", row.join(" "));
         }
