@@ -16,7 +16,14 @@
 set -u
 : "${OUT:?set OUT}"
 export NCCL_NVLS_ENABLE=0 INTRANODE_REQUIRE_GPUS=8
-D=$(sh bundle/unpack.sh /tmp/eight-gpus) || exit 1
+# The bundle's gzipped binaries (a whole `device-bundle` or only the
+# ones used here), unpacked.
+D=/tmp/eight-gpus
+mkdir -p "$D"
+for f in bundle/*.gz; do
+    n=$(basename "$f" .gz)
+    gzip -dc "$f" >"$D/$n" && chmod +x "$D/$n" || exit 1
+done
 T=$(mktemp -d)
 { nvidia-smi -L; nvidia-smi topo -m; } >"$OUT/topo.txt" 2>&1
 head -8 "$OUT/topo.txt"

@@ -24,7 +24,14 @@ export NCCL_NVLS_ENABLE=0 INTRANODE_REQUIRE_GPUS=4 INTRANODE_ALLOW_OVERLAPPING_D
 # barrier one rank skips on purpose) waits it out once.
 export INTRANODE_BARRIER_TIMEOUT_MS=5000
 GPUS=${GPUS:-0,0,1,1,2,2,3,3}
-D=$(sh bundle/unpack.sh /tmp/v14-eight) || exit 1
+# The bundle's gzipped binaries (a whole `device-bundle` or only the
+# ones used here), unpacked.
+D=/tmp/v14-eight
+mkdir -p "$D"
+for f in bundle/*.gz; do
+    n=$(basename "$f" .gz)
+    gzip -dc "$f" >"$D/$n" && chmod +x "$D/$n" || exit 1
+done
 nvidia-smi -L
 echo "== intranode-suite check --require-forms, world 8 on GPUs $GPUS"
 timeout 280 "$D/intranode-run" --nproc-per-node 8 --gpus "$GPUS" --failure-wait-secs 10 --timeout 270 -- \
