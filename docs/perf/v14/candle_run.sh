@@ -25,7 +25,7 @@ echo "rc=$?"
 echo "== TP2 (GPUs 0,1)"
 CUDA_VISIBLE_DEVICES=0,1 timeout 220 examples/candle-tp/device-run.sh "$B" 2 "${args[@]}" >>"$OUT/run.log" 2>&1
 echo "rc=$?"
-for f in "$OUT"/w4_b*.txt "$OUT"/w2_b*.txt; do
+for f in "$OUT"/w{4,2}_b{1,8,32}.txt; do
     [ -f "$f" ] || continue
     echo "== $(basename "$f" .txt)"
     grep -E "^\[0\] ([0-9]+ windows of|candle-tp:|back-end|intranode|nccl|none)" "$f" | head -12
