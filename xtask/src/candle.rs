@@ -311,7 +311,10 @@ fn stats_tests(root: &Path) -> Result<()> {
         .status()
         .with_context(|| format!("starting rustup (the tool chain: {TOOLCHAIN_HINT})"))?;
     if !status.success() {
-        bail!("compiling the tests of {} failed ({status})", source.display());
+        bail!(
+            "compiling the tests of {} failed ({status})",
+            source.display()
+        );
     }
     let status = Command::new(&bin)
         .status()

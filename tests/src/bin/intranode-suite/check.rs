@@ -626,7 +626,11 @@ pub fn run(args: &CheckArgs) -> Result<()> {
             "check rank {}: every form checked, {group}: all-reduce {} (sweep, back to back, graph{}, symmetric buffers), reduce-scatter and all-gather forced onto ours, fused all-reduce + residual + RMSNorm ({} fused calls)",
             r.rank(),
             FORMS.map(AllReduceAlgo::name).join(", "),
-            if args.free_replays > 0 { ", free-running" } else { "" },
+            if args.free_replays > 0 {
+                ", free-running"
+            } else {
+                ""
+            },
             norm_fused
         );
     }
