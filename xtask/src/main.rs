@@ -43,7 +43,8 @@
 //!   build use it.
 //! - `candle-lock`: checks that `examples/candle-tp/Cargo.lock` resolves
 //!   the example's manifests with `--locked`, without building candle
-//!   (fetches candle-core into `.cache/` once).
+//!   (fetches candle-core into `.cache/` once), and runs the unit tests of
+//!   its timing statistics (`src/stats.rs`, std only, `rustc --test`).
 //! - `candle-example [--out DIR]`: the release build of
 //!   `examples/candle-tp` (candle 0.11 with CUDA, stable Rust) with that
 //!   toolkit; with `--out`, the stripped binary, `libcudart.so.13` and
@@ -159,7 +160,7 @@ tasks:
   bench                 the full benchmark (default out: target/bench-out/)
   decode                the tensor-parallel decode benchmark (default out: target/decode-out/)
   cuda-toolkit          CUDA 13.0 from PyPI wheels into .cache/
-  candle-lock           check examples/candle-tp/Cargo.lock with --locked
+  candle-lock           check examples/candle-tp/Cargo.lock with --locked, test its stats.rs
   candle-example        build examples/candle-tp (stable Rust, CUDA toolkit)
   figures [DIR]         remake README.md's figure tables from a dated results folder";
 
