@@ -218,7 +218,8 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
                 let mut die = faults("all-reduce", victim, &extra);
                 die.name = format!("{} ({size})", die.name);
                 cases.push(die);
-                let mut skip = straggler("skip", n - 1 - victim, algo, &extra);
+                // `straggler` names the form itself: only the size here.
+                let mut skip = straggler("skip", n - 1 - victim, algo, &extra[2..]);
                 skip.name = format!("{} ({size})", skip.name);
                 cases.push(skip);
             }
