@@ -20,6 +20,7 @@ use half::bf16;
 use intranode::ReduceOp;
 use intranode::internals::algo::{AllReduceAlgo, Crossovers};
 use intranode_harness::data;
+use intranode_harness::free::median;
 use intranode_harness::progress::Progress;
 use intranode_harness::rank::Rank;
 
@@ -150,11 +151,6 @@ pub(crate) fn sizes(args: &BenchArgs) -> Vec<usize> {
     v
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Calls per timed sample: enough that launch gaps and event resolution
 /// stay small against the total.
 fn calls_per_sample(bytes: usize) -> usize {
@@ -232,7 +228,7 @@ fn measure(
         end.synchronize()?;
         samples.push(start.elapsed_ms(&end)? as f64 * 1000.0 / k as f64);
     }
-    let graph_us = median(samples);
+    let graph_us = median(samples).context("no timed repeats")?;
     drop(graph);
 
     // Eager: the same calls launched one by one from the host.
@@ -256,8 +252,8 @@ fn measure(
             end.synchronize()?;
             dev.push(start.elapsed_ms(&end)? as f64 * 1000.0 / k as f64);
         }
-        eager_us = Some(median(dev));
-        eager_host_us = Some(median(host));
+        eager_us = median(dev);
+        eager_host_us = median(host);
     }
     Ok(Measured {
         graph_us,
