@@ -460,8 +460,11 @@ pub(crate) fn write_files(file: &BenchFile, out: &Path) -> Result<PathBuf> {
     let json = stem.with_extension("json");
     std::fs::write(&json, serde_json::to_string_pretty(file)?)
         .with_context(|| format!("writing {}", json.display()))?;
-    let csv = stem.with_extension("csv");
-    std::fs::write(&csv, file.csv()).with_context(|| format!("writing {}", csv.display()))?;
+    let csv_path = stem.with_extension("csv");
+    std::fs::File::create(&csv_path)
+        .map_err(csv::Error::from)
+        .and_then(|f| file.write_csv(f))
+        .with_context(|| format!("writing {}", csv_path.display()))?;
     let png_path = stem.with_extension("png");
     let png = crate::plot::render_png(std::slice::from_ref(file), None)?;
     std::fs::write(&png_path, png).with_context(|| format!("writing {}", png_path.display()))?;
