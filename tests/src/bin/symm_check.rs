@@ -35,7 +35,7 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, anyhow, bail, ensure};
 use clap::Parser;
 use cudarc::driver::{CudaContext, result};
 use intranode::config::CommConfig;
@@ -91,7 +91,8 @@ fn main() -> ExitCode {
 fn try_main() -> Result<ExitCode> {
     // try_parse: a bad command line fails with exit 1 like any other
     // failure (clap would exit 2, which means "unsupported" here).
-    let args = Args::try_parse()?;
+    // clap's message already names the cause: no source chain after it.
+    let args = Args::try_parse().map_err(|e| anyhow!("{e}"))?;
     let env = DistEnv::from_env().context("reading the launcher's environment")?;
     let (rank, world) = (env.rank, env.world_size);
     let who = format!("symm_check rank {rank}/{world}");
