@@ -66,6 +66,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use clap::Parser;
 use ptx_builder::KernelSet;
 
 fn main() {
@@ -76,23 +77,23 @@ fn main() {
 }
 
 fn try_main() -> Result<()> {
+    // `figures [DIR]` takes a positional folder the other tasks do not:
+    // it is dispatched before the common options are parsed.
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (task, rest) = args.split_first().context(USAGE)?;
-    if matches!(task.as_str(), "-h" | "--help" | "help") {
-        println!("{USAGE}\n\n{HELP}");
-        return Ok(());
-    }
-    if task == "figures" {
+    if let Some((task, rest)) = args.split_first()
+        && task == "figures"
+    {
         return figures::run(&root()?, rest);
     }
-    let opts = Opts::parse(rest)?;
+    let opts = Opts::parse();
+    let task = opts.task.as_str();
     if !opts.passthrough.is_empty() && task != "bench" && task != "decode" {
         bail!("only `bench` and `decode` take arguments after `--`\n{USAGE}");
     }
     if opts.write && (task != "build-ptx" || opts.out.is_some()) {
         bail!("--write belongs to `build-ptx` alone (it writes host/ptx/)\n{USAGE}");
     }
-    match task.as_str() {
+    match task {
         "build-ptx" if opts.write => {
             for path in committed::write(&root()?)? {
                 println!("{}", path.display());
@@ -164,36 +165,30 @@ tasks:
   candle-example        build examples/candle-tp (stable Rust, CUDA toolkit)
   figures [DIR]         remake README.md's figure tables from a dated results folder";
 
-#[derive(Debug)]
+// The command line: a task and the options some tasks take. The task is a
+// string matched in `try_main`, which refuses names it does not know.
+#[derive(Debug, Parser)]
+#[command(
+    bin_name = "cargo xtask",
+    about = "intranode's build tasks (xtask/src/main.rs says more)",
+    after_help = HELP
+)]
 struct Opts {
+    /// What to do (the list below).
+    task: String,
+    /// The architecture of the kernels built and checked.
+    #[arg(long, default_value = ptx_builder::DEFAULT_ARCH)]
     arch: String,
+    /// Where the task writes (build-ptx, device-bundle, bench, decode,
+    /// candle-example).
+    #[arg(long)]
     out: Option<PathBuf>,
     /// `build-ptx --write`: regenerate the committed PTX.
+    #[arg(long)]
     write: bool,
     /// What follows `--`, handed to `intranode-bench bench` or `decode`.
+    #[arg(last = true)]
     passthrough: Vec<String>,
-}
-
-impl Opts {
-    fn parse(args: &[String]) -> Result<Self> {
-        let mut opts = Opts {
-            arch: ptx_builder::DEFAULT_ARCH.to_owned(),
-            out: None,
-            write: false,
-            passthrough: Vec::new(),
-        };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            match a.as_str() {
-                "--arch" => opts.arch = it.next().context("--arch needs a value")?.clone(),
-                "--out" => opts.out = Some(it.next().context("--out needs a value")?.into()),
-                "--write" => opts.write = true,
-                "--" => opts.passthrough = it.by_ref().cloned().collect(),
-                other => bail!("unknown option {other:?}\n{USAGE}"),
-            }
-        }
-        Ok(opts)
-    }
 }
 
 /// The workspace root, from this crate's manifest directory.
@@ -496,4 +491,26 @@ fn build_launcher_and_bench(root: &Path) -> Result<()> {
             "intranode-bench",
         ],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::Opts;
+
+    #[test]
+    fn the_command_line_parses() {
+        Opts::command().debug_assert();
+        let o = Opts::try_parse_from(["xtask", "bench", "--out", "d", "--", "--sizes", "1"])
+            .expect("bench with passthrough");
+        assert_eq!(o.task, "bench");
+        assert_eq!(o.arch, ptx_builder::DEFAULT_ARCH);
+        assert_eq!(o.out.as_deref(), Some(std::path::Path::new("d")));
+        assert_eq!(o.passthrough, ["--sizes", "1"]);
+        let o = Opts::try_parse_from(["xtask", "check-ptx", "--arch", "sm_80"]).expect("arch");
+        assert_eq!((o.arch.as_str(), o.write), ("sm_80", false));
+        assert!(Opts::try_parse_from(["xtask", "build-ptx", "--frobnicate"]).is_err());
+        assert!(Opts::try_parse_from(["xtask", "build-ptx", "--out"]).is_err());
+    }
 }

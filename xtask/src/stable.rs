@@ -150,16 +150,11 @@ pub fn run_packaged(root: &Path) -> Result<()> {
                 file.display()
             );
         }
-        let status = Command::new("tar")
-            .arg("-xzf")
-            .arg(&file)
-            .arg("-C")
-            .arg(&unpacked)
-            .status()
-            .context("starting tar")?;
-        if !status.success() {
-            bail!("unpacking {} failed ({status})", file.display());
-        }
+        let crate_file =
+            std::fs::File::open(&file).with_context(|| format!("opening {}", file.display()))?;
+        tar::Archive::new(flate2::read::GzDecoder::new(crate_file))
+            .unpack(&unpacked)
+            .with_context(|| format!("unpacking {}", file.display()))?;
         let dir = unpacked.join(format!("{p}-0.1.0"));
         let dir = dir.to_str().context("path is not UTF-8")?;
         patch.push_str(&format!("{p} = {{ path = {dir:?} }}\n"));

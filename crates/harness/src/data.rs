@@ -6,7 +6,10 @@
 //! host-tested there): one generator, whether the host or the GPU writes
 //! them.
 
+use std::hash::Hasher;
+
 use anyhow::{Result, bail};
+use fnv::FnvHasher;
 use half::{bf16, f16};
 use intranode::ReduceOp;
 use intranode::internals::comm::scatter_gather::ScatterGather;
@@ -124,15 +127,11 @@ pub fn verify_scatter_gather<T: DType>(
 /// FNV-1a over the bit patterns of `out`: equal on every rank when the
 /// outputs are bitwise identical.
 pub fn fingerprint<T: DType>(out: &[T]) -> u64 {
-    // SAFETY-free view of the bits through each type's to_bits.
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let mut h = FnvHasher::default();
     for v in out {
-        let bits = bits_of(*v);
-        for b in bits.to_le_bytes() {
-            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-        }
+        h.write(&bits_of(*v).to_le_bytes());
     }
-    h
+    h.finish()
 }
 
 fn bits_of<T: DType>(v: T) -> u32 {

@@ -7,6 +7,11 @@
 //! and cost the host one launch each. The kernels keep their own call
 //! count in the signal pad (NOTE [double buffering] in
 //! `kernels-gpu/src/all_reduce.rs`).
+//!
+//! (Over 700 lines, a quarter of them tests: the launch shapes (push,
+//! Lamport, block counts) and the launches that use them are one
+//! decision, and the tests pin the two together. If it grows, the shapes
+//! (up to `most_bytes`) are the seam for a `launch_shape.rs`.)
 
 use std::sync::Arc;
 

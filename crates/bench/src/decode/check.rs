@@ -12,7 +12,10 @@
 //!   same sums, so the same `x` follows), and within bf16 tolerance of the
 //!   NCCL variant's.
 
+use std::hash::Hasher;
+
 use anyhow::{Result, bail};
+use fnv::FnvHasher;
 use half::bf16;
 use serde::{Deserialize, Serialize};
 
@@ -196,11 +199,11 @@ pub fn check_ops(step: &Step, acts: &mut Activations, seed: u64) -> Result<Strin
 
 /// FNV-1a over the bits: equal on every rank when the ranks agree.
 pub fn checksum(x: &[bf16]) -> u64 {
-    x.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
-        let [lo, hi] = v.to_bits().to_le_bytes();
-        let h = (h ^ u64::from(lo)).wrapping_mul(0x0100_0000_01b3);
-        (h ^ u64::from(hi)).wrapping_mul(0x0100_0000_01b3)
-    })
+    let mut h = FnvHasher::default();
+    for v in x {
+        h.write(&v.to_bits().to_le_bytes());
+    }
+    h.finish()
 }
 
 /// `(|x - reference| / |reference|, max |x_i - reference_i|)`, L2 norms.

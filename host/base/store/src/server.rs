@@ -160,14 +160,7 @@ pub(crate) fn check_token(token: Option<&str>) -> Result<(), StoreError> {
 /// Compares tokens in time independent of where they first differ (the
 /// length still shows), so a client cannot guess a token byte by byte.
 fn token_matches(expected: &[u8], got: &[u8]) -> bool {
-    if expected.len() != got.len() {
-        return false;
-    }
-    let diff = expected
-        .iter()
-        .zip(got)
-        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-    std::hint::black_box(diff) == 0
+    subtle::ConstantTimeEq::ct_eq(expected, got).into()
 }
 
 /// `now + timeout`, or `now` if that overflows `Instant` (limits are
