@@ -119,7 +119,7 @@ pub struct PushShape {
     pub threads: usize,
     pub max_chunk_bytes: usize,
     pub slots: usize,
-    /// Tiles of lookahead (`kernels_gpu::math::push_lookahead`), 0 for
+    /// Tiles of lookahead (`intranode_kernels_gpu::math::push_lookahead`), 0 for
     /// the default of the slots.
     pub lookahead: usize,
     /// The symmetric buffer is allocated `max(buffer_bytes,
@@ -197,7 +197,7 @@ impl PushShape {
             let (field, ok, expected) = match name.trim() {
                 "blocks" => (
                     &mut shape.max_blocks,
-                    (1..=kernels_gpu::layout::MAX_BLOCKS).contains(&value),
+                    (1..=intranode_kernels_gpu::layout::MAX_BLOCKS).contains(&value),
                     "1 to 160",
                 ),
                 "threads" => (
@@ -595,7 +595,7 @@ pub(crate) mod switches {
     /// slot, a multiple of 16), `slots=N` (slots per ring, 2 to 16),
     /// `lookahead=N` (tiles the pushes run ahead of the reductions, 1 to
     /// `slots - 1`; 0, the default, takes 1 below 4 slots and `slots / 2`
-    /// from 4 on: `kernels_gpu::math::push_lookahead`) and `scratch=BYTES`
+    /// from 4 on: `intranode_kernels_gpu::math::push_lookahead`) and `scratch=BYTES`
     /// (the symmetric buffer is allocated at least this large for the rings,
     /// a multiple of 4096 up to 1 GiB; 0: the rings fit the buffer of
     /// `BUFFER_BYTES_ENV`); a part left out keeps its default

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cudarc::driver::CudaContext;
-use kernels_gpu::layout::{
+use intranode_kernels_gpu::layout::{
     ERR_NONE, ErrorWord, SLOT_EXPLICIT, SLOT_LAMPORT, SLOT_MID, SLOT_PUSH, SLOT_START, form_name,
 };
 
@@ -147,7 +147,7 @@ mod tests {
             peer: 1,
             block: 3,
             slot: SLOT_LAMPORT as u32,
-            form: form_name(kernels_gpu::layout::FORM_LAMPORT),
+            form: form_name(intranode_kernels_gpu::layout::FORM_LAMPORT),
             phase: phase_name(SLOT_LAMPORT as u32),
             bound_ms: 2000,
         };

@@ -215,7 +215,7 @@ pub fn check(root: &Path, ptx: &Path, arch: &str) -> Result<PathBuf> {
              ({arch}): {}",
             too_many.join(", ")
         );
-        if arch == ptx_builder::DEFAULT_ARCH {
+        if arch == intranode_ptx_builder::DEFAULT_ARCH {
             bail!("{what}");
         }
         eprintln!("xtask: warning: {what}");

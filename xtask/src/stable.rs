@@ -92,8 +92,8 @@ fn output(args: &[&str]) -> Result<String> {
 /// The crates a user's build needs, in the order `cargo package` may
 /// take them (dependencies first).
 pub const PACKAGED: &[&str] = &[
-    "ptx-builder",
-    "kernels-gpu",
+    "intranode-ptx-builder",
+    "intranode-kernels-gpu",
     "intranode-store",
     "intranode-dist-env",
     "intranode-ipc",
@@ -111,7 +111,7 @@ const CRATES_IO_LIMIT_BYTES: u64 = 10 << 20;
 /// "0.1.0"`, patched to the unpacked packages: the build users get from a
 /// registry, with no workspace, kernel sources, nightly or ptxas around.
 pub fn run_packaged(root: &Path) -> Result<()> {
-    let cargo = ptx_builder::cargo_binary();
+    let cargo = intranode_ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
     let mut args = vec![
         "package",

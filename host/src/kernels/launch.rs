@@ -10,7 +10,7 @@ use std::fmt::Display;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaStream, sys};
-use kernels_gpu::layout::{
+use intranode_kernels_gpu::layout::{
     AllReduceParams, BarrierParams, BroadcastParams, FusedNormParams, NormParams,
 };
 
@@ -81,7 +81,7 @@ impl Grid {
 
 /// A type a kernel takes as one parameter, by value: plain data laid out
 /// as the kernel declares it (integers, floats, device addresses, the
-/// `#[repr(C)]` parameter blocks of `kernels_gpu::layout`).
+/// `#[repr(C)]` parameter blocks of `intranode_kernels_gpu::layout`).
 pub(crate) trait KernelParam: Copy {}
 
 impl KernelParam for u32 {}
@@ -94,9 +94,9 @@ impl KernelParam for BroadcastParams {}
 impl KernelParam for NormParams {}
 impl KernelParam for FusedNormParams {}
 #[cfg(feature = "test-kernels")]
-impl KernelParam for kernels_gpu::layout::PollStormParams {}
+impl KernelParam for intranode_kernels_gpu::layout::PollStormParams {}
 #[cfg(feature = "test-kernels")]
-impl KernelParam for kernels_gpu::pattern::SoakParams {}
+impl KernelParam for intranode_kernels_gpu::pattern::SoakParams {}
 
 /// The arguments of one launch: a tuple of the kernel's parameters, in
 /// order.

@@ -1,4 +1,4 @@
-//! Builds the `kernels-gpu` crate to PTX.
+//! Builds the `intranode-kernels-gpu` crate (folder `kernels-gpu/`) to PTX.
 //!
 //! One place knows how Rust kernels become PTX here (see DESIGN.md section
 //! 2): rustc's NVPTX back end, `core` built from source (`-Zbuild-std`,
@@ -10,7 +10,7 @@
 //!
 //! Two PTX files come from the crate ([`KernelSet`]): the production
 //! kernels, which the host crate ships, and the test and probe kernels
-//! (feature `test-kernels` of `kernels-gpu`), which only the test suites
+//! (feature `test-kernels` of `intranode-kernels-gpu`), which only the test suites
 //! and the benchmark load (feature `test-kernels` of the host crate).
 //!
 //! The PTX users build against is committed (`host/ptx/kernels-<arch>.ptx.gz`
@@ -67,7 +67,7 @@ pub enum KernelSet {
     /// The library's kernels: the PTX the host crate always embeds.
     Production,
     /// The test and probe kernels (`probes.rs`, `soak.rs`, `timing.rs`:
-    /// feature `test-kernels` of `kernels-gpu`), and nothing else: a
+    /// feature `test-kernels` of `intranode-kernels-gpu`), and nothing else: a
     /// small PTX the host crate embeds only under its feature
     /// `test-kernels`.
     Test,
@@ -229,7 +229,9 @@ impl fmt::Display for PtxBuildError {
                     "building kernels-gpu for {TARGET} failed ({status}):\n{stderr}"
                 )
             }
-            Self::MissingOutput(dir) => write!(f, "no kernels_gpu-*.s under {}", dir.display()),
+            Self::MissingOutput(dir) => {
+                write!(f, "no intranode_kernels_gpu-*.s under {}", dir.display())
+            }
             Self::Io(p, e) => write!(f, "reading {}: {e}", p.display()),
         }
     }
@@ -322,7 +324,7 @@ fn pdl_cfg(arch: &str) -> &'static [&'static str] {
     }
 }
 
-/// The most recently written `kernels_gpu-*.s` in `deps`.
+/// The most recently written `intranode_kernels_gpu-*.s` in `deps`.
 fn newest_asm(deps: &Path) -> Result<PathBuf, PtxBuildError> {
     let entries = std::fs::read_dir(deps).map_err(|e| PtxBuildError::Io(deps.to_owned(), e))?;
     let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
@@ -330,7 +332,7 @@ fn newest_asm(deps: &Path) -> Result<PathBuf, PtxBuildError> {
         let entry = entry.map_err(|e| PtxBuildError::Io(deps.to_owned(), e))?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if !(name.starts_with("kernels_gpu-") && name.ends_with(".s")) {
+        if !(name.starts_with("intranode_kernels_gpu-") && name.ends_with(".s")) {
             continue;
         }
         let modified = entry
