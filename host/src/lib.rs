@@ -167,10 +167,11 @@ pub use intranode_dist_env as dist_env;
 
 pub use communicator::{Communicator, Group, RankIndex};
 
-/// The README's Rust blocks, compiled as doc tests: its "Using it"
+/// The crate README's Rust blocks (`host/README.md`, inside the package),
+/// compiled as doc tests: its "Using it"
 /// snippet compiles as shown.
 #[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
+#[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 pub use config::CommConfig;
 pub use error::{Error, Result};
