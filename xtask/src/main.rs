@@ -11,14 +11,20 @@
 //!   kernel source emits now.
 //! - `stable-embed`: builds and runs `tests/stable-embed` (a user's crate
 //!   outside the workspace) with the stable tool chain.
-//! - `package`: `cargo package` of the crates a user's build needs
-//!   (`stable::PACKAGED`), each under crates.io's 10 MiB, then a stable
+//! - `package`: the published crates
+//!   (`stable::PUBLISHED`): names, `cargo publish --workspace --dry-run`,
+//!   each under crates.io's 10 MiB, doc tests of the packaged `intranode`
+//!   and `cargo install` of the packaged launcher with the `rust-version`
+//!   tool chain, then a stable
 //!   build and run of a crate that depends on `intranode = "0.1.0"`
 //!   patched to the unpacked packages (`tests/stable-embed`'s program).
 //! - `doc`: `cargo doc -p intranode --no-deps` with warnings denied.
 //! - `check-ptx [--arch sm_90]`: assembles both PTX files with `ptxas -v`
 //!   (fetched from PyPI into `.cache/` when absent) and fails on assembler
-//!   errors, out-of-line calls (`.extern .func`), spills or stack frames,
+//!   errors, out-of-line calls (`.extern .func`), spills or stack frames
+//!   (beyond the few `ptxas::ALLOWED_SPILLS` lists for sm_80), a kernel
+//!   over 128 registers (a 512-thread block's share), a PTX for a JIT-only
+//!   architecture without `.maxnreg` on every entry,
 //!   or a committed production cubin (`host/ptx/kernels-<arch>.cubin.gz`)
 //!   that differs from the machine code ptxas made; prints registers per
 //!   kernel.
