@@ -199,6 +199,20 @@ pub fn run_packaged(root: &Path) -> Result<()> {
             "--allow-dirty",
         ],
     )?;
+    // The same packages again where cargo documents them
+    // (`target/package/NAME-VERSION.crate`; the dry run keeps its own in
+    // internal folders): packaging alone, the builds were verified above.
+    let mut args = vec![
+        "package",
+        "--no-verify",
+        "--allow-dirty",
+        "--locked",
+        "--offline",
+    ];
+    for p in PUBLISHED {
+        args.extend(["-p", p]);
+    }
+    crate::run(root, cargo, &args)?;
     let work = root.join("target").join("stable-packaged");
     // The packages unpacked outside the repository: cargo run inside one
     // must find neither the workspace's manifest (it would take the
