@@ -128,7 +128,7 @@ pub struct PushShape {
     pub max_chunk_bytes: usize,
     /// Ring slots per block and peer (`slots=`).
     pub slots: usize,
-    /// Tiles of lookahead (`kernels_gpu::math::push_lookahead`), 0 for
+    /// Tiles of lookahead (`intranode_kernels_gpu::math::push_lookahead`), 0 for
     /// the default of the slots.
     pub lookahead: usize,
     /// The symmetric buffer is allocated `max(buffer_bytes,
@@ -206,7 +206,7 @@ impl PushShape {
             let (field, ok, expected) = match name.trim() {
                 "blocks" => (
                     &mut shape.max_blocks,
-                    (1..=kernels_gpu::layout::MAX_BLOCKS).contains(&value),
+                    (1..=intranode_kernels_gpu::layout::MAX_BLOCKS).contains(&value),
                     "1 to 160",
                 ),
                 "threads" => (

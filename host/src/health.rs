@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cudarc::driver::CudaContext;
-use kernels_gpu::layout::{
+use intranode_kernels_gpu::layout::{
     ERR_NONE, ErrorWord, FORM_ALL_GATHER, FORM_BARRIER, FORM_BROADCAST, FORM_FUSED_NORM, FORM_HCM,
     FORM_LAMPORT, FORM_LAMPORT_TWO_SHOT, FORM_ONE_SHOT, FORM_PUSH, FORM_REDUCE_SCATTER,
     FORM_TWO_SHOT, SLOT_END, SLOT_EXPLICIT, SLOT_LAMPORT, SLOT_MID, SLOT_PUSH, SLOT_START,
@@ -220,8 +220,11 @@ mod tests {
             peer: 1,
             block: 3,
             slot: SLOT_LAMPORT as u32,
-            form: form_name(kernels_gpu::layout::FORM_LAMPORT),
-            phase: phase_name(kernels_gpu::layout::FORM_LAMPORT, SLOT_LAMPORT as u32),
+            form: form_name(intranode_kernels_gpu::layout::FORM_LAMPORT),
+            phase: phase_name(
+                intranode_kernels_gpu::layout::FORM_LAMPORT,
+                SLOT_LAMPORT as u32,
+            ),
             bound_ms: 2000,
         };
         let text = e.to_string();

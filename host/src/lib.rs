@@ -18,7 +18,7 @@
 // Every public item is documented; CI keeps it so (`cargo xtask doc`).
 // Not under `internals`, the project's own hooks into the machinery,
 // which is not a public API.
-#![cfg_attr(not(feature = "internals"), deny(missing_docs))]
+#![cfg_attr(not(intranode_internals), deny(missing_docs))]
 
 pub mod communicator;
 pub mod config;
@@ -38,30 +38,31 @@ mod work;
 // The crate's machinery: crate-private modules, reached from outside only
 // through `internals` (the project's GPU suites and benchmark drive the
 // intra-node communicator, symmetric memory and the rendezvous directly).
-// Without that feature, what only the suites use is unused.
+// Without it, what only the suites use is unused.
 /// The all-reduce decision and the crossovers.
-#[cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
+#[cfg_attr(not(intranode_internals), allow(dead_code, unused_imports))]
 pub(crate) mod algo;
 /// The intra-node communicator and its collectives.
-#[cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
+#[cfg_attr(not(intranode_internals), allow(dead_code, unused_imports))]
 pub(crate) mod comm;
 /// The NCCL communicator built through the store.
-#[cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
+#[cfg_attr(not(intranode_internals), allow(dead_code, unused_imports))]
 pub(crate) mod nccl;
 /// How the ranks meet and decide on the fast path.
-#[cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
+#[cfg_attr(not(intranode_internals), allow(dead_code, unused_imports))]
 pub(crate) mod rendezvous;
 /// Per-rank buffers every peer maps, and signal pads.
-#[cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
+#[cfg_attr(not(intranode_internals), allow(dead_code, unused_imports))]
 pub(crate) mod symm_mem;
 
 /// The crate's machinery and the hooks of its test suites and benchmark,
-/// for the project's own crates (feature `internals`). Not a stable API:
+/// for the project's own crates (`--cfg intranode_internals`, which
+/// `build.rs` sets when `INTRANODE_INTERNALS=1`). Not a stable API:
 /// anything here may change in any release.
 ///
 /// Each module re-exports the crate-private module of the same name
 /// (a glob, since a crate-private module cannot itself be re-exported).
-#[cfg(feature = "internals")]
+#[cfg(intranode_internals)]
 pub mod internals {
     /// The all-reduce decision and the crossovers.
     pub mod algo {

@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use cudarc::driver::{
     CudaEvent, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop, sys,
 };
-use kernels_gpu::layout::MAX_RANKS;
+use intranode_kernels_gpu::layout::MAX_RANKS;
 
 use crate::error::{Error, Result};
 use crate::symm_mem::SymmetricMemory;

@@ -3,11 +3,11 @@
 //! the names of the algorithms ([`AllReduceAlgo`], [`BroadcastAlgo`],
 //! [`NormPath`]).
 //! Each is defined here once; the kernels' codes for them live in
-//! `kernels_gpu::layout`.
+//! `intranode_kernels_gpu::layout`.
 
 use cudarc::driver::DeviceRepr;
 use cudarc::nccl::ReduceOp as NcclOp;
-use kernels_gpu::layout;
+use intranode_kernels_gpu::layout;
 use serde::{Deserialize, Serialize};
 
 /// Element types the kernels handle.

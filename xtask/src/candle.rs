@@ -375,7 +375,7 @@ pub fn example(root: &Path, out: Option<&Path>) -> Result<()> {
     let Some(out) = out else {
         return Ok(());
     };
-    let cargo = ptx_builder::cargo_binary();
+    let cargo = intranode_ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
     crate::run(
         root,

@@ -1,7 +1,7 @@
 //! `cargo xtask`: the project's build tasks, in Rust rather than scripts.
 //!
 //! - `build-ptx [--arch sm_90] [--out DIR]`: builds the kernels to PTX, the
-//!   production kernels and the test kernels (`ptx_builder::KernelSet`),
+//!   production kernels and the test kernels (`intranode_ptx_builder::KernelSet`),
 //!   and prints the files' paths. `build-ptx --write` regenerates the
 //!   committed kernels the host crate embeds (`host/ptx/`: both PTX sets
 //!   for every committed architecture, the production PTX gzipped, the
@@ -11,8 +11,11 @@
 //!   kernel source emits now.
 //! - `stable-embed`: builds and runs `tests/stable-embed` (a user's crate
 //!   outside the workspace) with the stable tool chain.
-//! - `package`: `cargo package` of the crates a user's build needs
-//!   (`stable::PACKAGED`), each under crates.io's 10 MiB, then a stable
+//! - `package`: the published crates
+//!   (`stable::PUBLISHED`): names, `cargo publish --workspace --dry-run`,
+//!   each under crates.io's 10 MiB, doc tests of the packaged `intranode`
+//!   and `cargo install` of the packaged launcher with the `rust-version`
+//!   tool chain, then a stable
 //!   build and run of a crate that depends on `intranode = "0.1.0"`
 //!   patched to the unpacked packages (`tests/stable-embed`'s program).
 //! - `doc`: `cargo doc --no-deps` of the published crates (intranode, its
@@ -20,7 +23,10 @@
 //!   `missing_docs`.
 //! - `check-ptx [--arch sm_90]`: assembles both PTX files with `ptxas -v`
 //!   (fetched from PyPI into `.cache/` when absent) and fails on assembler
-//!   errors, out-of-line calls (`.extern .func`), spills or stack frames,
+//!   errors, out-of-line calls (`.extern .func`), spills or stack frames
+//!   (beyond the few `ptxas::ALLOWED_SPILLS` lists for sm_80), a kernel
+//!   over 128 registers (a 512-thread block's share), a PTX for a JIT-only
+//!   architecture without `.maxnreg` on every entry,
 //!   or a committed production cubin (`host/ptx/kernels-<arch>.cubin.gz`)
 //!   that differs from the machine code ptxas made; prints registers per
 //!   kernel.
@@ -67,7 +73,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use ptx_builder::KernelSet;
+use intranode_ptx_builder::KernelSet;
 
 fn main() {
     if let Err(e) = try_main() {
@@ -177,7 +183,7 @@ struct Opts {
     /// What to do (the list below).
     task: String,
     /// The architecture of the kernels built and checked.
-    #[arg(long, default_value = ptx_builder::DEFAULT_ARCH)]
+    #[arg(long, default_value = intranode_ptx_builder::DEFAULT_ARCH)]
     arch: String,
     /// Where the task writes (build-ptx, device-bundle, bench, decode,
     /// candle-example).
@@ -214,12 +220,12 @@ pub(crate) fn build_ptx_for(
     out: Option<&Path>,
 ) -> Result<PathBuf> {
     let target_dir = root.join("target").join("ptx");
-    let ptx = ptx_builder::build_ptx(&ptx_builder::PtxBuild {
+    let ptx = intranode_ptx_builder::build_ptx(&intranode_ptx_builder::PtxBuild {
         workspace_root: root.to_owned(),
         arch: arch.to_owned(),
         kernels: set,
         target_dir: target_dir.clone(),
-        cargo: ptx_builder::cargo_binary(),
+        cargo: intranode_ptx_builder::cargo_binary(),
     })
     .with_context(|| format!("building the {} for {arch}", set.describe()))?;
     let out_dir = out.map(Path::to_owned).unwrap_or(target_dir);
@@ -231,9 +237,21 @@ pub(crate) fn build_ptx_for(
 
 /// Runs a command in the workspace root, failing with its command line.
 pub(crate) fn run(root: &Path, program: &str, args: &[&str]) -> Result<()> {
-    eprintln!("xtask: $ {program} {}", args.join(" "));
+    run_env(root, &[], program, args)
+}
+
+/// [`run`] with environment variables set for the command.
+pub(crate) fn run_env(
+    root: &Path,
+    env: &[(&str, &str)],
+    program: &str,
+    args: &[&str],
+) -> Result<()> {
+    let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    eprintln!("xtask: $ {}{program} {}", shown.concat(), args.join(" "));
     let status = Command::new(program)
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(root)
         .status()
         .with_context(|| format!("starting {program}"))?;
@@ -243,15 +261,19 @@ pub(crate) fn run(root: &Path, program: &str, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// What turns `intranode::internals` off: the crate as users build it
+/// (the workspace's `.cargo/config.toml` turns it on for the suites).
+const AS_USERS_BUILD: &[(&str, &str)] = &[("INTRANODE_INTERNALS", "0")];
+
 /// `cargo doc -p intranode --no-deps` (and the CUDA-free crates it
 /// re-exports), every rustdoc warning an error: the public API as users
 /// see it, then with `internals` (the suites' and benchmark's API, whose
 /// links into crate-private modules break otherwise unseen).
 fn doc(root: &Path) -> Result<()> {
-    let cargo = ptx_builder::cargo_binary();
+    let cargo = intranode_ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
-    for features in [&[][..], &["--features", "intranode/internals"][..]] {
-        let mut args = vec![
+    for internals in ["0", "1"] {
+        let args = vec![
             "doc",
             "-p",
             "intranode",
@@ -264,21 +286,21 @@ fn doc(root: &Path) -> Result<()> {
             "--no-deps",
             "--locked",
         ];
-        args.extend_from_slice(features);
         eprintln!(
-            "xtask: $ RUSTDOCFLAGS=\"-D warnings\" {cargo} {}",
+            "xtask: $ INTRANODE_INTERNALS={internals} RUSTDOCFLAGS=\"-D warnings\" {cargo} {}",
             args.join(" ")
         );
         let status = Command::new(cargo)
             .args(&args)
             .env("RUSTDOCFLAGS", "-D warnings")
+            .env("INTRANODE_INTERNALS", internals)
             .current_dir(root)
             .status()
             .with_context(|| format!("starting {cargo}"))?;
         if !status.success() {
             bail!(
-                "`cargo doc -p intranode {}` has warnings or errors ({status})",
-                features.join(" ")
+                "`INTRANODE_INTERNALS={internals} cargo doc -p intranode` has warnings or \
+                 errors ({status})"
             );
         }
     }
@@ -287,7 +309,7 @@ fn doc(root: &Path) -> Result<()> {
 
 fn ci(opts: &Opts) -> Result<()> {
     let root = root()?;
-    let cargo = ptx_builder::cargo_binary();
+    let cargo = intranode_ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
     run(&root, cargo, &["fmt", "--all", "--", "--check"])?;
     // Early, so a kernel change without `build-ptx --write` fails fast;
@@ -312,9 +334,11 @@ fn ci(opts: &Opts) -> Result<()> {
         ],
     )?;
     // The host crate as users build it: in the workspace, the suites turn
-    // its `internals` and `test-kernels` features on for everyone.
-    run(
+    // its `test-kernels` feature on for everyone, and `.cargo/config.toml`
+    // its `internals`.
+    run_env(
         &root,
+        AS_USERS_BUILD,
         cargo,
         &[
             "clippy",
@@ -333,9 +357,9 @@ fn ci(opts: &Opts) -> Result<()> {
         let mut args = vec![
             "clippy",
             "-p",
-            "kernels-gpu",
+            "intranode-kernels-gpu",
             "--target",
-            ptx_builder::TARGET,
+            intranode_ptx_builder::TARGET,
             "-Zbuild-std=core",
             "--target-dir",
             "target/ptx-clippy",
@@ -344,11 +368,12 @@ fn ci(opts: &Opts) -> Result<()> {
         args.extend_from_slice(&["--", "-D", "warnings"]);
         run(&root, cargo, &args)?;
     }
-    // The examples alone: in the workspace, other crates' features (the
-    // suites' `internals`) would hide an example that uses more than the
-    // public API.
-    run(
+    // The examples alone, without `internals`: in the workspace, other
+    // crates' features (the suites' `test-kernels`) and the internals would
+    // hide an example that uses more than the public API.
+    run_env(
         &root,
+        AS_USERS_BUILD,
         cargo,
         &[
             "check",
@@ -360,13 +385,13 @@ fn ci(opts: &Opts) -> Result<()> {
     )?;
     candle::check_lock(&root)?;
     run(&root, cargo, &["test", "--workspace", "--locked"])?;
-    // `kernels-gpu` keeps doctests out of the workspace run
+    // `intranode-kernels-gpu` keeps doctests out of the workspace run
     // (`doctest = false`); its few host-side examples, the typed kernel
     // keys' compile-fail one among them (`entries.rs`), run here.
     run(
         &root,
         cargo,
-        &["test", "-p", "kernels-gpu", "--doc", "--locked"],
+        &["test", "-p", "intranode-kernels-gpu", "--doc", "--locked"],
     )?;
     doc(&root)?;
     // The default architecture (or `--arch`), then the other one the
@@ -476,7 +501,7 @@ fn job_out_dir(root: &Path, out: Option<&Path>, default: &str) -> Result<PathBuf
 }
 
 fn build_launcher_and_bench(root: &Path) -> Result<()> {
-    let cargo = ptx_builder::cargo_binary();
+    let cargo = intranode_ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
     run(
         root,
@@ -505,7 +530,7 @@ mod tests {
         let o = Opts::try_parse_from(["xtask", "bench", "--out", "d", "--", "--sizes", "1"])
             .expect("bench with passthrough");
         assert_eq!(o.task, "bench");
-        assert_eq!(o.arch, ptx_builder::DEFAULT_ARCH);
+        assert_eq!(o.arch, intranode_ptx_builder::DEFAULT_ARCH);
         assert_eq!(o.out.as_deref(), Some(std::path::Path::new("d")));
         assert_eq!(o.passthrough, ["--sizes", "1"]);
         let o = Opts::try_parse_from(["xtask", "check-ptx", "--arch", "sm_80"]).expect("arch");

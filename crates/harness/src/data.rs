@@ -2,7 +2,7 @@
 //! rank, an f64 reference, tolerances, the checks of outputs and their
 //! fingerprints.
 //!
-//! The inputs are the soak kernels' own pattern (`kernels_gpu::pattern`,
+//! The inputs are the soak kernels' own pattern (`intranode_kernels_gpu::pattern`,
 //! host-tested there): one generator, whether the host or the GPU writes
 //! them.
 
@@ -18,12 +18,12 @@ use intranode::kernels::{DType, ElemType};
 use crate::rank::Rank;
 
 /// SplitMix64's finalizer: the one copy, shared with the kernels.
-pub use kernels_gpu::pattern::mix;
+pub use intranode_kernels_gpu::pattern::mix;
 
 /// Input value: a multiple of 1/8 in [-8, 8], exact in every element type,
 /// fresh for every (seed, call, rank, element).
 pub fn input_value(seed: u64, call: u64, rank: usize, i: usize) -> f64 {
-    f64::from(kernels_gpu::pattern::input(
+    f64::from(intranode_kernels_gpu::pattern::input(
         seed,
         call,
         rank as u32,
@@ -185,7 +185,7 @@ mod tests {
             let v = input_value(11, 2, 3, i);
             assert_eq!(
                 v,
-                f64::from(kernels_gpu::pattern::input(11, 2, 3, i as u64))
+                f64::from(intranode_kernels_gpu::pattern::input(11, 2, 3, i as u64))
             );
             assert_eq!((v * 8.0).fract(), 0.0, "{v}");
         }

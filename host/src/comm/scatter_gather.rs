@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
-use kernels_gpu::entries::Collective;
-use kernels_gpu::layout::AllReduceParams;
+use intranode_kernels_gpu::entries::Collective;
+use intranode_kernels_gpu::layout::AllReduceParams;
 
 use super::{IntraNodeComm, Launch};
 use crate::algo::{AllReduceAlgo, scatter_gather_max_shard_bytes};
@@ -150,7 +150,7 @@ impl IntraNodeComm {
             params.input = input;
             params.output = output;
             params.elems = shard as u64;
-            let vecs = shard.div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
+            let vecs = shard.div_ceil(intranode_kernels_gpu::math::elems_per_vec(elem.bytes()));
             // One vector per thread over every SM, as the Lamport one-shot: each
             // thread moves its vector of all W slots.
             let (blocks, threads) =
@@ -171,7 +171,7 @@ impl IntraNodeComm {
 
 #[cfg(test)]
 mod tests {
-    use kernels_gpu::layout::MAX_RANKS;
+    use intranode_kernels_gpu::layout::MAX_RANKS;
 
     use super::*;
 

@@ -75,7 +75,7 @@ use crate::topology::Topology;
 use crate::types::ReduceOp;
 use crate::types::{DType, ElemType};
 use crate::work::Work;
-use kernels_gpu::layout::NormParams;
+use intranode_kernels_gpu::layout::NormParams;
 use retype::{AsElem, AsElemMut, elem_of, nccl_type_name};
 
 /// The communicator of one rank: every collective of
@@ -322,13 +322,13 @@ impl Communicator {
     }
 
     /// The intra-node communicator, when the rendezvous allowed one
-    /// (public under the `internals` feature).
-    #[cfg(feature = "internals")]
+    /// (public under `--cfg intranode_internals`).
+    #[cfg(intranode_internals)]
     pub fn intra(&self) -> Option<&IntraNodeComm> {
         self.intra.as_ref()
     }
 
-    #[cfg(not(feature = "internals"))]
+    #[cfg(not(intranode_internals))]
     pub(crate) fn intra(&self) -> Option<&IntraNodeComm> {
         self.intra.as_ref()
     }

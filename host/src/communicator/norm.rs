@@ -85,7 +85,7 @@ impl Communicator {
             let res = bufs.output(residual, "residual")?;
             let w = bufs.input(weight, "norm weight")?;
             let out = bufs.output(output, "norm output")?;
-            let aligned = kernels_gpu::math::all_vec_aligned(&[
+            let aligned = intranode_kernels_gpu::math::all_vec_aligned(&[
                 x as usize,
                 res as usize,
                 w as usize,

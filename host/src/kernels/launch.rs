@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cudarc::driver::{CudaContext, CudaStream, sys};
-use kernels_gpu::layout::{
+use intranode_kernels_gpu::layout::{
     AllReduceParams, BarrierParams, BroadcastParams, FusedNormParams, NormParams,
 };
 
@@ -96,7 +96,7 @@ impl Grid {
 
 /// A type a kernel takes as one parameter, by value: plain data laid out
 /// as the kernel declares it (integers, floats, device addresses, the
-/// `#[repr(C)]` parameter blocks of `kernels_gpu::layout`).
+/// `#[repr(C)]` parameter blocks of `intranode_kernels_gpu::layout`).
 pub(crate) trait KernelParam: Copy {}
 
 impl KernelParam for u32 {}
@@ -109,9 +109,9 @@ impl KernelParam for BroadcastParams {}
 impl KernelParam for NormParams {}
 impl KernelParam for FusedNormParams {}
 #[cfg(feature = "test-kernels")]
-impl KernelParam for kernels_gpu::layout::PollStormParams {}
+impl KernelParam for intranode_kernels_gpu::layout::PollStormParams {}
 #[cfg(feature = "test-kernels")]
-impl KernelParam for kernels_gpu::pattern::SoakParams {}
+impl KernelParam for intranode_kernels_gpu::pattern::SoakParams {}
 
 /// The arguments of one launch: a tuple of the kernel's parameters, in
 /// order.
@@ -138,16 +138,27 @@ kernel_args!(A a, B b);
 kernel_args!(A a, B b, C c);
 kernel_args!(A a, B b, C c, D d);
 
+/// Registers a thread of a kernel the driver JIT compiles from the PTX
+/// may use: a block's 64 Ki registers (sm_80 to sm_120) over the most
+/// threads a launch of ours has, so that no launch fails with
+/// `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES` on a device the embedded machine
+/// code does not run on (Blackwell and later JIT the sm_90 PTX). The
+/// committed sm_90 cubin is assembled without this cap and checked to
+/// stay within it (`cargo xtask check-ptx`); PTX built for any other
+/// architecture also carries it as `.maxnreg` (`intranode-ptx-builder`).
+pub(crate) const JIT_MAX_REGISTERS: u32 = (65536 / crate::config::MAX_THREADS_PER_BLOCK) as u32;
+
 impl Module {
-    /// Loads `ptx` into `ctx`.
+    /// Loads `ptx` into `ctx` (the driver's JIT compile, registers capped
+    /// at [`JIT_MAX_REGISTERS`], or its cache).
     pub(crate) fn load(ctx: &Arc<CudaContext>, ptx: &str) -> Result<Self> {
         let device = Some(ctx.ordinal());
         crate::error::bind(ctx, device)?;
         let image = CString::new(ptx)
             .map_err(|_| Error::InvalidArgument("embedded PTX holds a NUL byte".into()))?;
         // SAFETY: the context was made current just above.
-        let raw =
-            unsafe { driver_ext::module_load_data(&image) }.ctx("cuModuleLoadData", device)?;
+        let raw = unsafe { driver_ext::module_load_data(&image, JIT_MAX_REGISTERS) }
+            .ctx("cuModuleLoadDataEx", device)?;
         LIVE_MODULES.fetch_add(1, Ordering::Relaxed);
         Ok(Module {
             ctx: ctx.clone(),
@@ -315,6 +326,20 @@ impl Drop for Module {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The cap the loader gives the JIT, the `.maxnreg` the builder writes
+    /// and the bound `check-ptx` enforces come from one block size.
+    #[test]
+    fn jit_register_cap_is_the_builders() {
+        assert_eq!(
+            crate::config::MAX_THREADS_PER_BLOCK as u32,
+            intranode_ptx_builder::MAX_THREADS_PER_BLOCK
+        );
+        assert_eq!(
+            JIT_MAX_REGISTERS,
+            intranode_ptx_builder::MAX_REGISTERS_PER_THREAD
+        );
+    }
 
     #[test]
     fn every_argument_gets_a_pointer_to_its_value() {

@@ -8,7 +8,7 @@
 //! which the driver JIT compiles (about 50 s for the production kernels
 //! on an H200, or its cache's copy: issue 26).
 //! [`KernelModule`] loads one of them into one device's context and resolves every
-//! entry point of `kernels_gpu::entries::Kernel` (the one list of the
+//! entry point of `intranode_kernels_gpu::entries::Kernel` (the one list of the
 //! kernels) once, into a table indexed by that key: a launch formats and
 //! looks up no name, and goes through the one launch helper
 //! (`launch.rs`).
@@ -23,11 +23,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, sys};
-use kernels_gpu::entries::{Add, Elem, Kernel};
+use intranode_kernels_gpu::entries::{Add, Elem, Kernel};
 
 pub use crate::config::KernelImage;
 use crate::error::{DriverContext, Error, Result};
-pub(crate) use kernels_gpu::entries::KernelKey;
+pub(crate) use intranode_kernels_gpu::entries::KernelKey;
 use launch::{Function, Module};
 pub(crate) use launch::{Grid, KernelArgs};
 
@@ -551,9 +551,9 @@ pub(crate) fn present<A>(
 fn elementwise_grid(elems: usize, elem_bytes: usize) -> Grid {
     const BLOCK: usize = 256;
     const MAX_BLOCKS: usize = 132 * 4;
-    let per_vec = kernels_gpu::math::elems_per_vec(elem_bytes).max(1);
-    let work_items = kernels_gpu::math::div_ceil(elems, per_vec).max(1);
-    let blocks = kernels_gpu::math::div_ceil(work_items, BLOCK).clamp(1, MAX_BLOCKS);
+    let per_vec = intranode_kernels_gpu::math::elems_per_vec(elem_bytes).max(1);
+    let work_items = intranode_kernels_gpu::math::div_ceil(elems, per_vec).max(1);
+    let blocks = intranode_kernels_gpu::math::div_ceil(work_items, BLOCK).clamp(1, MAX_BLOCKS);
     Grid::new(blocks, BLOCK)
 }
 

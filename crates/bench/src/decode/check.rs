@@ -3,7 +3,7 @@
 //! - Op by op, once per model: the first layer run eagerly, every op's
 //!   output against an f64 host reference of the op on its actual
 //!   (copied back) input. The weights are never copied back: the host
-//!   recomputes any element from its seed (`kernels_gpu::decode::uniform`).
+//!   recomputes any element from its seed (`intranode_kernels_gpu::decode::uniform`).
 //!   GEMMs are checked on two rows and a spread of columns (a wrong layout
 //!   or stride would be off everywhere); the norms, the residual add and
 //!   SiLU x mul on every element.
@@ -38,7 +38,12 @@ fn widen(v: &[bf16]) -> Vec<f64> {
 /// `rank`, rounded to bf16 as the fill kernel rounds.
 fn weight(seed: u64, l: usize, m: Matrix, rank: usize, index: usize) -> f64 {
     let s = weight_seed(seed, l, m, rank);
-    bf16::from_f32(kernels_gpu::decode::uniform(s, index as u64, WEIGHT_STD)).to_f64()
+    bf16::from_f32(intranode_kernels_gpu::decode::uniform(
+        s,
+        index as u64,
+        WEIGHT_STD,
+    ))
+    .to_f64()
 }
 
 /// Columns of an `n`-wide output to check: the first and last eight and

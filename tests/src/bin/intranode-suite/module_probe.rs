@@ -42,7 +42,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use cudarc::driver::{CudaContext, DriverError, sys};
 use intranode::kernels::{KernelModule, TestKernelModule};
-use kernels_gpu::entries::Kernel;
+use intranode_kernels_gpu::entries::Kernel;
 
 #[derive(clap::Args, Debug)]
 pub struct ModuleProbeArgs {
