@@ -351,11 +351,26 @@ fn stream_variant(p: &mut Proc, args: &RecreateArgs) -> Result<(f64, i64, i64)> 
         .collect::<Result<Vec<_>, _>>()?;
     p.stream.synchronize()?;
     let op = ReduceOp::Sum.to_nccl();
+    // Where a cycle is, on stderr with the time since the variant began:
+    // a cycle that never ends (the first 4-H100 run timed out in here
+    // with nothing printed) shows its last step.
+    let began = Instant::now();
+    let step = |i: usize, what: &str| {
+        if i < 2 {
+            eprintln!(
+                "recreate rank {rank}: stream cycle {i}: {what} ({:.3} s)",
+                began.elapsed().as_secs_f64()
+            );
+        }
+    };
     let mut cycle = |p: &mut Proc, i: usize| -> Result<()> {
+        step(i, "new stream");
         let stream = p.ctx.new_stream()?;
         let comm = Communicator::new(stream.clone(), p.store.clone(), rank, world)
             .with_context(|| format!("rank {rank}: stream cycle {i}: Communicator::new"))?;
+        step(i, "communicator made");
         for (&(n, forced), recv) in VARIANT_CALLS.iter().zip(recvs.iter_mut()) {
+            step(i, &format!("all-reduce of {n} f32"));
             let sent = send.slice(..n);
             match forced {
                 Some(algo) if comm.intra().is_some() => {
@@ -365,7 +380,9 @@ fn stream_variant(p: &mut Proc, args: &RecreateArgs) -> Result<(f64, i64, i64)> 
             }
             .with_context(|| format!("stream cycle {i}: all-reduce of {n} f32"))?;
         }
+        step(i, "synchronize");
         stream.synchronize()?;
+        step(i, "check");
         for (&(n, forced), recv) in VARIANT_CALLS.iter().zip(recvs.iter()) {
             let got = stream.clone_dtoh(recv)?;
             let want = world as f32;
@@ -376,9 +393,15 @@ fn stream_variant(p: &mut Proc, args: &RecreateArgs) -> Result<(f64, i64, i64)> 
                 got.iter().find(|&&x| x != want)
             );
         }
+        step(i, "store barrier");
         p.store_barrier()?;
+        step(i, "drop");
         drop(comm);
         drop(stream);
+        eprintln!(
+            "recreate rank {rank}: stream cycle {i} done ({:.3} s)",
+            began.elapsed().as_secs_f64()
+        );
         Ok(())
     };
     cycle(p, 0)?;
