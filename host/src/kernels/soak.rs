@@ -16,11 +16,15 @@ use crate::types::ReduceOp;
 /// Which call of the soak, for which rank: what the pattern depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SoakCall {
+    /// The run's seed, the same on every rank.
     pub seed: u64,
     /// The call's number: every call gets fresh inputs.
     pub call: u64,
+    /// The rank whose input is made or whose output is checked.
     pub rank: usize,
+    /// Ranks in the group: the expected sum depends on it.
     pub world: usize,
+    /// The reduction the output is checked against.
     pub op: ReduceOp,
 }
 
