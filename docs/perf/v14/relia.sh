@@ -1,7 +1,8 @@
 #!/bin/bash
 # Issue 36 items 1, 2, 3, 5 on 4 GPUs (H100 and H200), from the repo root
 # after `cargo xtask device-bundle` (bundle/):
-#   OUT=DIR PART=a docs/perf/v14/relia.sh     (about 8 minutes at most)
+#   OUT=DIR PART=a docs/perf/v14/relia.sh     (about 7 minutes on 4 H100; a stream
+#   cycle takes about 1 s, most of it in the drop: 50 of them need ~55 s)
 #   PART=a: recreate --cycles 50 at world 2 (GPUs 0,1) and 4, with the
 #           pieces and the new-stream variant (--stream-cycles 50), judged
 #           at 2 MiB / 0 fds / 0 threads; faults-suite --nproc 4 (31 cases:
@@ -25,7 +26,7 @@ recreate() { # $1: label, rest: launcher arguments
     local label=$1
     shift
     echo "== recreate $label"
-    timeout 100 $R "$@" --timeout 95 -- $N/intranode-suite recreate --cycles 50 --pieces 5 \
+    timeout 170 $R "$@" --timeout 165 -- $N/intranode-suite recreate --cycles 50 --pieces 5 \
         --stream-cycles 50 --memory-slack-mib 2 --fd-slack 0 --thread-slack 0 >$OUT/recreate_$label.log 2>&1
     echo "rc=$?"
     grep -E "alone|cycles of|new fds|PASS|rror|lost" $OUT/recreate_$label.log | grep -E "^\[0\]|intranode-run|rror" | head -12
