@@ -28,6 +28,11 @@ pub struct CheckArgs {
     /// Run only the free-running stresses.
     #[arg(long)]
     pub only_free: bool,
+    /// Run only the back-to-back calls of mixed sizes, types, ops and
+    /// algorithms (`--stress-calls`, then 60 of up to four buffers), in
+    /// batches of 50 with no host step between calls, every call checked.
+    #[arg(long)]
+    pub only_stress: bool,
     /// Run only the reduce-scatter and all-gather checks.
     #[arg(long)]
     pub only_scatter_gather: bool,
@@ -58,7 +63,7 @@ pub struct CheckArgs {
     /// (for a world of 8 on 4 GPUs, two ranks per GPU).
     #[arg(
         long,
-        conflicts_with_all = ["algos", "only_free", "only_norm", "only_scatter_gather", "only_types", "only_symmetric"]
+        conflicts_with_all = ["algos", "only_free", "only_stress", "only_norm", "only_scatter_gather", "only_types", "only_symmetric"]
     )]
     pub require_forms: bool,
 }
@@ -302,6 +307,28 @@ fn stress<T: DType + NcclType>(
     Ok(())
 }
 
+/// The back-to-back stage: `--stress-calls` calls of up to 70000
+/// elements over the three types, then 60 bf16 calls of up to four
+/// symmetric buffers (returned: their largest length), where every call
+/// runs several chunks in one launch and a block running ahead of its
+/// peers would show any reuse race.
+fn stress_all(
+    r: &mut Rank,
+    args: &CheckArgs,
+    algos: &[Option<AllReduceAlgo>],
+    call: &mut u64,
+    rng: &mut u64,
+) -> Result<usize> {
+    let per_type = args.stress_calls / 3;
+    stress::<bf16>(r, args, algos, per_type, 70_000, call, rng)?;
+    stress::<f16>(r, args, algos, per_type, 70_000, call, rng)?;
+    let rest = args.stress_calls - 2 * per_type;
+    stress::<f32>(r, args, algos, rest, 70_000, call, rng)?;
+    let big = r.comm.intra().map_or(5 << 20, |c| c.buffer_bytes() / 2) * 4;
+    stress::<bf16>(r, args, algos, 60, big, call, rng)?;
+    Ok(big)
+}
+
 /// Captures 10 all-reduces in a CUDA graph and replays it with new inputs.
 fn graph<T: DType + NcclType>(
     r: &mut Rank,
@@ -485,6 +512,25 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     } else {
         None
     };
+    if args.only_stress {
+        let t0 = std::time::Instant::now();
+        let mut call = 0u64;
+        let mut rng = args.seed;
+        let big = stress_all(&mut r, args, &algos, &mut call, &mut rng)?;
+        println!(
+            "check rank {}/{} ok (back-to-back calls only): {} calls of up to 70000 elements and 60 of up to {big} bf16 elements ({}), every element checked ({:.1} s)",
+            r.rank(),
+            r.world(),
+            args.stress_calls,
+            algos
+                .iter()
+                .map(|a| a.map_or("auto", AllReduceAlgo::name))
+                .collect::<Vec<_>>()
+                .join(", "),
+            t0.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     if args.only_symmetric {
         let t0 = std::time::Instant::now();
         let s = crate::check_symm::run(&mut r, &algos, args.seed)?;
@@ -533,16 +579,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     // bound and two ranks sharing one GPU).
     r.store_barrier()?;
     let mut rng = args.seed;
-    let per_type = args.stress_calls / 3;
-    stress::<bf16>(&mut r, args, &algos, per_type, 70_000, &mut call, &mut rng)?;
-    stress::<f16>(&mut r, args, &algos, per_type, 70_000, &mut call, &mut rng)?;
-    let rest = args.stress_calls - 2 * per_type;
-    stress::<f32>(&mut r, args, &algos, rest, 70_000, &mut call, &mut rng)?;
-    // Messages of up to four symmetric buffers, back to back: every call
-    // runs several chunks in one launch, where a block running ahead of
-    // its peers would show any reuse race.
-    let big = r.comm.intra().map_or(5 << 20, |c| c.buffer_bytes() / 2) * 4;
-    stress::<bf16>(&mut r, args, &algos, 60, big, &mut call, &mut rng)?;
+    stress_all(&mut r, args, &algos, &mut call, &mut rng)?;
     let t_stress = t0.elapsed() - t_sweep;
     r.store_barrier()?;
     graph::<bf16>(&mut r, args, &algos, &mut call)?;
