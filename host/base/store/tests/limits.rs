@@ -1127,3 +1127,132 @@ fn overwriting_with_empty_values_keeps_rss_within_the_bound() {
         rss_bound(idle, max_stored, 1),
     );
 }
+
+/// Set in the child process that hosts a token-guarded server logging to
+/// its stderr, which the parent never reads.
+const LOGGING_CHILD_ENV: &str = "INTRANODE_STORE_LOGGING_SERVER";
+
+/// A server with a token and a tracing subscriber on stderr, as the
+/// launcher hosts it; a no-op unless a test started this process.
+#[test]
+fn logging_server_child() {
+    let Ok(token) = std::env::var(LOGGING_CHILD_ENV) else {
+        return;
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO)
+        .init();
+    let server = TcpStoreServer::bind(ServerConfig {
+        token: Some(token),
+        ..ServerConfig::default()
+    })
+    .expect("bind");
+    println!("store-port {}", server.local_addr().port());
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    // Not dropped: with stderr stalled, the summary at shutdown would
+    // block; the parent kills this process.
+    std::mem::forget(server);
+}
+
+/// Issue 36, finding 2: clients without the right token, thousands of
+/// them, against a server whose stderr nobody reads (a stalled log
+/// collector: the pipe fills after 64 KiB). Each refusal used to write a
+/// line at once, the over-the-cap ones from the acceptor: once the pipe
+/// was full every client thread, then the acceptor, blocked in that write
+/// and no rank could log in. Now refusals are counted and summarised at
+/// most once a second by one thread (NOTE [refusal log] in
+/// `src/server.rs`): the rank with the token gets in.
+#[test]
+fn a_refusal_flood_with_stderr_stalled_keeps_the_store_open() {
+    if std::env::var_os(SERVER_CHILD_ENV).is_some() || std::env::var_os(LOGGING_CHILD_ENV).is_some()
+    {
+        return;
+    }
+    let token = "the-job-token";
+    let exe = std::env::current_exe().expect("current exe");
+    let mut child = Command::new(exe)
+        .args([
+            "--exact",
+            "logging_server_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(LOGGING_CHILD_ENV, token)
+        .env_remove(TOKEN_ENV)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn server process");
+    let _stdin = child.stdin.take().expect("stdin");
+    // Held, never read: the stalled log collector.
+    let _stderr = child.stderr.take().expect("stderr");
+    let stdout = child.stdout.take().expect("stdout");
+    let port: u16 = BufReader::new(stdout)
+        .lines()
+        .find_map(|l| {
+            l.expect("read")
+                .split_once("store-port ")
+                .map(|(_, p)| p.trim().parse().expect("port"))
+        })
+        .expect("server process ended before printing its port");
+    let server = ServerProcess {
+        child,
+        _stdin,
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+    };
+    // 4000 refusals: about 800 KiB of warning lines before the fix, twelve
+    // times what the pipe holds.
+    let per_thread = 500;
+    // A hang guard only: a blocked server would hold each attacker for its
+    // read timeout.
+    let give_up = Instant::now() + Duration::from_secs(30);
+    let attackers: Vec<_> = (0..8)
+        .map(|t| {
+            let addr = server.addr;
+            thread::spawn(move || {
+                for i in 0..per_thread {
+                    if Instant::now() > give_up {
+                        break;
+                    }
+                    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1))
+                    else {
+                        continue;
+                    };
+                    let token = (i % 2 == 0).then(|| format!("guess-{t}-{i}").into_bytes());
+                    let body = wire::encode_request(&Request::Hello {
+                        version: PROTOCOL_VERSION,
+                        token,
+                    })
+                    .expect("encode");
+                    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+                    frame.extend_from_slice(&body);
+                    let _ = s.write_all(&frame);
+                    let _ = s.shutdown(std::net::Shutdown::Write);
+                    // Reads the refusal, so the server's drain ends at once.
+                    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                    let mut sink = Vec::new();
+                    let _ = s.read_to_end(&mut sink);
+                }
+            })
+        })
+        .collect();
+    for a in attackers {
+        a.join().expect("attacker");
+    }
+    let store = TcpStore::connect(
+        server.addr,
+        ClientConfig {
+            token: Some(token.into()),
+            connect_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(20),
+            ..client_config()
+        },
+    )
+    .expect("the rank with the token gets in after the flood");
+    store.set("after", b"flood").expect("set");
+    assert_eq!(store.get("after").expect("get"), b"flood");
+}
