@@ -354,6 +354,17 @@ impl Budget {
     }
 }
 
+impl Reservation<'_> {
+    /// One reservation holding both.
+    fn merge(mut self, other: Option<Self>) -> Self {
+        if let Some(mut other) = other {
+            self.bytes += other.bytes;
+            other.bytes = 0;
+        }
+        self
+    }
+}
+
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         let mut used = self.budget.used();
@@ -968,8 +979,36 @@ fn read_request<'a>(
         Err(_) if reader.late => return Err(late("the frame body")),
         Err(e) => return Err(Disconnect::Gone(e)),
     }
+    // NOTE [decoded items]: many tiny keys decode to several times their
+    // frame; reserve that too, from the count, before decoding.
+    let (items, pairs) = wire::list_items(&body);
+    // At most what the budget has beside the body's share, so that a
+    // request the limits admit can always be served.
+    let items_bytes = limits
+        .decoded_items_bytes(items, pairs)
+        .min(limits.max_buffered_bytes.saturating_sub(reservation.bytes));
+    let items_reservation = if items_bytes == 0 {
+        None
+    } else {
+        let Some(r) = shared
+            .budget
+            .reserve(items_bytes, deadline, &shared.shutting_down)
+        else {
+            if shared.is_shutting_down() {
+                return Err(Disconnect::Gone(io::Error::other("store is shutting down")));
+            }
+            return Err(Disconnect::Refuse(format!(
+                "server busy: no room for a {len}-byte request of {items} keys in {} ms (max_buffered_bytes)",
+                limits.frame_timeout.as_millis()
+            )));
+        };
+        Some(r)
+    };
     match wire::decode_request_limited(&body, &shared.decode_limits()) {
-        Ok(req) => Ok(Some(Incoming::Request(req, reservation))),
+        Ok(req) => Ok(Some(Incoming::Request(
+            req,
+            reservation.merge(items_reservation),
+        ))),
         Err(e @ WireError::OverLimit { .. }) => Ok(Some(Incoming::OverLimit(e.to_string()))),
         Err(e) => Err(Disconnect::Refuse(format!("malformed request: {e}"))),
     }

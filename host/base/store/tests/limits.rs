@@ -1256,3 +1256,53 @@ fn a_refusal_flood_with_stderr_stalled_keeps_the_store_open() {
     store.set("after", b"flood").expect("set");
     assert_eq!(store.get("after").expect("get"), b"flood");
 }
+
+/// Issue 36, finding 5: WAITs of 4096 one-byte keys, a 20 KiB frame each,
+/// decode to about 229 KiB and hold it while parked; only twice the frame
+/// was reserved, so 2000 of them took RSS far past the formula. Now each
+/// key reserves what it decodes to (NOTE [decoded items] in
+/// `src/limits.rs`): under a 2 MiB buffer budget, at most 2 MiB / 229 KiB
+/// such waits park at once (all 30 did before) and the rest are told the
+/// server is busy.
+#[test]
+fn many_tiny_keys_in_parked_waits_are_accounted() {
+    if std::env::var_os(SERVER_CHILD_ENV).is_some() {
+        return;
+    }
+    let budget = 2 * MIB;
+    let server = ServerProcess::start(&format!(
+        "max_value_bytes=65536,max_frame_bytes=131072,max_response_bytes=131072,\
+         max_buffered_bytes={budget},frame_timeout_ms=1000"
+    ));
+    let waiters = 30;
+    let mut conns: Vec<Raw> = (0..waiters)
+        .map(|w| {
+            let mut raw = Raw::hello(server.addr);
+            raw.send(&Request::Wait {
+                keys: (0..4096)
+                    .map(|i| format!("{}", (w * 4096 + i) % 10))
+                    .collect(),
+                // Parked ones end with TimedOut, so every connection
+                // answers and nothing here waits on a guess.
+                timeout_ms: 3000,
+            });
+            raw
+        })
+        .collect();
+    let mut busy = 0;
+    for raw in &mut conns {
+        match raw.recv() {
+            Response::TimedOut => {}
+            Response::Refused(msg) if msg.contains("server busy") => busy += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    let decoded_per_wait = 4096 * (24 + 32) as u64;
+    let fit = budget / decoded_per_wait;
+    println!("{waiters} waits of 4096 one-byte keys: {busy} refused as busy, at most {fit} fit");
+    assert!(
+        busy >= waiters - fit,
+        "{} parked at once under a {budget}-byte budget; {fit} fit",
+        waiters - busy
+    );
+}
