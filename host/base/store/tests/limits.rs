@@ -1294,6 +1294,9 @@ fn many_tiny_keys_in_parked_waits_are_accounted() {
         match raw.recv() {
             Response::TimedOut => {}
             Response::Refused(msg) if msg.contains("server busy") => busy += 1,
+            // Room came just before the deadline, too late to read the
+            // body in time: turned away for want of room all the same.
+            Response::Refused(msg) if msg.contains("(frame_timeout)") => busy += 1,
             other => panic!("{other:?}"),
         }
     }
