@@ -187,11 +187,24 @@ impl Marks {
     /// not stopped, so the assertions failed (issue 36). The wait is
     /// bounded (30 s) so a launcher that never starts a rank still ends.
     fn fail_after_peers_started(&self, world: usize, failing: usize, code: i32) -> String {
+        format!(
+            "{} if [ $RANK = {failing} ]; then {} exit {code}; fi; exec sleep 60",
+            self.mark(),
+            self.wait_for(world)
+        )
+    }
+
+    /// Shell: this rank marks that it started.
+    fn mark(&self) -> String {
+        format!("touch {}/$RANK;", self.0.display())
+    }
+
+    /// Shell: waits (30 s at most) until `world` ranks have marked.
+    fn wait_for(&self, world: usize) -> String {
         let dir = self.0.display();
         format!(
-            "touch {dir}/$RANK; if [ $RANK = {failing} ]; then n=0; \
-             while [ $(ls {dir} | wc -l) -lt {world} ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done; \
-             exit {code}; fi; exec sleep 60"
+            "n=0; while [ $(ls {dir} | wc -l) -lt {world} ] && [ $n -lt 600 ]; \
+             do sleep 0.05; n=$((n+1)); done;"
         )
     }
 }
@@ -688,6 +701,18 @@ fn a_signal_during_the_failure_wait_is_forwarded() {
     // Rank 0 fails; rank 1 would sit out the whole wait, but the launcher
     // gets SIGINT during it: rank 1 must get SIGINT (not SIGTERM), and the
     // first failure still decides the exit status.
+    // Rank 0 fails only once rank 1 has started (NOTE [failing after the
+    // peers started]): failing at once, it could stop start-up before
+    // rank 1, which then never printed `ready` (issue 36, seen on a
+    // loaded machine).
+    let marks = Marks::new("signal-during-wait");
+    let script = format!(
+        "{} if [ $RANK = 0 ]; then {} exit 3; fi; \
+         trap 'echo got-int; exit 7' INT; trap 'echo got-term; exit 8' TERM; \
+         echo ready; sleep 60 & wait",
+        marks.mark(),
+        marks.wait_for(2)
+    );
     let started = Instant::now();
     let mut child = launcher(&[
         "--nproc-per-node",
@@ -697,9 +722,7 @@ fn a_signal_during_the_failure_wait_is_forwarded() {
         "--",
         "sh",
         "-c",
-        "if [ $RANK = 0 ]; then exit 3; fi; \
-         trap 'echo got-int; exit 7' INT; trap 'echo got-term; exit 8' TERM; \
-         echo ready; sleep 60 & wait",
+        &script,
     ])
     .spawn()
     .unwrap();

@@ -73,14 +73,8 @@ pub(super) fn allocate_local(
             let block = vmm::LocalBlock::new(ctx, buffer_bytes, signal_pad_bytes)?;
             let layout = block.layout();
             // Rank 0 chose the directory for the whole group (phase 0).
-            let channel = IpcChannel::new(
-                ipc_dir,
-                job_id,
-                rank,
-                world,
-                store.timeout(),
-            )
-            .map_err(Error::ipc)?;
+            let channel = IpcChannel::new(ipc_dir, job_id, rank, world, store.timeout())
+                .map_err(Error::ipc)?;
             (LocalBlock::Vmm(block), layout, None, Some(channel))
         }
         Backend::CudaIpc => {

@@ -31,6 +31,9 @@
 //!   decoded form) is reserved from the shared `max_buffered_bytes`
 //!   budget, waiting for it if need be, before the body is read; the rest
 //!   of the frame must arrive within `frame_timeout` of its first byte;
+//! - a list request (`CHECK`, `WAIT`, `MULTI_GET`, `MULTI_SET`) also
+//!   reserves what its items decode to beyond their bytes, from its count
+//!   and before decoding (NOTE [decoded items]);
 //! - the decoder refuses keys over `max_key_bytes`, values over
 //!   `max_value_bytes` and lists over `max_keys_per_request` items before
 //!   allocating them, so a small frame cannot decode into a large request;
