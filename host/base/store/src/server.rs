@@ -113,7 +113,7 @@ impl RefusalLog {
             Some((_, n)) => *n += 1,
             None => state.pending.push((kind, 1)),
         }
-        // Kept short: a client chooses none of it but its address.
+        // The server's own text (never a token), kept to 200 characters.
         state.latest = Some((peer, message.chars().take(200).collect()));
     }
 
