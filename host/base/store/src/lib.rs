@@ -60,7 +60,8 @@ pub mod torch;
 pub mod wire;
 
 pub use client::{
-    ClientConfig, DEFAULT_HANDSHAKE_TIMEOUT, HANDSHAKE_TIMEOUT_ENV, STORE_TIMEOUT_ENV, TcpStore,
+    ClientConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_REPLY_BYTES, HANDSHAKE_TIMEOUT_ENV,
+    STORE_TIMEOUT_ENV, TcpStore,
 };
 pub use connect::{connect, connect_env};
 pub use error::StoreError;
