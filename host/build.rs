@@ -9,10 +9,10 @@
 //! `INTRANODE_EMBEDDED_CUBIN` (an empty file where there is none): no
 //! nightly tool chain and no ptxas are needed, so the crate builds on
 //! stable Rust. The kernels are
-//! built from source (nightly, `-Zbuild-std`, through `ptx-builder`) only
+//! built from source (nightly, `-Zbuild-std`, through `intranode-ptx-builder`) only
 //! when
 //! - the kernel sources differ from what the committed PTX was built from
-//!   (`ptx/source-stamp` against `ptx_builder::source_stamp`): an edit of
+//!   (`ptx/source-stamp` against `intranode_ptx_builder::source_stamp`): an edit of
 //!   `kernels-gpu` inside the workspace, before `cargo xtask build-ptx
 //!   --write`; a warning says so;
 //! - `INTRANODE_PTX_ARCH` names an architecture that is not committed;
@@ -24,7 +24,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ptx_builder::KernelSet;
+use intranode_ptx_builder::KernelSet;
 
 /// Env switch: the architecture to embed (default `sm_90`).
 const ARCH_ENV: &str = "INTRANODE_PTX_ARCH";
@@ -36,6 +36,13 @@ const REBUILD_ENV: &str = "INTRANODE_PTX_REBUILD";
 /// machine code does not run on then get an error instead of a JIT). The
 /// device bundle builds this way to fit what a device run carries.
 const EMBED_PTX_ENV: &str = "INTRANODE_EMBED_PTX";
+/// Env switch: `1` compiles the module `intranode::internals` (`--cfg
+/// intranode_internals`): the crate's machinery for the project's own
+/// suites and benchmark, not a stable API. The workspace's
+/// `.cargo/config.toml` sets it; a user's build does not read that file.
+/// A cfg rather than a feature: a feature would be published, and any
+/// crate in a user's graph could turn it on.
+const INTERNALS_ENV: &str = "INTRANODE_INTERNALS";
 
 fn main() {
     if let Err(e) = try_main() {
@@ -58,6 +65,11 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-env-changed={ARCH_ENV}");
     println!("cargo:rerun-if-env-changed={REBUILD_ENV}");
     println!("cargo:rerun-if-env-changed={EMBED_PTX_ENV}");
+    println!("cargo:rerun-if-env-changed={INTERNALS_ENV}");
+    println!("cargo::rustc-check-cfg=cfg(intranode_internals)");
+    if std::env::var(INTERNALS_ENV).is_ok_and(|v| v.trim() == "1") {
+        println!("cargo:rustc-cfg=intranode_internals");
+    }
     // Only paths that exist: cargo reruns the script on every build for a
     // missing one.
     for watched in [
@@ -71,8 +83,9 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
 
-    let arch = std::env::var(ARCH_ENV).unwrap_or_else(|_| ptx_builder::DEFAULT_ARCH.into());
-    ptx_builder::validate_arch(&arch)?;
+    let arch =
+        std::env::var(ARCH_ENV).unwrap_or_else(|_| intranode_ptx_builder::DEFAULT_ARCH.into());
+    intranode_ptx_builder::validate_arch(&arch)?;
     let forced = std::env::var(REBUILD_ENV).is_ok_and(|v| v == "1");
     let stale = stale_reason(&workspace_root, &committed_dir);
     let mut warned = false;
@@ -88,7 +101,7 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
             from_source |= set == KernelSet::Production;
             build_from_source(&workspace_root, &arch, set, &format!("{REBUILD_ENV}=1"))?
         } else if !committed.exists() {
-            let why = if ptx_builder::COMMITTED_ARCHS.contains(&arch.as_str()) {
+            let why = if intranode_ptx_builder::COMMITTED_ARCHS.contains(&arch.as_str()) {
                 format!(
                     "{} is missing (a checkout or package without the committed kernels)",
                     committed.display()
@@ -96,7 +109,7 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
             } else {
                 format!(
                     "no kernels are committed for {arch}, only for {}",
-                    ptx_builder::COMMITTED_ARCHS.join(", ")
+                    intranode_ptx_builder::COMMITTED_ARCHS.join(", ")
                 )
             };
             from_source |= set == KernelSet::Production;
@@ -126,16 +139,18 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
     // that PTX's (not when the PTX came from source: the cubin would hold
     // the old kernels); otherwise an empty file, and every device JIT
     // compiles the PTX.
-    let cubin = committed_dir.join(ptx_builder::cubin_file_name(&arch));
-    let (cubin, cubin_arch) =
-        if !from_source && ptx_builder::CUBIN_ARCHS.contains(&arch.as_str()) && cubin.exists() {
-            (cubin, arch.as_str())
-        } else {
-            let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
-            let empty = out_dir.join("no-cubin");
-            std::fs::write(&empty, b"")?;
-            (empty, "")
-        };
+    let cubin = committed_dir.join(intranode_ptx_builder::cubin_file_name(&arch));
+    let (cubin, cubin_arch) = if !from_source
+        && intranode_ptx_builder::CUBIN_ARCHS.contains(&arch.as_str())
+        && cubin.exists()
+    {
+        (cubin, arch.as_str())
+    } else {
+        let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+        let empty = out_dir.join("no-cubin");
+        std::fs::write(&empty, b"")?;
+        (empty, "")
+    };
     println!(
         "cargo:rustc-env=INTRANODE_EMBEDDED_CUBIN={}",
         cubin.display()
@@ -167,8 +182,8 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
 /// Why the committed PTX does not match the kernel sources, or `None` when
 /// it does or when the sources are absent (nothing to compare with).
 fn stale_reason(workspace_root: &Path, committed_dir: &Path) -> Option<String> {
-    let current = ptx_builder::source_stamp(workspace_root).ok()?;
-    let stamp_path = committed_dir.join(ptx_builder::STAMP_FILE);
+    let current = intranode_ptx_builder::source_stamp(workspace_root).ok()?;
+    let stamp_path = committed_dir.join(intranode_ptx_builder::STAMP_FILE);
     let committed = std::fs::read_to_string(&stamp_path).unwrap_or_default();
     (committed.trim() != current).then(|| {
         format!(
@@ -188,13 +203,13 @@ fn build_from_source(
     why: &str,
 ) -> Result<PathBuf, Box<dyn std::error::Error>> {
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
-    let ptx = ptx_builder::build_ptx(&ptx_builder::PtxBuild {
+    let ptx = intranode_ptx_builder::build_ptx(&intranode_ptx_builder::PtxBuild {
         workspace_root: workspace_root.to_owned(),
         arch: arch.to_owned(),
         kernels: set,
         // Its own target directory: the outer cargo holds the lock of ours.
         target_dir: out_dir.join("ptx-target"),
-        cargo: ptx_builder::cargo_binary(),
+        cargo: intranode_ptx_builder::cargo_binary(),
     })
     .map_err(|e| {
         format!(

@@ -2,7 +2,8 @@
 # Runs candle-tp from a bundle (`cargo xtask candle-example --out DIR`) on a
 # GPU machine, every run's output also in $OUT (default: the current
 # directory). Usage: device-run.sh BUNDLE_DIR [GPUS [CANDLE_TP_ARGS...]]
-# (the arguments after GPUS go to every 2-GPU run, e.g. --reps 11).
+# (the arguments after GPUS go to every run on 2 or more GPUs, e.g.
+# --windows 60 --per-window).
 #
 # With 2 or more GPUs: every back-end (intranode, its fused all-reduce +
 # residual + RMSNorm, NCCL) on every GPU, batch 1, 8 and 32.
@@ -69,7 +70,7 @@ else
     for be in intranode fused; do
         run "w2_shared_gpu_$be" env INTRANODE_ALLOW_OVERLAPPING_DEVICES=1 INTRANODE_TEST_INTRA_NODE_COMM=1 \
             "$launch" --nproc-per-node 2 --gpus 0,0 --timeout 70 -- \
-            "$tp" --backend "$be" --batch 8 --reps 2 --steps 10
+            "$tp" --backend "$be" --batch 8 --windows 2 --steps 5
     done
 fi
 exit $fail

@@ -4,6 +4,9 @@
 //! code and inputs on every rank give bit-identical results, so any
 //! difference between ranks' parameters would come from the communication.
 
+use std::hash::Hasher;
+
+use fnv::FnvHasher;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -139,15 +142,11 @@ pub fn loss_and_grads(params: &[Vec<f32>], data: &Dataset) -> (f64, Vec<Vec<f32>
 /// exactly when their parameters are bitwise identical (up to hash
 /// collisions).
 pub fn fingerprint(params: &[Vec<f32>]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for p in params {
-        for v in p {
-            for b in v.to_bits().to_le_bytes() {
-                h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-            }
-        }
+    let mut h = FnvHasher::default();
+    for v in params.iter().flatten() {
+        h.write(&v.to_bits().to_le_bytes());
     }
-    h
+    h.finish()
 }
 
 #[cfg(test)]

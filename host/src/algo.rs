@@ -39,7 +39,10 @@ pub struct Crossovers {
     /// existed get the defaults).
     #[serde(default = "default_lamport_two_shot_max_bytes")]
     pub lamport_two_shot_max_bytes: [usize; MAX_DEVICES + 1],
+    /// Then the one-shot, up to here (per world size).
     pub one_shot_max_bytes: [usize; MAX_DEVICES + 1],
+    /// Then the two-shot, up to here (per world size); above it NCCL,
+    /// or the push form from `push_min_bytes` on.
     pub two_shot_max_bytes: [usize; MAX_DEVICES + 1],
     /// From here on the push form (past the Lamport forms' ranges, which
     /// come first), `usize::MAX` where it never runs by size (files
@@ -98,14 +101,14 @@ impl Default for Crossovers {
 /// The largest message the Lamport one-shot takes on `world` ranks (one
 /// slot of its buffers); larger ones run as one-shot.
 pub const fn lamport_max_message_bytes(world: usize) -> usize {
-    kernels_gpu::layout::lamport_slot_bytes(world)
+    intranode_kernels_gpu::layout::lamport_slot_bytes(world)
 }
 
 /// The largest shard (one rank's part) our reduce-scatter and all-gather
 /// take on `world` ranks: one slot of the Lamport buffers
 /// (`comm::scatter_gather`).
 pub const fn scatter_gather_max_shard_bytes(world: usize) -> usize {
-    kernels_gpu::layout::lamport_slot_bytes(world)
+    intranode_kernels_gpu::layout::lamport_slot_bytes(world)
 }
 
 /// Whether a reduce-scatter or all-gather whose whole buffer (every
@@ -128,16 +131,16 @@ fn default_scatter_gather_max_bytes() -> [usize; MAX_DEVICES + 1] {
 }
 
 /// The largest message the push form takes (its kernels index
-/// vectors in u32, `kernels_gpu::math::PUSH_MAX_VECS`); larger ones
+/// vectors in u32, `intranode_kernels_gpu::math::PUSH_MAX_VECS`); larger ones
 /// run as two-shot.
 pub const fn push_max_message_bytes() -> usize {
-    kernels_gpu::math::PUSH_MAX_VECS as usize * kernels_gpu::math::VEC_BYTES
+    intranode_kernels_gpu::math::PUSH_MAX_VECS as usize * intranode_kernels_gpu::math::VEC_BYTES
 }
 
 /// The largest message the Lamport two-shot takes on `world` ranks;
 /// larger ones run as two-shot.
 pub const fn lamport_two_shot_max_message_bytes(world: usize) -> usize {
-    kernels_gpu::layout::lamport2_max_bytes(world)
+    intranode_kernels_gpu::layout::lamport2_max_bytes(world)
 }
 
 /// Lamport one-shot limits, measured with `intranode-bench bench --tune`
@@ -313,7 +316,7 @@ pub fn fused_norm_runs(call: &NormCall) -> bool {
     let ar = &call.all_reduce;
     let lanes = ar
         .elem
-        .map_or(0, |e| kernels_gpu::math::elems_per_vec(e.bytes()));
+        .map_or(0, |e| intranode_kernels_gpu::math::elems_per_vec(e.bytes()));
     ar.intra
         .is_some_and(|p| p.topology == Topology::FullyConnected)
         && (2..=MAX_DEVICES).contains(&ar.world)
@@ -518,7 +521,7 @@ mod tests {
             assert_eq!(decide(l2, two, world), l2);
             assert_eq!(decide(l2, two + 1, world), AllReduceAlgo::TwoShot);
             // The kernel's own condition: every shard fits a slot.
-            let slot = kernels_gpu::layout::lamport2_slot_bytes(world);
+            let slot = intranode_kernels_gpu::layout::lamport2_slot_bytes(world);
             assert!(two.div_ceil(16).div_ceil(world) * 16 <= slot);
             assert_eq!(
                 decide(AllReduceAlgo::TwoShot, 1 << 30, world),

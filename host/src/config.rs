@@ -56,7 +56,9 @@ impl DebugLevel {
 /// Most blocks and threads per block of one launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaunchShape {
+    /// The most blocks of the grid (fewer where the message needs fewer).
     pub max_blocks: usize,
+    /// Threads per block.
     pub threads: usize,
 }
 
@@ -64,7 +66,9 @@ pub struct LaunchShape {
 /// `None` keeps the measured rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LamportShapes {
+    /// The Lamport one-shot's shape (`lamport=BxT`).
     pub one_shot: Option<LaunchShape>,
+    /// The Lamport two-shot's shape (`lamport-two-shot=BxT`).
     pub two_shot: Option<LaunchShape>,
 }
 
@@ -115,11 +119,16 @@ impl LamportShapes {
 /// buffer and the message (`comm::all_reduce::push_launch`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PushShape {
+    /// The most blocks of a launch (`blocks=`, capped at the SM count).
     pub max_blocks: usize,
+    /// Threads per block (`threads=`).
     pub threads: usize,
+    /// The most bytes per ring slot (`chunk=`), cut to what the
+    /// allocation holds.
     pub max_chunk_bytes: usize,
+    /// Ring slots per block and peer (`slots=`).
     pub slots: usize,
-    /// Tiles of lookahead (`kernels_gpu::math::push_lookahead`), 0 for
+    /// Tiles of lookahead (`intranode_kernels_gpu::math::push_lookahead`), 0 for
     /// the default of the slots.
     pub lookahead: usize,
     /// The symmetric buffer is allocated `max(buffer_bytes,
@@ -197,7 +206,7 @@ impl PushShape {
             let (field, ok, expected) = match name.trim() {
                 "blocks" => (
                     &mut shape.max_blocks,
-                    (1..=kernels_gpu::layout::MAX_BLOCKS).contains(&value),
+                    (1..=intranode_kernels_gpu::layout::MAX_BLOCKS).contains(&value),
                     "1 to 160",
                 ),
                 "threads" => (
@@ -283,6 +292,30 @@ impl ConfigError {
 
 /// Settings of a communicator. [`CommConfig::from_env`] reads every env
 /// switch above; nothing else in the library reads them.
+/// [`Communicator::new`](crate::Communicator::new) reads the environment;
+/// [`Communicator::with_config`](crate::Communicator::with_config) takes
+/// settings made in code.
+///
+/// # Example
+///
+/// ```
+/// use intranode::{AllReduceAlgo, CommConfig};
+///
+/// // The environment's settings (INTRANODE_*), then two changed in code.
+/// let mut config = CommConfig::from_env()?;
+/// config.barrier_timeout_ms = 3_000; // report a peer that hangs after 3 s
+/// config.forced_algo = Some(AllReduceAlgo::Nccl); // every all-reduce on NCCL
+///
+/// // Or the defaults, whatever the environment says.
+/// let defaults = CommConfig {
+///     buffer_bytes: 16 << 20,
+///     ..CommConfig::default()
+/// };
+/// assert!(defaults.enabled);
+/// // Then, on every rank (settings the rendezvous compares must agree):
+/// // let comm = Communicator::with_config(stream, store, rank, world, &config)?;
+/// # Ok::<(), intranode::config::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommConfig {
     /// Whether the fast path may be used at all (`INTRANODE_ENABLE_INTRA_NODE_COMM`).
@@ -531,116 +564,7 @@ pub fn read_crossovers(path: &Path) -> Result<Crossovers, ConfigError> {
 /// this crate and, through `internals::switches`, its test suites and
 /// benchmark; users set the variables by name or the fields of
 /// [`CommConfig`].
-pub(crate) mod switches {
-    use super::{ConfigError, set};
-
-    /// `0` turns the fast path off (seed `ENABLE_INTRA_NODE_COMM`); on by
-    /// default.
-    pub const ENABLE_ENV: &str = "INTRANODE_ENABLE_INTRA_NODE_COMM";
-
-    /// `1` treats the topology as fully connected whatever NVML says (seed
-    /// `TEST_INTRA_NODE_COMM`), for tests on machines without NVLink.
-    pub const TEST_ENV: &str = "INTRANODE_TEST_INTRA_NODE_COMM";
-
-    /// `1` lets several ranks share one GPU (seed
-    /// `allow_overlapping_devices`); they count as fully connected.
-    pub const ALLOW_OVERLAPPING_ENV: &str = "INTRANODE_ALLOW_OVERLAPPING_DEVICES";
-
-    /// Size in bytes of each rank's symmetric buffer (default
-    /// `DEFAULT_BUFFER_BYTES`), a positive multiple of
-    /// `BUFFER_GRANULARITY_BYTES`.
-    pub const BUFFER_BYTES_ENV: &str = "INTRANODE_SYMM_MEM_BUFFER_BYTES";
-
-    /// How symmetric memory is shared between processes: `vmm` (default) or
-    /// `cuda-ipc`.
-    pub const BACKEND_ENV: &str = "INTRANODE_SYMM_MEM_BACKEND";
-
-    /// `detail` turns the call fingerprints on (NOTE [call fingerprints] in
-    /// `comm/debug.rs`); `off` (or unset) leaves them off.
-    pub const DEBUG_ENV: &str = "INTRANODE_DEBUG";
-
-    /// Bound of every GPU wait on a peer, in milliseconds.
-    pub const BARRIER_TIMEOUT_ENV: &str = "INTRANODE_BARRIER_TIMEOUT_MS";
-
-    /// Forces an all-reduce algorithm: `lamport`, `lamport-two-shot`,
-    /// `one-shot`, `two-shot`, `hcm`, `push` or `nccl`.
-    pub const FORCE_ALGO_ENV: &str = "INTRANODE_ALL_REDUCE_ALGO";
-
-    /// Forces the path of `Communicator::all_reduce_residual_rmsnorm`:
-    /// `fused` (the one-launch kernel wherever it can run) or `unfused` (the
-    /// all-reduce, then the norm kernel), for comparisons; unset, blank or
-    /// `auto`: `algo::decide_norm` chooses.
-    pub const NORM_PATH_ENV: &str = "INTRANODE_NORM_PATH";
-
-    /// Forces the broadcast path: `symm-mem` or `nccl`.
-    pub const FORCE_BROADCAST_ENV: &str = "INTRANODE_BROADCAST_ALGO";
-
-    /// Path of a crossover file written by `intranode-bench bench --tune`, in
-    /// place of the built-in [`Crossovers`](super::Crossovers).
-    pub const TUNING_FILE_ENV: &str = "INTRANODE_TUNING_FILE";
-
-    /// Fixes the launch shape of the Lamport forms, for tuning runs:
-    /// `lamport=BLOCKSxTHREADS,lamport-two-shot=BLOCKSxTHREADS` (either part
-    /// may be left out; BLOCKS is the most blocks per launch), in place of the
-    /// rule of NOTE [lamport launch shape] in `comm/all_reduce.rs`. The
-    /// Lamport kernels tie no rank's grid to another's (each rank polls its
-    /// own buffer word by word), so ranks may even differ; the barrier-based
-    /// algorithms keep their fixed shapes, which the pad layout counts on.
-    pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
-
-    /// The launch shape of the push form (NOTE [push all-reduce] in
-    /// `kernels-gpu/src/push.rs`), for tuning runs: comma-separated
-    /// `blocks=N` (most blocks, 1 to `layout::MAX_BLOCKS` = 160), `threads=N`
-    /// (a multiple of 32 up to 512), `chunk=BYTES` (most bytes of a ring
-    /// slot, a multiple of 16), `slots=N` (slots per ring, 2 to 16),
-    /// `lookahead=N` (tiles the pushes run ahead of the reductions, 1 to
-    /// `slots - 1`; 0, the default, takes 1 below 4 slots and `slots / 2`
-    /// from 4 on: `kernels_gpu::math::push_lookahead`) and `scratch=BYTES`
-    /// (the symmetric buffer is allocated at least this large for the rings,
-    /// a multiple of 4096 up to 1 GiB; 0: the rings fit the buffer of
-    /// `BUFFER_BYTES_ENV`); a part left out keeps its default
-    /// ([`PushShape::default`](super::PushShape::default)). Its kernels meet per block and lay their
-    /// rings out from it, so every rank must set the same value (the
-    /// rendezvous checks). The rendezvous caps `blocks` at the GPU's SM
-    /// count (`PushShape::for_sms`): at 80 to 128 registers of 512 threads
-    /// (`cargo xtask check-ptx`) one block fills an SM's registers, and a
-    /// grid larger than the GPU would run in waves whose first could wait
-    /// on a peer block of a later one.
-    pub const PUSH_LAUNCH_ENV: &str = "INTRANODE_PUSH_LAUNCH";
-
-    /// `0` turns off launch overlap (programmatic dependent launch of the
-    /// collectives, NOTE [launch overlap] in `kernels/launch.rs`); on by
-    /// default where the GPU has it (sm_90 and later).
-    pub const LAUNCH_OVERLAP_ENV: &str = "INTRANODE_LAUNCH_OVERLAP";
-
-    /// Which embedded kernel image to load: `auto` (default: the machine
-    /// code where the device runs it, else the PTX), `cubin` (an error where
-    /// the device cannot run it) or `ptx` (the driver JIT compiles the PTX,
-    /// as before cubins were embedded: for comparisons).
-    pub const KERNEL_IMAGE_ENV: &str = "INTRANODE_KERNEL_IMAGE";
-
-    /// `1` prints each communicator's set-up times (`SetupTimes`: rendezvous,
-    /// topology, kernel load, symmetric memory, NCCL) to stderr, one line per
-    /// rank; off by default (they are always a `tracing` debug event, and
-    /// `Communicator::setup_times`).
-    pub const TIMING_ENV: &str = "INTRANODE_TIMING";
-
-    /// Turns a GPU test's skip into a failure: the number of GPUs a device
-    /// run promises (`INTRANODE_REQUIRE_GPUS=4`). Read by [`required_gpus`].
-    pub const REQUIRE_GPUS_ENV: &str = "INTRANODE_REQUIRE_GPUS";
-
-    /// The number of GPUs a device run promises (`INTRANODE_REQUIRE_GPUS`; 0 when
-    /// unset): the GPU test suites fail instead of skipping below it.
-    pub fn required_gpus() -> Result<usize, ConfigError> {
-        match set(std::env::var(REQUIRE_GPUS_ENV).ok()) {
-            None => Ok(0),
-            Some(v) => v
-                .trim()
-                .parse()
-                .map_err(|_| ConfigError::invalid(REQUIRE_GPUS_ENV, v, "a number of GPUs")),
-        }
-    }
-}
+pub(crate) mod switches;
 
 // Values the settings take, defined here (the bottom floor) and
 // re-exported where they are used: `symm_mem` (Backend,
@@ -725,236 +649,4 @@ impl std::str::FromStr for KernelImage {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn config_from_vars() {
-        let none = |_: &str| None;
-        assert_eq!(
-            CommConfig::from_vars(none).expect("defaults"),
-            CommConfig::default()
-        );
-        let vars = |name: &str| {
-            Some(
-                match name {
-                    ENABLE_ENV => "0",
-                    TEST_ENV => "1",
-                    ALLOW_OVERLAPPING_ENV => "true",
-                    BUFFER_BYTES_ENV => "4096",
-                    BACKEND_ENV => "cuda-ipc",
-                    DEBUG_ENV => "Detail",
-                    BARRIER_TIMEOUT_ENV => " 2500 ",
-                    FORCE_ALGO_ENV => "lamport-two-shot",
-                    FORCE_BROADCAST_ENV => "nccl",
-                    NORM_PATH_ENV => " unfused ",
-                    LAMPORT_LAUNCH_ENV => "lamport=8x128",
-                    PUSH_LAUNCH_ENV => " blocks=16, slots=8 ",
-                    LAUNCH_OVERLAP_ENV => "off",
-                    KERNEL_IMAGE_ENV => " PTX ",
-                    TIMING_ENV => "1",
-                    _ => return None,
-                }
-                .to_owned(),
-            )
-        };
-        let c = CommConfig::from_vars(vars).expect("all set");
-        assert_eq!(
-            c,
-            CommConfig {
-                enabled: false,
-                allow_overlapping_devices: true,
-                force_fully_connected: true,
-                buffer_bytes: 4096,
-                backend: Backend::CudaIpc,
-                debug: DebugLevel::Detail,
-                barrier_timeout_ms: 2500,
-                forced_algo: Some(AllReduceAlgo::LamportTwoShot),
-                forced_broadcast: Some(BroadcastAlgo::Nccl),
-                forced_norm: Some(NormPath::Unfused),
-                crossovers: Crossovers::default(),
-                lamport_shapes: LamportShapes {
-                    one_shot: Some(LaunchShape {
-                        max_blocks: 8,
-                        threads: 128
-                    }),
-                    two_shot: None,
-                },
-                push_shape: PushShape {
-                    max_blocks: 16,
-                    slots: 8,
-                    ..PushShape::default()
-                },
-                launch_overlap: false,
-                kernel_image: KernelImage::Ptx,
-                print_setup_times: true,
-            }
-        );
-        // Empty values mean unset.
-        let empty = |_: &str| Some(String::new());
-        assert_eq!(
-            CommConfig::from_vars(empty).expect("empty"),
-            CommConfig::default()
-        );
-        let auto = |name: &str| (name == NORM_PATH_ENV).then(|| "Auto".to_owned());
-        assert_eq!(CommConfig::from_vars(auto).expect("auto").forced_norm, None);
-        let fused = |name: &str| (name == NORM_PATH_ENV).then(|| "fused".to_owned());
-        assert_eq!(
-            CommConfig::from_vars(fused).expect("fused").forced_norm,
-            Some(NormPath::Fused)
-        );
-    }
-
-    #[test]
-    fn push_shapes_keep_to_the_sms() {
-        let d = PushShape::default();
-        // An H100/H200 (132 SMs) takes the default whole; an A100 (108)
-        // gets one block per SM; nothing else of the shape moves.
-        assert_eq!(d.for_sms(132), d);
-        assert_eq!(
-            d.for_sms(108),
-            PushShape {
-                max_blocks: 108,
-                ..d
-            }
-        );
-        assert_eq!(d.for_sms(0).max_blocks, 1);
-    }
-
-    #[test]
-    fn push_shapes_parse_or_say_why_not() {
-        assert_eq!(PushShape::parse("").unwrap(), PushShape::default());
-        assert_eq!(
-            PushShape::parse("blocks=24,threads=256,chunk=131072,slots=6").unwrap(),
-            PushShape {
-                max_blocks: 24,
-                threads: 256,
-                max_chunk_bytes: 128 << 10,
-                slots: 6,
-                ..PushShape::default()
-            }
-        );
-        assert_eq!(
-            PushShape::parse("slots=3,lookahead=2").unwrap(),
-            PushShape {
-                slots: 3,
-                lookahead: 2,
-                ..PushShape::default()
-            }
-        );
-        assert_eq!(
-            PushShape::parse("blocks=132,scratch=0").unwrap(),
-            PushShape {
-                max_blocks: 132,
-                scratch_bytes: 0,
-                ..PushShape::default()
-            }
-        );
-        for bad in [
-            "blocks",
-            "blocks=0",
-            "blocks=161",
-            "scratch=100",
-            "slots=3,lookahead=3",
-            "lookahead=2",
-            "scratch=2147483648",
-            "threads=48",
-            "threads=1024",
-            "chunk=0",
-            "chunk=100",
-            "slots=1",
-            "slots=17",
-            "warps=4",
-            "blocks=x",
-        ] {
-            let err = PushShape::parse(bad).unwrap_err();
-            assert!(!err.is_empty(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn config_errors_name_the_variable() {
-        for (var, value) in [
-            (ENABLE_ENV, "maybe"),
-            (TEST_ENV, "2"),
-            (ALLOW_OVERLAPPING_ENV, "yes please"),
-            (BUFFER_BYTES_ENV, "0"),
-            (BUFFER_BYTES_ENV, "10MiB"),
-            (BARRIER_TIMEOUT_ENV, "abc"),
-            (BARRIER_TIMEOUT_ENV, "0"),
-            (FORCE_ALGO_ENV, "lamprot"),
-            (FORCE_BROADCAST_ENV, "symm"),
-            (NORM_PATH_ENV, "fuse"),
-            (BUFFER_BYTES_ENV, "4097"),
-            (BUFFER_BYTES_ENV, "-4096"),
-            (BACKEND_ENV, "nvshmem"),
-            (DEBUG_ENV, "verbose"),
-            (LAMPORT_LAUNCH_ENV, "lamport=8"),
-            (LAMPORT_LAUNCH_ENV, "one-shot=8x128"),
-            (LAMPORT_LAUNCH_ENV, "lamport=8x100"),
-        ] {
-            let e = CommConfig::from_vars(|name| (name == var).then(|| value.to_owned()))
-                .expect_err(var);
-            assert!(
-                matches!(&e, ConfigError::Invalid { var: v, .. } if *v == var),
-                "{e}"
-            );
-            assert!(
-                e.to_string().contains(var) && e.to_string().contains(value),
-                "{e}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_tuning_file_that_cannot_be_used_is_an_error() {
-        let missing = "/nonexistent/intranode-crossovers.json";
-        let e = CommConfig::from_vars(|name| (name == TUNING_FILE_ENV).then(|| missing.to_owned()))
-            .expect_err("missing file");
-        assert!(matches!(e, ConfigError::TuningFile { .. }), "{e}");
-        assert!(
-            e.to_string().contains(TUNING_FILE_ENV) && e.to_string().contains(missing),
-            "{e}"
-        );
-
-        let dir = std::env::temp_dir().join(format!("intranode-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let bad = dir.join("bad.json");
-        std::fs::write(&bad, "{not json").expect("write");
-        let e = read_crossovers(&bad).expect_err("bad json");
-        assert!(e.to_string().contains("parsing"), "{e}");
-
-        let mut x = Crossovers::default();
-        x.lamport_max_bytes[2] = 4096;
-        let good = dir.join("good.json");
-        std::fs::write(&good, serde_json::to_string(&x).expect("json")).expect("write");
-        let path = good.to_string_lossy().into_owned();
-        let c = CommConfig::from_vars(|name| (name == TUNING_FILE_ENV).then(|| path.clone()))
-            .expect("good file");
-        assert_eq!(c.crossovers, x);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn lamport_shapes_parse_both_forms() {
-        assert_eq!(LamportShapes::parse(""), Ok(LamportShapes::default()));
-        let s = LamportShapes::parse(" lamport-two-shot=64x256 , lamport=132x64 ").expect("both");
-        assert_eq!(
-            s.two_shot,
-            Some(LaunchShape {
-                max_blocks: 64,
-                threads: 256
-            })
-        );
-        assert_eq!(s.one_shot.map(|s| s.max_blocks), Some(132));
-        for bad in [
-            "lamport",
-            "lamport=0x64",
-            "lamport=1x1024",
-            "lamport=1x48",
-            "nccl=1x64",
-        ] {
-            assert!(LamportShapes::parse(bad).is_err(), "{bad}");
-        }
-    }
-}
+mod tests;

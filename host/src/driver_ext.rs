@@ -8,16 +8,34 @@ use std::mem::MaybeUninit;
 
 use cudarc::driver::{DriverError, sys};
 
-/// Loads a NUL-terminated PTX image into the current context.
+/// Loads a NUL-terminated PTX image into the current context, the JIT
+/// compiler held to `max_registers` registers a thread
+/// (`CU_JIT_MAX_REGISTERS`, ptxas's `--maxrregcount`).
 ///
 /// # Safety
 /// A context must be current on this thread.
-pub unsafe fn module_load_data(ptx: &CStr) -> Result<sys::CUmodule, DriverError> {
+pub unsafe fn module_load_data(
+    ptx: &CStr,
+    max_registers: u32,
+) -> Result<sys::CUmodule, DriverError> {
     let mut module = MaybeUninit::uninit();
+    let mut options = [sys::CUjit_option::CU_JIT_MAX_REGISTERS];
+    // The driver reads an integer option's value from the pointer-sized
+    // slot itself, not through it (cuModuleLoadDataEx's documentation).
+    let mut values = [max_registers as usize as *mut c_void];
     // SAFETY: `ptx` is NUL-terminated and outlives the call; the out
-    // pointer is valid; a current context is the caller's promise.
+    // pointer is valid; `options` and `values` hold one entry each, as
+    // the count says, and live across the call; a current context is the
+    // caller's promise.
     unsafe {
-        sys::cuModuleLoadData(module.as_mut_ptr(), ptx.as_ptr() as *const c_void).result()?;
+        sys::cuModuleLoadDataEx(
+            module.as_mut_ptr(),
+            ptx.as_ptr() as *const c_void,
+            options.len() as u32,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
+        .result()?;
         Ok(module.assume_init())
     }
 }

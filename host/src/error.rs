@@ -11,25 +11,35 @@ pub enum Error {
     NoDriver,
     /// Fewer GPUs than the caller needs.
     #[error("{needed} GPU(s) needed, {found} found")]
-    TooFewGpus { needed: usize, found: usize },
+    TooFewGpus {
+        /// How many the caller needs.
+        needed: usize,
+        /// How many the driver reports.
+        found: usize,
+    },
     /// A CUDA driver call failed.
     #[error("{op} failed (device {device:?}): {source}")]
     Driver {
+        /// The driver call (`"cuMemCreate"`, ...).
         op: &'static str,
+        /// The device ordinal, where the call concerns one.
         device: Option<usize>,
+        /// The driver's error.
         #[source]
         source: DriverError,
     },
     /// A kernel the library needs is not in the embedded PTX.
     #[error("kernel {name} is missing from the embedded PTX")]
-    MissingKernel { name: String },
-    /// A setting (an environment switch, a tuning file) the library
-    /// cannot use.
+    MissingKernel {
+        /// The kernel's name.
+        name: String,
+    },
     /// The embedded kernel image could not be used (unpacking failed, or
     /// `INTRANODE_KERNEL_IMAGE=cubin` on a device without machine code).
     #[error("kernel image: {0}")]
     KernelImage(String),
-
+    /// A setting (an environment switch, a tuning file) the library
+    /// cannot use.
     #[error("configuration: {0}")]
     Config(#[from] crate::config::ConfigError),
     /// A buffer's length does not fit the call: `buffer` holds `elems`
@@ -41,11 +51,17 @@ pub enum Error {
         elems_text(*.expected_elems)
     )]
     BufferLength {
+        /// The call (`"all_gather"`, ...).
         op: &'static str,
+        /// The calling rank.
         rank: usize,
+        /// Which buffer (`"recv"`, `"residual"`, ...).
         buffer: &'static str,
+        /// Its length in elements.
         elems: usize,
+        /// The length it must have (`None`: more than `usize::MAX`).
         expected_elems: Option<usize>,
+        /// Why that length (`"world size 4 x send 3"`).
         rule: String,
     },
     /// A root or peer rank (`what`) outside the world of the call.
@@ -53,11 +69,15 @@ pub enum Error {
         "invalid argument: {op} on rank {rank}: {what} {value} is outside the world of {world}"
     )]
     RankOutOfWorld {
+        /// The call.
         op: &'static str,
+        /// The calling rank.
         rank: usize,
+        /// `"root"` or `"peer"`.
         what: &'static str,
         /// As passed (an `i32` may be negative).
         value: i64,
+        /// The world size.
         world: usize,
     },
     /// The root of a rooted call passed no buffer where only the root
@@ -66,8 +86,11 @@ pub enum Error {
         "invalid argument: {op} on rank {rank}: the root must pass a {buffer} buffer (got None)"
     )]
     MissingRootBuffer {
+        /// The call.
         op: &'static str,
+        /// The calling rank (the root).
         rank: usize,
+        /// `"send"` or `"recv"`.
         buffer: &'static str,
     },
     /// The caller passed arguments the operation cannot accept, in a case
@@ -78,8 +101,11 @@ pub enum Error {
     /// never arrived shows up here as a store timeout).
     #[error("rank {rank}: store {op} failed: {source}")]
     Store {
+        /// The store operation (`"get"`, `"barrier"`, ...).
         op: &'static str,
+        /// The calling rank.
         rank: usize,
+        /// The store's error.
         #[source]
         source: intranode_store::StoreError,
     },
@@ -93,8 +119,11 @@ pub enum Error {
     /// the group reports the first failing rank, so none waits for it.
     #[error("rank {rank} failed during {phase}: {reason}")]
     PeerFailed {
+        /// The first rank that failed.
         rank: usize,
+        /// The set-up step it failed in.
         phase: &'static str,
+        /// Its error, as text.
         reason: String,
     },
     /// A typed view of a symmetric buffer does not fit inside it.
@@ -103,10 +132,15 @@ pub enum Error {
          elements of {elem_bytes} bytes exceed the buffer of {buffer_bytes} bytes"
     )]
     OutOfBounds {
+        /// The calling rank.
         rank: usize,
+        /// The view's start, in elements.
         offset_elems: usize,
+        /// The view's length, in elements.
         len_elems: usize,
+        /// The size of one element.
         elem_bytes: usize,
+        /// The buffer's size.
         buffer_bytes: usize,
     },
     /// A GPU wait on a peer ran out: the peer died, hung, skipped the
@@ -117,9 +151,13 @@ pub enum Error {
         "rank {rank}: {form} waited {bound_ms} ms {phase} and peer rank {peer} never came (block {block}, slot {slot}); this communicator is unusable from now on: build a new one"
     )]
     PeerTimeout {
+        /// The rank that waited.
         rank: usize,
+        /// The peer it waited for.
         peer: usize,
+        /// The GPU block that waited.
         block: u32,
+        /// The signal slot it waited on.
         slot: u32,
         /// The collective that waited (`lamport`, `two-shot`, `barrier`...).
         form: &'static str,
@@ -131,18 +169,124 @@ pub enum Error {
     /// A CUDA-graph capture cannot hold this call: cudarc's event tracking
     /// would make the captured stream wait on work outside the capture.
     #[error("rank {rank}: {detail}")]
-    Capture { rank: usize, detail: String },
+    Capture {
+        /// The calling rank.
+        rank: usize,
+        /// What the capture cannot hold and what to do instead.
+        detail: String,
+    },
     /// Ranks called a collective with different arguments (found by the
     /// call fingerprints of `INTRANODE_DEBUG=detail`, NOTE [call
     /// fingerprints] in `comm/debug.rs`); nothing was launched.
     #[error("rank {rank}: ranks disagree on a collective call (INTRANODE_DEBUG=detail): {detail}")]
-    CallMismatch { rank: usize, detail: String },
+    CallMismatch {
+        /// The rank reporting.
+        rank: usize,
+        /// The disagreeing ranks and their calls.
+        detail: String,
+    },
     /// NCCL is needed for this call but could not be used.
     #[error("nccl unavailable: {0}")]
     NcclUnavailable(String),
-    /// An NCCL call failed.
-    #[error("nccl {op} failed: {detail}")]
-    Nccl { op: &'static str, detail: String },
+    /// An NCCL call failed with NCCL's result `code` (match on it:
+    /// `Error::Nccl { code: NcclCode::RemoteError, .. }`).
+    #[error("nccl {op} failed on rank {rank}: {code}")]
+    Nccl {
+        /// The NCCL function (`"ncclAllReduce"`, `"ncclGroupEnd"`, ...).
+        op: &'static str,
+        /// The rank that made the call.
+        rank: usize,
+        /// NCCL's result code.
+        code: NcclCode,
+    },
+}
+
+/// NCCL's result code (`ncclResult_t`) of a failed call, as
+/// [`Error::Nccl`] keeps it. `raw()` gives the number NCCL returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NcclCode {
+    /// `ncclUnhandledCudaError` (1): a CUDA call inside NCCL failed.
+    UnhandledCudaError,
+    /// `ncclSystemError` (2): a system call failed (sockets, shared
+    /// memory, `/dev/shm` too small, ...).
+    SystemError,
+    /// `ncclInternalError` (3): an NCCL bug or a corrupted state.
+    InternalError,
+    /// `ncclInvalidArgument` (4): an argument NCCL refused.
+    InvalidArgument,
+    /// `ncclInvalidUsage` (5): a call in the wrong order or state (for
+    /// example two ranks on one GPU).
+    InvalidUsage,
+    /// `ncclRemoteError` (6): a peer failed or went away.
+    RemoteError,
+    /// `ncclInProgress` (7): a non-blocking call has not finished.
+    InProgress,
+    /// `ncclTimeout` (8, NCCL 2.30 and later).
+    Timeout,
+    /// Any other value NCCL returned.
+    Other(u32),
+}
+
+impl NcclCode {
+    /// The code of NCCL's numeric `ncclResult_t`.
+    pub fn from_raw(raw: u32) -> Self {
+        match raw {
+            1 => Self::UnhandledCudaError,
+            2 => Self::SystemError,
+            3 => Self::InternalError,
+            4 => Self::InvalidArgument,
+            5 => Self::InvalidUsage,
+            6 => Self::RemoteError,
+            7 => Self::InProgress,
+            8 => Self::Timeout,
+            other => Self::Other(other),
+        }
+    }
+
+    /// The numeric `ncclResult_t`.
+    pub fn raw(self) -> u32 {
+        match self {
+            Self::UnhandledCudaError => 1,
+            Self::SystemError => 2,
+            Self::InternalError => 3,
+            Self::InvalidArgument => 4,
+            Self::InvalidUsage => 5,
+            Self::RemoteError => 6,
+            Self::InProgress => 7,
+            Self::Timeout => 8,
+            Self::Other(raw) => raw,
+        }
+    }
+
+    /// NCCL's name for the code (`"ncclRemoteError"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::UnhandledCudaError => "ncclUnhandledCudaError",
+            Self::SystemError => "ncclSystemError",
+            Self::InternalError => "ncclInternalError",
+            Self::InvalidArgument => "ncclInvalidArgument",
+            Self::InvalidUsage => "ncclInvalidUsage",
+            Self::RemoteError => "ncclRemoteError",
+            Self::InProgress => "ncclInProgress",
+            Self::Timeout => "ncclTimeout",
+            Self::Other(_) => "unknown ncclResult_t",
+        }
+    }
+}
+
+impl std::fmt::Display for NcclCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.name(), self.raw())
+    }
+}
+
+impl From<&cudarc::nccl::result::NcclError> for NcclCode {
+    fn from(e: &cudarc::nccl::result::NcclError) -> Self {
+        // By number: the enum's variants differ between cudarc's NCCL
+        // versions (`ncclTimeout` only from 2.30), the numbers do not.
+        Self::from_raw(e.0 as u32)
+    }
 }
 
 fn elems_text(elems: Option<usize>) -> String {

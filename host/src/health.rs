@@ -7,8 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cudarc::driver::CudaContext;
-use kernels_gpu::layout::{
-    ERR_NONE, ErrorWord, SLOT_EXPLICIT, SLOT_LAMPORT, SLOT_MID, SLOT_PUSH, SLOT_START, form_name,
+use intranode_kernels_gpu::layout::{
+    ERR_NONE, ErrorWord, FORM_ALL_GATHER, FORM_BARRIER, FORM_BROADCAST, FORM_FUSED_NORM, FORM_HCM,
+    FORM_LAMPORT, FORM_LAMPORT_TWO_SHOT, FORM_ONE_SHOT, FORM_PUSH, FORM_REDUCE_SCATTER,
+    FORM_TWO_SHOT, SLOT_END, SLOT_EXPLICIT, SLOT_LAMPORT, SLOT_MID, SLOT_PUSH, SLOT_START,
+    form_name,
 };
 
 use crate::driver_ext;
@@ -89,25 +92,48 @@ impl HostErrorWord {
             block: w.block,
             slot: w.slot,
             form: form_name(w.form),
-            phase: phase_name(w.slot),
+            phase: phase_name(w.form, w.slot),
             bound_ms: u64::try_from(self.bound.as_millis()).unwrap_or(u64::MAX),
         })
     }
 }
 
-/// Where a wait of barrier slot `slot` stood, for the error's text.
-fn phase_name(slot: u32) -> &'static str {
-    match slot as usize {
-        SLOT_START => {
-            "at the barrier after every rank copied its input in (push: at the start of the call)"
+/// Where a wait of collective `form` on barrier slot `slot` stood, for the
+/// error's text: the pair, not the slot alone, since forms share slots
+/// (slot 0 is the two-shot's barrier after the copy-in and the push
+/// form's at the start of a call; slot 2 the Lamport forms' data and the
+/// one-shot's end barrier), and the text names only the form that ran
+/// (issue 36). The slots each form waits on are those of its kernels in
+/// `kernels-gpu` (`all_reduce.rs`, `push.rs`, `broadcast.rs`,
+/// `lamport.rs`, `fused_norm.rs`, `sync.rs`).
+fn phase_name(form: u32, slot: u32) -> &'static str {
+    let slot = slot as usize;
+    match form {
+        FORM_ONE_SHOT | FORM_TWO_SHOT if slot == SLOT_START => {
+            "at the barrier after every rank copied its input in"
         }
-        SLOT_MID => "at the barrier after the reduce-scatter (or HCM's relay)",
-        // Slot 2 is also the one-shot's end barrier on a symmetric input
-        // (`layout::SLOT_END`); the form in the report tells them apart.
-        SLOT_LAMPORT => "for a peer's data (one-shot on a symmetric input: at the end barrier)",
-        SLOT_PUSH => "for a peer's pushed chunk or its credit (push form)",
-        SLOT_EXPLICIT => "at an explicit barrier",
-        _ => "at an unknown barrier slot",
+        FORM_ONE_SHOT if slot == SLOT_END => {
+            "at the end barrier (its symmetric input read by every peer)"
+        }
+        FORM_TWO_SHOT if slot == SLOT_MID => "at the barrier after the reduce-scatter",
+        FORM_HCM if slot == SLOT_START => {
+            "at the barrier with its group after every rank copied its input in"
+        }
+        FORM_HCM if slot == SLOT_MID => "at the barrier with its relay",
+        FORM_PUSH if slot == SLOT_START => "at the barrier at the start of the call",
+        FORM_PUSH if slot == SLOT_PUSH => "for a peer's pushed chunk or its credit",
+        FORM_BROADCAST if slot == SLOT_START => "at the barrier after the root staged its chunk",
+        FORM_LAMPORT
+        | FORM_LAMPORT_TWO_SHOT
+        | FORM_REDUCE_SCATTER
+        | FORM_ALL_GATHER
+        | FORM_FUSED_NORM
+            if slot == SLOT_LAMPORT =>
+        {
+            "for a peer's data"
+        }
+        FORM_BARRIER if slot == SLOT_EXPLICIT => "at an explicit barrier",
+        _ => "at a barrier slot this collective does not use (a corrupted report)",
     }
 }
 
@@ -128,16 +154,63 @@ impl Drop for HostErrorWord {
 mod tests {
     use super::*;
 
+    /// Every (form, slot) a kernel reports has its own text, which names
+    /// no other form; a pair no kernel reports says so.
     #[test]
-    fn every_slot_names_its_phase() {
-        let slots = [SLOT_START, SLOT_MID, SLOT_LAMPORT, SLOT_EXPLICIT];
-        for (i, a) in slots.iter().enumerate() {
-            assert!(!phase_name(*a as u32).contains("unknown"));
-            for b in &slots[i + 1..] {
-                assert_ne!(phase_name(*a as u32), phase_name(*b as u32));
+    fn every_form_and_slot_names_its_phase() {
+        let pairs = [
+            (FORM_ONE_SHOT, SLOT_START),
+            (FORM_ONE_SHOT, SLOT_END),
+            (FORM_TWO_SHOT, SLOT_START),
+            (FORM_TWO_SHOT, SLOT_MID),
+            (FORM_HCM, SLOT_START),
+            (FORM_HCM, SLOT_MID),
+            (FORM_PUSH, SLOT_START),
+            (FORM_PUSH, SLOT_PUSH),
+            (FORM_BROADCAST, SLOT_START),
+            (FORM_LAMPORT, SLOT_LAMPORT),
+            (FORM_LAMPORT_TWO_SHOT, SLOT_LAMPORT),
+            (FORM_REDUCE_SCATTER, SLOT_LAMPORT),
+            (FORM_ALL_GATHER, SLOT_LAMPORT),
+            (FORM_FUSED_NORM, SLOT_LAMPORT),
+            (FORM_BARRIER, SLOT_EXPLICIT),
+        ];
+        let forms = [
+            FORM_ONE_SHOT,
+            FORM_TWO_SHOT,
+            FORM_HCM,
+            FORM_LAMPORT,
+            FORM_LAMPORT_TWO_SHOT,
+            FORM_BROADCAST,
+            FORM_BARRIER,
+            FORM_REDUCE_SCATTER,
+            FORM_ALL_GATHER,
+            FORM_FUSED_NORM,
+            FORM_PUSH,
+        ];
+        for (form, slot) in pairs {
+            let text = phase_name(form, slot as u32);
+            assert!(!text.contains("does not use"), "{form} {slot}: {text}");
+            // The text names no form: the report's form is the one that ran.
+            for other in forms {
+                let name = form_name(other);
+                assert!(
+                    !text.contains(&format!("{name}:")) && !text.contains(&format!("({name}")),
+                    "{form} {slot}: {text:?} names {name}"
+                );
             }
         }
-        assert!(phase_name(99).contains("unknown"));
+        // The issue's message: the two-shot's slot 0 says nothing of push.
+        let two_shot = phase_name(FORM_TWO_SHOT, SLOT_START as u32);
+        assert!(!two_shot.contains("push") && !two_shot.contains("start of the call"));
+        let push = phase_name(FORM_PUSH, SLOT_START as u32);
+        assert!(!push.contains("copied its input"));
+        assert_ne!(
+            phase_name(FORM_LAMPORT, SLOT_LAMPORT as u32),
+            phase_name(FORM_ONE_SHOT, SLOT_END as u32)
+        );
+        assert!(phase_name(FORM_TWO_SHOT, SLOT_PUSH as u32).contains("does not use"));
+        assert!(phase_name(99, SLOT_START as u32).contains("does not use"));
     }
 
     #[test]
@@ -147,8 +220,11 @@ mod tests {
             peer: 1,
             block: 3,
             slot: SLOT_LAMPORT as u32,
-            form: form_name(kernels_gpu::layout::FORM_LAMPORT),
-            phase: phase_name(SLOT_LAMPORT as u32),
+            form: form_name(intranode_kernels_gpu::layout::FORM_LAMPORT),
+            phase: phase_name(
+                intranode_kernels_gpu::layout::FORM_LAMPORT,
+                SLOT_LAMPORT as u32,
+            ),
             bound_ms: 2000,
         };
         let text = e.to_string();

@@ -39,7 +39,8 @@ pub fn nccl_comm(
         })?;
     if let Some(missing) = everywhere.iter().position(|ok| !ok) {
         return Err(Error::NcclUnavailable(format!(
-            "libnccl.so.2 could not be loaded on rank {missing}"
+            "rank {missing}: {}",
+            load_failure()
         )));
     }
     let id_bytes: Option<Vec<u8>> = if rank == 0 {
@@ -53,10 +54,10 @@ pub fn nccl_comm(
         .map_err(|e| Error::NcclUnavailable(format!("rank {rank}: receiving the nccl id: {e}")))?;
     let mut internal = [0 as std::ffi::c_char; 128];
     if id_bytes.len() != internal.len() {
-        return Err(Error::Nccl {
-            op: "ncclCommInitRank",
-            detail: format!("unique id of {} bytes, want 128", id_bytes.len()),
-        });
+        return Err(Error::NcclUnavailable(format!(
+            "rank {rank}: the NCCL unique id from rank 0 has {} bytes, want 128",
+            id_bytes.len()
+        )));
     }
     for (dst, src) in internal.iter_mut().zip(&id_bytes) {
         *dst = *src as std::ffi::c_char;
@@ -67,10 +68,89 @@ pub fn nccl_comm(
 
 /// The crate's error for a failed NCCL call, every call's the same way
 /// (`NcclError`'s own `Debug` says only "NcclError": the code is in its
-/// field).
+/// field, which [`NcclCode`](crate::error::NcclCode) keeps).
 pub(crate) fn nccl_error(rank: usize, op: &'static str, e: &NcclError) -> Error {
     Error::Nccl {
         op,
-        detail: format!("rank {rank}: {:?}", e.0),
+        rank,
+        code: e.into(),
+    }
+}
+
+/// The file names cudarc tries for NCCL, in its order, each once. cudarc
+/// 0.19 never asks for `libnccl.so.2`, the only name NCCL's runtime
+/// packages (`libnccl2`, pip's `nvidia-nccl-cu*`) install: the
+/// unversioned `libnccl.so` comes with `libnccl-dev`.
+#[cfg(feature = "dynamic-loading")]
+pub(crate) fn nccl_file_names() -> Vec<String> {
+    let mut names = cudarc::get_lib_name_candidates("nccl");
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    names
+}
+
+/// Why NCCL did not load and what to do about it, for
+/// [`Error::NcclUnavailable`].
+pub(crate) fn load_failure() -> String {
+    #[cfg(feature = "dynamic-loading")]
+    let tried = format!(
+        "cudarc found none of {} on the library path",
+        nccl_file_names().join(", ")
+    );
+    #[cfg(not(feature = "dynamic-loading"))]
+    let tried = "the application links NCCL itself".to_string();
+    format!(
+        "NCCL could not be loaded: {tried}. NCCL's runtime packages (libnccl2, \
+         pip's nvidia-nccl-cu12/-cu13) install only libnccl.so.2, which cudarc does not \
+         try: install libnccl-dev (it adds libnccl.so), or link the runtime under the \
+         name cudarc asks for and put that folder on the path, e.g. \
+         `ln -s /usr/lib/x86_64-linux-gnu/libnccl.so.2 ~/nccl/libnccl.so` (pip: \
+         `$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))')/lib/libnccl.so.2`) \
+         and `export LD_LIBRARY_PATH=~/nccl:$LD_LIBRARY_PATH`"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::NcclCode;
+    use cudarc::nccl::sys::ncclResult_t;
+
+    #[cfg(feature = "dynamic-loading")]
+    #[test]
+    fn load_failure_names_the_files_cudarc_tries_and_the_fix() {
+        let names = nccl_file_names();
+        assert_eq!(names[0], "libnccl.so", "cudarc's first choice");
+        assert!(!names.iter().any(|n| n == "libnccl.so.2"));
+        let text = load_failure();
+        for name in &names {
+            assert!(text.contains(name.as_str()), "{name} missing from: {text}");
+        }
+        assert!(text.contains("libnccl-dev"), "{text}");
+        assert!(text.contains("LD_LIBRARY_PATH"), "{text}");
+    }
+
+    #[test]
+    fn nccl_errors_keep_the_result_code() {
+        let e = nccl_error(
+            3,
+            "ncclAllReduce",
+            &NcclError(ncclResult_t::ncclRemoteError),
+        );
+        assert!(matches!(
+            e,
+            Error::Nccl {
+                op: "ncclAllReduce",
+                rank: 3,
+                code: NcclCode::RemoteError
+            }
+        ));
+        assert_eq!(
+            e.to_string(),
+            "nccl ncclAllReduce failed on rank 3: ncclRemoteError (6)"
+        );
+        for raw in 0..12 {
+            assert_eq!(NcclCode::from_raw(raw).raw(), raw);
+        }
     }
 }

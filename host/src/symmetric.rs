@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use cudarc::driver::{
     CudaEvent, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop, sys,
 };
-use kernels_gpu::layout::MAX_RANKS;
+use intranode_kernels_gpu::layout::MAX_RANKS;
 
 use crate::error::{Error, Result};
 use crate::symm_mem::SymmetricMemory;
@@ -127,6 +127,34 @@ impl SymmetricRegistry {
 
 /// Device memory of `len` elements of `T` on this rank that every peer of
 /// the communicator has mapped. See the module docs for the contract.
+///
+/// # Example
+///
+/// Write into the buffer (here a copy; a cuBLAS GEMM or a kernel of yours
+/// works the same), then all-reduce it in place and a view of it: the
+/// kernels read the peers' copies where they lie.
+///
+/// ```no_run
+/// # use intranode::{Communicator, dist_env::DistEnv};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let env = DistEnv::from_env()?;
+/// # let store = intranode::store::connect_env(&env)?;
+/// # let stream = intranode::gpu::context(env.local_rank)?.new_stream()?;
+/// # let comm = Communicator::new(stream.clone(), store, env.rank, env.world_size)?;
+/// use cudarc::nccl::ReduceOp;
+///
+/// // Collective: the same length on every rank, in the same order.
+/// let mut out = comm.alloc_symmetric::<f32>(1 << 20)?;
+/// stream.memcpy_htod(&vec![1.0f32; 1 << 20], &mut out)?;
+/// comm.all_reduce_in_place(&mut out, &ReduceOp::Sum)?;
+///
+/// // A view at the same offset on every rank.
+/// let mut plain = stream.alloc_zeros::<f32>(1024)?;
+/// let view = out.slice(4096..4096 + 1024)?;
+/// comm.all_reduce(&view, &mut plain, &ReduceOp::Sum)?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct SymmetricBuffer<T> {
     // Declared first: `Drop` removes the registration, then the events
     // drop, then the memory (which synchronizes the context before it

@@ -3,19 +3,22 @@
 //! the names of the algorithms ([`AllReduceAlgo`], [`BroadcastAlgo`],
 //! [`NormPath`]).
 //! Each is defined here once; the kernels' codes for them live in
-//! `kernels_gpu::layout`.
+//! `intranode_kernels_gpu::layout`.
 
 use cudarc::driver::DeviceRepr;
 use cudarc::nccl::ReduceOp as NcclOp;
-use kernels_gpu::layout;
+use intranode_kernels_gpu::layout;
 use serde::{Deserialize, Serialize};
 
 /// Element types the kernels handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ElemType {
+    /// bfloat16 (`half::bf16`).
     Bf16,
+    /// IEEE half precision (`half::f16`).
     F16,
+    /// IEEE single precision.
     F32,
 }
 
@@ -107,10 +110,13 @@ impl DType for f32 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ReduceOp {
+    /// Element-wise sum.
     Sum,
     /// Sum divided by the world size.
     Avg,
+    /// Element-wise minimum.
     Min,
+    /// Element-wise maximum.
     Max,
 }
 

@@ -7,7 +7,7 @@
 //! the same `ptx.rs` with the same flags as the production PTX.
 
 use intranode::kernels::TEST_PTX as PTX;
-use kernels_gpu::entries::SCOPE_PROBES;
+use intranode_kernels_gpu::entries::SCOPE_PROBES;
 
 /// The body of `.entry name(...) { ... }` in the PTX.
 fn entry_body(ptx: &str, name: &str) -> String {

@@ -642,8 +642,8 @@ mod table {
     /// An all-reduce kernel's key is typed by `AllReduceParams`:
     ///
     /// ```
-    /// use kernels_gpu::entries::{Collective, Elem, KernelKey};
-    /// use kernels_gpu::layout::AllReduceParams;
+    /// use intranode_kernels_gpu::entries::{Collective, Elem, KernelKey};
+    /// use intranode_kernels_gpu::layout::AllReduceParams;
     /// let key: Option<KernelKey<(AllReduceParams,)>> = Collective::Lamport.key(Elem::Bf16, 2);
     /// assert_eq!(key.map(|k| k.to_string()).as_deref(), Some("lamport_bf16_w2"));
     /// ```
@@ -652,8 +652,8 @@ mod table {
     /// parameters does not compile):
     ///
     /// ```compile_fail,E0308
-    /// use kernels_gpu::entries::{Collective, Elem, KernelKey};
-    /// use kernels_gpu::layout::BroadcastParams;
+    /// use intranode_kernels_gpu::entries::{Collective, Elem, KernelKey};
+    /// use intranode_kernels_gpu::layout::BroadcastParams;
     /// let key: Option<KernelKey<(BroadcastParams,)>> = Collective::Lamport.key(Elem::Bf16, 2);
     /// ```
     pub struct KernelKey<A> {

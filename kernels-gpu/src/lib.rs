@@ -49,7 +49,7 @@
 //! and the benchmark load. The feature swaps one set of kernels for the
 //! other rather than adding one, so that neither PTX carries the other's
 //! kernels; that is safe from cargo's feature unification because the
-//! kernel modules exist only on `nvptx64`, which only `ptx-builder`
+//! kernel modules exist only on `nvptx64`, which only `intranode-ptx-builder`
 //! builds, one set per invocation (on the host the feature changes
 //! nothing).
 //!

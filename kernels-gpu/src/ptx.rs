@@ -53,7 +53,7 @@ pub fn sync_threads() {
 /// [launch overlap] in `host/src/kernels/launch.rs`) have completed and
 /// their writes are visible; at once for a launch without such a
 /// dependency. The collective kernels call it before touching any memory.
-/// Built only for sm_90 and later (`intranode_pdl`, set by `ptx-builder`);
+/// Built only for sm_90 and later (`intranode_pdl`, set by `intranode-ptx-builder`);
 /// elsewhere the host never asks for the overlap, so nothing is to wait for.
 #[inline(always)]
 pub fn griddepcontrol_wait() {

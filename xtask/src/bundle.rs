@@ -31,7 +31,7 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
         std::fs::remove_dir_all(&out).with_context(|| format!("clearing {}", out.display()))?;
     }
     std::fs::create_dir_all(&out)?;
-    let cargo = ptx_builder::cargo_binary();
+    let cargo = intranode_ptx_builder::cargo_binary();
 
     let status = Command::new(&cargo)
         .current_dir(root)

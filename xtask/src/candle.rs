@@ -248,7 +248,8 @@ const TOOLCHAIN_HINT: &str = "`rustup toolchain install 1.95.0 --profile minimal
 /// candle: a lock that lacks a crate the workspace added fails here, in
 /// CI, rather than at the start of a 10-minute build. The first run
 /// fetches candle-core (the patched copy the manifest points at) into
-/// `.cache/`; later runs need no network.
+/// `.cache/`; later runs need no network. Then runs the timing
+/// statistics' unit tests ([`stats_tests`]).
 pub fn check_lock(root: &Path) -> Result<()> {
     patched_candle_core(root)?;
     let manifest = root.join("examples").join("candle-tp").join("Cargo.toml");
@@ -267,6 +268,15 @@ pub fn check_lock(root: &Path) -> Result<()> {
         .output()
         .with_context(|| format!("starting rustup (the tool chain: {TOOLCHAIN_HINT})"))?;
     if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // rustup's own refusal (RUSTUP_AUTO_INSTALL=0): say so, rather
+        // than blame the lock file.
+        if stderr.contains("is not installed") {
+            bail!(
+                "the tool chain {TOOLCHAIN} is not installed: {TOOLCHAIN_HINT} (.ci/run does)\n{}",
+                stderr.trim_end()
+            );
+        }
         bail!(
             "examples/candle-tp/Cargo.lock does not resolve the example's manifests ({}): \
              refresh it with `cargo update --workspace` in examples/candle-tp\n{}",
@@ -275,6 +285,52 @@ pub fn check_lock(root: &Path) -> Result<()> {
         );
     }
     eprintln!("xtask: examples/candle-tp/Cargo.lock resolves (--locked)");
+    stats_tests(root)
+}
+
+/// The example's timing statistics (`src/stats.rs`, std only) compiled
+/// alone with `rustc --test` on the example's tool chain and run: its
+/// unit tests, without candle's 10-minute CUDA build (`cargo test` in the
+/// example runs them too, where candle builds).
+fn stats_tests(root: &Path) -> Result<()> {
+    let source = root
+        .join("examples")
+        .join("candle-tp")
+        .join("src")
+        .join("stats.rs");
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+        .join("candle-stats");
+    std::fs::create_dir_all(&dir)?;
+    let bin = dir.join("stats-tests");
+    let mut cmd = Command::new("rustup");
+    cmd.args(["run", TOOLCHAIN, "rustc", "--edition", "2024", "--test"])
+        .args(["-D", "warnings", "-o"])
+        .arg(&bin)
+        .arg(&source)
+        .current_dir(root);
+    crate::stable::scrub(&mut cmd);
+    eprintln!(
+        "xtask: $ rustup run {TOOLCHAIN} rustc --edition 2024 --test -D warnings -o {} {}",
+        bin.display(),
+        source.display()
+    );
+    let status = cmd
+        .status()
+        .with_context(|| format!("starting rustup (the tool chain: {TOOLCHAIN_HINT})"))?;
+    if !status.success() {
+        bail!(
+            "compiling the tests of {} failed ({status})",
+            source.display()
+        );
+    }
+    let status = Command::new(&bin)
+        .status()
+        .with_context(|| format!("running {}", bin.display()))?;
+    if !status.success() {
+        bail!("the tests of {} failed ({status})", source.display());
+    }
     Ok(())
 }
 
@@ -319,7 +375,7 @@ pub fn example(root: &Path, out: Option<&Path>) -> Result<()> {
     let Some(out) = out else {
         return Ok(());
     };
-    let cargo = ptx_builder::cargo_binary();
+    let cargo = intranode_ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
     crate::run(
         root,

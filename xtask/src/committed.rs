@@ -10,20 +10,20 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use ptx_builder::KernelSet;
+use intranode_ptx_builder::KernelSet;
 
 /// The command that brings the committed PTX up to date.
 pub const REGENERATE: &str = "cargo xtask build-ptx --write";
 
 /// Builds both kernel sets for every committed architecture and writes
 /// their PTX (the production PTX gzipped), the production cubins
-/// (`ptx_builder::CUBIN_ARCHS`, assembled by the pinned ptxas, gzipped)
+/// (`intranode_ptx_builder::CUBIN_ARCHS`, assembled by the pinned ptxas, gzipped)
 /// and the source stamp under `host/ptx/`; returns the paths written.
 pub fn write(root: &Path) -> Result<Vec<PathBuf>> {
-    let dir = root.join(ptx_builder::COMMITTED_DIR);
+    let dir = root.join(intranode_ptx_builder::COMMITTED_DIR);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut written = Vec::new();
-    for arch in ptx_builder::COMMITTED_ARCHS {
+    for arch in intranode_ptx_builder::COMMITTED_ARCHS {
         for set in KernelSet::ALL {
             let built = crate::build_ptx_for(root, arch, set, None)?;
             let dest = dir.join(set.committed_file_name(arch));
@@ -36,22 +36,24 @@ pub fn write(root: &Path) -> Result<Vec<PathBuf>> {
             };
             std::fs::write(&dest, bytes).with_context(|| format!("writing {}", dest.display()))?;
             written.push(dest);
-            if set == KernelSet::Production && ptx_builder::CUBIN_ARCHS.contains(arch) {
+            if set == KernelSet::Production && intranode_ptx_builder::CUBIN_ARCHS.contains(arch) {
                 let cubin = crate::ptxas::assemble(root, &built, arch)?;
-                let dest = dir.join(ptx_builder::cubin_file_name(arch));
+                let dest = dir.join(intranode_ptx_builder::cubin_file_name(arch));
                 std::fs::write(&dest, gzip(&cubin)?)
                     .with_context(|| format!("writing {}", dest.display()))?;
                 written.push(dest);
             }
         }
     }
-    if let Some(arch) = ptx_builder::CUBIN_ARCHS
+    if let Some(arch) = intranode_ptx_builder::CUBIN_ARCHS
         .iter()
-        .find(|a| !ptx_builder::COMMITTED_ARCHS.contains(a))
+        .find(|a| !intranode_ptx_builder::COMMITTED_ARCHS.contains(a))
     {
-        bail!("a cubin for {arch} needs its PTX committed (ptx_builder::COMMITTED_ARCHS)");
+        bail!(
+            "a cubin for {arch} needs its PTX committed (intranode_ptx_builder::COMMITTED_ARCHS)"
+        );
     }
-    let stamp = dir.join(ptx_builder::STAMP_FILE);
+    let stamp = dir.join(intranode_ptx_builder::STAMP_FILE);
     std::fs::write(&stamp, format!("{}\n", current_stamp(root)?))
         .with_context(|| format!("writing {}", stamp.display()))?;
     written.push(stamp);
@@ -61,14 +63,14 @@ pub fn write(root: &Path) -> Result<Vec<PathBuf>> {
 /// Fails, naming the file and [`REGENERATE`], when the committed cubin of
 /// `arch` differs from `fresh_cubin` (what the pinned ptxas made of the
 /// current production PTX), or is missing while `arch` is one of
-/// `ptx_builder::CUBIN_ARCHS`. Nothing to check for other architectures.
+/// `intranode_ptx_builder::CUBIN_ARCHS`. Nothing to check for other architectures.
 pub fn check_cubin(root: &Path, arch: &str, fresh_cubin: &Path) -> Result<()> {
-    if !ptx_builder::CUBIN_ARCHS.contains(&arch) {
+    if !intranode_ptx_builder::CUBIN_ARCHS.contains(&arch) {
         return Ok(());
     }
     let path = root
-        .join(ptx_builder::COMMITTED_DIR)
-        .join(ptx_builder::cubin_file_name(arch));
+        .join(intranode_ptx_builder::COMMITTED_DIR)
+        .join(intranode_ptx_builder::cubin_file_name(arch));
     let committed = std::fs::read(&path)
         .with_context(|| format!("reading {} (run `{REGENERATE}`)", path.display()))
         .and_then(|gz| gunzip(&gz).with_context(|| format!("unpacking {}", path.display())))?;
@@ -82,7 +84,7 @@ pub fn check_cubin(root: &Path, arch: &str, fresh_cubin: &Path) -> Result<()> {
             committed.len(),
             fresh_cubin.display(),
             fresh.len(),
-            ptx_builder::COMMITTED_DIR
+            intranode_ptx_builder::COMMITTED_DIR
         );
     }
     eprintln!(
@@ -97,9 +99,9 @@ pub fn check_cubin(root: &Path, arch: &str, fresh_cubin: &Path) -> Result<()> {
 /// from what the kernel source gives now. `built(arch, set)` returns the
 /// freshly built PTX's path.
 pub fn check(root: &Path, mut built: impl FnMut(&str, KernelSet) -> Result<PathBuf>) -> Result<()> {
-    let dir = root.join(ptx_builder::COMMITTED_DIR);
+    let dir = root.join(intranode_ptx_builder::COMMITTED_DIR);
     let mut stale = Vec::new();
-    for arch in ptx_builder::COMMITTED_ARCHS {
+    for arch in intranode_ptx_builder::COMMITTED_ARCHS {
         for set in KernelSet::ALL {
             let fresh_path = built(arch, set)?;
             let fresh = std::fs::read_to_string(&fresh_path)
@@ -116,7 +118,7 @@ pub fn check(root: &Path, mut built: impl FnMut(&str, KernelSet) -> Result<PathB
             }
         }
     }
-    let stamp_path = dir.join(ptx_builder::STAMP_FILE);
+    let stamp_path = dir.join(intranode_ptx_builder::STAMP_FILE);
     let stamp = current_stamp(root)?;
     let committed_stamp = std::fs::read_to_string(&stamp_path).unwrap_or_default();
     if committed_stamp.trim() != stamp {
@@ -130,12 +132,12 @@ pub fn check(root: &Path, mut built: impl FnMut(&str, KernelSet) -> Result<PathB
         bail!(
             "the committed PTX is stale:\n  {}\nrun `{REGENERATE}` and commit {}/",
             stale.join("\n  "),
-            ptx_builder::COMMITTED_DIR
+            intranode_ptx_builder::COMMITTED_DIR
         );
     }
     eprintln!(
         "xtask: committed PTX (production and test kernels, {}) equals what the kernel source emits",
-        ptx_builder::COMMITTED_ARCHS.join(", ")
+        intranode_ptx_builder::COMMITTED_ARCHS.join(", ")
     );
     Ok(())
 }
@@ -174,7 +176,7 @@ pub fn gunzip(gz: &[u8]) -> Result<Vec<u8>> {
 }
 
 fn current_stamp(root: &Path) -> Result<String> {
-    ptx_builder::source_stamp(root).context("fingerprinting the kernel sources")
+    intranode_ptx_builder::source_stamp(root).context("fingerprinting the kernel sources")
 }
 
 /// Where two texts first differ, as "line N: committed `..`, built `..`".

@@ -1,7 +1,7 @@
 //! `cargo xtask`: the project's build tasks, in Rust rather than scripts.
 //!
 //! - `build-ptx [--arch sm_90] [--out DIR]`: builds the kernels to PTX, the
-//!   production kernels and the test kernels (`ptx_builder::KernelSet`),
+//!   production kernels and the test kernels (`intranode_ptx_builder::KernelSet`),
 //!   and prints the files' paths. `build-ptx --write` regenerates the
 //!   committed kernels the host crate embeds (`host/ptx/`: both PTX sets
 //!   for every committed architecture, the production PTX gzipped, the
@@ -11,14 +11,22 @@
 //!   kernel source emits now.
 //! - `stable-embed`: builds and runs `tests/stable-embed` (a user's crate
 //!   outside the workspace) with the stable tool chain.
-//! - `package`: `cargo package` of the crates a user's build needs
-//!   (`stable::PACKAGED`), each under crates.io's 10 MiB, then a stable
+//! - `package`: the published crates
+//!   (`stable::PUBLISHED`): names, `cargo publish --workspace --dry-run`,
+//!   each under crates.io's 10 MiB, doc tests of the packaged `intranode`
+//!   and `cargo install` of the packaged launcher with the `rust-version`
+//!   tool chain, then a stable
 //!   build and run of a crate that depends on `intranode = "0.1.0"`
 //!   patched to the unpacked packages (`tests/stable-embed`'s program).
-//! - `doc`: `cargo doc -p intranode --no-deps` with warnings denied.
+//! - `doc`: `cargo doc --no-deps` of the published crates (intranode, its
+//!   store, dist-env and ipc) with warnings denied; each denies
+//!   `missing_docs`.
 //! - `check-ptx [--arch sm_90]`: assembles both PTX files with `ptxas -v`
 //!   (fetched from PyPI into `.cache/` when absent) and fails on assembler
-//!   errors, out-of-line calls (`.extern .func`), spills or stack frames,
+//!   errors, out-of-line calls (`.extern .func`), spills or stack frames
+//!   (beyond the few `ptxas::ALLOWED_SPILLS` lists for sm_80), a kernel
+//!   over 128 registers (a 512-thread block's share), a PTX for a JIT-only
+//!   architecture without `.maxnreg` on every entry,
 //!   or a committed production cubin (`host/ptx/kernels-<arch>.cubin.gz`)
 //!   that differs from the machine code ptxas made; prints registers per
 //!   kernel.
@@ -41,17 +49,22 @@
 //!   build use it.
 //! - `candle-lock`: checks that `examples/candle-tp/Cargo.lock` resolves
 //!   the example's manifests with `--locked`, without building candle
-//!   (fetches candle-core into `.cache/` once).
+//!   (fetches candle-core into `.cache/` once), and runs the unit tests of
+//!   its timing statistics (`src/stats.rs`, std only, `rustc --test`).
 //! - `candle-example [--out DIR]`: the release build of
 //!   `examples/candle-tp` (candle 0.11 with CUDA, stable Rust) with that
 //!   toolkit; with `--out`, the stripped binary, `libcudart.so.13` and
 //!   `intranode-run` in `DIR`, for a GPU machine.
+//! - `figures [DIR]`: README.md's figure tables made from one dated
+//!   results folder (`docs/perf/results/...`; default: the one the README
+//!   names).
 
 mod bench;
 mod bundle;
 mod candle;
 mod committed;
 mod decode;
+mod figures;
 mod ptxas;
 mod stable;
 
@@ -59,7 +72,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use ptx_builder::KernelSet;
+use clap::Parser;
+use intranode_ptx_builder::KernelSet;
 
 fn main() {
     if let Err(e) = try_main() {
@@ -69,20 +83,23 @@ fn main() {
 }
 
 fn try_main() -> Result<()> {
+    // `figures [DIR]` takes a positional folder the other tasks do not:
+    // it is dispatched before the common options are parsed.
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (task, rest) = args.split_first().context(USAGE)?;
-    if matches!(task.as_str(), "-h" | "--help" | "help") {
-        println!("{USAGE}\n\n{HELP}");
-        return Ok(());
+    if let Some((task, rest)) = args.split_first()
+        && task == "figures"
+    {
+        return figures::run(&root()?, rest);
     }
-    let opts = Opts::parse(rest)?;
+    let opts = Opts::parse();
+    let task = opts.task.as_str();
     if !opts.passthrough.is_empty() && task != "bench" && task != "decode" {
         bail!("only `bench` and `decode` take arguments after `--`\n{USAGE}");
     }
     if opts.write && (task != "build-ptx" || opts.out.is_some()) {
         bail!("--write belongs to `build-ptx` alone (it writes host/ptx/)\n{USAGE}");
     }
-    match task.as_str() {
+    match task {
         "build-ptx" if opts.write => {
             for path in committed::write(&root()?)? {
                 println!("{}", path.display());
@@ -133,7 +150,7 @@ fn try_main() -> Result<()> {
     Ok(())
 }
 
-const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|package|doc|ci|device-bundle|demo|bench|decode|cuda-toolkit|candle-lock|candle-example> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench or decode]";
+const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|package|doc|ci|device-bundle|demo|bench|decode|cuda-toolkit|candle-lock|candle-example|figures> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench or decode]";
 
 /// The tasks, for `--help` (the module docs say more).
 const HELP: &str = "\
@@ -150,39 +167,34 @@ tasks:
   bench                 the full benchmark (default out: target/bench-out/)
   decode                the tensor-parallel decode benchmark (default out: target/decode-out/)
   cuda-toolkit          CUDA 13.0 from PyPI wheels into .cache/
-  candle-lock           check examples/candle-tp/Cargo.lock with --locked
-  candle-example        build examples/candle-tp (stable Rust, CUDA toolkit)";
+  candle-lock           check examples/candle-tp/Cargo.lock with --locked, test its stats.rs
+  candle-example        build examples/candle-tp (stable Rust, CUDA toolkit)
+  figures [DIR]         remake README.md's figure tables from a dated results folder";
 
-#[derive(Debug)]
+// The command line: a task and the options some tasks take. The task is a
+// string matched in `try_main`, which refuses names it does not know.
+#[derive(Debug, Parser)]
+#[command(
+    bin_name = "cargo xtask",
+    about = "intranode's build tasks (xtask/src/main.rs says more)",
+    after_help = HELP
+)]
 struct Opts {
+    /// What to do (the list below).
+    task: String,
+    /// The architecture of the kernels built and checked.
+    #[arg(long, default_value = intranode_ptx_builder::DEFAULT_ARCH)]
     arch: String,
+    /// Where the task writes (build-ptx, device-bundle, bench, decode,
+    /// candle-example).
+    #[arg(long)]
     out: Option<PathBuf>,
     /// `build-ptx --write`: regenerate the committed PTX.
+    #[arg(long)]
     write: bool,
     /// What follows `--`, handed to `intranode-bench bench` or `decode`.
+    #[arg(last = true)]
     passthrough: Vec<String>,
-}
-
-impl Opts {
-    fn parse(args: &[String]) -> Result<Self> {
-        let mut opts = Opts {
-            arch: ptx_builder::DEFAULT_ARCH.to_owned(),
-            out: None,
-            write: false,
-            passthrough: Vec::new(),
-        };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            match a.as_str() {
-                "--arch" => opts.arch = it.next().context("--arch needs a value")?.clone(),
-                "--out" => opts.out = Some(it.next().context("--out needs a value")?.into()),
-                "--write" => opts.write = true,
-                "--" => opts.passthrough = it.by_ref().cloned().collect(),
-                other => bail!("unknown option {other:?}\n{USAGE}"),
-            }
-        }
-        Ok(opts)
-    }
 }
 
 /// The workspace root, from this crate's manifest directory.
@@ -208,12 +220,12 @@ pub(crate) fn build_ptx_for(
     out: Option<&Path>,
 ) -> Result<PathBuf> {
     let target_dir = root.join("target").join("ptx");
-    let ptx = ptx_builder::build_ptx(&ptx_builder::PtxBuild {
+    let ptx = intranode_ptx_builder::build_ptx(&intranode_ptx_builder::PtxBuild {
         workspace_root: root.to_owned(),
         arch: arch.to_owned(),
         kernels: set,
         target_dir: target_dir.clone(),
-        cargo: ptx_builder::cargo_binary(),
+        cargo: intranode_ptx_builder::cargo_binary(),
     })
     .with_context(|| format!("building the {} for {arch}", set.describe()))?;
     let out_dir = out.map(Path::to_owned).unwrap_or(target_dir);
@@ -225,9 +237,21 @@ pub(crate) fn build_ptx_for(
 
 /// Runs a command in the workspace root, failing with its command line.
 pub(crate) fn run(root: &Path, program: &str, args: &[&str]) -> Result<()> {
-    eprintln!("xtask: $ {program} {}", args.join(" "));
+    run_env(root, &[], program, args)
+}
+
+/// [`run`] with environment variables set for the command.
+pub(crate) fn run_env(
+    root: &Path,
+    env: &[(&str, &str)],
+    program: &str,
+    args: &[&str],
+) -> Result<()> {
+    let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    eprintln!("xtask: $ {}{program} {}", shown.concat(), args.join(" "));
     let status = Command::new(program)
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(root)
         .status()
         .with_context(|| format!("starting {program}"))?;
@@ -237,15 +261,19 @@ pub(crate) fn run(root: &Path, program: &str, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// What turns `intranode::internals` off: the crate as users build it
+/// (the workspace's `.cargo/config.toml` turns it on for the suites).
+const AS_USERS_BUILD: &[(&str, &str)] = &[("INTRANODE_INTERNALS", "0")];
+
 /// `cargo doc -p intranode --no-deps` (and the CUDA-free crates it
 /// re-exports), every rustdoc warning an error: the public API as users
 /// see it, then with `internals` (the suites' and benchmark's API, whose
 /// links into crate-private modules break otherwise unseen).
 fn doc(root: &Path) -> Result<()> {
-    let cargo = ptx_builder::cargo_binary();
+    let cargo = intranode_ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
-    for features in [&[][..], &["--features", "intranode/internals"][..]] {
-        let mut args = vec![
+    for internals in ["0", "1"] {
+        let args = vec![
             "doc",
             "-p",
             "intranode",
@@ -253,24 +281,26 @@ fn doc(root: &Path) -> Result<()> {
             "intranode-dist-env",
             "-p",
             "intranode-ipc",
+            "-p",
+            "intranode-store",
             "--no-deps",
             "--locked",
         ];
-        args.extend_from_slice(features);
         eprintln!(
-            "xtask: $ RUSTDOCFLAGS=\"-D warnings\" {cargo} {}",
+            "xtask: $ INTRANODE_INTERNALS={internals} RUSTDOCFLAGS=\"-D warnings\" {cargo} {}",
             args.join(" ")
         );
         let status = Command::new(cargo)
             .args(&args)
             .env("RUSTDOCFLAGS", "-D warnings")
+            .env("INTRANODE_INTERNALS", internals)
             .current_dir(root)
             .status()
             .with_context(|| format!("starting {cargo}"))?;
         if !status.success() {
             bail!(
-                "`cargo doc -p intranode {}` has warnings or errors ({status})",
-                features.join(" ")
+                "`INTRANODE_INTERNALS={internals} cargo doc -p intranode` has warnings or \
+                 errors ({status})"
             );
         }
     }
@@ -279,7 +309,7 @@ fn doc(root: &Path) -> Result<()> {
 
 fn ci(opts: &Opts) -> Result<()> {
     let root = root()?;
-    let cargo = ptx_builder::cargo_binary();
+    let cargo = intranode_ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
     run(&root, cargo, &["fmt", "--all", "--", "--check"])?;
     // Early, so a kernel change without `build-ptx --write` fails fast;
@@ -304,9 +334,11 @@ fn ci(opts: &Opts) -> Result<()> {
         ],
     )?;
     // The host crate as users build it: in the workspace, the suites turn
-    // its `internals` and `test-kernels` features on for everyone.
-    run(
+    // its `test-kernels` feature on for everyone, and `.cargo/config.toml`
+    // its `internals`.
+    run_env(
         &root,
+        AS_USERS_BUILD,
         cargo,
         &[
             "clippy",
@@ -325,9 +357,9 @@ fn ci(opts: &Opts) -> Result<()> {
         let mut args = vec![
             "clippy",
             "-p",
-            "kernels-gpu",
+            "intranode-kernels-gpu",
             "--target",
-            ptx_builder::TARGET,
+            intranode_ptx_builder::TARGET,
             "-Zbuild-std=core",
             "--target-dir",
             "target/ptx-clippy",
@@ -336,11 +368,12 @@ fn ci(opts: &Opts) -> Result<()> {
         args.extend_from_slice(&["--", "-D", "warnings"]);
         run(&root, cargo, &args)?;
     }
-    // The examples alone: in the workspace, other crates' features (the
-    // suites' `internals`) would hide an example that uses more than the
-    // public API.
-    run(
+    // The examples alone, without `internals`: in the workspace, other
+    // crates' features (the suites' `test-kernels`) and the internals would
+    // hide an example that uses more than the public API.
+    run_env(
         &root,
+        AS_USERS_BUILD,
         cargo,
         &[
             "check",
@@ -352,13 +385,13 @@ fn ci(opts: &Opts) -> Result<()> {
     )?;
     candle::check_lock(&root)?;
     run(&root, cargo, &["test", "--workspace", "--locked"])?;
-    // `kernels-gpu` keeps doctests out of the workspace run
+    // `intranode-kernels-gpu` keeps doctests out of the workspace run
     // (`doctest = false`); its few host-side examples, the typed kernel
     // keys' compile-fail one among them (`entries.rs`), run here.
     run(
         &root,
         cargo,
-        &["test", "-p", "kernels-gpu", "--doc", "--locked"],
+        &["test", "-p", "intranode-kernels-gpu", "--doc", "--locked"],
     )?;
     doc(&root)?;
     // The default architecture (or `--arch`), then the other one the
@@ -468,7 +501,7 @@ fn job_out_dir(root: &Path, out: Option<&Path>, default: &str) -> Result<PathBuf
 }
 
 fn build_launcher_and_bench(root: &Path) -> Result<()> {
-    let cargo = ptx_builder::cargo_binary();
+    let cargo = intranode_ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
     run(
         root,
@@ -483,4 +516,26 @@ fn build_launcher_and_bench(root: &Path) -> Result<()> {
             "intranode-bench",
         ],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::Opts;
+
+    #[test]
+    fn the_command_line_parses() {
+        Opts::command().debug_assert();
+        let o = Opts::try_parse_from(["xtask", "bench", "--out", "d", "--", "--sizes", "1"])
+            .expect("bench with passthrough");
+        assert_eq!(o.task, "bench");
+        assert_eq!(o.arch, intranode_ptx_builder::DEFAULT_ARCH);
+        assert_eq!(o.out.as_deref(), Some(std::path::Path::new("d")));
+        assert_eq!(o.passthrough, ["--sizes", "1"]);
+        let o = Opts::try_parse_from(["xtask", "check-ptx", "--arch", "sm_80"]).expect("arch");
+        assert_eq!((o.arch.as_str(), o.write), ("sm_80", false));
+        assert!(Opts::try_parse_from(["xtask", "build-ptx", "--frobnicate"]).is_err());
+        assert!(Opts::try_parse_from(["xtask", "build-ptx", "--out"]).is_err());
+    }
 }

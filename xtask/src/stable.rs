@@ -89,30 +89,119 @@ fn output(args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-/// The crates a user's build needs, in the order `cargo package` may
-/// take them (dependencies first).
-pub const PACKAGED: &[&str] = &[
-    "ptx-builder",
-    "kernels-gpu",
+/// Every crate the workspace publishes, dependencies first: what a
+/// user's build needs, and the launcher (`cargo install
+/// intranode-launcher` gives users `intranode-run`).
+pub const PUBLISHED: &[&str] = &[
+    "intranode-ptx-builder",
+    "intranode-kernels-gpu",
     "intranode-store",
     "intranode-dist-env",
     "intranode-ipc",
     "intranode",
+    "intranode-launcher",
 ];
 
 /// crates.io refuses a `.crate` file over 10 MiB.
 const CRATES_IO_LIMIT_BYTES: u64 = 10 << 20;
 
-/// `cargo xtask package`: packages [`PACKAGED`] (`cargo package
-/// --no-verify`: they are not on a registry yet, so cargo's own verify
-/// build could not resolve them), fails on a `.crate` over the crates.io
-/// limit, unpacks them, and builds and runs `tests/stable-embed`'s program
-/// with the stable tool chain as a crate that depends on `intranode =
-/// "0.1.0"`, patched to the unpacked packages: the build users get from a
-/// registry, with no workspace, kernel sources, nightly or ptxas around.
+/// The workspace's packages whose manifest allows publishing, from `cargo
+/// metadata`, checked against [`PUBLISHED`] and against the names that
+/// are ours on crates.io: `intranode` and `intranode-*` (docs/RELEASE.md
+/// records that each was free when checked). A new publishable crate, or
+/// one under another name, fails here.
+fn check_published_names(root: &Path, cargo: &str) -> Result<()> {
+    let out = Command::new(cargo)
+        .args(["metadata", "--no-deps", "--format-version", "1", "--locked"])
+        .current_dir(root)
+        .output()
+        .context("starting cargo metadata")?;
+    if !out.status.success() {
+        bail!(
+            "cargo metadata failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let meta: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("parsing cargo metadata")?;
+    let mut published: Vec<String> = meta["packages"]
+        .as_array()
+        .context("cargo metadata has no packages")?
+        .iter()
+        // `publish`: null where any registry may have it, [] for `false`.
+        .filter(|p| p["publish"].as_array().is_none_or(|r| !r.is_empty()))
+        .filter_map(|p| p["name"].as_str().map(str::to_owned))
+        .collect();
+    published.sort();
+    let mut expected: Vec<String> = PUBLISHED.iter().map(|s| (*s).to_owned()).collect();
+    expected.sort();
+    if published != expected {
+        bail!(
+            "the workspace publishes {published:?}, xtask's PUBLISHED lists {expected:?}: \
+             update PUBLISHED and docs/RELEASE.md (check the name with `cargo info NAME`)"
+        );
+    }
+    if let Some(bad) = published
+        .iter()
+        .find(|n| *n != "intranode" && !n.starts_with("intranode-"))
+    {
+        bail!("published crate {bad:?} is not named intranode or intranode-*");
+    }
+    Ok(())
+}
+
+/// The workspace's `rust-version` (`1.88` in `[workspace.package]`) as the
+/// tool chain that builds exactly it (`1.88.0`).
+pub fn msrv_toolchain(root: &Path) -> Result<String> {
+    let manifest =
+        std::fs::read_to_string(root.join("Cargo.toml")).context("reading Cargo.toml")?;
+    let version = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("rust-version = \""))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .context("no rust-version in the workspace's Cargo.toml")?;
+    Ok(match version.split('.').count() {
+        2 => format!("{version}.0"),
+        _ => version.to_owned(),
+    })
+}
+
+/// `cargo xtask package`:
+/// 1. the published names ([`check_published_names`]);
+/// 2. `cargo publish --workspace --dry-run`: cargo packages every
+///    published crate and verifies each (a build of the `.crate` alone)
+///    against the others' packages, as crates.io would receive them;
+/// 3. each `.crate` under the crates.io limit, unpacked;
+/// 4. with exactly the `rust-version` tool chain ([`msrv_toolchain`]):
+///    the doc tests inside the packaged `intranode` (its README's
+///    example among them), and `cargo install` of `intranode-run` from
+///    the packaged launcher; both build every published crate;
+/// 5. with stable, `tests/stable-embed`'s program as a crate that depends
+///    on `intranode = "0.1.0"`: the build users get from a registry, with
+///    no workspace, kernel sources, nightly or ptxas around.
+///
+/// The unpacked crates depend on each other by version, as on crates.io;
+/// `[patch.crates-io]` points them at one another until they are published.
 pub fn run_packaged(root: &Path) -> Result<()> {
-    let cargo = ptx_builder::cargo_binary();
+    let cargo = intranode_ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
+    check_published_names(root, cargo)?;
+    let msrv = msrv_toolchain(root)?;
+    crate::run(
+        root,
+        cargo,
+        &[
+            "publish",
+            "--workspace",
+            "--dry-run",
+            "--locked",
+            "--allow-dirty",
+        ],
+    )?;
+    // The same packages again where cargo documents them
+    // (`target/package/NAME-VERSION.crate`; the dry run keeps its own in
+    // internal folders): packaging alone, the builds were verified above.
     let mut args = vec![
         "package",
         "--no-verify",
@@ -120,18 +209,24 @@ pub fn run_packaged(root: &Path) -> Result<()> {
         "--locked",
         "--offline",
     ];
-    for p in PACKAGED {
+    for p in PUBLISHED {
         args.extend(["-p", p]);
     }
     crate::run(root, cargo, &args)?;
     let work = root.join("target").join("stable-packaged");
-    if work.exists() {
-        std::fs::remove_dir_all(&work).with_context(|| format!("clearing {}", work.display()))?;
+    // The packages unpacked outside the repository: cargo run inside one
+    // must find neither the workspace's manifest (it would take the
+    // package for a stray member) nor its `.cargo/config.toml`.
+    let unpacked = std::env::temp_dir().join("intranode-packaged-crates");
+    for dir in [&work, &unpacked] {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
+        }
     }
-    let unpacked = work.join("crates");
     std::fs::create_dir_all(&unpacked)?;
     let mut patch = String::from("[patch.crates-io]\n");
-    for p in PACKAGED {
+    let mut patch_args = Vec::new();
+    for p in PUBLISHED {
         let file = root
             .join("target")
             .join("package")
@@ -150,20 +245,62 @@ pub fn run_packaged(root: &Path) -> Result<()> {
                 file.display()
             );
         }
-        let status = Command::new("tar")
-            .arg("-xzf")
-            .arg(&file)
-            .arg("-C")
-            .arg(&unpacked)
-            .status()
-            .context("starting tar")?;
-        if !status.success() {
-            bail!("unpacking {} failed ({status})", file.display());
-        }
+        let crate_file =
+            std::fs::File::open(&file).with_context(|| format!("opening {}", file.display()))?;
+        tar::Archive::new(flate2::read::GzDecoder::new(crate_file))
+            .unpack(&unpacked)
+            .with_context(|| format!("unpacking {}", file.display()))?;
         let dir = unpacked.join(format!("{p}-0.1.0"));
         let dir = dir.to_str().context("path is not UTF-8")?;
         patch.push_str(&format!("{p} = {{ path = {dir:?} }}\n"));
+        patch_args.push("--config".to_owned());
+        patch_args.push(format!("patch.crates-io.{p}.path={dir:?}"));
     }
+    let patch_args: Vec<&str> = patch_args.iter().map(String::as_str).collect();
+
+    // The doc tests inside the packaged `intranode`, on the oldest Rust
+    // the crates promise.
+    let host = unpacked.join("intranode-0.1.0");
+    std::fs::copy(root.join("Cargo.lock"), host.join("Cargo.lock"))
+        .context("seeding the packaged intranode's lock")?;
+    let msrv_target = work.join("target-msrv");
+    let msrv_target = msrv_target.to_str().context("path is not UTF-8")?;
+    let mut args = vec!["run", msrv.as_str(), "cargo", "test", "--doc", "--offline"];
+    args.extend_from_slice(&patch_args);
+    args.extend(["--target-dir", msrv_target]);
+    rustup_outside(&host, &args, "doc tests of the packaged intranode")?;
+    // `cargo install` of the launcher from its package.
+    let launcher = unpacked.join("intranode-launcher-0.1.0");
+    let install_root = work.join("install");
+    let install_root = install_root.to_str().context("path is not UTF-8")?;
+    let launcher_dir = launcher.to_str().context("path is not UTF-8")?;
+    let mut args = vec![
+        "run",
+        msrv.as_str(),
+        "cargo",
+        "install",
+        "--offline",
+        "--path",
+        launcher_dir,
+        "--root",
+        install_root,
+        "--target-dir",
+        msrv_target,
+    ];
+    args.extend_from_slice(&patch_args);
+    rustup_outside(&launcher, &args, "cargo install of the packaged launcher")?;
+    let run = Path::new(install_root).join("bin").join("intranode-run");
+    let help = Command::new(&run)
+        .arg("--help")
+        .output()
+        .with_context(|| format!("starting {}", run.display()))?;
+    if !help.status.success() {
+        bail!("{} --help failed ({})", run.display(), help.status);
+    }
+    eprintln!(
+        "xtask: the published crates build with {msrv}; intranode-run installs from its package"
+    );
+
     // The user's crate: stable-embed's program against `intranode =
     // "0.1.0"` from the packages.
     let app = work.join("app");
@@ -193,6 +330,25 @@ pub fn run_packaged(root: &Path) -> Result<()> {
         );
     }
     eprintln!("xtask: a stable crate builds and runs against the packaged crates");
+    Ok(())
+}
+
+/// `rustup ARGS` in `dir` (an unpacked package, outside the workspace's
+/// `.cargo/config.toml` and tool chain file) with the workspace's cargo
+/// variables scrubbed; fails with `what`.
+fn rustup_outside(dir: &Path, args: &[&str], what: &str) -> Result<()> {
+    eprintln!(
+        "xtask: ({what}, in {}) $ rustup {}",
+        dir.display(),
+        args.join(" ")
+    );
+    let mut cmd = Command::new("rustup");
+    cmd.args(args).current_dir(dir);
+    scrub(&mut cmd);
+    let status = cmd.status().context("starting rustup")?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
     Ok(())
 }
 

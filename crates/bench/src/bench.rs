@@ -20,6 +20,7 @@ use half::bf16;
 use intranode::ReduceOp;
 use intranode::internals::algo::{AllReduceAlgo, Crossovers};
 use intranode_harness::data;
+use intranode_harness::free::median;
 use intranode_harness::progress::Progress;
 use intranode_harness::rank::Rank;
 
@@ -150,11 +151,6 @@ pub(crate) fn sizes(args: &BenchArgs) -> Vec<usize> {
     v
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Calls per timed sample: enough that launch gaps and event resolution
 /// stay small against the total.
 fn calls_per_sample(bytes: usize) -> usize {
@@ -232,7 +228,7 @@ fn measure(
         end.synchronize()?;
         samples.push(start.elapsed_ms(&end)? as f64 * 1000.0 / k as f64);
     }
-    let graph_us = median(samples);
+    let graph_us = median(samples).context("no timed repeats")?;
     drop(graph);
 
     // Eager: the same calls launched one by one from the host.
@@ -256,8 +252,8 @@ fn measure(
             end.synchronize()?;
             dev.push(start.elapsed_ms(&end)? as f64 * 1000.0 / k as f64);
         }
-        eager_us = Some(median(dev));
-        eager_host_us = Some(median(host));
+        eager_us = median(dev);
+        eager_host_us = median(host);
     }
     Ok(Measured {
         graph_us,
@@ -464,8 +460,11 @@ pub(crate) fn write_files(file: &BenchFile, out: &Path) -> Result<PathBuf> {
     let json = stem.with_extension("json");
     std::fs::write(&json, serde_json::to_string_pretty(file)?)
         .with_context(|| format!("writing {}", json.display()))?;
-    let csv = stem.with_extension("csv");
-    std::fs::write(&csv, file.csv()).with_context(|| format!("writing {}", csv.display()))?;
+    let csv_path = stem.with_extension("csv");
+    std::fs::File::create(&csv_path)
+        .map_err(csv::Error::from)
+        .and_then(|f| file.write_csv(f))
+        .with_context(|| format!("writing {}", csv_path.display()))?;
     let png_path = stem.with_extension("png");
     let png = crate::plot::render_png(std::slice::from_ref(file), None)?;
     std::fs::write(&png_path, png).with_context(|| format!("writing {}", png_path.display()))?;

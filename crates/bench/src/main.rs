@@ -7,7 +7,8 @@
 //!   `--tune` writes measured crossovers.
 //! - `demo`: the README's main job: a short sweep with a correctness check.
 //! - `plot`: the PNG from saved JSON results, on any machine (no GPU, no
-//!   launcher); how `docs/allreduce_h200.png` is made.
+//!   launcher); how the README's plot is made from its dated results
+//!   folder (`docs/perf/results/`).
 //! - `poll-storm`: one GPU, a probe of what the free-running method
 //!   measured in issue 16 (polling a host-mapped word from every thread).
 //! - `decode`: a Llama-shaped tensor-parallel decode layer stack (cuBLAS

@@ -2,11 +2,14 @@
 //! rank, an f64 reference, tolerances, the checks of outputs and their
 //! fingerprints.
 //!
-//! The inputs are the soak kernels' own pattern (`kernels_gpu::pattern`,
+//! The inputs are the soak kernels' own pattern (`intranode_kernels_gpu::pattern`,
 //! host-tested there): one generator, whether the host or the GPU writes
 //! them.
 
+use std::hash::Hasher;
+
 use anyhow::{Result, bail};
+use fnv::FnvHasher;
 use half::{bf16, f16};
 use intranode::ReduceOp;
 use intranode::internals::comm::scatter_gather::ScatterGather;
@@ -15,12 +18,12 @@ use intranode::kernels::{DType, ElemType};
 use crate::rank::Rank;
 
 /// SplitMix64's finalizer: the one copy, shared with the kernels.
-pub use kernels_gpu::pattern::mix;
+pub use intranode_kernels_gpu::pattern::mix;
 
 /// Input value: a multiple of 1/8 in [-8, 8], exact in every element type,
 /// fresh for every (seed, call, rank, element).
 pub fn input_value(seed: u64, call: u64, rank: usize, i: usize) -> f64 {
-    f64::from(kernels_gpu::pattern::input(
+    f64::from(intranode_kernels_gpu::pattern::input(
         seed,
         call,
         rank as u32,
@@ -124,15 +127,11 @@ pub fn verify_scatter_gather<T: DType>(
 /// FNV-1a over the bit patterns of `out`: equal on every rank when the
 /// outputs are bitwise identical.
 pub fn fingerprint<T: DType>(out: &[T]) -> u64 {
-    // SAFETY-free view of the bits through each type's to_bits.
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let mut h = FnvHasher::default();
     for v in out {
-        let bits = bits_of(*v);
-        for b in bits.to_le_bytes() {
-            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-        }
+        h.write(&bits_of(*v).to_le_bytes());
     }
-    h
+    h.finish()
 }
 
 fn bits_of<T: DType>(v: T) -> u32 {
@@ -186,7 +185,7 @@ mod tests {
             let v = input_value(11, 2, 3, i);
             assert_eq!(
                 v,
-                f64::from(kernels_gpu::pattern::input(11, 2, 3, i as u64))
+                f64::from(intranode_kernels_gpu::pattern::input(11, 2, 3, i as u64))
             );
             assert_eq!((v * 8.0).fract(), 0.0, "{v}");
         }

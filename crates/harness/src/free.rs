@@ -22,6 +22,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::rank::Rank;
 
+/// The `q` quantile (0 to 1) of `sorted` (ascending): the sample at
+/// position `round((n - 1) q)`, so the median of an even count is the upper
+/// of the middle two. The one definition behind every median and p99 the
+/// suite and the benchmark report; `None` for no samples.
+pub fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
+    let last = sorted.len().checked_sub(1)?;
+    sorted.get((last as f64 * q).round() as usize).copied()
+}
+
+/// [`quantile`] 0.5 of samples in any order; `None` for none.
+pub fn median(mut samples: Vec<f64>) -> Option<f64> {
+    samples.sort_by(f64::total_cmp);
+    quantile(&samples, 0.5)
+}
+
 /// Median, tail and count of one mode's per-call times.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Dist {
@@ -38,11 +53,10 @@ impl Dist {
             return None;
         }
         us.sort_by(f64::total_cmp);
-        let at = |q: f64| us[((us.len() - 1) as f64 * q).round() as usize];
         Some(Dist {
-            median_us: at(0.5),
-            p99_us: at(0.99),
-            max_us: us[us.len() - 1],
+            median_us: quantile(&us, 0.5)?,
+            p99_us: quantile(&us, 0.99)?,
+            max_us: quantile(&us, 1.0)?,
             calls: us.len(),
         })
     }
@@ -271,6 +285,19 @@ pub fn skew_of(seed: u64, world: usize, j: usize) -> (usize, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantiles_pick_a_sample() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        // Even counts: the upper middle sample, as `v[n / 2]` gives.
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(3.0));
+        assert_eq!(median(vec![7.0]), Some(7.0));
+        assert_eq!(median(Vec::new()), None);
+        let sorted: Vec<f64> = (0..=10).map(f64::from).collect();
+        assert_eq!(quantile(&sorted, 0.0), Some(0.0));
+        assert_eq!(quantile(&sorted, 0.25), Some(3.0));
+        assert_eq!(quantile(&sorted, 1.0), Some(10.0));
+    }
 
     #[test]
     fn distribution() {

@@ -6,7 +6,7 @@
 //!   environment, store, device, stream) and a rank with its
 //!   `Communicator` ([`Rank`]);
 //! - [`data`]: the reproducible inputs every rank can regenerate for every
-//!   other rank (`kernels_gpu::pattern`, the soak kernels' own pattern),
+//!   other rank (`intranode_kernels_gpu::pattern`, the soak kernels' own pattern),
 //!   the f64 reference, tolerances and the checks of outputs;
 //! - [`free`]: free-running timing on the device (stamp logs, graph and
 //!   eager modes, skew, per-call distributions);

@@ -152,6 +152,32 @@ impl Rank {
         }))
     }
 
+    /// As [`setup`](Self::setup), the communicator built with `config`
+    /// instead of the environment's settings (a suite that needs one, as
+    /// `bad-input` needs the call checks, sets it rather than asking the
+    /// caller to).
+    pub fn setup_with_config(what: &str, config: &CommConfig) -> Result<Option<Rank>> {
+        let Some(p) = Proc::setup_with(what, false, "intranode/bench")? else {
+            return Ok(None);
+        };
+        let comm = Communicator::with_config(
+            p.stream.clone(),
+            p.store.clone(),
+            p.rank(),
+            p.world(),
+            config,
+        )
+        .with_context(|| format!("rank {}: building the communicator", p.rank()))?;
+        Ok(Some(Rank {
+            env: p.env,
+            ctx: p.ctx,
+            stream: p.stream,
+            store: p.store,
+            exchange: p.exchange,
+            comm,
+        }))
+    }
+
     pub fn rank(&self) -> usize {
         self.env.rank
     }

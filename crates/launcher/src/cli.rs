@@ -195,6 +195,16 @@ pub struct JobConfig {
     pub command: Vec<OsString>,
 }
 
+/// Whether torchrun's `--nnodes` value means one node: `N` or
+/// `MIN:MAX`, each number 1 however it is spelt (`1`, `01`, `1:1`).
+fn is_one_node(nnodes: &str) -> bool {
+    let is_one = |n: &str| n.trim().parse::<u64>() == Ok(1);
+    match nnodes.split_once(':') {
+        None => is_one(nnodes),
+        Some((min, max)) => is_one(min) && is_one(max),
+    }
+}
+
 impl JobConfig {
     /// Checks the command line and resolves the master address; `gpu` and
     /// `auto` count the GPUs with [`count_visible_gpus`].
@@ -207,8 +217,7 @@ impl JobConfig {
         args: Args,
         count_gpus: impl FnOnce() -> Result<usize, String>,
     ) -> Result<Self, LaunchError> {
-        let nnodes = args.nnodes.trim();
-        if nnodes != "1" && nnodes != "1:1" {
+        if !is_one_node(&args.nnodes) {
             return Err(LaunchError::MultiNode {
                 what: "--nnodes",
                 value: args.nnodes.clone(),
@@ -545,6 +554,23 @@ mod tests {
         assert_eq!(job.grace, Duration::from_secs(1));
         assert_eq!(job.failure_wait, Duration::from_secs(2));
         assert_eq!(job.command, vec![OsString::from("prog")]);
+    }
+
+    /// Issue 36: `--nnodes 01` was refused as multi-node (the value was
+    /// compared as a string).
+    #[test]
+    fn one_node_in_any_spelling_is_accepted() {
+        for nnodes in ["1", " 1 ", "01", "1:1", "01:001", "+1"] {
+            let job = job(&["--nproc-per-node", "1", "--nnodes", nnodes, "true"]);
+            assert!(job.is_ok(), "{nnodes}: {:?}", job.err());
+        }
+        for nnodes in ["0", "2", "1:2", "0:1", "1:", ":1", "x", "1:1:1"] {
+            let err = job(&["--nproc-per-node", "1", "--nnodes", nnodes, "true"]).unwrap_err();
+            assert!(
+                matches!(err, LaunchError::MultiNode { .. }),
+                "{nnodes}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -166,12 +166,62 @@ fn master_port_option_is_used() {
     assert_eq!(run.stdout, format!("[0] {port}\n"));
 }
 
+/// A scratch directory where ranks mark that they started; removed on
+/// drop.
+struct Marks(std::path::PathBuf);
+
+impl Marks {
+    fn new(test: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("intranode-run-test-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    /// NOTE [failing after the peers started]: a script in which rank
+    /// `failing` exits with `code` only once all `world` ranks have
+    /// started, the others sleep. Exiting at once raced the launcher: on a
+    /// loaded machine the failure came before the last rank was started,
+    /// start-up stopped (as it should) and that rank was "not started",
+    /// not stopped, so the assertions failed (issue 36). The wait is
+    /// bounded (30 s) so a launcher that never starts a rank still ends.
+    fn fail_after_peers_started(&self, world: usize, failing: usize, code: i32) -> String {
+        format!(
+            "{} if [ $RANK = {failing} ]; then {} exit {code}; fi; exec sleep 60",
+            self.mark(),
+            self.wait_for(world)
+        )
+    }
+
+    /// Shell: this rank marks that it started.
+    fn mark(&self) -> String {
+        format!("touch {}/$RANK;", self.0.display())
+    }
+
+    /// Shell: waits (30 s at most) until `world` ranks have marked.
+    fn wait_for(&self, world: usize) -> String {
+        let dir = self.0.display();
+        format!(
+            "n=0; while [ $(ls {dir} | wc -l) -lt {world} ] && [ $n -lt 600 ]; \
+             do sleep 0.05; n=$((n+1)); done;"
+        )
+    }
+}
+
+impl Drop for Marks {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[test]
 fn failing_rank_stops_the_others() {
+    let marks = Marks::new("stops-the-others");
     let run = run_sh(
         3,
         &["--grace-secs", "20"],
-        "if [ $RANK = 1 ]; then exit 3; fi; exec sleep 60",
+        &marks.fail_after_peers_started(3, 1, 3),
     );
     assert_eq!(run.code(), Some(3));
     assert!(run.stderr.contains("job failed: rank 1 exited with code 3"));
@@ -234,10 +284,11 @@ fn failure_wait_lets_survivors_report_and_exit() {
 
 #[test]
 fn failure_wait_is_bounded() {
+    let marks = Marks::new("failure-wait-bounded");
     let run = run_sh(
         2,
         &["--failure-wait-secs", "1", "--grace-secs", "20"],
-        "if [ $RANK = 0 ]; then exit 4; fi; exec sleep 60",
+        &marks.fail_after_peers_started(2, 0, 4),
     );
     assert_eq!(run.code(), Some(4));
     assert!(run.stderr.contains("job failed: rank 0 exited with code 4"));
@@ -263,7 +314,10 @@ fn timeout_stops_the_job() {
 
 #[test]
 fn rank_ignoring_sigterm_is_killed_after_grace() {
-    let dir = std::env::temp_dir().join(format!("intranode-run-test-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "intranode-run-test-{}-ignoring-sigterm",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let ready = dir.join("ready");
     let _ = std::fs::remove_file(&ready);
@@ -647,6 +701,18 @@ fn a_signal_during_the_failure_wait_is_forwarded() {
     // Rank 0 fails; rank 1 would sit out the whole wait, but the launcher
     // gets SIGINT during it: rank 1 must get SIGINT (not SIGTERM), and the
     // first failure still decides the exit status.
+    // Rank 0 fails only once rank 1 has started (NOTE [failing after the
+    // peers started]): failing at once, it could stop start-up before
+    // rank 1, which then never printed `ready` (issue 36, seen on a
+    // loaded machine).
+    let marks = Marks::new("signal-during-wait");
+    let script = format!(
+        "{} if [ $RANK = 0 ]; then {} exit 3; fi; \
+         trap 'echo got-int; exit 7' INT; trap 'echo got-term; exit 8' TERM; \
+         echo ready; sleep 60 & wait",
+        marks.mark(),
+        marks.wait_for(2)
+    );
     let started = Instant::now();
     let mut child = launcher(&[
         "--nproc-per-node",
@@ -656,9 +722,7 @@ fn a_signal_during_the_failure_wait_is_forwarded() {
         "--",
         "sh",
         "-c",
-        "if [ $RANK = 0 ]; then exit 3; fi; \
-         trap 'echo got-int; exit 7' INT; trap 'echo got-term; exit 8' TERM; \
-         echo ready; sleep 60 & wait",
+        &script,
     ])
     .spawn()
     .unwrap();

@@ -2,10 +2,12 @@
 //! under `intranode-run`, with the row-parallel all-reduce through
 //! intranode or through cudarc's NCCL (`--backend`), and, with
 //! intranode, also the fused form: each all-reduce, the residual add and
-//! the next block's RMSNorm in one call. Prints decode tokens per second
-//! and checks the outputs: against a reference that rank 0 computes alone
-//! from every rank's shard, across ranks (the replicated hidden states
-//! must be bitwise equal), and between the back-ends.
+//! the next block's RMSNorm in one call. Checks the outputs first: against
+//! a reference that rank 0 computes alone from every rank's shard, across
+//! ranks (the replicated hidden states must be bitwise equal), and between
+//! the back-ends. Then times decode in short windows in which every
+//! back-end runs in turn, and prints each back-end's tokens per second and
+//! its per-window ratio to NCCL with the spread of that ratio (`stats.rs`).
 //!
 //! ```sh
 //! intranode-run --nproc-per-node 2 -- ./candle-tp --backend all
@@ -13,6 +15,7 @@
 
 mod model;
 mod reduce;
+mod stats;
 
 use std::ffi::c_char;
 use std::sync::Arc;
@@ -106,16 +109,21 @@ struct Args {
     /// Positions in each layer's KV cache.
     #[arg(long, default_value_t = 512)]
     context: usize,
-    /// Untimed steps per back-end before the first timed run.
+    /// Untimed steps per back-end before the first timed window.
     #[arg(long, default_value_t = 10)]
     warmup: usize,
-    /// Steps per timed run.
-    #[arg(long, default_value_t = 50)]
+    /// Steps each back-end runs in each timed window.
+    #[arg(long, default_value_t = 10)]
     steps: usize,
-    /// Timed runs per back-end (the back-ends take turns); the median is
-    /// reported.
-    #[arg(long, default_value_t = 5)]
-    reps: usize,
+    /// Timed windows: in each, every back-end (and the steps without
+    /// communication) runs `--steps` steps, in an order that rotates from
+    /// window to window; each back-end is compared with NCCL within the
+    /// window.
+    #[arg(long, default_value_t = 40)]
+    windows: usize,
+    /// Also print every window's tokens/s per back-end.
+    #[arg(long)]
+    per_window: bool,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Largest allowed max |a - b| / max |b| between outputs (bf16).
@@ -144,8 +152,8 @@ fn main() -> Result<()> {
         seed: args.seed,
     };
     cfg.validate(world)?;
-    if args.steps == 0 || args.reps == 0 {
-        bail!("--steps and --reps must be at least 1");
+    if args.steps == 0 || args.windows == 0 {
+        bail!("--steps and --windows must be at least 1");
     }
     let store: Arc<TcpStore> = Arc::new(
         TcpStore::connect(env.store_addr()?, ClientConfig::from_env())
@@ -254,47 +262,28 @@ fn main() -> Result<()> {
         }
     }
 
-    // Timing: warm-up, then the back-ends (and the same steps without any
-    // all-reduce, for the cost of the communication) take turns.
+    // Timing: warm-up, then windows in which every back-end (and the same
+    // steps without any all-reduce, for the cost of the communication)
+    // runs once, in rotating order (`stats.rs` says why).
     modes.push(Mode::NoReduce);
-    // Seconds of each timed run, per mode.
-    let mut run_secs: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
     for mode in &modes {
         line_up(&backends, &device)?;
         run_steps(&cfg, &shard, &rep, *mode, args.warmup)?;
         device.synchronize()?;
     }
-    for _ in 0..args.reps {
-        for (mode, secs) in modes.iter().zip(run_secs.iter_mut()) {
+    // Seconds of each window, per mode.
+    let mut window_secs: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+    for w in 0..args.windows {
+        for m in stats::window_order(modes.len(), w) {
             line_up(&backends, &device)?;
             let start = Instant::now();
-            run_steps(&cfg, &shard, &rep, *mode, args.steps)?;
+            run_steps(&cfg, &shard, &rep, modes[m], args.steps)?;
             device.synchronize()?;
-            secs.push(start.elapsed().as_secs_f64());
+            window_secs[m].push(start.elapsed().as_secs_f64());
         }
     }
     if rank == 0 {
-        println!(
-            "{:<34} {:>10} {:>12}   (median of {} runs of {} steps, rank 0's wall clock)",
-            "back-end", "ms/step", "tokens/s", args.reps, args.steps
-        );
-        for (mode, secs) in modes.iter().zip(&mut run_secs) {
-            secs.sort_by(f64::total_cmp);
-            let Some(&median_secs) = secs.get(secs.len() / 2) else {
-                continue;
-            };
-            let label = match mode {
-                Mode::NoReduce if world == 1 => "none (no all-reduce)".to_owned(),
-                Mode::NoReduce => "none (no all-reduce, sums wrong)".to_owned(),
-                m => m.name().to_owned(),
-            };
-            let step_secs = median_secs / args.steps as f64;
-            println!(
-                "{label:<34} {:>10.3} {:>12.1}",
-                step_secs * 1e3,
-                cfg.batch as f64 / step_secs
-            );
-        }
+        report(&cfg, &args, world, &modes, &window_secs);
     }
     Ok(())
 }
@@ -307,6 +296,80 @@ fn sum(parts: Vec<Tensor>, backend: &AllReduce) -> candle_core::Result<Tensor> {
     };
     p.inplace_op1(backend)?;
     Ok(p)
+}
+
+/// Rank 0's table: each mode's tokens/s over the windows, and each
+/// back-end's per-window ratio to NCCL with its spread.
+fn report(cfg: &Config, args: &Args, world: usize, modes: &[Mode], window_secs: &[Vec<f64>]) {
+    let tokens = cfg.batch * args.steps;
+    let label = |m: &Mode| match m {
+        Mode::NoReduce if world == 1 => "none (no all-reduce)".to_owned(),
+        Mode::NoReduce => "none (no all-reduce, sums wrong)".to_owned(),
+        m => m.name().to_owned(),
+    };
+    let nccl = modes
+        .iter()
+        .position(|m| matches!(m, Mode::Unfused(AllReduce::Nccl(_))));
+    if args.per_window {
+        let names: Vec<String> = modes.iter().map(|m| format!("{:>12}", m.name())).collect();
+        println!("window  tokens/s: {}", names.join(" "));
+        for w in 0..args.windows {
+            let row: Vec<String> = window_secs
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{:>12.1}",
+                        s.get(w).map_or(f64::NAN, |&x| tokens as f64 / x)
+                    )
+                })
+                .collect();
+            println!("{w:>6}            {}", row.join(" "));
+        }
+    }
+    println!(
+        "{} windows of {} steps per back-end, back-ends in rotating order; rank 0's wall clock; \
+         tokens/s: median [p10, p90] over the windows; vs nccl: each window's tokens/s over \
+         nccl's in the same window, median [p10, p90] (min-max), windows faster than nccl",
+        args.windows, args.steps
+    );
+    println!(
+        "{:<34} {:>9} {:>10} {:>21}   vs nccl",
+        "back-end", "ms/step", "tokens/s", "[p10, p90]"
+    );
+    for (m, (mode, secs)) in modes.iter().zip(window_secs).enumerate() {
+        let Some(rate) = stats::Spread::of(&stats::rates(tokens, secs)) else {
+            println!("{:<34} (a window without a finite rate)", label(mode));
+            continue;
+        };
+        let versus = match nccl {
+            Some(n) if n != m => {
+                let ratios = stats::window_ratios(secs, &window_secs[n]);
+                match stats::Spread::of(&ratios) {
+                    Some(r) => format!(
+                        "{:.3}x [{:.3}, {:.3}] ({:.3}-{:.3}), {}/{} windows faster: {}",
+                        r.median,
+                        r.p10,
+                        r.p90,
+                        r.min,
+                        r.max,
+                        stats::faster_windows(&ratios),
+                        ratios.len(),
+                        stats::Verdict::of(&r).describe()
+                    ),
+                    None => "-".to_owned(),
+                }
+            }
+            Some(_) => "(the baseline)".to_owned(),
+            None => "(nccl not run)".to_owned(),
+        };
+        println!(
+            "{:<34} {:>9.3} {:>10.1} {:>21}   {versus}",
+            label(mode),
+            cfg.batch as f64 / rate.median * 1e3,
+            rate.median,
+            format!("[{:.1}, {:.1}]", rate.p10, rate.p90),
+        );
+    }
 }
 
 /// `n` decode steps, each step's output the next one's input.

@@ -7,12 +7,17 @@
 //! and cost the host one launch each. The kernels keep their own call
 //! count in the signal pad (NOTE [double buffering] in
 //! `kernels-gpu/src/all_reduce.rs`).
+//!
+//! (Over 700 lines, a quarter of them tests: the launch shapes (push,
+//! Lamport, block counts) and the launches that use them are one
+//! decision, and the tests pin the two together. If it grows, the shapes
+//! (up to `most_bytes`) are the seam for a `launch_shape.rs`.)
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
-use kernels_gpu::entries::{Barrier, Collective};
-use kernels_gpu::layout::{AllReduceParams, BarrierParams, MAX_BLOCKS, MAX_RANKS};
+use intranode_kernels_gpu::entries::{Barrier, Collective};
+use intranode_kernels_gpu::layout::{AllReduceParams, BarrierParams, MAX_BLOCKS, MAX_RANKS};
 
 use super::{IntraNodeComm, Launch};
 use crate::algo::{
@@ -45,7 +50,7 @@ pub(crate) struct PushLaunch {
     pub threads: usize,
     pub chunk_vecs: usize,
     pub slots: usize,
-    /// `1..slots` (`kernels_gpu::math::push_lookahead`).
+    /// `1..slots` (`intranode_kernels_gpu::math::push_lookahead`).
     pub lookahead: usize,
 }
 
@@ -70,7 +75,7 @@ pub(crate) fn push_launch(
     world: usize,
     buffer_bytes: usize,
 ) -> Option<PushLaunch> {
-    use kernels_gpu::math::{PUSH_MAX_TILE_VECS, VEC_BYTES};
+    use intranode_kernels_gpu::math::{PUSH_MAX_TILE_VECS, VEC_BYTES};
     let peers = world.checked_sub(1).filter(|&p| p > 0)?;
     let slots = shape.slots.max(2);
     let max_blocks = shape.max_blocks.clamp(1, MAX_BLOCKS);
@@ -90,7 +95,8 @@ pub(crate) fn push_launch(
         threads,
         chunk_vecs,
         slots,
-        lookahead: kernels_gpu::math::push_lookahead(slots as u32, shape.lookahead as u32) as usize,
+        lookahead: intranode_kernels_gpu::math::push_lookahead(slots as u32, shape.lookahead as u32)
+            as usize,
     })
 }
 
@@ -424,10 +430,12 @@ impl IntraNodeComm {
             params.hcm_group_mask = plan.group_mask;
             params.hcm_relay = plan.relay as u32;
             params.hcm_relay_first = u32::from(plan.relay_first);
-            chunk_elems =
-                kernels_gpu::math::hcm_chunk_elems(self.half_buffer_bytes(), elem.bytes());
+            chunk_elems = intranode_kernels_gpu::math::hcm_chunk_elems(
+                self.half_buffer_bytes(),
+                elem.bytes(),
+            );
         }
-        let vecs_total = elems.div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
+        let vecs_total = elems.div_ceil(intranode_kernels_gpu::math::elems_per_vec(elem.bytes()));
         let push = if algo == AllReduceAlgo::Push {
             let launch = push_launch(
                 &self.push_shape,
@@ -468,7 +476,7 @@ impl IntraNodeComm {
             None => {
                 let vecs = elems
                     .min(chunk_elems)
-                    .div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
+                    .div_ceil(intranode_kernels_gpu::math::elems_per_vec(elem.bytes()));
                 launch_shape(algo, vecs, self.world(), self.lamport_launch())
             }
         };
@@ -574,7 +582,7 @@ impl IntraNodeComm {
         p.timeout_ns = u64::try_from(self.barrier_timeout().as_nanos()).unwrap_or(u64::MAX);
         p.error = self.health().device_ptr();
         // NOTE [abandoned waits] in `kernels-gpu/src/sync.rs`.
-        p.abort = p.pads[self.rank()] + (kernels_gpu::layout::ABORT_WORD * 4) as u64;
+        p.abort = p.pads[self.rank()] + (intranode_kernels_gpu::layout::ABORT_WORD * 4) as u64;
         p.rank = self.rank() as u32;
         p
     }
@@ -705,7 +713,7 @@ mod tests {
 
     #[test]
     fn push_launch_fits_the_buffer_and_the_kernels() {
-        use kernels_gpu::math::{
+        use intranode_kernels_gpu::math::{
             PUSH_MAX_TILE_VECS, push_block_tiles, push_ring_bytes, push_tiles,
         };
         let shapes = [

@@ -11,9 +11,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtrMut};
-use kernels_gpu::entries::Broadcast;
-use kernels_gpu::layout::{BroadcastParams, MAX_BLOCKS};
-use kernels_gpu::math::VEC_BYTES;
+use intranode_kernels_gpu::entries::Broadcast;
+use intranode_kernels_gpu::layout::{BroadcastParams, MAX_BLOCKS};
+use intranode_kernels_gpu::math::VEC_BYTES;
 
 use super::{IntraNodeComm, Launch};
 use crate::error::{Error, Result};
@@ -155,7 +155,7 @@ impl IntraNodeComm {
 
 #[cfg(test)]
 mod tests {
-    use kernels_gpu::layout::MAX_RANKS;
+    use intranode_kernels_gpu::layout::MAX_RANKS;
 
     use super::*;
 

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use kernels_gpu::entries::FusedNorm;
-use kernels_gpu::layout::{FusedNormParams, fused_norm_threads};
+use intranode_kernels_gpu::entries::FusedNorm;
+use intranode_kernels_gpu::layout::{FusedNormParams, fused_norm_threads};
 
 use super::debug::CallFingerprint;
 use super::{IntraNodeComm, Launch};
@@ -82,7 +82,7 @@ impl IntraNodeComm {
                     forced: None,
                 },
                 hidden,
-                aligned: kernels_gpu::math::all_vec_aligned(&[
+                aligned: intranode_kernels_gpu::math::all_vec_aligned(&[
                     input as usize,
                     residual as usize,
                     weight as usize,
@@ -137,7 +137,7 @@ impl IntraNodeComm {
                 eps,
                 _pad: 0,
             };
-            let row_vecs = hidden / kernels_gpu::math::elems_per_vec(elem.bytes());
+            let row_vecs = hidden / intranode_kernels_gpu::math::elems_per_vec(elem.bytes());
             let (blocks, threads) = launch_shape(rows, row_vecs, self.lamport_launch().sms);
             Ok(Some(Launch {
                 key: kernel,
@@ -156,7 +156,7 @@ impl IntraNodeComm {
 
 #[cfg(test)]
 mod tests {
-    use kernels_gpu::layout::MAX_RANKS;
+    use intranode_kernels_gpu::layout::MAX_RANKS;
 
     use super::*;
 

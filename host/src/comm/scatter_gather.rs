@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
-use kernels_gpu::entries::Collective;
-use kernels_gpu::layout::AllReduceParams;
+use intranode_kernels_gpu::entries::Collective;
+use intranode_kernels_gpu::layout::AllReduceParams;
 
 use super::{IntraNodeComm, Launch};
 use crate::algo::{AllReduceAlgo, scatter_gather_max_shard_bytes};
@@ -151,7 +151,7 @@ impl IntraNodeComm {
                 params.output = output + first as u64 * eb;
                 params.elems = elems as u64;
                 params.shard_stride_elems = shard as u64;
-                let vecs = elems.div_ceil(kernels_gpu::math::elems_per_vec(elem.bytes()));
+                let vecs = elems.div_ceil(intranode_kernels_gpu::math::elems_per_vec(elem.bytes()));
                 // One vector per thread over every SM, as the Lamport
                 // one-shot: each thread moves its vector of all W slots.
                 let (blocks, threads) =
@@ -198,7 +198,7 @@ pub(crate) fn shard_slices(
 
 #[cfg(test)]
 mod tests {
-    use kernels_gpu::layout::MAX_RANKS;
+    use intranode_kernels_gpu::layout::MAX_RANKS;
 
     use super::*;
 

@@ -49,6 +49,29 @@ impl Communicator {
 /// the communicator's next call (or [`Communicator::check`]). A call on a
 /// group that could not open (NCCL unavailable, a group already open)
 /// returns why.
+///
+/// # Example
+///
+/// A ring exchange: every rank sends to the next and receives from the
+/// previous, both enqueued together (they would deadlock one by one).
+///
+/// ```no_run
+/// # use intranode::{Communicator, dist_env::DistEnv};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let env = DistEnv::from_env()?;
+/// # let store = intranode::store::connect_env(&env)?;
+/// # let stream = intranode::gpu::context(env.local_rank)?.new_stream()?;
+/// # let comm = Communicator::new(stream.clone(), store, env.rank, env.world_size)?;
+/// let (rank, world) = (comm.rank(), comm.world_size());
+/// let send = stream.clone_htod(&vec![rank as f32; 1024])?;
+/// let mut recv = stream.alloc_zeros::<f32>(1024)?;
+/// let mut group = comm.group();
+/// group.send(send.as_view(), (rank + 1) % world)?;
+/// group.recv(recv.as_view_mut(), (rank + world - 1) % world)?;
+/// group.end()?.synchronize()?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct Group<'g> {
     comm: &'g Communicator,
@@ -106,9 +129,10 @@ impl<'g> Group<'g> {
     fn not_open_error(&self) -> Option<Error> {
         self.not_open.as_ref().map(|e| match e {
             Error::NcclUnavailable(why) => Error::NcclUnavailable(why.clone()),
-            Error::Nccl { op, detail } => Error::Nccl {
+            Error::Nccl { op, rank, code } => Error::Nccl {
                 op,
-                detail: detail.clone(),
+                rank: *rank,
+                code: *code,
             },
             other => Error::InvalidArgument(format!("the group could not open: {other}")),
         })
@@ -312,11 +336,7 @@ impl Drop for Group<'_> {
     /// (`Drop` never panics).
     fn drop(&mut self) {
         if let Err(e) = self.finish() {
-            let detail = match e {
-                Error::Nccl { detail, .. } => detail,
-                other => other.to_string(),
-            };
-            self.comm.lock_group().end_error = Some(detail);
+            self.comm.lock_group().end_error = Some(e);
         }
     }
 }

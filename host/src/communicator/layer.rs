@@ -8,7 +8,7 @@
 //! tracking] in `comm/tracked.rs`).
 
 use cudarc::driver::{DevicePtr, DevicePtrMut};
-use kernels_gpu::layout::NormParams;
+use intranode_kernels_gpu::layout::NormParams;
 
 use super::Communicator;
 use crate::error::{Error, Result};

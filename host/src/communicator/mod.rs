@@ -29,6 +29,12 @@
 //!   once the group was dropped) instead of panicking in `Drop`;
 //! - construction is collective through a store ([`Communicator::new`]),
 //!   not `Comm::from_rank` with an `Id`.
+//!
+//! (Over 700 lines: `Communicator`'s methods mirror `cudarc::nccl::Comm`'s
+//! one for one (NOTE [nccl parity]) and read best side by side in one
+//! impl; what stands apart (NCCL-only collectives, groups, the fused
+//! norm, symmetric buffers, argument checks) is already in the modules
+//! below.)
 
 mod args;
 mod group;
@@ -69,10 +75,61 @@ use crate::topology::Topology;
 use crate::types::ReduceOp;
 use crate::types::{DType, ElemType};
 use crate::work::Work;
-use kernels_gpu::layout::NormParams;
+use intranode_kernels_gpu::layout::NormParams;
 use retype::{AsElem, AsElemMut, elem_of, nccl_type_name};
 
-/// The application-facing communicator of one rank.
+/// The communicator of one rank: every collective of
+/// `cudarc::nccl::Comm`, with the same arguments, run by our NVLink kernels
+/// where they are faster and by NCCL elsewhere.
+///
+/// One process per GPU builds one, collectively: every rank calls
+/// [`Communicator::new`] with the same store (from [`crate::store`]) and its
+/// own rank. The rendezvous decides once whether the group has the
+/// intra-node path (one host, distinct GPUs, NVLink fully connected or a
+/// hybrid cube mesh, 2 to 8 ranks) and builds an NCCL communicator beside it;
+/// construction fails only when neither can serve the group.
+/// [`intra_reason`](Self::intra_reason) says why there is no intra-node path,
+/// [`algo_for`](Self::algo_for) which algorithm a call would take.
+///
+/// Calls run on the stream the communicator was built with, in its order,
+/// and return without waiting for the GPU: each returns a [`Work`]
+/// ([`Work::wait_on`] makes another stream wait, [`Work::synchronize`] the
+/// host). Calls may be captured into a CUDA graph on that stream. A peer
+/// that never comes to a call is reported within
+/// `INTRANODE_BARRIER_TIMEOUT_MS` as [`Error::PeerTimeout`]; the
+/// communicator is unusable after that.
+///
+/// Beyond `Comm`'s methods: [`alloc_symmetric`](Self::alloc_symmetric)
+/// (buffers every peer maps), [`all_reduce_residual_rmsnorm`](Self::all_reduce_residual_rmsnorm)
+/// (a tensor-parallel layer's tail in one call), and [`group`](Self::group)
+/// (NCCL's groups).
+///
+/// # Example
+///
+/// ```no_run
+/// use cudarc::nccl::ReduceOp;
+/// use intranode::{Communicator, dist_env::DistEnv};
+///
+/// fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     // Started by `intranode-run --nproc-per-node 4 -- ./prog` (or torchrun).
+///     let env = DistEnv::from_env()?;
+///     let store = intranode::store::connect_env(&env)?;
+///     let ctx = intranode::gpu::context(env.device.unwrap_or(env.local_rank))?;
+///     let stream = ctx.new_stream()?;
+///     let comm = Communicator::new(stream.clone(), store, env.rank, env.world_size)?;
+///     if let Some(why) = comm.intra_reason() {
+///         eprintln!("rank {}: NCCL only: {why}", env.rank);
+///     }
+///
+///     let send = stream.clone_htod(&vec![env.rank as f32; 4096])?;
+///     let mut recv = stream.alloc_zeros::<f32>(4096)?;
+///     let work = comm.all_reduce(&send, &mut recv, &ReduceOp::Sum)?;
+///     work.synchronize()?; // or keep going on `stream`: no wait needed there
+///     let world = env.world_size as f32;
+///     assert_eq!(stream.clone_dtoh(&recv)?[0], world * (world - 1.0) / 2.0);
+///     Ok(())
+/// }
+/// ```
 pub struct Communicator {
     stream: Arc<CudaStream>,
     rank: usize,
@@ -111,7 +168,7 @@ pub struct Communicator {
 struct GroupState {
     open: bool,
     /// A dropped group's `ncclGroupEnd` failure, reported once.
-    end_error: Option<String>,
+    end_error: Option<Error>,
 }
 
 /// Count of communicators without an intra-node path that check calls:
@@ -265,13 +322,13 @@ impl Communicator {
     }
 
     /// The intra-node communicator, when the rendezvous allowed one
-    /// (public under the `internals` feature).
-    #[cfg(feature = "internals")]
+    /// (public under `--cfg intranode_internals`).
+    #[cfg(intranode_internals)]
     pub fn intra(&self) -> Option<&IntraNodeComm> {
         self.intra.as_ref()
     }
 
-    #[cfg(not(feature = "internals"))]
+    #[cfg(not(intranode_internals))]
     pub(crate) fn intra(&self) -> Option<&IntraNodeComm> {
         self.intra.as_ref()
     }
@@ -661,10 +718,7 @@ impl Communicator {
 
     fn take_group_end_error(&self) -> Result<()> {
         match self.lock_group().end_error.take() {
-            Some(detail) => Err(Error::Nccl {
-                op: "ncclGroupEnd",
-                detail,
-            }),
+            Some(e) => Err(e),
             None => Ok(()),
         }
     }

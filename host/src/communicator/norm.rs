@@ -17,6 +17,29 @@ impl Communicator {
     /// `input` and `residual` bits; the normed output may differ in the
     /// last place (the sum of squares is added in another order), and is
     /// the same on every rank either way.
+    ///
+    /// # Example
+    ///
+    /// The end of a row-parallel layer at decode (8 tokens, hidden 4096):
+    ///
+    /// ```no_run
+    /// # use intranode::{Communicator, dist_env::DistEnv};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let env = DistEnv::from_env()?;
+    /// # let store = intranode::store::connect_env(&env)?;
+    /// # let stream = intranode::gpu::context(env.local_rank)?.new_stream()?;
+    /// # let comm = Communicator::new(stream.clone(), store, env.rank, env.world_size)?;
+    /// let (rows, hidden) = (8, 4096);
+    /// let mut partial = stream.alloc_zeros::<f32>(rows * hidden)?; // this rank's GEMM output
+    /// let mut residual = stream.alloc_zeros::<f32>(rows * hidden)?; // the residual stream
+    /// let weight = stream.clone_htod(&vec![1.0f32; hidden])?; // the norm's weight
+    /// let mut normed = stream.alloc_zeros::<f32>(rows * hidden)?; // the next layer's input
+    /// comm.all_reduce_residual_rmsnorm(&mut partial, &mut residual, &weight, 1e-5, &mut normed)?;
+    /// // Which form ran: `Fused` (one launch) or `Unfused`.
+    /// println!("{:?}", comm.norm_path_for::<f32>(rows, hidden, None));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn all_reduce_residual_rmsnorm<T: DType + NcclType>(
         &self,
         input: &mut (impl DevicePtrMut<T> + DevicePtr<T>),
@@ -62,7 +85,7 @@ impl Communicator {
             let res = bufs.output(residual, "residual")?;
             let w = bufs.input(weight, "norm weight")?;
             let out = bufs.output(output, "norm output")?;
-            let aligned = kernels_gpu::math::all_vec_aligned(&[
+            let aligned = intranode_kernels_gpu::math::all_vec_aligned(&[
                 x as usize,
                 res as usize,
                 w as usize,

@@ -17,6 +17,7 @@ use crate::types::{DType, ElemType};
 /// known at run time. Implemented for `CudaSlice<T>` and `CudaViewMut<T>`
 /// of bf16, f16 and f32, and for [`FlatBuffer`].
 pub trait DeviceBuffer {
+    /// The element type of the buffer.
     fn elem_type(&self) -> ElemType;
 
     /// Length in elements.
@@ -98,8 +99,11 @@ device_buffer_impl!(CudaSlice<T>, CudaViewMut<'_, T>);
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum FlatBuffer {
+    /// bf16 elements.
     Bf16(CudaSlice<bf16>),
+    /// f16 elements.
     F16(CudaSlice<f16>),
+    /// f32 elements.
     F32(CudaSlice<f32>),
 }
 

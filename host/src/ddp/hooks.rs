@@ -112,6 +112,7 @@ pub struct AllReduceHook<'c> {
 }
 
 impl<'c> AllReduceHook<'c> {
+    /// A hook that averages each bucket over `comm`'s ranks.
     pub fn new(comm: &'c Communicator) -> Self {
         AllReduceHook { comm }
     }
@@ -255,18 +256,22 @@ impl<'c, S, F> StatefulHook<'c, S, F>
 where
     F: FnMut(&mut S, &Communicator, &mut GradBucket) -> Result<()>,
 {
+    /// A hook that calls `run(&mut state, comm, bucket)` for each bucket.
     pub fn new(comm: &'c Communicator, state: S, run: F) -> Self {
         StatefulHook { comm, state, run }
     }
 
+    /// The hook's state.
     pub fn state(&self) -> &S {
         &self.state
     }
 
+    /// The hook's state, to change between steps.
     pub fn state_mut(&mut self) -> &mut S {
         &mut self.state
     }
 
+    /// The hook's state, the hook consumed.
     pub fn into_state(self) -> S {
         self.state
     }

@@ -24,16 +24,19 @@ use crate::types::ElemType;
 
 /// Alignment of every entry inside a bucket, in bytes: the kernels' vector
 /// width.
-pub const BUCKET_ALIGN_BYTES: usize = kernels_gpu::math::VEC_BYTES;
+pub const BUCKET_ALIGN_BYTES: usize = intranode_kernels_gpu::math::VEC_BYTES;
 
 /// One buffer to place: its element type and length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PlanItem {
+    /// Its element type (items of one type share buckets).
     pub elem: ElemType,
+    /// Its length in elements.
     pub elems: usize,
 }
 
 impl PlanItem {
+    /// An item of `elems` elements of type `elem`.
     pub const fn new(elem: ElemType, elems: usize) -> Self {
         PlanItem { elem, elems }
     }
@@ -65,8 +68,11 @@ impl BucketEntry {
 /// order, and its length (the end of its last entry).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BucketPlan {
+    /// The element type of every entry.
     pub elem: ElemType,
+    /// The pieces placed in the bucket, in increasing offset order.
     pub entries: Vec<BucketEntry>,
+    /// The bucket's length in elements (the end of its last entry).
     pub elems: usize,
 }
 

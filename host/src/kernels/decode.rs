@@ -3,7 +3,7 @@
 //! test kernel (`fill.rs`).
 
 use cudarc::driver::CudaStream;
-use kernels_gpu::entries::SiluMul;
+use intranode_kernels_gpu::entries::SiluMul;
 
 use super::{ElemType, KernelModule, elementwise_grid};
 use crate::error::Result;

@@ -4,14 +4,14 @@
 //! by element.
 
 use cudarc::driver::{CudaStream, DevicePtrMut};
-use kernels_gpu::entries::TestKernel;
+use intranode_kernels_gpu::entries::TestKernel;
 
 use super::{DType, TestKernelModule, elementwise_grid};
 use crate::error::{Error, Result};
 
 impl TestKernelModule {
     /// Fills `out` with random values of standard deviation `std` on
-    /// `stream`: element `i` is `kernels_gpu::decode::uniform(seed, i,
+    /// `stream`: element `i` is `intranode_kernels_gpu::decode::uniform(seed, i,
     /// std)` rounded to `T` (to nearest, ties to even), so the host can
     /// recompute any of them (the decode benchmark's weights).
     pub fn fill_uniform<T: DType>(
@@ -33,7 +33,7 @@ impl TestKernelModule {
         let (po, _ro) = out.device_ptr_mut(stream);
         // One element per work item: a 16-byte "element" makes the grid
         // helper count elements.
-        let grid = elementwise_grid(n, kernels_gpu::math::VEC_BYTES);
+        let grid = elementwise_grid(n, intranode_kernels_gpu::math::VEC_BYTES);
         // SAFETY: `fill_uniform_<ty>(out: *T, n: usize, seed: u64, std:
         // f32)` takes these four arguments; `out` holds `n` elements and
         // stays alive until the stream passes the kernel (the guard

@@ -8,9 +8,10 @@
 use std::ffi::{CString, c_void};
 use std::fmt::Display;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cudarc::driver::{CudaContext, CudaStream, sys};
-use kernels_gpu::layout::{
+use intranode_kernels_gpu::layout::{
     AllReduceParams, BarrierParams, BroadcastParams, FusedNormParams, NormParams,
 };
 
@@ -31,12 +32,26 @@ use crate::driver_ext;
 // off (`config::CommConfig::launch_overlap`).
 use crate::error::{DriverContext, Error, Result};
 
+/// Modules of this process loaded and not (successfully) unloaded: a
+/// handle kept alive by mistake, or an unload that Drop skipped, shows
+/// here (`intranode-suite module-probe`, issue 36).
+static LIVE_MODULES: AtomicUsize = AtomicUsize::new(0);
+
+/// How many kernel modules this process has loaded and not unloaded.
+pub(crate) fn live_modules() -> usize {
+    LIVE_MODULES.load(Ordering::Relaxed)
+}
+
 /// A kernel image (PTX or cubin) loaded into one context, unloaded when
 /// dropped.
 #[derive(Debug)]
 pub(crate) struct Module {
     ctx: Arc<CudaContext>,
     raw: sys::CUmodule,
+    /// Whether dropping it unloads it: not for the production kernels,
+    /// kept loaded for their context's life (NOTE [kept kernels] in
+    /// `kernels/mod.rs`).
+    unload: bool,
 }
 
 // SAFETY: a CUmodule and its CUfunctions are context-wide handles that the
@@ -81,7 +96,7 @@ impl Grid {
 
 /// A type a kernel takes as one parameter, by value: plain data laid out
 /// as the kernel declares it (integers, floats, device addresses, the
-/// `#[repr(C)]` parameter blocks of `kernels_gpu::layout`).
+/// `#[repr(C)]` parameter blocks of `intranode_kernels_gpu::layout`).
 pub(crate) trait KernelParam: Copy {}
 
 impl KernelParam for u32 {}
@@ -94,9 +109,9 @@ impl KernelParam for BroadcastParams {}
 impl KernelParam for NormParams {}
 impl KernelParam for FusedNormParams {}
 #[cfg(feature = "test-kernels")]
-impl KernelParam for kernels_gpu::layout::PollStormParams {}
+impl KernelParam for intranode_kernels_gpu::layout::PollStormParams {}
 #[cfg(feature = "test-kernels")]
-impl KernelParam for kernels_gpu::pattern::SoakParams {}
+impl KernelParam for intranode_kernels_gpu::pattern::SoakParams {}
 
 /// The arguments of one launch: a tuple of the kernel's parameters, in
 /// order.
@@ -123,19 +138,32 @@ kernel_args!(A a, B b);
 kernel_args!(A a, B b, C c);
 kernel_args!(A a, B b, C c, D d);
 
+/// Registers a thread of a kernel the driver JIT compiles from the PTX
+/// may use: a block's 64 Ki registers (sm_80 to sm_120) over the most
+/// threads a launch of ours has, so that no launch fails with
+/// `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES` on a device the embedded machine
+/// code does not run on (Blackwell and later JIT the sm_90 PTX). The
+/// committed sm_90 cubin is assembled without this cap and checked to
+/// stay within it (`cargo xtask check-ptx`); PTX built for any other
+/// architecture also carries it as `.maxnreg` (`intranode-ptx-builder`).
+pub(crate) const JIT_MAX_REGISTERS: u32 = (65536 / crate::config::MAX_THREADS_PER_BLOCK) as u32;
+
 impl Module {
-    /// Loads `ptx` into `ctx`.
+    /// Loads `ptx` into `ctx` (the driver's JIT compile, registers capped
+    /// at [`JIT_MAX_REGISTERS`], or its cache).
     pub(crate) fn load(ctx: &Arc<CudaContext>, ptx: &str) -> Result<Self> {
         let device = Some(ctx.ordinal());
         crate::error::bind(ctx, device)?;
         let image = CString::new(ptx)
             .map_err(|_| Error::InvalidArgument("embedded PTX holds a NUL byte".into()))?;
         // SAFETY: the context was made current just above.
-        let raw =
-            unsafe { driver_ext::module_load_data(&image) }.ctx("cuModuleLoadData", device)?;
+        let raw = unsafe { driver_ext::module_load_data(&image, JIT_MAX_REGISTERS) }
+            .ctx("cuModuleLoadDataEx", device)?;
+        LIVE_MODULES.fetch_add(1, Ordering::Relaxed);
         Ok(Module {
             ctx: ctx.clone(),
             raw,
+            unload: true,
         })
     }
 
@@ -153,15 +181,37 @@ impl Module {
         // against it in CI) that outlives the call.
         let raw = unsafe { driver_ext::module_load_image(image) }
             .ctx("cuModuleLoadData(cubin)", device)?;
+        LIVE_MODULES.fetch_add(1, Ordering::Relaxed);
         Ok(Module {
             ctx: ctx.clone(),
             raw,
+            unload: true,
         })
     }
 
     /// The context the module lives in.
     pub(crate) fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
+    }
+
+    /// Keeps the module loaded when this handle drops; its raw handle, for
+    /// [`Module::kept`].
+    pub(crate) fn keep(&mut self) -> sys::CUmodule {
+        self.unload = false;
+        self.raw
+    }
+
+    /// A handle on `raw`, a module kept loaded in `ctx` ([`Module::keep`]);
+    /// dropping it leaves the module loaded.
+    ///
+    /// # Safety
+    /// `raw` must be a module loaded into `ctx` and kept (never unloaded).
+    pub(crate) unsafe fn kept(ctx: &Arc<CudaContext>, raw: sys::CUmodule) -> Self {
+        Module {
+            ctx: ctx.clone(),
+            raw,
+            unload: false,
+        }
     }
 
     /// The entry points `names`, in order: the table a module type
@@ -253,14 +303,21 @@ impl Module {
 
 impl Drop for Module {
     fn drop(&mut self) {
+        if !self.unload {
+            // Kept for the context's life (NOTE [kept kernels]).
+            return;
+        }
         // NOTE [drop errors] in `error.rs`. Kernels already enqueued keep
         // running from the module's code: wait for them first (an error
         // recorded earlier must not skip the wait, nor the unload).
         if crate::error::sync_for_drop(&self.ctx, "cuCtxSetCurrent before cuModuleUnload") {
             // SAFETY: loaded in `load`, unloaded only here; the context is
             // current and idle (just synchronized).
-            if let Err(e) = unsafe { driver_ext::module_unload(self.raw) } {
-                crate::error::record_drop_error(&self.ctx, "cuModuleUnload", e);
+            match unsafe { driver_ext::module_unload(self.raw) } {
+                Ok(()) => {
+                    LIVE_MODULES.fetch_sub(1, Ordering::Relaxed);
+                }
+                Err(e) => crate::error::record_drop_error(&self.ctx, "cuModuleUnload", e),
             }
         }
     }
@@ -269,6 +326,20 @@ impl Drop for Module {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The cap the loader gives the JIT, the `.maxnreg` the builder writes
+    /// and the bound `check-ptx` enforces come from one block size.
+    #[test]
+    fn jit_register_cap_is_the_builders() {
+        assert_eq!(
+            crate::config::MAX_THREADS_PER_BLOCK as u32,
+            intranode_ptx_builder::MAX_THREADS_PER_BLOCK
+        );
+        assert_eq!(
+            JIT_MAX_REGISTERS,
+            intranode_ptx_builder::MAX_REGISTERS_PER_THREAD
+        );
+    }
 
     #[test]
     fn every_argument_gets_a_pointer_to_its_value() {

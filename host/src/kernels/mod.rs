@@ -8,7 +8,7 @@
 //! which the driver JIT compiles (about 50 s for the production kernels
 //! on an H200, or its cache's copy: issue 26).
 //! [`KernelModule`] loads one of them into one device's context and resolves every
-//! entry point of `kernels_gpu::entries::Kernel` (the one list of the
+//! entry point of `intranode_kernels_gpu::entries::Kernel` (the one list of the
 //! kernels) once, into a table indexed by that key: a launch formats and
 //! looks up no name, and goes through the one launch helper
 //! (`launch.rs`).
@@ -23,11 +23,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, sys};
-use kernels_gpu::entries::{Add, Elem, Kernel};
+use intranode_kernels_gpu::entries::{Add, Elem, Kernel};
 
 pub use crate::config::KernelImage;
 use crate::error::{DriverContext, Error, Result};
-pub(crate) use kernels_gpu::entries::KernelKey;
+pub(crate) use intranode_kernels_gpu::entries::KernelKey;
 use launch::{Function, Module};
 pub(crate) use launch::{Grid, KernelArgs};
 
@@ -86,6 +86,26 @@ pub fn ptx() -> Result<String> {
     }
     let bytes = unpack(PTX_IMAGE, "the embedded PTX")?;
     String::from_utf8(bytes).map_err(|_| Error::KernelImage("the embedded PTX is not UTF-8".into()))
+}
+
+/// The production kernels' machine code for [`CUBIN_ARCH`] (the ELF image
+/// [`KernelModule`] loads where the device runs it), unpacked; an error
+/// where none is embedded (the PTX was built from source).
+pub fn cubin() -> Result<Vec<u8>> {
+    if CUBIN_IMAGE.is_empty() {
+        return Err(Error::KernelImage(
+            "this build embeds no cubin (the PTX was built from source)".into(),
+        ));
+    }
+    unpack(CUBIN_IMAGE, "the embedded cubin")
+}
+
+/// How many kernel modules (production and test) this process has loaded
+/// and not unloaded: the production kernels kept for each context (NOTE
+/// [kept kernels]) and what a handle kept alive by mistake, or an unload
+/// skipped in Drop, leaves.
+pub fn live_modules() -> usize {
+    launch::live_modules()
 }
 
 /// Kernel entry points (`.visible .entry NAME(`) declared in a PTX text.
@@ -175,11 +195,79 @@ pub struct KernelModule {
     overlap: bool,
 }
 
+// NOTE [kept kernels] (issue 36): the production kernels are loaded once
+// per context and kept loaded for the context's life, as the CUDA runtime
+// keeps a library's kernels: every later `KernelModule` of that context
+// (every communicator built and dropped) shares them. Loading and
+// unloading them cost device memory each time on H100 (driver 580, CUDA
+// 13.0): `intranode-suite module-probe` measured 4.4 MiB kept by the
+// driver per `cuModuleLoadData` + resolve of the 12 MB cubin +
+// `cuModuleUnload` (none without the resolve under lazy loading, none for
+// the 35 KB test PTX; four such modules loaded at once took 52 MiB and
+// gave none of it back when unloaded), through the bare driver calls as
+// through ours, with no handle of ours left (live modules 0). So
+// re-creating communicators lost 4.4 MiB a cycle. Kept, the loss is one
+// module per context, at the first load. A kept module is found again by
+// its context's handle and driver id (`cuCtxGetId`, unique for the
+// program's life): a context destroyed and another created at the same
+// address has another id, and its modules went with it.
+
+/// A module kept loaded in one context (NOTE [kept kernels]).
+struct Kept {
+    context: usize,
+    context_id: u64,
+    raw: KeptModule,
+    functions: Box<[Function]>,
+    image: String,
+}
+
+/// A kept module's driver handle.
+struct KeptModule(sys::CUmodule);
+
+// SAFETY: a CUmodule is a context-wide handle any thread may use once its
+// context is current; it is only turned back into a `Module` (which binds
+// the context before every use) for a caller holding that context.
+unsafe impl Send for KeptModule {}
+
+/// The kept production modules, one per context and image.
+static KEPT: std::sync::Mutex<Vec<Kept>> = std::sync::Mutex::new(Vec::new());
+
+/// The driver's id of `ctx` (unique for the program's life).
+fn context_id(ctx: &CudaContext) -> Result<u64> {
+    let mut id: std::ffi::c_ulonglong = 0;
+    // SAFETY: `ctx` is a live context (the caller's `Arc` keeps it);
+    // valid out pointer.
+    unsafe { sys::cuCtxGetId(ctx.cu_ctx(), &mut id) }
+        .result()
+        .ctx("cuCtxGetId", Some(ctx.ordinal()))?;
+    Ok(id)
+}
+
+/// Whether a module loaded as `label` (`cubin sm_90`, `ptx sm_90`) serves
+/// a request for `image`.
+fn serves(label: &str, image: KernelImage) -> bool {
+    match image {
+        KernelImage::Auto => true,
+        KernelImage::Cubin => label.starts_with("cubin"),
+        KernelImage::Ptx => label.starts_with("ptx"),
+    }
+}
+
 impl KernelModule {
-    /// Loads the embedded kernels into `ctx` (the cubin where the device
-    /// can run it, else the PTX) and resolves every kernel entry point.
+    /// The embedded kernels in `ctx` (the cubin where the device can run
+    /// it, else the PTX), every kernel entry point resolved: loaded at the
+    /// context's first call and kept loaded for its life, shared by every
+    /// later call (NOTE [kept kernels]).
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
         Self::load_with(ctx, false, KernelImage::Auto)
+    }
+
+    /// The embedded kernels loaded afresh into `ctx`, unloaded when the
+    /// value drops (not kept: a check that the context can still load a
+    /// module; each such load and unload may cost device memory, NOTE
+    /// [kept kernels]).
+    pub fn load_unshared(ctx: &Arc<CudaContext>) -> Result<Self> {
+        Self::load_image(ctx, false, KernelImage::Auto)
     }
 
     /// [`KernelModule::load`] of the image `image` asks for, its
@@ -191,6 +279,88 @@ impl KernelModule {
         overlap: bool,
         image: KernelImage,
     ) -> Result<Self> {
+        let context = ctx.cu_ctx() as usize;
+        let context_id = context_id(ctx)?;
+        let find = |kept: &[Kept]| {
+            kept.iter().position(|k| {
+                k.context == context && k.context_id == context_id && serves(&k.image, image)
+            })
+        };
+        {
+            let kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(i) = find(&kept) {
+                let k = &kept[i];
+                // SAFETY: `k.raw` was loaded into this very context (same
+                // handle and id, and the caller's `Arc` keeps it alive)
+                // and is never unloaded.
+                let module = unsafe { Module::kept(ctx, k.raw.0) };
+                let functions = k.functions.clone();
+                let label = k.image.clone();
+                drop(kept);
+                return Self::from_parts(
+                    ctx,
+                    module,
+                    functions,
+                    overlap,
+                    KernelLoad {
+                        image: label,
+                        unpack: std::time::Duration::ZERO,
+                        load: std::time::Duration::ZERO,
+                        resolve: std::time::Duration::ZERO,
+                    },
+                );
+            }
+        }
+        // Loaded outside the lock (the PTX's JIT may take a minute); a
+        // module another thread kept meanwhile wins, and ours is unloaded.
+        let mut fresh = Self::load_image(ctx, overlap, image)?;
+        let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = find(&kept) {
+            let k = &kept[i];
+            // SAFETY: as above.
+            let module = unsafe { Module::kept(ctx, k.raw.0) };
+            fresh.functions = k.functions.clone();
+            fresh.module = module;
+            return Ok(fresh);
+        }
+        let raw = fresh.module.keep();
+        kept.push(Kept {
+            context,
+            context_id,
+            raw: KeptModule(raw),
+            functions: fresh.functions.clone(),
+            image: fresh.load.image.clone(),
+        });
+        Ok(fresh)
+    }
+
+    /// A module of `module` and its `functions` in `ctx`, its collectives
+    /// overlapped where `overlap` asks for it and the device allows it.
+    fn from_parts(
+        ctx: &Arc<CudaContext>,
+        module: Module,
+        functions: Box<[Function]>,
+        overlap: bool,
+        load: KernelLoad,
+    ) -> Result<Self> {
+        let major = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+            .ctx(
+                "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)",
+                Some(ctx.ordinal()),
+            )?;
+        Ok(KernelModule {
+            module,
+            functions,
+            load,
+            overlap: overlap && sm_number(PTX_ARCH) >= 90 && major >= 9,
+        })
+    }
+
+    /// Loads the image `image` asks for into `ctx` and resolves every
+    /// entry point: a module of its own, unloaded when it drops unless
+    /// kept.
+    fn load_image(ctx: &Arc<CudaContext>, overlap: bool, image: KernelImage) -> Result<Self> {
         let device = Some(ctx.ordinal());
         let attribute = |a, name| ctx.attribute(a).ctx(name, device);
         let major = attribute(
@@ -381,9 +551,9 @@ pub(crate) fn present<A>(
 fn elementwise_grid(elems: usize, elem_bytes: usize) -> Grid {
     const BLOCK: usize = 256;
     const MAX_BLOCKS: usize = 132 * 4;
-    let per_vec = kernels_gpu::math::elems_per_vec(elem_bytes).max(1);
-    let work_items = kernels_gpu::math::div_ceil(elems, per_vec).max(1);
-    let blocks = kernels_gpu::math::div_ceil(work_items, BLOCK).clamp(1, MAX_BLOCKS);
+    let per_vec = intranode_kernels_gpu::math::elems_per_vec(elem_bytes).max(1);
+    let work_items = intranode_kernels_gpu::math::div_ceil(elems, per_vec).max(1);
+    let blocks = intranode_kernels_gpu::math::div_ceil(work_items, BLOCK).clamp(1, MAX_BLOCKS);
     Grid::new(blocks, BLOCK)
 }
 

@@ -2,8 +2,8 @@
 //! add (`kernels-gpu/src/norm.rs`).
 
 use cudarc::driver::CudaStream;
-use kernels_gpu::entries::Norm;
-use kernels_gpu::layout::NormParams;
+use intranode_kernels_gpu::entries::Norm;
+use intranode_kernels_gpu::layout::NormParams;
 
 use super::launch::Grid;
 use super::{ElemType, KernelModule};

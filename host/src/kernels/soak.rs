@@ -1,12 +1,12 @@
 //! Typed launches of the soak's fill and check kernels
-//! (`kernels-gpu/src/soak.rs`; the pattern is `kernels_gpu::pattern`):
+//! (`kernels-gpu/src/soak.rs`; the pattern is `intranode_kernels_gpu::pattern`):
 //! `intranode-suite soak` writes every call's inputs and checks every
 //! output on the GPU, so a million checked all-reduces cost the host
 //! nothing but launches.
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
-use kernels_gpu::entries::TestKernel;
-use kernels_gpu::pattern::SoakParams;
+use intranode_kernels_gpu::entries::TestKernel;
+use intranode_kernels_gpu::pattern::SoakParams;
 
 use super::launch::Grid;
 use super::{DType, ElemType, TestKernelModule};
@@ -16,11 +16,15 @@ use crate::types::ReduceOp;
 /// Which call of the soak, for which rank: what the pattern depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SoakCall {
+    /// The run's seed, the same on every rank.
     pub seed: u64,
     /// The call's number: every call gets fresh inputs.
     pub call: u64,
+    /// The rank whose input is made or whose output is checked.
     pub rank: usize,
+    /// Ranks in the group: the expected sum depends on it.
     pub world: usize,
+    /// The reduction the output is checked against.
     pub op: ReduceOp,
 }
 
@@ -29,7 +33,7 @@ pub struct SoakCall {
 fn soak_grid(elems: usize) -> Grid {
     const BLOCK: usize = 256;
     const MAX_BLOCKS: usize = 132 * 8;
-    let blocks = kernels_gpu::math::div_ceil(elems.max(1), BLOCK).clamp(1, MAX_BLOCKS);
+    let blocks = intranode_kernels_gpu::math::div_ceil(elems.max(1), BLOCK).clamp(1, MAX_BLOCKS);
     Grid::new(blocks, BLOCK)
 }
 
@@ -143,7 +147,7 @@ mod tests {
         let p = params(&call, ElemType::F16, 10).expect("valid");
         assert_eq!(
             (p.rank, p.world, p.op, p.elem_bytes, p.is_f16),
-            (3, 4, kernels_gpu::layout::OP_AVG, 2, 1)
+            (3, 4, intranode_kernels_gpu::layout::OP_AVG, 2, 1)
         );
         assert!(params(&SoakCall { rank: 4, ..call }, ElemType::F32, 1).is_err());
         assert_eq!(soak_grid(0), Grid::new(1, 256));

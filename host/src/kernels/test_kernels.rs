@@ -10,12 +10,12 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaStream};
-use kernels_gpu::entries::TestKernel;
+use intranode_kernels_gpu::entries::TestKernel;
 
 use super::launch::{Function, Grid, KernelArgs, Module};
 use crate::error::{Error, Result};
 
-/// PTX of the test and probe kernels of `kernels-gpu` (its feature
+/// PTX of the test and probe kernels of `intranode-kernels-gpu` (its feature
 /// `test-kernels`), for [`super::PTX_ARCH`]: the committed
 /// `host/ptx/test-kernels-<arch>.ptx`, or built from source where
 /// `build.rs` says why.
@@ -80,7 +80,7 @@ impl TestKernelModule {
 mod tests {
     use std::collections::BTreeSet;
 
-    use kernels_gpu::entries::SCOPE_PROBES;
+    use intranode_kernels_gpu::entries::SCOPE_PROBES;
 
     use super::*;
     use crate::kernels::entry_names;

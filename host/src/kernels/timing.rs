@@ -4,8 +4,8 @@
 //! waits] in `kernels-gpu/src/sync.rs`.
 
 use cudarc::driver::{CudaStream, DevicePtrMut};
-use kernels_gpu::entries::TestKernel;
-use kernels_gpu::layout::PollStormParams;
+use intranode_kernels_gpu::entries::TestKernel;
+use intranode_kernels_gpu::layout::PollStormParams;
 
 use super::TestKernelModule;
 use super::launch::Grid;

@@ -63,6 +63,7 @@ pub(super) fn allocate_local(
     signal_pad_bytes: usize,
     backend: Backend,
     job_id: &str,
+    ipc_dir: &std::path::Path,
     store: &dyn Store,
 ) -> Result<(LocalBlock, LocalInfo, Option<IpcChannel>)> {
     let device = ctx.ordinal();
@@ -71,14 +72,9 @@ pub(super) fn allocate_local(
         Backend::Vmm => {
             let block = vmm::LocalBlock::new(ctx, buffer_bytes, signal_pad_bytes)?;
             let layout = block.layout();
-            let channel = IpcChannel::new(
-                &IpcChannel::default_dir(),
-                job_id,
-                rank,
-                world,
-                store.timeout(),
-            )
-            .map_err(Error::ipc)?;
+            // Rank 0 chose the directory for the whole group (phase 0).
+            let channel = IpcChannel::new(ipc_dir, job_id, rank, world, store.timeout())
+                .map_err(Error::ipc)?;
             (LocalBlock::Vmm(block), layout, None, Some(channel))
         }
         Backend::CudaIpc => {

@@ -11,10 +11,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::{DriverContext, Error, Result, bind_for_drop, record_drop_error};
 
 /// Size of each rank's signal pad: barrier flags and counters, then the
-/// Lamport buffers (NOTE [signal pad layout] in `kernels_gpu::layout`).
-pub const SIGNAL_PAD_BYTES: usize = kernels_gpu::layout::SIGNAL_PAD_BYTES;
+/// Lamport buffers (NOTE [signal pad layout] in `intranode_kernels_gpu::layout`).
+pub const SIGNAL_PAD_BYTES: usize = intranode_kernels_gpu::layout::SIGNAL_PAD_BYTES;
 
-const _: () = assert!(SIGNAL_PAD_BYTES >= kernels_gpu::layout::SIGNAL_PAD_MIN_BYTES);
+const _: () = assert!(SIGNAL_PAD_BYTES >= intranode_kernels_gpu::layout::SIGNAL_PAD_MIN_BYTES);
 
 /// Alignment of the signal pad inside a block.
 pub const SIGNAL_PAD_ALIGN: usize = 4096;

@@ -98,10 +98,20 @@ impl SymmetricMemory {
         let store_err = |op: &'static str| move |source| Error::Store { op, rank, source };
         let device = ctx.ordinal();
 
-        // Phase 0: rank 0 names the descriptor channel of this group.
-        let job_id = if rank == 0 { Some(new_job_id()) } else { None };
-        let job_id: String = exchange
-            .broadcast(store, rank, world, 0, job_id.as_ref())
+        // Phase 0: rank 0 names the descriptor channel of this group, and
+        // the directory every rank binds it in: decided once, so that a
+        // squat on the default directory that comes and goes cannot split
+        // the group (NOTE [hijacked socket directory] in intranode-ipc).
+        let job = (rank == 0).then(|| {
+            let job_id = new_job_id();
+            let dir = match backend {
+                Backend::Vmm => IpcChannel::job_dir(&job_id),
+                Backend::CudaIpc => IpcChannel::default_dir(),
+            };
+            (job_id, dir)
+        });
+        let (job_id, ipc_dir): (String, std::path::PathBuf) = exchange
+            .broadcast(store, rank, world, 0, job.as_ref())
             .map_err(store_err("broadcast of the symmetric-memory job id"))?;
 
         // Phase 1: our own block (and, for VMM, our socket), all local.
@@ -113,6 +123,7 @@ impl SymmetricMemory {
             signal_pad_bytes,
             backend,
             &job_id,
+            &ipc_dir,
             store,
         );
         let published = match &local {

@@ -1,6 +1,8 @@
 //! Asking NVML: [`nvl_mesh_from_nvml`], a [`LinkSource`] over NVML's
 //! NVLink queries. Everything that touches `nvml-wrapper` is here.
 
+use std::sync::OnceLock;
+
 use nvml_wrapper::Nvml;
 use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
 
@@ -19,20 +21,38 @@ pub fn nvl_mesh_from_nvml(devices: &[PciAddress]) -> NvlMesh {
         );
         return NvlMesh::zero();
     }
-    let nvml = match Nvml::init() {
+    let nvml = match shared_nvml() {
         Ok(nvml) => nvml,
         Err(e) => {
             tracing::warn!("NVLink mesh unknown, assuming no NVLink: NVML unavailable: {e}");
             return NvlMesh::zero();
         }
     };
-    match NvmlLinks::new(&nvml, devices) {
+    match NvmlLinks::new(nvml, devices) {
         Ok(source) => nvl_mesh_from_links(&source, devices),
         Err(e) => {
             tracing::warn!("NVLink mesh unknown, assuming no NVLink: {e}");
             NvlMesh::zero()
         }
     }
+}
+
+/// The process's NVML, initialised at the first rendezvous and kept: an
+/// `nvmlInit`/`nvmlShutdown` pair per communicator (what `Nvml::init` and
+/// its drop did) leaves one open descriptor behind in libnvidia-ml each
+/// time NVML is torn down for real (issue 36: `recreate`'s bare
+/// intra-node communicator gained one fd a cycle; whole communicators did
+/// not, because NCCL keeps NVML initialised). NCCL does the same. A failed
+/// init is not kept, so a later rendezvous tries again.
+fn shared_nvml() -> Result<&'static Nvml, NvmlError> {
+    static NVML: OnceLock<Nvml> = OnceLock::new();
+    if let Some(nvml) = NVML.get() {
+        return Ok(nvml);
+    }
+    let nvml = Nvml::init()?;
+    // Two threads may both get here: the loser's handle is dropped (its
+    // nvmlShutdown only lowers NVML's count, the winner's keeps it up).
+    Ok(NVML.get_or_init(|| nvml))
 }
 
 /// `nvmlIntNvLinkDeviceType_t` values from `nvml.h`.
@@ -165,6 +185,29 @@ mod tests {
         ];
         assert_eq!(nvl_mesh_from_nvml(&devices), NvlMesh::zero());
         assert_eq!(nvl_mesh_from_nvml(&[]), NvlMesh::zero());
+    }
+
+    /// Repeated rendezvous do not cycle NVML: the handle is the same, and
+    /// asking for the mesh again opens no descriptor (issue 36). Where
+    /// NVML is missing (no driver) it skips, saying so.
+    #[test]
+    fn nvml_is_initialised_once() {
+        let Ok(first) = shared_nvml() else {
+            eprintln!("skipped: NVML unavailable (no NVIDIA driver)");
+            return;
+        };
+        let second = shared_nvml().expect("NVML stays initialised");
+        assert!(std::ptr::eq(first, second), "a second NVML handle");
+        let gpus = list_system_gpus(first).expect("NVML lists the GPUs");
+        let gpus = &gpus[..gpus.len().min(MAX_DEVICES)];
+        let fds = || std::fs::read_dir("/proc/self/fd").map(|d| d.count());
+        // The first call may open what NVML opens lazily.
+        nvl_mesh_from_nvml(gpus);
+        let before = fds().expect("count fds");
+        for _ in 0..5 {
+            nvl_mesh_from_nvml(gpus);
+        }
+        assert_eq!(fds().expect("count fds"), before, "fds grew over 5 meshes");
     }
 
     /// Prints the NVML mesh of every GPU on this machine; run on a GPU

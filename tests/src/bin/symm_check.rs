@@ -36,6 +36,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
+use clap::Parser;
 use cudarc::driver::{CudaContext, result};
 use intranode::config::CommConfig;
 use intranode::dist_env::DistEnv;
@@ -46,52 +47,33 @@ use intranode::{Error, gpu};
 use intranode_store::Store;
 use intranode_tests::{first_difference, open_fd_count, pattern};
 
-const USAGE: &str =
-    "usage: symm_check [--backend vmm|cuda-ipc] [--buffer-bytes N] [--rounds N] [--cycles N]";
-
 /// Free device memory may shrink by this much over the create/drop cycles
 /// without counting as a leak (driver bookkeeping; one leaked default
 /// block is 12 MiB, so 100 leaked cycles are far above it).
 const LEAK_TOLERANCE_BYTES: usize = 64 << 20;
 
-#[derive(Debug)]
+#[derive(Debug, Parser)]
+#[command(
+    name = "symm_check",
+    about = "Checks symmetric memory across the ranks of one node"
+)]
 struct Args {
+    /// vmm or cuda-ipc (default: the configuration's).
+    #[arg(long, value_parser = parse_backend)]
     backend: Option<Backend>,
+    /// Symmetric buffer bytes per rank (default: the configuration's).
+    #[arg(long)]
     buffer_bytes: Option<usize>,
+    /// Write-and-read rounds.
+    #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Create/drop cycles checked for leaks afterwards.
+    #[arg(long, default_value_t = 0)]
     cycles: usize,
 }
 
-fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args> {
-    let mut parsed = Args {
-        backend: None,
-        buffer_bytes: None,
-        rounds: 3,
-        cycles: 0,
-    };
-    let mut it = args.into_iter();
-    while let Some(flag) = it.next() {
-        let mut value = || {
-            it.next()
-                .ok_or_else(|| anyhow!("{flag} needs a value\n{USAGE}"))
-        };
-        match flag.as_str() {
-            "--backend" => {
-                let v = value()?;
-                parsed.backend = Some(
-                    Backend::parse(&v).ok_or_else(|| anyhow!("unknown backend {v:?}\n{USAGE}"))?,
-                );
-            }
-            "--buffer-bytes" => {
-                parsed.buffer_bytes = Some(value()?.parse().context("--buffer-bytes")?)
-            }
-            "--rounds" => parsed.rounds = value()?.parse().context("--rounds")?,
-            "--cycles" => parsed.cycles = value()?.parse().context("--cycles")?,
-            "-h" | "--help" => bail!("{USAGE}"),
-            other => bail!("unknown argument {other:?}\n{USAGE}"),
-        }
-    }
-    Ok(parsed)
+fn parse_backend(name: &str) -> Result<Backend, String> {
+    Backend::parse(name).ok_or_else(|| format!("unknown backend {name:?} (vmm or cuda-ipc)"))
 }
 
 fn main() -> ExitCode {
@@ -107,7 +89,10 @@ fn main() -> ExitCode {
 }
 
 fn try_main() -> Result<ExitCode> {
-    let args = parse_args(std::env::args().skip(1))?;
+    // try_parse: a bad command line fails with exit 1 like any other
+    // failure (clap would exit 2, which means "unsupported" here).
+    // clap's message already names the cause: no source chain after it.
+    let args = Args::try_parse().map_err(|e| anyhow!("{e}"))?;
     let env = DistEnv::from_env().context("reading the launcher's environment")?;
     let (rank, world) = (env.rank, env.world_size);
     let who = format!("symm_check rank {rank}/{world}");
@@ -448,8 +433,8 @@ fn barrier(store: &dyn Store, rank: usize, world: usize, name: &str) -> Result<(
 mod tests {
     use super::*;
 
-    fn args(list: &[&str]) -> Result<Args> {
-        parse_args(list.iter().map(|s| s.to_string()))
+    fn args(list: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("symm_check").chain(list.iter().copied()))
     }
 
     #[test]

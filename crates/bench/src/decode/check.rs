@@ -3,7 +3,7 @@
 //! - Op by op, once per model: the first layer run eagerly, every op's
 //!   output against an f64 host reference of the op on its actual
 //!   (copied back) input. The weights are never copied back: the host
-//!   recomputes any element from its seed (`kernels_gpu::decode::uniform`).
+//!   recomputes any element from its seed (`intranode_kernels_gpu::decode::uniform`).
 //!   GEMMs are checked on two rows and a spread of columns (a wrong layout
 //!   or stride would be off everywhere); the norms, the residual add and
 //!   SiLU x mul on every element.
@@ -12,7 +12,10 @@
 //!   same sums, so the same `x` follows), and within bf16 tolerance of the
 //!   NCCL variant's.
 
+use std::hash::Hasher;
+
 use anyhow::{Result, bail};
+use fnv::FnvHasher;
 use half::bf16;
 use serde::{Deserialize, Serialize};
 
@@ -35,7 +38,12 @@ fn widen(v: &[bf16]) -> Vec<f64> {
 /// `rank`, rounded to bf16 as the fill kernel rounds.
 fn weight(seed: u64, l: usize, m: Matrix, rank: usize, index: usize) -> f64 {
     let s = weight_seed(seed, l, m, rank);
-    bf16::from_f32(kernels_gpu::decode::uniform(s, index as u64, WEIGHT_STD)).to_f64()
+    bf16::from_f32(intranode_kernels_gpu::decode::uniform(
+        s,
+        index as u64,
+        WEIGHT_STD,
+    ))
+    .to_f64()
 }
 
 /// Columns of an `n`-wide output to check: the first and last eight and
@@ -196,11 +204,11 @@ pub fn check_ops(step: &Step, acts: &mut Activations, seed: u64) -> Result<Strin
 
 /// FNV-1a over the bits: equal on every rank when the ranks agree.
 pub fn checksum(x: &[bf16]) -> u64 {
-    x.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
-        let [lo, hi] = v.to_bits().to_le_bytes();
-        let h = (h ^ u64::from(lo)).wrapping_mul(0x0100_0000_01b3);
-        (h ^ u64::from(hi)).wrapping_mul(0x0100_0000_01b3)
-    })
+    let mut h = FnvHasher::default();
+    for v in x {
+        h.write(&v.to_bits().to_le_bytes());
+    }
+    h.finish()
 }
 
 /// `(|x - reference| / |reference|, max |x_i - reference_i|)`, L2 norms.

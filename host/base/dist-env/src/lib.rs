@@ -47,6 +47,9 @@
 //! ([`StoreChoice`]: intranode's own, or PyTorch's `TCPStore` under
 //! torchrun; NOTE [store protocol decision]).
 
+// Every public item is documented; CI keeps it so (`cargo xtask doc`).
+#![deny(missing_docs)]
+
 mod error;
 pub mod store_protocol;
 #[cfg(test)]

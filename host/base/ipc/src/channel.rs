@@ -16,7 +16,7 @@ use nix::errno::Errno;
 use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr, sockopt};
 use nix::unistd::{geteuid, getuid};
 
-use crate::socket_dir::{choose_dir, remove_dead_sockets, remove_stale_socket};
+use crate::socket_dir::{choose_dir, remove_dead_sockets, remove_stale_socket, valid_job_id};
 use crate::wire::{Kind, Message};
 use crate::{IpcError, MAX_PAYLOAD_BYTES, MAX_WORLD};
 
@@ -71,11 +71,12 @@ impl IpcChannel {
     ///
     /// `dir` is created (mode 0700, parents included) when absent, and
     /// refused when it is not a directory owned by us with no group or other
-    /// permission bits. When `dir` is [`IpcChannel::default_dir`], whose
-    /// name anyone can predict and take first, such a directory is not an
-    /// error: the channel binds in a directory of the job's own beside it,
-    /// `intranode-<euid>-<job_id>` (NOTE [hijacked socket directory] in
-    /// `socket_dir.rs`), which all ranks of the job name alike. Socket
+    /// permission bits. Pass every rank the directory that one rank chose
+    /// with [`IpcChannel::job_dir`] and published with the job id: the
+    /// default directory has a name anyone can predict and take first, and
+    /// a rank never falls back on its own (NOTE [hijacked socket
+    /// directory] in `socket_dir.rs`). The job's own directory that
+    /// `job_dir` may choose is removed when the last channel drops. Socket
     /// files of dead jobs in the directory, and a stale one at our path,
     /// are removed first.
     /// `timeout` bounds every later call (each send retry loop and each
@@ -99,18 +100,13 @@ impl IpcChannel {
         if rank >= world {
             return Err(invalid(format!("rank {rank} not below world size {world}")));
         }
-        if job_id.is_empty()
-            || !job_id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        {
+        if !valid_job_id(job_id) {
             return Err(invalid(format!(
                 "job id {job_id:?} must be non-empty ASCII letters, digits, '-', '_' or '.'"
             )));
         }
 
-        let fall_back = dir == Self::default_dir();
-        let (dir, fallback_dir) = choose_dir(dir, job_id, rank, fall_back)?;
+        let (dir, fallback_dir) = choose_dir(dir, job_id, rank, &Self::default_dir())?;
         // Every rank must name the peers' paths exactly as they bound them
         // (the sender-address check compares paths), so use one spelling.
         let dir = fs::canonicalize(&dir).map_err(|source| IpcError::Io {
@@ -206,6 +202,18 @@ impl IpcChannel {
             p2p_inbox: VecDeque::new(),
             round_inbox: HashMap::new(),
         })
+    }
+
+    /// The directory the channels of `job_id` bind in, for one rank to
+    /// decide before it publishes the job id, and every rank to pass to
+    /// [`IpcChannel::new`]: [`IpcChannel::default_dir`] when it is ours
+    /// and private (it is created if absent), otherwise a directory of the
+    /// job's own beside it, `intranode-<euid>-<job_id>`, created 0700.
+    /// Also removes the own directories of killed jobs beside it (empty of
+    /// live sockets and older than ten minutes). NOTE [hijacked socket
+    /// directory] in `socket_dir.rs`.
+    pub fn job_dir(job_id: &str) -> PathBuf {
+        crate::socket_dir::job_dir(&Self::default_dir(), job_id)
     }
 
     /// The default socket directory: `$XDG_RUNTIME_DIR/intranode` when that

@@ -36,9 +36,10 @@
 //!   refused when it exists but belongs to another user or is reachable by
 //!   group or others: nobody else may bind or connect there. Each socket
 //!   file is made 0600 as well. The default directory has a predictable
-//!   name that anyone can take first; when it is refused, the ranks bind in
-//!   a directory of the job's own beside it instead (NOTE [hijacked socket
-//!   directory] in `socket_dir.rs`). Socket files that no live socket
+//!   name that anyone can take first; when it is refused, the job binds in
+//!   a directory of its own beside it instead, chosen by one rank with
+//!   [`IpcChannel::job_dir`] and published with the job id (NOTE [hijacked
+//!   socket directory] in `socket_dir.rs`). Socket files that no live socket
 //!   holds (killed jobs) are removed when a channel binds; one at our path
 //!   that a live process still holds is an error ([`IpcError::SocketInUse`]),
 //!   as it means two channels claim the same job id and rank.
@@ -73,8 +74,10 @@
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let (rank, world) = (0, 4);
+//! // Rank 0 chooses the directory and publishes it with the job id.
+//! let dir = IpcChannel::job_dir("job-1234");
 //! let mut channel = IpcChannel::new(
-//!     &IpcChannel::default_dir(),
+//!     &dir,
 //!     "job-1234",
 //!     rank,
 //!     world,
@@ -87,6 +90,9 @@
 //! # Ok(())
 //! # }
 //! ```
+
+// Every public item is documented; CI keeps it so (`cargo xtask doc`).
+#![deny(missing_docs)]
 
 mod channel;
 mod error;

@@ -6,15 +6,21 @@
 //! can predict, and anyone can create it first: as their own directory, as
 //! a symbolic link, or open to all. Such a directory is never used (it
 //! would let another user bind or connect where our ranks do); every job
-//! then used to fail. Now the ranks fall back to a directory of the job's
-//! own beside it, `<parent>/intranode-<euid>-<job id>`: the job id (rank
-//! 0's pid, the time in nanoseconds and a counter) reaches every rank
-//! through the store, so all of them name the same directory, and nobody
-//! can prepare it in advance without guessing the id. The first rank
-//! creates it 0700; every rank checks it with `lstat` (ours, a directory,
-//! no group or other bits) exactly as the default one. It is removed when
-//! the last channel of the job drops. Socket files that no live socket is
-//! bound to (jobs that were killed) are removed from the directory when a
+//! then used to fail. Now the job falls back to a directory of its own
+//! beside it, `<parent>/intranode-<euid>-<job id>`: nobody can prepare it
+//! in advance without guessing the id (rank 0's pid, the time in
+//! nanoseconds and a counter). One rank decides which directory the job
+//! uses ([`job_dir`], before it publishes the job id) and every rank binds
+//! where it says: when each rank looked at the default directory for
+//! itself, an attacker who removed a squat at the right moment split a job
+//! across two directories and every rank timed out (7 of 20 jobs under a
+//! flapping squat, issue 36). Every rank checks the directory it is given
+//! with `lstat` (ours, a directory, no group or other bits), creating it
+//! 0700 if absent. The job's own directory is removed when the last
+//! channel of the job drops; those of jobs killed before that are removed
+//! by a later [`job_dir`] once no live socket is left in them and they are
+//! older than [`STALE_DIR_AGE`]. Socket files that no live socket is bound
+//! to (jobs that were killed) are removed from the directory when a
 //! channel binds there.
 
 use std::fs::{self, DirBuilder};
@@ -22,6 +28,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use nix::errno::Errno;
 use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr};
@@ -29,33 +36,121 @@ use nix::unistd::geteuid;
 
 use crate::IpcError;
 
+/// A job's own directory older than this with no live socket in it
+/// belongs to a job that was killed ([`job_dir`] removes it). Far longer
+/// than the time between one rank choosing the directory and the ranks
+/// binding in it.
+pub(crate) const STALE_DIR_AGE: Duration = Duration::from_secs(600);
+
+/// ASCII letters, digits, `-`, `_` and `.`, at least one.
+pub(crate) fn valid_job_id(job_id: &str) -> bool {
+    !job_id.is_empty()
+        && job_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// What the job's own directory beside `default` is called.
+fn own_dir_name(job_id: &str) -> String {
+    format!("intranode-{}-{job_id}", geteuid().as_raw())
+}
+
+/// The job's own directory beside the default one `default`.
+pub(crate) fn own_dir(default: &Path, job_id: &str) -> PathBuf {
+    default
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join(own_dir_name(job_id))
+}
+
+/// NOTE [hijacked socket directory]: the directory every channel of
+/// `job_id` binds in, decided once: `default` when it passes
+/// [`ensure_private_dir`] (created if absent), else the job's own beside
+/// it (created, if it can be; a rank that then cannot use it says why).
+/// Removes the own directories of killed jobs beside it first.
+pub(crate) fn job_dir(default: &Path, job_id: &str) -> PathBuf {
+    // A job id `IpcChannel::new` refuses must not name a path here.
+    if !valid_job_id(job_id) {
+        return default.to_path_buf();
+    }
+    if let Some(parent) = default.parent() {
+        remove_stale_job_dirs(parent);
+    }
+    let refused = match ensure_private_dir(default, 0) {
+        Ok(()) => return default.to_path_buf(),
+        Err(e) => e,
+    };
+    let own = own_dir(default, job_id);
+    tracing::warn!(fallback = %own.display(), "{refused}; this job uses a directory of its own instead");
+    if let Err(e) = ensure_private_dir(&own, 0) {
+        tracing::debug!(error = %e, "could not prepare the job's own socket directory");
+    }
+    own
+}
+
+/// Removes the own directories (`intranode-<euid>-<job id>`) of jobs
+/// killed before their channels could: ours, private, older than
+/// [`STALE_DIR_AGE`], and empty once their dead socket files are gone. A
+/// live job's directory holds a live socket, so `rmdir` leaves it.
+pub(crate) fn remove_stale_job_dirs(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    let prefix = own_dir_name("");
+    let euid = geteuid().as_raw();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_str().is_some_and(|n| n.starts_with(&prefix)) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let old = meta
+            .modified()
+            .ok()
+            .and_then(|m| SystemTime::now().duration_since(m).ok())
+            .is_some_and(|age| age >= STALE_DIR_AGE);
+        if !meta.is_dir() || meta.uid() != euid || meta.mode() & 0o077 != 0 || !old {
+            continue;
+        }
+        remove_dead_sockets(&path);
+        // Fails when not empty: a live job, or files not ours to judge.
+        if fs::remove_dir(&path).is_ok() {
+            tracing::debug!(path = %path.display(), "removed the socket directory of a killed job");
+        }
+    }
+}
+
 /// The directory a channel of `job_id` binds in: `dir` when it passes
-/// [`ensure_private_dir`]; when it does not and `fall_back` is set (it is
-/// the default directory), the job's own directory beside it (NOTE
-/// [hijacked socket directory]), returned as the second value so that the
-/// channel removes it when done.
+/// [`ensure_private_dir`]. When `dir` is the job's own directory beside
+/// `default` (as [`job_dir`] chose it), it is returned as the second
+/// value too, so that the channel removes it when done. The default
+/// directory refused is an error naming [`job_dir`]'s way out: a rank
+/// never falls back by itself (NOTE [hijacked socket directory]).
 pub(crate) fn choose_dir(
     dir: &Path,
     job_id: &str,
     rank: usize,
-    fall_back: bool,
+    default: &Path,
 ) -> Result<(PathBuf, Option<PathBuf>), IpcError> {
-    let refused = match ensure_private_dir(dir, rank) {
-        Ok(()) => return Ok((dir.to_path_buf(), None)),
-        Err(e @ IpcError::InsecureDir { .. }) if fall_back => e,
+    match ensure_private_dir(dir, rank) {
+        Ok(()) => {}
+        Err(IpcError::InsecureDir { rank, path, reason }) if dir == default => {
+            return Err(IpcError::InsecureDir {
+                rank,
+                path,
+                reason: format!(
+                    "{reason}; one rank should choose the job's directory with \
+                     IpcChannel::job_dir and publish it with the job id"
+                ),
+            });
+        }
         Err(e) => return Err(e),
-    };
-    let parent = dir.parent().unwrap_or(Path::new("/"));
-    let own = parent.join(format!("intranode-{}-{job_id}", geteuid().as_raw()));
-    // Once per job would do; every rank says it, so keep it at debug for
-    // all but rank 0.
-    if rank == 0 {
-        tracing::warn!(rank, fallback = %own.display(), "{refused}; using a directory of this job's own instead");
-    } else {
-        tracing::debug!(rank, fallback = %own.display(), "{refused}; using a directory of this job's own instead");
     }
-    ensure_private_dir(&own, rank)?;
-    Ok((own.clone(), Some(own)))
+    let own = (dir == own_dir(default, job_id)).then(|| dir.to_path_buf());
+    Ok((dir.to_path_buf(), own))
 }
 
 /// Removes the socket files in `dir` that no live socket is bound to:

@@ -1,4 +1,4 @@
-//! Builds the `kernels-gpu` crate to PTX.
+//! Builds the `intranode-kernels-gpu` crate (folder `kernels-gpu/`) to PTX.
 //!
 //! One place knows how Rust kernels become PTX here (see DESIGN.md section
 //! 2): rustc's NVPTX back end, `core` built from source (`-Zbuild-std`,
@@ -10,7 +10,7 @@
 //!
 //! Two PTX files come from the crate ([`KernelSet`]): the production
 //! kernels, which the host crate ships, and the test and probe kernels
-//! (feature `test-kernels` of `kernels-gpu`), which only the test suites
+//! (feature `test-kernels` of `intranode-kernels-gpu`), which only the test suites
 //! and the benchmark load (feature `test-kernels` of the host crate).
 //!
 //! The PTX users build against is committed (`host/ptx/kernels-<arch>.ptx.gz`
@@ -49,6 +49,68 @@ pub const COMMITTED_ARCHS: &[&str] = &[DEFAULT_ARCH];
 /// on every device of compute capability 9.x.
 pub const CUBIN_ARCHS: &[&str] = &[DEFAULT_ARCH];
 
+/// Most threads per block of any launch of the kernels (the host's
+/// `config::MAX_THREADS_PER_BLOCK`, checked equal by a host test).
+pub const MAX_THREADS_PER_BLOCK: u32 = 512;
+
+/// Registers a thread may use so that a block of
+/// [`MAX_THREADS_PER_BLOCK`] threads fits the 64 Ki registers a block has
+/// on every architecture from sm_80 to sm_120; a kernel over it fails to
+/// launch (`CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`).
+pub const MAX_REGISTERS_PER_THREAD: u32 = 65536 / MAX_THREADS_PER_BLOCK;
+
+/// NOTE [register bound]: every kernel must fit
+/// [`MAX_REGISTERS_PER_THREAD`] on every architecture it may run on.
+/// - PTX of an architecture whose machine code is committed
+///   ([`CUBIN_ARCHS`], sm_90) is left as rustc wrote it: its cubin is the
+///   measured machine code, and `check-ptx` fails if any kernel of it is
+///   over the bound. A `.maxnreg` or `.maxntid` there would change the
+///   sm_90 code of about 190 of 202 kernels (ptxas then allocates
+///   differently, and `.maxntid 512` even spills), unmeasured on GPUs.
+///   The driver's JIT compile of that PTX (Blackwell and later, or a
+///   cubin that fails to load) gets the bound as `CU_JIT_MAX_REGISTERS`
+///   from the host's loader.
+/// - PTX of any other architecture (`INTRANODE_PTX_ARCH=sm_80`), which
+///   only ever runs through the JIT, carries the bound in the PTX itself:
+///   `.maxnreg` on every entry ([`bound_registers`]), whatever loads it.
+///   `.maxnreg` rather than `.maxntid`: a plain cap, where `.maxntid`
+///   also steers ptxas towards more blocks per SM and made it spill.
+pub fn embeds_register_bound(arch: &str) -> bool {
+    !CUBIN_ARCHS.contains(&arch)
+}
+
+/// `ptx` with `.maxnreg` [`MAX_REGISTERS_PER_THREAD`] after the parameter
+/// list of every `.entry` (NOTE [register bound]). Entries that already
+/// carry a `.maxnreg` are left as they are.
+pub fn bound_registers(ptx: &str) -> String {
+    let mut out = String::with_capacity(ptx.len() + 4096);
+    let mut in_entry_params = false;
+    let mut lines = ptx.lines().peekable();
+    while let Some(line) = lines.next() {
+        out.push_str(line);
+        out.push('\n');
+        if line.trim_start().starts_with(".visible .entry ")
+            || line.trim_start().starts_with(".entry ")
+        {
+            in_entry_params = !line.trim_end().ends_with(')');
+            if !in_entry_params {
+                push_bound(&mut out, lines.peek().copied());
+            }
+        } else if in_entry_params && line.trim() == ")" {
+            in_entry_params = false;
+            push_bound(&mut out, lines.peek().copied());
+        }
+    }
+    out
+}
+
+/// The `.maxnreg` line, unless the next line already is one.
+fn push_bound(out: &mut String, next: Option<&str>) {
+    if !next.is_some_and(|n| n.trim_start().starts_with(".maxnreg")) {
+        out.push_str(&format!(".maxnreg {MAX_REGISTERS_PER_THREAD}\n"));
+    }
+}
+
 /// File name of the committed production cubin for `arch` (gzip), in
 /// [`COMMITTED_DIR`].
 pub fn cubin_file_name(arch: &str) -> String {
@@ -67,7 +129,7 @@ pub enum KernelSet {
     /// The library's kernels: the PTX the host crate always embeds.
     Production,
     /// The test and probe kernels (`probes.rs`, `soak.rs`, `timing.rs`:
-    /// feature `test-kernels` of `kernels-gpu`), and nothing else: a
+    /// feature `test-kernels` of `intranode-kernels-gpu`), and nothing else: a
     /// small PTX the host crate embeds only under its feature
     /// `test-kernels`.
     Test,
@@ -229,7 +291,9 @@ impl fmt::Display for PtxBuildError {
                     "building kernels-gpu for {TARGET} failed ({status}):\n{stderr}"
                 )
             }
-            Self::MissingOutput(dir) => write!(f, "no kernels_gpu-*.s under {}", dir.display()),
+            Self::MissingOutput(dir) => {
+                write!(f, "no intranode_kernels_gpu-*.s under {}", dir.display())
+            }
             Self::Io(p, e) => write!(f, "reading {}: {e}", p.display()),
         }
     }
@@ -304,7 +368,12 @@ pub fn build_ptx(build: &PtxBuild) -> Result<String, PtxBuildError> {
     }
     let deps = target_dir.join(TARGET).join("release").join("deps");
     let ptx_path = newest_asm(&deps)?;
-    std::fs::read_to_string(&ptx_path).map_err(|e| PtxBuildError::Io(ptx_path, e))
+    let ptx = std::fs::read_to_string(&ptx_path).map_err(|e| PtxBuildError::Io(ptx_path, e))?;
+    Ok(if embeds_register_bound(&build.arch) {
+        bound_registers(&ptx)
+    } else {
+        ptx
+    })
 }
 
 /// `--cfg intranode_pdl` for architectures with `griddepcontrol` (sm_90
@@ -322,7 +391,7 @@ fn pdl_cfg(arch: &str) -> &'static [&'static str] {
     }
 }
 
-/// The most recently written `kernels_gpu-*.s` in `deps`.
+/// The most recently written `intranode_kernels_gpu-*.s` in `deps`.
 fn newest_asm(deps: &Path) -> Result<PathBuf, PtxBuildError> {
     let entries = std::fs::read_dir(deps).map_err(|e| PtxBuildError::Io(deps.to_owned(), e))?;
     let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
@@ -330,7 +399,7 @@ fn newest_asm(deps: &Path) -> Result<PathBuf, PtxBuildError> {
         let entry = entry.map_err(|e| PtxBuildError::Io(deps.to_owned(), e))?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if !(name.starts_with("kernels_gpu-") && name.ends_with(".s")) {
+        if !(name.starts_with("intranode_kernels_gpu-") && name.ends_with(".s")) {
             continue;
         }
         let modified = entry
@@ -376,6 +445,25 @@ mod tests {
     }
 
     #[test]
+    fn every_entry_gets_one_register_bound() {
+        let ptx = ".version 8.7\n.target sm_80\n\
+.visible .entry a(\n\t.param .u64 a_param_0\n)\n{\n\tret;\n}\n\
+.visible .entry b()\n{\n\tret;\n}\n\
+.visible .entry c(\n\t.param .u32 c_param_0\n)\n.maxnreg 64\n{\n\tret;\n}\n\
+.func d(\n\t.param .u32 d_param_0\n)\n{\n\tret;\n}\n";
+        let bounded = bound_registers(ptx);
+        assert!(
+            bounded.contains(")\n.maxnreg 128\n{\n\tret;\n}\n.visible .entry b()\n.maxnreg 128\n{")
+        );
+        // An entry's own bound stays; a `.func` gets none.
+        assert_eq!(bounded.matches(".maxnreg").count(), 3, "{bounded}");
+        assert!(bounded.contains(".maxnreg 64\n"));
+        assert_eq!(bound_registers(&bounded), bounded);
+        assert!(embeds_register_bound("sm_80"));
+        assert!(!embeds_register_bound(DEFAULT_ARCH));
+    }
+
+    #[test]
     fn fnv1a_reference_values() {
         let hash = |b: &[u8]| {
             let mut h = Fnv1a::new();
@@ -390,6 +478,15 @@ mod tests {
     #[test]
     fn stamp_covers_the_kernel_sources() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..");
+        if !root.join("kernels-gpu").is_dir() {
+            // A test executable run away from its checkout (the device
+            // bundle's run-tests.sh): there are no sources to stamp.
+            eprintln!(
+                "skipped: no source tree at {} (run outside the checkout)",
+                root.display()
+            );
+            return;
+        }
         let stamp = source_stamp(&root).expect("workspace sources readable");
         assert!(
             stamp.starts_with("fnv1a64:") && stamp.len() == 8 + 16,

@@ -1,7 +1,7 @@
 //! [`TcpStore`]: the client side of the TCP store.
 
 use std::fmt;
-use std::io;
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
@@ -16,6 +16,14 @@ use crate::wire::{self, FrameError, PROTOCOL_VERSION, Request, Response};
 /// so the server's `TimedOut` reply (which names the keys) normally wins
 /// over a bare socket timeout.
 const IO_GRACE: Duration = Duration::from_secs(5);
+
+/// Largest reply [`TcpStore`] reads by default: the largest a server with
+/// the default limits sends (`max_response_bytes`). NOTE [client trusts no
+/// server]: a reply's length used to be checked against `u32::MAX`, so a
+/// server (or anything listening on the port) that announced 4 GiB and
+/// sent it made the client buffer it (1.5 GiB measured). Raise it with
+/// [`TcpStore::with_max_reply_bytes`] for a server with larger limits.
+pub const DEFAULT_MAX_REPLY_BYTES: usize = 32 << 20;
 
 /// First and largest pause between connect attempts (doubling in between).
 const BACKOFF_START: Duration = Duration::from_millis(10);
@@ -164,6 +172,7 @@ pub struct TcpStore {
     connect_timeout: Duration,
     handshake_timeout: Duration,
     timeout: TimeoutCell,
+    max_reply_bytes: usize,
     conn: Mutex<Option<TcpStream>>,
 }
 
@@ -213,6 +222,7 @@ impl TcpStore {
             connect_timeout: config.connect_timeout,
             handshake_timeout: config.handshake_timeout,
             timeout: TimeoutCell::new(config.timeout),
+            max_reply_bytes: DEFAULT_MAX_REPLY_BYTES,
             conn: Mutex::new(Some(stream)),
         })
     }
@@ -220,6 +230,14 @@ impl TcpStore {
     /// The address as given to [`TcpStore::connect`].
     pub fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// Reads replies of up to `bytes` (default [`DEFAULT_MAX_REPLY_BYTES`]);
+    /// a longer one fails the call, and the connection is dropped, before
+    /// its body is read.
+    pub fn with_max_reply_bytes(mut self, bytes: usize) -> Self {
+        self.max_reply_bytes = bytes;
+        self
     }
 
     fn conn(&self) -> MutexGuard<'_, Option<TcpStream>> {
@@ -261,11 +279,14 @@ impl TcpStore {
                 slot.insert(stream)
             }
         };
-        let io_timeout = self
-            .timeout()
-            .max(wait.unwrap_or_default())
+        // NOTE [client trusts no server]: one deadline for the whole call,
+        // not a timeout per read, so a server trickling its reply a byte at
+        // a time cannot hold the caller past it. A parked request is
+        // bounded by its own wait, not by the (often longer) store timeout.
+        let budget = wait
+            .unwrap_or_else(|| self.timeout())
             .saturating_add(IO_GRACE);
-        let result = exchange(stream, &body, io_timeout)
+        let result = exchange(stream, &body, budget, self.max_reply_bytes)
             .map_err(|source| StoreError::Io {
                 addr: self.addr.clone(),
                 op,
@@ -327,14 +348,95 @@ impl TcpStore {
     }
 }
 
-/// Writes one request frame and reads one response frame.
-fn exchange(stream: &mut TcpStream, body: &[u8], io_timeout: Duration) -> io::Result<Vec<u8>> {
-    stream.set_read_timeout(Some(io_timeout))?;
-    stream.set_write_timeout(Some(io_timeout))?;
-    wire::write_frame(stream, body)?;
-    // Replies are bounded by the server's request bound in practice; the
-    // reader grows its buffer only as bytes arrive.
-    match wire::read_frame(stream, u32::MAX as usize) {
+/// A stream whose every read and write is bounded by what is left until
+/// one deadline (NOTE [client trusts no server]); past it they fail with
+/// `TimedOut`, saying so. Both clients use it, for every call and for
+/// the handshake.
+pub(crate) struct DeadlineStream<'a> {
+    stream: &'a TcpStream,
+    deadline: Option<Instant>,
+    budget: Duration,
+}
+
+impl<'a> DeadlineStream<'a> {
+    /// `budget` from now; a budget too large for `Instant` has no deadline.
+    pub(crate) fn new(stream: &'a TcpStream, budget: Duration) -> Self {
+        Self {
+            stream,
+            deadline: Instant::now().checked_add(budget),
+            budget,
+        }
+    }
+
+    fn left(&self) -> io::Result<Option<Duration>> {
+        let Some(deadline) = self.deadline else {
+            return Ok(None);
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(self.late());
+        }
+        Ok(Some(left))
+    }
+
+    fn late(&self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "timed out: the store did not answer within {} ms",
+                self.budget.as_millis()
+            ),
+        )
+    }
+
+    fn check(&self, result: io::Result<usize>) -> io::Result<usize> {
+        match result {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(self.late())
+            }
+            other => other,
+        }
+    }
+}
+
+impl Read for DeadlineStream<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.set_read_timeout(self.left()?)?;
+        let result = (&*self.stream).read(buf);
+        self.check(result)
+    }
+}
+
+impl Write for DeadlineStream<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.set_write_timeout(self.left()?)?;
+        let result = (&*self.stream).write(buf);
+        self.check(result)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Writes one request frame and reads one response frame of at most
+/// `max_reply_bytes`, all within `budget`.
+fn exchange(
+    stream: &TcpStream,
+    body: &[u8],
+    budget: Duration,
+    max_reply_bytes: usize,
+) -> io::Result<Vec<u8>> {
+    let mut io = DeadlineStream::new(stream, budget);
+    wire::write_frame(&mut io, body)?;
+    // The length is checked before anything is read; the buffer grows
+    // only as bytes arrive.
+    match wire::read_frame(&mut io, max_reply_bytes) {
         Ok(Some(body)) => Ok(body),
         Ok(None) => Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
@@ -449,7 +551,7 @@ enum Handshake {
 
 fn handshake(
     name: &str,
-    mut stream: TcpStream,
+    stream: TcpStream,
     token: Option<&str>,
     answer_within: Duration,
 ) -> Result<TcpStream, Handshake> {
@@ -465,7 +567,8 @@ fn handshake(
     };
     let body = wire::encode_request(&hello).map_err(|e| refused(e.to_string()))?;
     stream.set_nodelay(true).map_err(Handshake::Io)?;
-    let reply = exchange(&mut stream, &body, answer_within).map_err(|e| {
+    // A hello reply is a few bytes, or a refusal naming a reason.
+    let reply = exchange(&stream, &body, answer_within, 64 << 10).map_err(|e| {
         if matches!(
             e.kind(),
             io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock

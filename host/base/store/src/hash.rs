@@ -57,8 +57,20 @@ struct State {
     waiters: HashMap<String, Vec<WaiterSlot>>,
     next_waiter_id: u64,
     closed: bool,
-    /// Bytes of entries deleted since malloc last gave free pages back.
+    /// Bytes of entries deleted or overwritten since malloc last gave
+    /// free pages back.
     freed_since_trim: usize,
+    /// Times the table asked malloc to give pages back, for tests.
+    trims: u64,
+}
+
+/// What a write freed (NOTE [trim on overwrite]): the old value, dropped
+/// after the lock, and whether malloc is due a trim.
+#[must_use]
+#[derive(Default)]
+struct Freed {
+    old: Vec<Value>,
+    trim: bool,
 }
 
 /// After deleting this many counted bytes the table asks malloc to give
@@ -150,13 +162,36 @@ impl State {
     }
 
     /// Inserts without checks; keeps `stored_bytes` exact and wakes the
-    /// key's waiters.
-    fn insert(&mut self, key: String, value: Vec<u8>) {
+    /// key's waiters. The replaced value goes into `freed`.
+    fn insert(&mut self, key: String, value: Vec<u8>, freed: &mut Freed) {
         let new = entry_bytes(key.len(), &value, value.capacity());
         let old = self.old_entry_bytes(&key);
         self.wake(&key);
-        self.map.insert(key, Arc::new(value));
+        if let Some(replaced) = self.map.insert(key, Arc::new(value)) {
+            freed.trim |= self.note_freed(alloc_bytes(replaced.capacity()));
+            freed.old.push(replaced);
+        }
         self.stored_bytes = self.stored_bytes.saturating_sub(old).saturating_add(new);
+    }
+
+    /// NOTE [trim on overwrite]: a SET that replaces a large value by a
+    /// small one frees as much as a delete, and small blocks stay in the
+    /// arena of the thread that freed them; counting only deletes let a
+    /// client fill with 200 KiB values, overwrite them all with empty ones
+    /// and refill, a new connection each round, until RSS was four times
+    /// `max_stored_bytes` while the counted bytes were a few MiB. Every
+    /// freed value counts toward the trim. Returns whether one is due now.
+    fn note_freed(&mut self, bytes: usize) -> bool {
+        self.freed_since_trim = self.freed_since_trim.saturating_add(bytes);
+        // Also when the table has just been emptied, so that a store that
+        // is done with its keys gives back their memory.
+        let due = self.freed_since_trim >= TRIM_AFTER_BYTES
+            || (self.map.is_empty() && self.freed_since_trim >= TRIM_WHEN_EMPTY_BYTES);
+        if due {
+            self.freed_since_trim = 0;
+            self.trims += 1;
+        }
+        due
     }
 }
 
@@ -206,12 +241,25 @@ impl MemTable {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Unlocks, drops what a write freed (a value may still be shared with
+    /// a reply; it goes when that does) and trims if due: without the
+    /// lock, since the trim walks every arena.
+    fn release(state: MutexGuard<'_, State>, freed: Freed) {
+        drop(state);
+        drop(freed.old);
+        if freed.trim {
+            crate::malloc::trim();
+        }
+    }
+
     pub(crate) fn set(&self, key: String, value: Vec<u8>) -> Result<(), StoreError> {
         check_value("value", &key, value.len(), self.limits)?;
         let mut state = self.lock();
         let new = entry_bytes(key.len(), &value, value.capacity());
         state.check_room("set", state.old_entry_bytes(&key), new, self.limits)?;
-        state.insert(key, value);
+        let mut freed = Freed::default();
+        state.insert(key, value, &mut freed);
+        Self::release(state, freed);
         Ok(())
     }
 
@@ -231,7 +279,9 @@ impl MemTable {
         let value = new.to_string().into_bytes();
         let new_bytes = entry_bytes(key.len(), &value, value.capacity());
         state.check_room("add", state.old_entry_bytes(key), new_bytes, self.limits)?;
-        state.insert(key.to_owned(), value);
+        let mut freed = Freed::default();
+        state.insert(key.to_owned(), value, &mut freed);
+        Self::release(state, freed);
         Ok(new)
     }
 
@@ -256,8 +306,11 @@ impl MemTable {
         }
         let new = entry_bytes(key.len(), &desired, desired.capacity());
         state.check_room("compare_set", state.old_entry_bytes(key), new, self.limits)?;
-        state.insert(key.to_owned(), desired);
-        Ok(state.map.get(key).map(Arc::clone).unwrap_or_default())
+        let mut freed = Freed::default();
+        state.insert(key.to_owned(), desired, &mut freed);
+        let stored = state.map.get(key).map(Arc::clone).unwrap_or_default();
+        Self::release(state, freed);
+        Ok(stored)
     }
 
     pub(crate) fn check(&self, keys: &[&str]) -> bool {
@@ -279,21 +332,8 @@ impl MemTable {
             let keep = state.map.len().saturating_mul(2);
             state.map.shrink_to(keep);
         }
-        state.freed_since_trim = state.freed_since_trim.saturating_add(freed);
-        // Also when the table has just been emptied, so that a store that
-        // is done with its keys gives back their memory.
-        let trim = state.freed_since_trim >= TRIM_AFTER_BYTES
-            || (state.map.is_empty() && state.freed_since_trim >= TRIM_WHEN_EMPTY_BYTES);
-        if trim {
-            state.freed_since_trim = 0;
-        }
-        // The value may still be shared with a reply; it goes when that
-        // does. Trim without the lock: it walks every arena.
-        drop(state);
-        drop(v);
-        if trim {
-            crate::malloc::trim();
-        }
+        let trim = state.note_freed(freed);
+        Self::release(state, Freed { old: vec![v], trim });
         true
     }
 
@@ -305,6 +345,12 @@ impl MemTable {
     #[cfg(test)]
     pub(crate) fn stored_bytes(&self) -> usize {
         self.lock().stored_bytes
+    }
+
+    /// Times the table asked malloc to give pages back.
+    #[cfg(test)]
+    pub(crate) fn trims(&self) -> u64 {
+        self.lock().trims
     }
 
     /// Sets every pair, or (when a value is too large or the table would
@@ -326,9 +372,11 @@ impl MemTable {
         let new: usize = last.values().copied().fold(0, usize::saturating_add);
         state.check_room("multi_set", old, new, self.limits)?;
         drop(last);
+        let mut freed = Freed::default();
         for (k, v) in pairs {
-            state.insert(k, v);
+            state.insert(k, v, &mut freed);
         }
+        Self::release(state, freed);
         Ok(())
     }
 
@@ -365,7 +413,9 @@ impl MemTable {
         let Some(entry) = state.map.get_mut(key) else {
             let mut value = Vec::with_capacity(capacity);
             value.extend_from_slice(tail);
-            state.insert(key.to_owned(), value);
+            let mut freed = Freed::default();
+            state.insert(key.to_owned(), value, &mut freed);
+            Self::release(state, freed);
             return Ok(());
         };
         // Copies only when a reply still holds the old value.
@@ -663,6 +713,47 @@ mod tests {
         t.delete("log");
         assert!(counted >= appended, "{counted} < {appended}");
         assert_eq!(t.stored_bytes(), 0);
+    }
+
+    /// Issue 36: fill with 200 KiB values (below malloc's mmap threshold,
+    /// so they live in the arenas), overwrite every one with an empty
+    /// value, refill. Before NOTE [trim on overwrite] no round trimmed, and
+    /// RSS grew by a fill each round.
+    #[test]
+    fn overwriting_with_small_values_trims_like_deleting() {
+        let value_bytes = 200 << 10;
+        // A little over three trims' worth per round.
+        let keys = 3 * TRIM_AFTER_BYTES / value_bytes + 8;
+        let t = limited(1 << 20, 1 << 30);
+        for round in 0..3u64 {
+            for i in 0..keys {
+                t.set(format!("k{i}"), vec![1; value_bytes]).unwrap();
+            }
+            let filled = t.stored_bytes();
+            for i in 0..keys {
+                t.set(format!("k{i}"), Vec::new()).unwrap();
+            }
+            assert!(t.stored_bytes() < filled / 100, "round {round}");
+            // Three trims' worth freed by overwriting each round.
+            assert!(
+                t.trims() >= 3 * (round + 1),
+                "round {round}: {} trims",
+                t.trims()
+            );
+        }
+        // multi_set and compare_set replace values too.
+        let before = t.trims();
+        for _ in 0..2 {
+            let pairs = (0..keys)
+                .map(|i| (format!("k{i}"), vec![2; value_bytes]))
+                .collect();
+            t.multi_set(pairs).unwrap();
+            for i in 0..keys {
+                t.compare_set(&format!("k{i}"), &vec![2; value_bytes], Vec::new())
+                    .unwrap();
+            }
+        }
+        assert!(t.trims() >= before + 6, "{} trims", t.trims() - before);
     }
 
     #[test]

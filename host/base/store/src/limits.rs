@@ -31,6 +31,9 @@
 //!   decoded form) is reserved from the shared `max_buffered_bytes`
 //!   budget, waiting for it if need be, before the body is read; the rest
 //!   of the frame must arrive within `frame_timeout` of its first byte;
+//! - a list request (`CHECK`, `WAIT`, `MULTI_GET`, `MULTI_SET`) also
+//!   reserves what its items decode to beyond their bytes, from its count
+//!   and before decoding (NOTE [decoded items]);
 //! - the decoder refuses keys over `max_key_bytes`, values over
 //!   `max_value_bytes` and lists over `max_keys_per_request` items before
 //!   allocating them, so a small frame cannot decode into a large request;
@@ -237,11 +240,76 @@ impl ServerLimits {
     pub(crate) fn request_reservation_bytes(&self, frame_bytes: usize) -> usize {
         frame_bytes.saturating_mul(2)
     }
+
+    /// What decoding `items` list items (pairs when `pairs`) costs beyond
+    /// [`ServerLimits::request_reservation_bytes`] (NOTE [decoded items]).
+    pub(crate) fn decoded_items_bytes(&self, items: usize, pairs: bool) -> usize {
+        let per_item = if pairs {
+            DECODED_PAIR_BYTES
+        } else {
+            DECODED_KEY_BYTES
+        };
+        items
+            .min(self.max_keys_per_request)
+            .saturating_mul(per_item)
+    }
 }
+
+/// NOTE [decoded items]: twice a frame's length covers a request whose
+/// bytes are mostly one key or value, not one of many tiny keys. A key of
+/// one byte is 5 bytes on the wire but a `String` (24 bytes) and a 32-byte
+/// chunk decoded, and the table's wait is handed a `&str` (16 bytes) of
+/// each: a WAIT of 4096 one-byte keys, a 20 KiB frame with 40 KiB
+/// reserved, held about 229 KiB while parked, and 2000 such waits took a
+/// store to 524 MiB against 329 MiB by the formula. Each item now reserves
+/// this much more, read from the list's count before decoding: the
+/// `String`, its chunk's header and rounding (32 bytes at most beyond the
+/// key's own bytes, which the frame's share already covers) and the
+/// `&str`.
+const DECODED_KEY_BYTES: usize = std::mem::size_of::<String>() + 32 + std::mem::size_of::<&str>();
+
+/// A `MULTI_SET` pair: a `String` and a `Vec<u8>`, each with its chunk's
+/// overhead, and the table's own copy of the pair's sizes while it checks
+/// the room (a `&str` and a `usize` in a map slot).
+const DECODED_PAIR_BYTES: usize =
+    std::mem::size_of::<(String, Vec<u8>)>() + 2 * 32 + std::mem::size_of::<(&str, usize)>() + 8;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// NOTE [decoded items]: the reservation of a WAIT of 4096 one-byte
+    /// keys covers what decoding it allocates, counted as malloc lays it
+    /// out.
+    #[test]
+    fn many_tiny_keys_reserve_what_they_decode_to() {
+        let limits = ServerLimits::default();
+        let keys: Vec<String> = (0..4096)
+            .map(|i| ((b'a' + (i % 26) as u8) as char).to_string())
+            .collect();
+        let body = crate::wire::encode_request(&crate::wire::Request::Wait {
+            keys: keys.clone(),
+            timeout_ms: 1,
+        })
+        .unwrap();
+        let (items, pairs) = crate::wire::list_items(&body);
+        assert_eq!((items, pairs), (4096, false));
+        let reserved =
+            limits.request_reservation_bytes(body.len()) + limits.decoded_items_bytes(items, pairs);
+        let decoded: usize = body.len()
+            + alloc_bytes(keys.len() * std::mem::size_of::<String>())
+            + keys.iter().map(|k| alloc_bytes(k.len())).sum::<usize>()
+            + alloc_bytes(keys.len() * std::mem::size_of::<&str>());
+        assert!(
+            decoded > 5 * body.len(),
+            "the attack: {decoded} from {}",
+            body.len()
+        );
+        assert!(
+            decoded <= reserved,
+            "decoded {decoded} > reserved {reserved}"
+        );
+    }
 
     #[test]
     fn defaults_are_valid() {

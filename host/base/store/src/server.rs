@@ -62,6 +62,123 @@ const SMALL_REPLY_BYTES: usize = 64 * 1024;
 /// retries on it (within its connect timeout) instead of giving up.
 pub(crate) const TOO_MANY_CONNECTIONS: &str = "too many connections";
 
+/// Least time between two lines of the refusal summary (NOTE [refusal
+/// log]).
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// NOTE [refusal log]: every refused client (wrong or missing token, a
+/// login timeout, a malformed or oversize frame, one over the connection
+/// cap) used to write a warning line at once, one of them from the
+/// acceptor thread: a client without a token made about 7.5k lines a
+/// second, and when the job's stderr was slow or not drained (a paused
+/// terminal, a stalled log collector) the write blocked, first the
+/// acceptor, then every client thread, and no rank could log in. Now a
+/// refusal is only counted, under a lock held for a few instructions; the
+/// acceptor never writes a line. A client thread that has just refused
+/// its client writes the summary of what was counted, at most once per
+/// [`REFUSAL_LOG_INTERVAL`] and one thread at a time (the others only
+/// count), so a blocked stderr holds at most one thread; the rest is
+/// written at shutdown.
+#[derive(Debug, Default)]
+struct RefusalLog {
+    state: Mutex<RefusalLogState>,
+}
+
+#[derive(Debug, Default)]
+struct RefusalLogState {
+    /// Refusals since the last line, by kind.
+    pending: Vec<(&'static str, u64)>,
+    /// The latest refusal since the last line: peer and message.
+    latest: Option<(SocketAddr, String)>,
+    last_line: Option<Instant>,
+    /// A thread is writing a line now.
+    writing: bool,
+    /// Lines written, for tests.
+    lines: u64,
+    /// Refusals counted, for tests.
+    total: u64,
+}
+
+impl RefusalLog {
+    fn state(&self) -> MutexGuard<'_, RefusalLogState> {
+        // Counters only; a poisoned lock still holds usable ones.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts one refusal; never writes (the acceptor calls it).
+    fn record(&self, kind: &'static str, peer: SocketAddr, message: &str) {
+        let mut state = self.state();
+        state.total += 1;
+        match state.pending.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => *n += 1,
+            None => state.pending.push((kind, 1)),
+        }
+        // The server's own text (never a token), kept to 200 characters.
+        state.latest = Some((peer, message.chars().take(200).collect()));
+    }
+
+    /// Writes the summary if one is due and no other thread is writing;
+    /// `force` ignores the interval (shutdown). Never from the acceptor.
+    fn write_due(&self, force: bool) {
+        let (pending, latest) = {
+            let mut state = self.state();
+            let due = force
+                || state
+                    .last_line
+                    .is_none_or(|t| t.elapsed() >= REFUSAL_LOG_INTERVAL);
+            if state.writing || !due || state.pending.is_empty() {
+                return;
+            }
+            state.writing = true;
+            (std::mem::take(&mut state.pending), state.latest.take())
+        };
+        let total: u64 = pending.iter().map(|(_, n)| n).sum();
+        let kinds = pending
+            .iter()
+            .map(|(kind, n)| format!("{n} {kind}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let (peer, message) = latest.map_or_else(
+            || (String::new(), String::new()),
+            |(p, m)| (p.to_string(), m),
+        );
+        tracing::warn!(
+            refused = total,
+            %peer,
+            %message,
+            "store server refused {total} client(s) since its last report ({kinds}); \
+             at most one such line a second (the latest peer and message attached)"
+        );
+        let mut state = self.state();
+        state.writing = false;
+        state.lines += 1;
+        state.last_line = Some(Instant::now());
+    }
+}
+
+/// The kind of a refusal, for the summary of NOTE [refusal log].
+fn refusal_kind(message: &str) -> &'static str {
+    if message.starts_with("wrong token") {
+        "wrong token"
+    } else if message.starts_with("missing token") {
+        "missing token"
+    } else if message.contains("(login_timeout)") {
+        "login timeout"
+    } else if message.contains("(frame_timeout)") {
+        "frame timeout"
+    } else if message.starts_with("malformed") || message.starts_with("expected hello") {
+        "malformed request"
+    } else if message.starts_with(TOO_MANY_CONNECTIONS) {
+        TOO_MANY_CONNECTIONS
+    } else if message.starts_with("server busy") {
+        "server busy"
+    } else if message.contains("exceeds") {
+        "oversize frame"
+    } else {
+        "other"
+    }
+}
+
 /// Settings of a [`TcpStoreServer`].
 #[derive(Clone)]
 pub struct ServerConfig {
@@ -160,14 +277,7 @@ pub(crate) fn check_token(token: Option<&str>) -> Result<(), StoreError> {
 /// Compares tokens in time independent of where they first differ (the
 /// length still shows), so a client cannot guess a token byte by byte.
 fn token_matches(expected: &[u8], got: &[u8]) -> bool {
-    if expected.len() != got.len() {
-        return false;
-    }
-    let diff = expected
-        .iter()
-        .zip(got)
-        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-    std::hint::black_box(diff) == 0
+    subtle::ConstantTimeEq::ct_eq(expected, got).into()
 }
 
 /// `now + timeout`, or `now` if that overflows `Instant` (limits are
@@ -237,6 +347,17 @@ impl Budget {
     }
 }
 
+impl Reservation<'_> {
+    /// One reservation holding both.
+    fn merge(mut self, other: Option<Self>) -> Self {
+        if let Some(mut other) = other {
+            self.bytes += other.bytes;
+            other.bytes = 0;
+        }
+        self
+    }
+}
+
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         let mut used = self.budget.used();
@@ -266,6 +387,8 @@ struct Shared {
     clients: Mutex<Clients>,
     /// Threads now refusing connections over the cap.
     refusers: AtomicUsize,
+    /// NOTE [refusal log].
+    refusal_log: RefusalLog,
 }
 
 impl Shared {
@@ -333,6 +456,7 @@ impl TcpStoreServer {
             shutting_down: AtomicBool::new(false),
             clients: Mutex::new(Clients::default()),
             refusers: AtomicUsize::new(0),
+            refusal_log: RefusalLog::default(),
         });
         let acceptor = {
             let shared = Arc::clone(&shared);
@@ -361,6 +485,14 @@ impl TcpStoreServer {
         &self.shared.limits
     }
 
+    /// Clients refused so far, and the lines written about them (NOTE
+    /// [refusal log]): the second stays near one a second however many
+    /// clients are refused.
+    pub fn refusals(&self) -> (u64, u64) {
+        let state = self.shared.refusal_log.state();
+        (state.total, state.lines)
+    }
+
     /// Stops accepting, fails parked requests, closes every connection and
     /// joins every thread. Idempotent; also run by drop.
     pub fn shutdown(&mut self) {
@@ -387,6 +519,7 @@ impl TcpStoreServer {
                 tracing::error!(addr = %self.local_addr, "store client thread panicked");
             }
         }
+        self.shared.refusal_log.write_due(true);
     }
 }
 
@@ -422,8 +555,13 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, woken: &UnixStream)
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 // E.g. out of file descriptors: keep serving the clients we
-                // have and try again shortly.
-                tracing::warn!(error = %e, "store server accept failed");
+                // have and try again shortly. Counted, not written: NOTE
+                // [refusal log].
+                let unknown = SocketAddr::from(([0, 0, 0, 0], 0));
+                let message = format!("accept failed: {e}");
+                shared
+                    .refusal_log
+                    .record("accept failed", unknown, &message);
                 thread::sleep(ACCEPT_ERROR_PAUSE);
                 continue;
             }
@@ -439,7 +577,11 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, woken: &UnixStream)
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
-                tracing::warn!(error = %e, "store server poll failed");
+                let unknown = SocketAddr::from(([0, 0, 0, 0], 0));
+                let message = format!("poll failed: {e}");
+                shared
+                    .refusal_log
+                    .record("accept failed", unknown, &message);
                 thread::sleep(ACCEPT_ERROR_PAUSE);
             }
         }
@@ -452,7 +594,10 @@ fn spawn_client(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, accep
         .set_nonblocking(false)
         .and_then(|()| stream.set_nodelay(true))
     {
-        tracing::warn!(%peer, error = %e, "store server could not configure client socket");
+        let message = format!("could not configure the client socket: {e}");
+        shared
+            .refusal_log
+            .record("socket set-up failed", peer, &message);
         return;
     }
     let stream = Arc::new(stream);
@@ -489,7 +634,12 @@ fn spawn_client(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, accep
             clients.streams.insert(id, stream);
             clients.threads.push(handle);
         }
-        Err(e) => tracing::warn!(%peer, error = %e, "store server could not spawn client thread"),
+        Err(e) => {
+            let message = format!("could not spawn a client thread: {e}");
+            shared
+                .refusal_log
+                .record("thread spawn failed", peer, &message);
+        }
     }
 }
 
@@ -502,14 +652,17 @@ fn refuse_over_cap(
     peer: SocketAddr,
 ) -> Option<JoinHandle<()>> {
     let max = shared.limits.max_connections;
-    tracing::warn!(%peer, max, "store server at its connection limit, refusing a client");
+    let message = format!(
+        "{TOO_MANY_CONNECTIONS}: this store serves at most {max} at once (max_connections); close idle clients or raise the limit"
+    );
+    // On the acceptor: counted, never written (NOTE [refusal log]).
+    shared
+        .refusal_log
+        .record(TOO_MANY_CONNECTIONS, peer, &message);
     if shared.refusers.fetch_add(1, Ordering::Relaxed) >= MAX_REFUSERS {
         shared.refusers.fetch_sub(1, Ordering::Relaxed);
         return None;
     }
-    let message = format!(
-        "{TOO_MANY_CONNECTIONS}: this store serves at most {max} at once (max_connections); close idle clients or raise the limit"
-    );
     let thread_shared = Arc::clone(shared);
     let spawned = thread::Builder::new()
         .name("store-refuse".into())
@@ -517,6 +670,7 @@ fn refuse_over_cap(
         .spawn(move || {
             refuse(&stream, message);
             thread_shared.refusers.fetch_sub(1, Ordering::Relaxed);
+            thread_shared.refusal_log.write_due(false);
         });
     match spawned {
         Ok(handle) => Some(handle),
@@ -549,8 +703,11 @@ fn serve_client(shared: &Shared, stream: &TcpStream, peer: SocketAddr, accepted_
             }
         }
         Err(Disconnect::Refuse(message)) => {
-            tracing::warn!(%peer, %message, "store server dropping client");
+            shared
+                .refusal_log
+                .record(refusal_kind(&message), peer, &message);
             refuse(stream, message);
+            shared.refusal_log.write_due(false);
         }
         Err(Disconnect::HungUp(message)) => {
             tracing::debug!(%peer, "store client hung up while its request was parked");
@@ -815,8 +972,36 @@ fn read_request<'a>(
         Err(_) if reader.late => return Err(late("the frame body")),
         Err(e) => return Err(Disconnect::Gone(e)),
     }
+    // NOTE [decoded items]: many tiny keys decode to several times their
+    // frame; reserve that too, from the count, before decoding.
+    let (items, pairs) = wire::list_items(&body);
+    // At most what the budget has beside the body's share, so that a
+    // request the limits admit can always be served.
+    let items_bytes = limits
+        .decoded_items_bytes(items, pairs)
+        .min(limits.max_buffered_bytes.saturating_sub(reservation.bytes));
+    let items_reservation = if items_bytes == 0 {
+        None
+    } else {
+        let Some(r) = shared
+            .budget
+            .reserve(items_bytes, deadline, &shared.shutting_down)
+        else {
+            if shared.is_shutting_down() {
+                return Err(Disconnect::Gone(io::Error::other("store is shutting down")));
+            }
+            return Err(Disconnect::Refuse(format!(
+                "server busy: no room for a {len}-byte request of {items} keys in {} ms (max_buffered_bytes)",
+                limits.frame_timeout.as_millis()
+            )));
+        };
+        Some(r)
+    };
     match wire::decode_request_limited(&body, &shared.decode_limits()) {
-        Ok(req) => Ok(Some(Incoming::Request(req, reservation))),
+        Ok(req) => Ok(Some(Incoming::Request(
+            req,
+            reservation.merge(items_reservation),
+        ))),
         Err(e @ WireError::OverLimit { .. }) => Ok(Some(Incoming::OverLimit(e.to_string()))),
         Err(e) => Err(Disconnect::Refuse(format!("malformed request: {e}"))),
     }

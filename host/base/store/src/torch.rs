@@ -51,7 +51,7 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crate::client::{Attempt, dial};
+use crate::client::{Attempt, DeadlineStream, dial};
 use crate::store::{Store, TimeoutCell, owned_keys};
 use crate::{ClientConfig, StoreError, WireError};
 
@@ -230,10 +230,22 @@ fn check_value(value: &[u8]) -> Result<(), WireError> {
     Ok(())
 }
 
-/// Reads one byte vector (`u64` length, bytes). The buffer grows only as
-/// bytes arrive, so a garbage length costs an error, not an allocation.
+/// Reads one byte vector (`u64` length, bytes). NOTE [client trusts no
+/// server]: a length over PyTorch's own [`TORCH_MAX_VALUE_BYTES`] is
+/// refused before any of it is read (a server that declared 1 GiB, or
+/// sent without end, was buffered up to 2 GiB before); below it the buffer
+/// grows only as bytes arrive.
 fn read_bytes(stream: &mut impl Read) -> io::Result<Vec<u8>> {
     let len = read_u64(stream)?;
+    if len > TORCH_MAX_VALUE_BYTES as u64 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "the store announced a value of {len} bytes, over PyTorch's MAX_PAYLOAD_LEN \
+                 ({TORCH_MAX_VALUE_BYTES} bytes): not read"
+            ),
+        ));
+    }
     let mut value = Vec::new();
     stream.take(len).read_to_end(&mut value)?;
     if (value.len() as u64) < len {
@@ -248,28 +260,37 @@ fn read_bytes(stream: &mut impl Read) -> io::Result<Vec<u8>> {
     Ok(value)
 }
 
+/// `read_exact`, saying "closed" where std says "failed to fill whole
+/// buffer".
+fn read_array<const N: usize>(stream: &mut impl Read) -> io::Result<[u8; N]> {
+    let mut buf = [0; N];
+    stream.read_exact(&mut buf).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the store closed the connection before its reply was complete",
+            )
+        } else {
+            e
+        }
+    })?;
+    Ok(buf)
+}
+
 fn read_u8(stream: &mut impl Read) -> io::Result<u8> {
-    let mut buf = [0; 1];
-    stream.read_exact(&mut buf)?;
-    Ok(buf[0])
+    Ok(read_array::<1>(stream)?[0])
 }
 
 fn read_u32(stream: &mut impl Read) -> io::Result<u32> {
-    let mut buf = [0; 4];
-    stream.read_exact(&mut buf)?;
-    Ok(u32::from_le_bytes(buf))
+    Ok(u32::from_le_bytes(read_array(stream)?))
 }
 
 fn read_u64(stream: &mut impl Read) -> io::Result<u64> {
-    let mut buf = [0; 8];
-    stream.read_exact(&mut buf)?;
-    Ok(u64::from_le_bytes(buf))
+    Ok(u64::from_le_bytes(read_array(stream)?))
 }
 
 fn read_i64(stream: &mut impl Read) -> io::Result<i64> {
-    let mut buf = [0; 8];
-    stream.read_exact(&mut buf)?;
-    Ok(i64::from_le_bytes(buf))
+    Ok(i64::from_le_bytes(read_array(stream)?))
 }
 
 fn is_timeout(e: &io::Error) -> bool {
@@ -277,11 +298,6 @@ fn is_timeout(e: &io::Error) -> bool {
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
     )
-}
-
-/// A socket timeout: `set_read_timeout` refuses zero.
-fn io_timeout(d: Duration) -> Option<Duration> {
-    Some(d.max(Duration::from_millis(1)))
 }
 
 /// What went wrong in one call; turned into a [`StoreError`] with the
@@ -356,7 +372,7 @@ impl TorchStore {
     fn with_conn<T>(
         &self,
         op: &'static str,
-        body: impl FnOnce(&mut TcpStream) -> Result<T, Failure>,
+        body: impl FnOnce(&TcpStream) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
         let mut guard = self.conn();
         let stream = match &mut *guard {
@@ -394,20 +410,31 @@ impl TorchStore {
         }
     }
 
-    /// Sends `req` and reads its reply with `read`, waiting at most the
-    /// store timeout (plus a grace) for it.
+    /// Sends `req` and reads its reply with `read`, all within the store
+    /// timeout plus a grace.
     fn call<T>(
         &self,
         op: &'static str,
         req: Request,
-        read: impl FnOnce(&mut TcpStream) -> Result<T, Failure>,
+        read: impl FnOnce(&mut DeadlineStream<'_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
-        let io_wait = self.timeout().saturating_add(IO_GRACE);
+        self.call_within(op, req, self.timeout().saturating_add(IO_GRACE), read)
+    }
+
+    /// [`TorchStore::call`] within `budget`: one deadline for the whole
+    /// call (NOTE [client trusts no server]), so a server trickling its
+    /// reply cannot hold the caller past it.
+    fn call_within<T>(
+        &self,
+        op: &'static str,
+        req: Request,
+        budget: Duration,
+        read: impl FnOnce(&mut DeadlineStream<'_>) -> Result<T, Failure>,
+    ) -> Result<T, StoreError> {
         self.with_conn(op, |stream| {
-            stream.set_write_timeout(io_timeout(io_wait))?;
-            stream.set_read_timeout(io_timeout(io_wait))?;
-            stream.write_all(&req.0)?;
-            read(stream)
+            let mut io = DeadlineStream::new(stream, budget);
+            io.write_all(&req.0)?;
+            read(&mut io)
         })
     }
 
@@ -422,10 +449,12 @@ impl TorchStore {
         check_keys(keys).map_err(|e| self.limit_error(op, e))?;
         let req = keys_request(TorchQuery::Wait, keys);
         let arrived = self.with_conn(op, |stream| {
-            stream.set_write_timeout(io_timeout(self.timeout().saturating_add(IO_GRACE)))?;
-            stream.write_all(&req.0)?;
-            stream.set_read_timeout(io_timeout(timeout))?;
-            match read_u8(stream) {
+            // The request within the grace, the answer within `timeout`,
+            // and a cancel within the grace again: `timeout` plus two
+            // graces at most, whatever the server does.
+            DeadlineStream::new(stream, IO_GRACE).write_all(&req.0)?;
+            let mut io = DeadlineStream::new(stream, timeout);
+            match read_u8(&mut io) {
                 Ok(TORCH_STOP_WAITING) => return Ok(true),
                 Ok(other) => {
                     return Err(Failure::Reply(format!(
@@ -435,13 +464,13 @@ impl TorchStore {
                 Err(e) if is_timeout(&e) => {}
                 Err(e) => return Err(e.into()),
             }
-            stream.set_read_timeout(io_timeout(PING_TIMEOUT))?;
-            stream.write_all(&[TorchQuery::CancelWait as u8])?;
-            match read_u8(stream)? {
+            let mut io = DeadlineStream::new(stream, IO_GRACE);
+            io.write_all(&[TorchQuery::CancelWait as u8])?;
+            match read_u8(&mut io)? {
                 TORCH_WAIT_CANCELED => Ok(false),
                 // The keys arrived just before the cancel: the server
                 // answers the wait, then the cancel.
-                TORCH_STOP_WAITING => match read_u8(stream)? {
+                TORCH_STOP_WAITING => match read_u8(&mut io)? {
                     TORCH_WAIT_CANCELED => Ok(true),
                     other => Err(Failure::Reply(format!(
                         "reply {other:#04x} to CANCEL_WAIT, expected WAIT_CANCELED (1)"
@@ -485,22 +514,20 @@ fn open(
     )
 }
 
-fn validate_and_ping(mut stream: TcpStream, window: Duration) -> Result<TcpStream, Handshake> {
+fn validate_and_ping(stream: TcpStream, window: Duration) -> Result<TcpStream, Handshake> {
     // At least a second, so a nearly spent window still gets an answer.
     let ping_wait = PING_TIMEOUT.min(window).max(Duration::from_secs(1));
-    let setup = |stream: &mut TcpStream| -> io::Result<()> {
-        stream.set_nodelay(true)?;
-        stream.set_write_timeout(io_timeout(ping_wait))?;
-        stream.set_read_timeout(io_timeout(ping_wait))
-    };
-    setup(&mut stream).map_err(Handshake::Io)?;
+    stream.set_nodelay(true).map_err(Handshake::Io)?;
+    // One deadline for sending and the whole echo (NOTE [client trusts no
+    // server]): an echo trickled a byte at a time used to pass.
+    let mut io = DeadlineStream::new(&stream, ping_wait);
     let nonce = std::process::id();
     let mut hello = Request::new(TorchQuery::Validate)
         .u32(TORCH_VALIDATION_MAGIC)
         .0;
     hello.extend_from_slice(&Request::new(TorchQuery::Ping).u32(nonce).0);
-    stream.write_all(&hello).map_err(Handshake::Io)?;
-    match read_u32(&mut stream) {
+    io.write_all(&hello).map_err(Handshake::Io)?;
+    match read_u32(&mut io) {
         Ok(echo) if echo == nonce => Ok(stream),
         Ok(echo) => Err(Handshake::Refused(format!(
             "PING {nonce:#010x} came back as {echo:#010x}: not a PyTorch TCPStore"
@@ -538,8 +565,9 @@ impl Store for TorchStore {
 
     fn get_with_timeout(&self, key: &str, timeout: Duration) -> Result<Vec<u8>, StoreError> {
         self.wait_keys("get", &[key], timeout)?;
+        // The key exists: its value is due at once.
         let req = Request::new(TorchQuery::Get).key(key);
-        self.call("get", req, |s| Ok(read_bytes(s)?))
+        self.call_within("get", req, IO_GRACE, |s| Ok(read_bytes(s)?))
     }
 
     fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
@@ -687,6 +715,12 @@ mod tests {
     fn garbage_lengths_fail_without_allocating() {
         let mut reply = Vec::new();
         reply.extend_from_slice(&u64::MAX.to_le_bytes());
+        reply.extend_from_slice(b"abc");
+        let err = read_bytes(&mut reply.as_slice()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("MAX_PAYLOAD_LEN"), "{err}");
+        let mut reply = Vec::new();
+        reply.extend_from_slice(&(TORCH_MAX_VALUE_BYTES as u64).to_le_bytes());
         reply.extend_from_slice(b"abc");
         let err = read_bytes(&mut reply.as_slice()).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);

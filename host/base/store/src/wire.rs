@@ -495,6 +495,24 @@ pub fn decode_request_limited(body: &[u8], limits: &DecodeLimits) -> Result<Requ
     Ok(req)
 }
 
+/// Items in a list request body (keys of `CHECK`, `WAIT`, `MULTI_GET`,
+/// pairs of `MULTI_SET`) as its count field says, and whether they are
+/// pairs; `(0, false)` for other requests and bodies too short to say.
+/// Read before decoding, so that the server can reserve what decoding
+/// them will cost (NOTE [decoded items] in `limits.rs`).
+pub(crate) fn list_items(body: &[u8]) -> (usize, bool) {
+    let (Some(&opcode), Some(count)) = (body.first(), body.get(1..5)) else {
+        return (0, false);
+    };
+    let pairs = match opcode {
+        op::CHECK | op::WAIT | op::MULTI_GET => false,
+        op::MULTI_SET => true,
+        _ => return (0, false),
+    };
+    let count = u32::from_le_bytes([count[0], count[1], count[2], count[3]]);
+    (usize::try_from(count).unwrap_or(usize::MAX), pairs)
+}
+
 fn lossy(bytes: Vec<u8>) -> String {
     String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }

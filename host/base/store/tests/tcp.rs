@@ -474,3 +474,47 @@ fn sequential_logins_are_served() {
     );
     assert_eq!(client(server.local_addr()).num_keys().unwrap(), 100);
 }
+
+/// Issue 36, finding 2: every refused client wrote a line; now they are
+/// counted and summarised at most once a second (NOTE [refusal log]).
+/// 600 refused logins: every one counted, and no more lines than the
+/// seconds the flood took, plus the first and the one at shutdown.
+#[test]
+fn refusals_are_counted_and_summarised_not_logged_one_by_one() {
+    let mut server = TcpStoreServer::bind(ServerConfig {
+        token: Some("right".into()),
+        ..ServerConfig::default()
+    })
+    .unwrap();
+    let addr = server.local_addr();
+    let start = Instant::now();
+    let refused = 600;
+    for i in 0..refused {
+        let mut raw = Raw::connect(addr);
+        let token = (i % 3 != 0).then(|| b"wrong".to_vec());
+        raw.send(&Request::Hello {
+            version: PROTOCOL_VERSION,
+            token,
+        });
+        let want = if i % 3 == 0 {
+            "missing token"
+        } else {
+            "wrong token"
+        };
+        expect_refused(raw.recv(), want);
+    }
+    // Each is counted before its refusal is written.
+    let (counted, lines) = server.refusals();
+    let seconds = start.elapsed().as_secs();
+    assert_eq!(counted, refused);
+    assert!(
+        lines <= seconds + 1,
+        "{lines} lines in {seconds} s for {refused} refusals"
+    );
+    server.shutdown();
+    let (_, lines_after) = server.refusals();
+    assert!(
+        lines_after <= lines + 1 && lines_after >= 1,
+        "{lines_after}"
+    );
+}

@@ -28,6 +28,11 @@ pub struct CheckArgs {
     /// Run only the free-running stresses.
     #[arg(long)]
     pub only_free: bool,
+    /// Run only the back-to-back calls of mixed sizes, types, ops and
+    /// algorithms (`--stress-calls`, then 60 of up to four buffers), in
+    /// batches of 50 with no host step between calls, every call checked.
+    #[arg(long)]
+    pub only_stress: bool,
     /// Run only the reduce-scatter and all-gather checks.
     #[arg(long)]
     pub only_scatter_gather: bool,
@@ -51,6 +56,68 @@ pub struct CheckArgs {
     /// group can run), for a quick check of one form.
     #[arg(long, value_delimiter = ',')]
     pub algos: Vec<String>,
+    /// Fail unless every form of ours is checked: the intra-node path up,
+    /// every all-reduce form in the sweep (HCM included, so a world of 4,
+    /// 6 or 8), reduce-scatter and all-gather forced onto ours, the fused
+    /// norm kernel; the summary names the forms and the GPU of each rank
+    /// (for a world of 8 on 4 GPUs, two ranks per GPU).
+    #[arg(
+        long,
+        conflicts_with_all = ["algos", "only_free", "only_stress", "only_norm", "only_scatter_gather", "only_types", "only_symmetric"]
+    )]
+    pub require_forms: bool,
+}
+
+/// Every all-reduce form of ours (`AllReduceAlgo` less NCCL; the enum is
+/// non-exhaustive, so a new form must be added here by hand).
+const FORMS: [AllReduceAlgo; 6] = [
+    AllReduceAlgo::Lamport,
+    AllReduceAlgo::LamportTwoShot,
+    AllReduceAlgo::OneShot,
+    AllReduceAlgo::TwoShot,
+    AllReduceAlgo::Push,
+    AllReduceAlgo::Hcm,
+];
+
+/// For `--require-forms`: an error naming what this group cannot check
+/// (no intra-node path, a form it cannot run), before any call; else the
+/// summary's description of the group (every rank's GPU, gathered).
+fn require_forms(r: &mut Rank, algos: &[Option<AllReduceAlgo>]) -> Result<String> {
+    let Some(intra) = r.comm.intra() else {
+        bail!(
+            "rank {}: --require-forms: no intra-node path ({})",
+            r.rank(),
+            r.comm.intra_reason().unwrap_or("?")
+        );
+    };
+    let topology = intra.topology();
+    let missing: Vec<&str> = FORMS
+        .iter()
+        .filter(|f| !algos.contains(&Some(**f)))
+        .map(|f| f.name())
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "rank {}: --require-forms: this group ({} ranks, {topology:?}) cannot run {}{}",
+            r.rank(),
+            r.world(),
+            missing.join(", "),
+            match intra.hcm_plan() {
+                Err(why) if missing.contains(&"hcm") => format!(" (hcm: {why})"),
+                _ => String::new(),
+            }
+        );
+    }
+    let device = intra.device();
+    let devices: Vec<usize> = r.all_gather(&device)?;
+    let mut distinct = devices.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    Ok(format!(
+        "world {} on {} GPU(s) (rank -> GPU {devices:?}), {topology:?}",
+        r.world(),
+        distinct.len()
+    ))
 }
 
 /// The algorithms `args` asks for, of those the group can run (`None`:
@@ -240,6 +307,28 @@ fn stress<T: DType + NcclType>(
     Ok(())
 }
 
+/// The back-to-back stage: `--stress-calls` calls of up to 70000
+/// elements over the three types, then 60 bf16 calls of up to four
+/// symmetric buffers (returned: their largest length), where every call
+/// runs several chunks in one launch and a block running ahead of its
+/// peers would show any reuse race.
+fn stress_all(
+    r: &mut Rank,
+    args: &CheckArgs,
+    algos: &[Option<AllReduceAlgo>],
+    call: &mut u64,
+    rng: &mut u64,
+) -> Result<usize> {
+    let per_type = args.stress_calls / 3;
+    stress::<bf16>(r, args, algos, per_type, 70_000, call, rng)?;
+    stress::<f16>(r, args, algos, per_type, 70_000, call, rng)?;
+    let rest = args.stress_calls - 2 * per_type;
+    stress::<f32>(r, args, algos, rest, 70_000, call, rng)?;
+    let big = r.comm.intra().map_or(5 << 20, |c| c.buffer_bytes() / 2) * 4;
+    stress::<bf16>(r, args, algos, 60, big, call, rng)?;
+    Ok(big)
+}
+
 /// Captures 10 all-reduces in a CUDA graph and replays it with new inputs.
 fn graph<T: DType + NcclType>(
     r: &mut Rank,
@@ -418,6 +507,30 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         return Ok(());
     }
     let algos = algos(&r, args)?;
+    let forms = if args.require_forms {
+        Some(require_forms(&mut r, &algos)?)
+    } else {
+        None
+    };
+    if args.only_stress {
+        let t0 = std::time::Instant::now();
+        let mut call = 0u64;
+        let mut rng = args.seed;
+        let big = stress_all(&mut r, args, &algos, &mut call, &mut rng)?;
+        println!(
+            "check rank {}/{} ok (back-to-back calls only): {} calls of up to 70000 elements and 60 of up to {big} bf16 elements ({}), every element checked ({:.1} s)",
+            r.rank(),
+            r.world(),
+            args.stress_calls,
+            algos
+                .iter()
+                .map(|a| a.map_or("auto", AllReduceAlgo::name))
+                .collect::<Vec<_>>()
+                .join(", "),
+            t0.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     if args.only_symmetric {
         let t0 = std::time::Instant::now();
         let s = crate::check_symm::run(&mut r, &algos, args.seed)?;
@@ -466,16 +579,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     // bound and two ranks sharing one GPU).
     r.store_barrier()?;
     let mut rng = args.seed;
-    let per_type = args.stress_calls / 3;
-    stress::<bf16>(&mut r, args, &algos, per_type, 70_000, &mut call, &mut rng)?;
-    stress::<f16>(&mut r, args, &algos, per_type, 70_000, &mut call, &mut rng)?;
-    let rest = args.stress_calls - 2 * per_type;
-    stress::<f32>(&mut r, args, &algos, rest, 70_000, &mut call, &mut rng)?;
-    // Messages of up to four symmetric buffers, back to back: every call
-    // runs several chunks in one launch, where a block running ahead of
-    // its peers would show any reuse race.
-    let big = r.comm.intra().map_or(5 << 20, |c| c.buffer_bytes() / 2) * 4;
-    stress::<bf16>(&mut r, args, &algos, 60, big, &mut call, &mut rng)?;
+    stress_all(&mut r, args, &algos, &mut call, &mut rng)?;
     let t_stress = t0.elapsed() - t_sweep;
     r.store_barrier()?;
     graph::<bf16>(&mut r, args, &algos, &mut call)?;
@@ -494,6 +598,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     let t_free = t0.elapsed() - t_sweep - t_stress - t_graph;
     r.store_barrier()?;
     let n = crate::check_norm::run(&mut r, args.seed)?;
+    let norm_fused = n.fused;
     println!(
         "check rank {}: all-reduce + residual + RMSNorm: {} calls ({} fused; {} CUDA-graph replays; every type, hidden 777 to 16384, 1 to 64 rows, as decided and each path forced), every element against the f64 reference, bitwise identical across ranks",
         r.rank(),
@@ -551,6 +656,21 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         );
     }
     println!("check rank {}: {barrier_report}", r.rank());
+    if let Some(group) = forms {
+        // Each part above fails the run on its own (the norm check when
+        // the fused kernel never ran); reaching here is the pass.
+        println!(
+            "check rank {}: every form checked, {group}: all-reduce {} (sweep, back to back, graph{}, symmetric buffers), reduce-scatter and all-gather forced onto ours, fused all-reduce + residual + RMSNorm ({} fused calls)",
+            r.rank(),
+            FORMS.map(AllReduceAlgo::name).join(", "),
+            if args.free_replays > 0 {
+                ", free-running"
+            } else {
+                ""
+            },
+            norm_fused
+        );
+    }
     let _ = &r.ctx;
     Ok(())
 }

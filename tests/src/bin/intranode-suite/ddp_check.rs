@@ -29,11 +29,13 @@
 //! W for a mean; plus, for f16, `2 (W + 1) 2^-25` absolute for subnormal
 //! values (at most 2W + 1 roundings of half the smallest subnormal each).
 
+use std::hash::Hasher;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use cudarc::nccl::NcclType;
+use fnv::FnvHasher;
 use half::{bf16, f16};
 use intranode::ddp::{
     AllReduceHook, CommHook, CompressHook, DeviceBuffer, GradBucket, PlanItem, StatefulHook,
@@ -674,7 +676,7 @@ fn run_hook_case<T: DType + NcclType + DeviceRepr + ValidAsZeroBits>(
     let items: Vec<PlanItem> = numels.iter().map(|&n| PlanItem::new(T::ELEM, n)).collect();
     let plans = plan_buckets(&items, bucket_bytes)?;
     let mut buckets = GradBucket::from_plans(&plans, &shapes, &c.stream)?;
-    let mut fp = 0xcbf2_9ce4_8422_2325u64;
+    let mut fp = FnvHasher::default();
     let mut worst = 0.0f64;
     for _step in 0..2 {
         let call = c.next_call();
@@ -738,7 +740,7 @@ fn run_hook_case<T: DType + NcclType + DeviceRepr + ValidAsZeroBits>(
                 if tol > 0.0 {
                     worst = worst.max(err / tol);
                 }
-                fp = (fp ^ bits(*g) as u64).wrapping_mul(0x0100_0000_01b3);
+                fp.write(&bits(*g).to_le_bytes());
             }
         }
     }
@@ -746,7 +748,7 @@ fn run_hook_case<T: DType + NcclType + DeviceRepr + ValidAsZeroBits>(
         intra.health().check()?;
     }
     Ok(HookOutcome {
-        fingerprint: fp,
+        fingerprint: fp.finish(),
         buckets: buckets.len(),
         worst_error_ratio: worst,
     })

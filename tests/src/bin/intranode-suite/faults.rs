@@ -24,12 +24,14 @@
 
 use std::io::Write as _;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use cudarc::driver::CudaContext;
+use cudarc::driver::{CudaContext, CudaEvent, CudaSlice};
 use half::bf16;
 use intranode::ReduceOp;
+use intranode::Work;
 use intranode::config::CommConfig;
 use intranode::internals::algo::AllReduceAlgo;
 use intranode::internals::comm::IntraNodeComm;
@@ -112,7 +114,7 @@ fn die(rank: usize, phase: Phase) -> Result<()> {
 /// fresh stream and checks what comes back: the context survived.
 pub fn context_works(ctx: &Arc<CudaContext>) -> Result<String> {
     let stream = ctx.new_stream().context("new stream")?;
-    let module = KernelModule::load(ctx).context("loading the kernels again")?;
+    let module = KernelModule::load_unshared(ctx).context("loading the kernels again")?;
     let n = (1usize << 16) + 3;
     let a: Vec<f32> = (0..n).map(|i| (i % 97) as f32).collect();
     let b: Vec<f32> = (0..n).map(|i| (i % 13) as f32 * 0.5).collect();
@@ -173,6 +175,8 @@ pub fn run(args: &FaultArgs) -> Result<()> {
     if matches!(args.phase, Phase::Skip | Phase::Late) {
         return straggler(&mut p, args, algo, &config, victim);
     }
+    // Where the clock started, for the verdict's text.
+    let mut clock = String::new();
     let (err, waited, bound, comm) = match args.phase {
         Phase::Rendezvous => {
             if rank == victim {
@@ -203,31 +207,58 @@ pub fn run(args: &FaultArgs) -> Result<()> {
             warm_up(&p, &comm, algo)?;
             p.stream.synchronize()?;
             comm.health().check()?;
+            // The calls' buffers (1 GB each at the largest size) are made
+            // before the clock starts: the bound is the GPU's, from where
+            // a wait begins, not the host's set-up.
+            let mut buffers = if args.phase == Phase::AllReduce {
+                Some(fault_buffers(&p, args)?)
+            } else {
+                None
+            };
             p.store_barrier()?;
             let start = Instant::now();
-            let launched = if args.phase == Phase::Barrier {
-                if rank == victim {
-                    die(rank, args.phase)?;
+            let (launched, waits_from) = match &mut buffers {
+                None => {
+                    if rank == victim {
+                        die(rank, args.phase)?;
+                    }
+                    (comm.barrier(None, &p.stream), None)
                 }
-                comm.barrier(None, &p.stream).map(drop)
-            } else {
-                queue_all_reduces(&p, &comm, algo, args, rank == victim)
+                Some(buffers) => queue_all_reduces(&p, &comm, algo, rank == victim, buffers),
             };
-            // Bounded: every GPU wait on a peer runs out after `bound`, and
-            // the waits queued behind the first are abandoned at once.
+            // Bounded: every GPU wait on a peer runs out after `bound`,
+            // and `Work::synchronize` reports it when the GPU writes it
+            // (the waits queued behind the first give up on their own).
+            let (reported, reached) = match launched {
+                Ok(work) => synchronize_watching(&work, waits_from.as_ref()),
+                Err(e) => (Err(e), None),
+            };
+            let reported_at = Instant::now();
+            // Everything queued ends before the context is checked.
             p.stream.synchronize().map_err(|e| {
                 anyhow::anyhow!(
                     "faults rank {rank}: FAIL: synchronize after rank {victim} died: {e} (a kernel faulted: the context is unusable)"
                 )
             })?;
-            let err = match launched.and_then(|()| comm.health().check()) {
+            drop(buffers);
+            let err = match reported.and_then(|()| comm.health().check()) {
                 Ok(()) => bail!(
                     "faults rank {rank}: FAIL: no error after rank {victim} died ({} s)",
                     start.elapsed().as_secs_f64()
                 ),
                 Err(e) => e,
             };
-            (err, start.elapsed(), bound, Some(comm))
+            let from = wait_began(start, reached, reported_at, bound);
+            clock = format!(
+                " (measured from {}; {:.3} s after the calls began to be queued)",
+                if from == start {
+                    "the start of the queueing"
+                } else {
+                    "where the stream reached the first call the victim never made"
+                },
+                (reported_at - start).as_secs_f64()
+            );
+            (err, reported_at - from, bound, Some(comm))
         }
     };
 
@@ -246,7 +277,7 @@ pub fn run(args: &FaultArgs) -> Result<()> {
     };
     if waited > bound + slack {
         bail!(
-            "faults rank {rank}: FAIL {}: the error came after {:.3} s, beyond the bound of {:.3} s + {} ms",
+            "faults rank {rank}: FAIL {}: the error came after {:.3} s{clock}, beyond the bound of {:.3} s + {} ms",
             args.phase.name(),
             waited.as_secs_f64(),
             bound.as_secs_f64(),
@@ -264,7 +295,7 @@ pub fn run(args: &FaultArgs) -> Result<()> {
     let context = context_works(&p.ctx)
         .map_err(|e| anyhow::anyhow!("faults rank {rank}: FAIL: after the fault: {e:#}"))?;
     println!(
-        "faults rank {rank}: PASS {} victim {victim}: error after {:.3} s (bound {:.3} s): {err}; {context}",
+        "faults rank {rank}: PASS {} victim {victim}: error after {:.3} s{clock} (bound {:.3} s): {err}; {context}",
         args.phase.name(),
         waited.as_secs_f64(),
         bound.as_secs_f64()
@@ -298,10 +329,17 @@ fn straggler(
         .map(|_| p.stream.alloc_zeros::<bf16>(n))
         .collect::<Result<Vec<_>, _>>()?;
     p.stream.synchronize()?;
+    // The form that runs at this size (a Lamport form hands large
+    // messages to its barrier twin): the one the report must name.
+    let form_run = comm.resolve(algo, intranode::ElemType::Bf16, n);
     p.store_barrier()?;
     let start = Instant::now();
     let mut last = None;
+    let mut last_call_from = None;
     for (k, d_out) in outs.iter_mut().enumerate() {
+        if k + 1 == calls && rank != victim {
+            last_call_from = Some(p.stream.record_event(None)?);
+        }
         if rank == victim && k + 1 == calls {
             if args.phase == Phase::Skip {
                 println!("faults rank {rank}: victim: skipping call {k} of {calls}");
@@ -316,11 +354,12 @@ fn straggler(
         }
         last = Some(comm.all_reduce(&d_in, d_out, ReduceOp::Sum, algo, &p.stream)?);
     }
-    let result = match &last {
-        Some(work) => work.synchronize(),
-        None => Ok(()),
+    let (result, reached) = match &last {
+        Some(work) => synchronize_watching(work, last_call_from.as_ref()),
+        None => (Ok(()), None),
     };
-    let waited = start.elapsed();
+    let reported_at = Instant::now();
+    let waited = reported_at - wait_began(start, reached, reported_at, bound);
     if rank == victim {
         let seen = match &result {
             Ok(()) => "its own calls returned Ok".to_owned(),
@@ -350,10 +389,10 @@ fn straggler(
             form,
             phase: where_,
             ..
-        } if *peer == victim && *form == algo.name() && !where_.is_empty() => {}
+        } if *peer == victim && *form == form_run.name() && !where_.is_empty() => {}
         other => bail!(
             "faults rank {rank}: FAIL {phase}: expected a timeout naming rank {victim} and {}, got: {other}",
-            algo.name()
+            form_run.name()
         ),
     }
     if waited > bound + TIGHT_SLACK {
@@ -403,43 +442,124 @@ fn warm_up(p: &Proc, comm: &IntraNodeComm, algo: AllReduceAlgo) -> Result<()> {
     Ok(())
 }
 
+/// The all-reduce phase's buffers: one input and `args.calls` outputs of
+/// `args.elems` bf16 each, filled and on the device.
+struct FaultBuffers {
+    input: CudaSlice<bf16>,
+    outputs: Vec<CudaSlice<bf16>>,
+}
+
+fn fault_buffers(p: &Proc, args: &FaultArgs) -> Result<FaultBuffers> {
+    let n = args.elems.max(1);
+    let input = p
+        .stream
+        .clone_htod(&data::inputs::<bf16>(2, 0, p.rank(), n))?;
+    let outputs = (0..args.calls.max(1))
+        .map(|_| p.stream.alloc_zeros::<bf16>(n))
+        .collect::<Result<Vec<_>, _>>()?;
+    p.stream.synchronize()?;
+    Ok(FaultBuffers { input, outputs })
+}
+
 /// Queues `args.calls` all-reduces; the victim queues only half of them
 /// and dies at once, while its peers' kernels are in flight: their later
 /// calls wait for a rank that is gone. (A victim that queued them all
 /// would usually finish them before the signal lands, leaving its peers
 /// nothing to notice.) A survivor stops queueing at the first refused call
-/// (the error word is already set) and returns that error.
+/// (the error word is already set) and returns that error; else the last
+/// call's work handle, and an event recorded before the first call the
+/// victim never made (the stream reaches it when a wait on the victim can
+/// begin, at the latest).
 fn queue_all_reduces(
     p: &Proc,
     comm: &IntraNodeComm,
     algo: AllReduceAlgo,
-    args: &FaultArgs,
     victim: bool,
-) -> intranode::Result<()> {
-    let n = args.elems.max(1);
-    let input = data::inputs::<bf16>(2, 0, p.rank(), n);
-    let driver = |source| intranode::Error::Driver {
-        op: "allocating the fault's buffers",
-        device: Some(p.ctx.ordinal()),
-        source,
-    };
-    let d_in = p.stream.clone_htod(&input).map_err(driver)?;
-    let mut outs = Vec::with_capacity(args.calls);
-    for _ in 0..args.calls {
-        outs.push(p.stream.alloc_zeros::<bf16>(n).map_err(driver)?);
-    }
-    p.stream.synchronize().map_err(driver)?;
-    let mine = if victim { args.calls / 2 } else { args.calls };
-    for d_out in outs.iter_mut().take(mine) {
-        comm.all_reduce(&d_in, d_out, ReduceOp::Sum, algo, &p.stream)?;
+    buffers: &mut FaultBuffers,
+) -> (intranode::Result<Work>, Option<CudaEvent>) {
+    let calls = buffers.outputs.len();
+    let mine = if victim { calls / 2 } else { calls };
+    let mut last = None;
+    let mut waits_from = None;
+    for (k, d_out) in buffers.outputs.iter_mut().take(mine).enumerate() {
+        if k == calls / 2 {
+            match p.stream.record_event(None) {
+                Ok(e) => waits_from = Some(e),
+                Err(source) => {
+                    let e = intranode::Error::Driver {
+                        op: "cuEventRecord",
+                        device: Some(p.ctx.ordinal()),
+                        source,
+                    };
+                    return (Err(e), waits_from);
+                }
+            }
+        }
+        match comm.all_reduce(&buffers.input, d_out, ReduceOp::Sum, algo, &p.stream) {
+            Ok(work) => last = Some(work),
+            Err(e) => return (Err(e), waits_from),
+        }
     }
     if victim {
         // Dies with its kernels queued or running; `die` does not return.
-        if let Err(e) = die(p.rank(), Phase::AllReduce) {
-            return Err(intranode::Error::InvalidArgument(e.to_string()));
-        }
+        let e = die(p.rank(), Phase::AllReduce).err();
+        let why = e.map(|e| e.to_string()).unwrap_or_default();
+        return (Err(intranode::Error::InvalidArgument(why)), waits_from);
     }
-    // Dropping the buffers here is safe: cudarc frees them in the
-    // stream's order, after the kernels that use them.
-    Ok(())
+    match last {
+        Some(work) => (Ok(work), waits_from),
+        None => (
+            Err(intranode::Error::InvalidArgument("no call queued".into())),
+            waits_from,
+        ),
+    }
+}
+
+/// Where the failed wait began, at the latest: where the stream passed
+/// the event before the first call the victim never made, if the report
+/// came at least the bound after it (the failed wait was that call's or a
+/// later one's); else an earlier call's wait failed, which began after
+/// `start` (the clock started once the buffers were ready).
+fn wait_began(
+    start: Instant,
+    reached: Option<Instant>,
+    reported_at: Instant,
+    bound: Duration,
+) -> Instant {
+    match reached {
+        Some(t) if t <= reported_at && reported_at - t >= bound => t,
+        _ => start,
+    }
+}
+
+/// `work.synchronize()`, while another thread watches `event` and notes
+/// when the stream passed it: the report, and when a wait that failed
+/// could have begun at the latest (`None`: the event was not passed
+/// before the report, or there is none).
+fn synchronize_watching(
+    work: &Work,
+    event: Option<&CudaEvent>,
+) -> (intranode::Result<()>, Option<Instant>) {
+    let Some(event) = event else {
+        return (work.synchronize(), None);
+    };
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let watcher = s.spawn(|| {
+            loop {
+                match event.try_is_complete() {
+                    Ok(true) => return Some(Instant::now()),
+                    Ok(false) => {}
+                    Err(_) => return None,
+                }
+                if stop.load(Ordering::Relaxed) {
+                    return None;
+                }
+                std::hint::spin_loop();
+            }
+        });
+        let reported = work.synchronize();
+        stop.store(true, Ordering::Relaxed);
+        (reported, watcher.join().unwrap_or(None))
+    })
 }

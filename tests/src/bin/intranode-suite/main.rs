@@ -16,6 +16,8 @@
 //!   `intranode-run`, with the launcher's verdicts checked (run directly).
 //! - `recreate`: communicators created and dropped 50 times; device
 //!   memory, open fds and threads must not grow.
+//! - `module-probe`: one GPU, no launcher: the kernel module loaded and
+//!   unloaded in several ways, free device memory after each (issue 36).
 //! - `soak`: a long run of random checked all-reduces (eager and graphs),
 //!   checked on the GPU, with device memory and fd counts watched.
 //!
@@ -32,6 +34,7 @@ mod check_types;
 mod ddp_check;
 mod faults;
 mod faults_suite;
+mod module_probe;
 mod recreate;
 mod soak;
 
@@ -61,6 +64,8 @@ enum Cmd {
     Soak(soak::SoakArgs),
     /// Communicators created and dropped: nothing may be left behind.
     Recreate(recreate::RecreateArgs),
+    /// One GPU, no launcher: where a kernel module's load/unload loses memory.
+    ModuleProbe(module_probe::ModuleProbeArgs),
 }
 
 fn main() {
@@ -74,6 +79,7 @@ fn main() {
         Cmd::FaultsSuite(args) => faults_suite::run(&args),
         Cmd::Soak(args) => soak::run(&args),
         Cmd::Recreate(args) => recreate::run(&args),
+        Cmd::ModuleProbe(args) => module_probe::run(&args),
     };
     if let Err(e) = result {
         eprintln!("intranode-suite: {e:#}");

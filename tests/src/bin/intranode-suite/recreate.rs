@@ -43,10 +43,58 @@ pub struct RecreateArgs {
     /// How many more threads there may be after the cycles.
     #[arg(long, default_value_t = 2)]
     pub thread_slack: usize,
+    /// Cycles of the public-API variant (issue 36): a new stream per
+    /// cycle, `Communicator::new`, calls of every form's size class (9,
+    /// 50 000 and 2 097 152 f32 elements with auto, 4 Mi forced to the
+    /// push form), drop; judged as the whole cycles are. 0: none.
+    #[arg(long, default_value_t = 20)]
+    pub stream_cycles: usize,
 }
+
+/// Element counts (f32) of the variant's calls, and the form forced (the
+/// push form: auto picks it only on some worlds, `Crossovers::push_min_bytes`).
+const VARIANT_CALLS: [(usize, Option<AllReduceAlgo>); 4] = [
+    (9, None),
+    (50_000, None),
+    (2_097_152, None),
+    (4 << 20, Some(AllReduceAlgo::Push)),
+];
 
 /// One create/drop cycle of a part of a communicator.
 type PieceCycle<'a> = dyn Fn(&mut Proc) -> Result<()> + 'a;
+
+/// Where each open descriptor points (`/proc/self/fd`): a growth is named
+/// by what the new descriptors are (a socket, `/dev/nvidia*`, an eventfd).
+fn fd_targets() -> std::collections::BTreeMap<String, String> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Default::default();
+    };
+    dir.flatten()
+        .map(|e| {
+            let target = std::fs::read_link(e.path())
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|err| format!("({err})"));
+            (e.file_name().to_string_lossy().into_owned(), target)
+        })
+        .collect()
+}
+
+/// The descriptors open in `after` and not in `before`, with their targets.
+fn new_fds(
+    before: &std::collections::BTreeMap<String, String>,
+    after: &std::collections::BTreeMap<String, String>,
+) -> String {
+    let new: Vec<String> = after
+        .iter()
+        .filter(|(fd, target)| before.get(*fd) != Some(*target))
+        .map(|(fd, target)| format!("{fd} -> {target}"))
+        .collect();
+    if new.is_empty() {
+        "none".into()
+    } else {
+        new.join(", ")
+    }
+}
 
 /// What a process holds at one moment.
 #[derive(Clone, Copy, Debug)]
@@ -122,6 +170,7 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
             cycle(&mut p).with_context(|| format!("{name}: warm-up"))?;
             p.store_barrier()?;
             let before = Held::now(&p, name)?;
+            let fds_before = fd_targets();
             for i in 0..args.pieces {
                 cycle(&mut p).with_context(|| format!("{name}: cycle {i}"))?;
             }
@@ -134,6 +183,12 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
                 args.pieces,
                 mib / args.pieces as f64,
             );
+            if fds != 0 {
+                println!(
+                    "recreate rank {rank}: {name} alone: new fds: {}",
+                    new_fds(&fds_before, &fd_targets())
+                );
+            }
         }
     }
 
@@ -226,6 +281,11 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
             pending[0]
         );
     }
+    let variant = if args.stream_cycles > 0 {
+        Some(stream_variant(&mut p, args)?)
+    } else {
+        None
+    };
     ensure!(
         mib <= args.memory_slack_mib as f64,
         "rank {rank}: {} create/drop cycles lost {mib:.1} MiB of device memory (slack {} MiB)",
@@ -251,6 +311,120 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
         pending.len(),
         pending[0]
     );
+    if let Some((mib, fds, threads)) = variant {
+        let what = format!(
+            "{} cycles of a new stream + Communicator::new + calls of every size class + drop",
+            args.stream_cycles
+        );
+        ensure!(
+            mib <= args.memory_slack_mib as f64,
+            "rank {rank}: {what} lost {mib:.1} MiB of device memory (slack {} MiB)",
+            args.memory_slack_mib
+        );
+        ensure!(
+            fds <= args.fd_slack as i64,
+            "rank {rank}: {what} left {fds} more open fds (slack {})",
+            args.fd_slack
+        );
+        ensure!(
+            threads <= args.thread_slack as i64,
+            "rank {rank}: {what} left {threads} more threads (slack {})",
+            args.thread_slack
+        );
+    }
     println!("recreate rank {rank}: PASS");
     Ok(())
+}
+
+/// The public-API variant of issue 36: every cycle a new stream, a
+/// `Communicator` on it, the calls of [`VARIANT_CALLS`] (each checked),
+/// then both dropped. Returns what the cycles after a warm-up one left:
+/// (MiB of device memory lost, fds gained, threads gained).
+fn stream_variant(p: &mut Proc, args: &RecreateArgs) -> Result<(f64, i64, i64)> {
+    let rank = p.rank();
+    let world = p.world();
+    let biggest = VARIANT_CALLS.iter().map(|c| c.0).max().unwrap_or(1);
+    let send = p.stream.clone_htod(&vec![1.0f32; biggest])?;
+    let mut recvs = VARIANT_CALLS
+        .iter()
+        .map(|&(n, _)| p.stream.alloc_zeros::<f32>(n))
+        .collect::<Result<Vec<_>, _>>()?;
+    p.stream.synchronize()?;
+    let op = ReduceOp::Sum.to_nccl();
+    // Where a cycle is, on stderr with the time since the variant began:
+    // a cycle that never ends (the first 4-H100 run timed out in here
+    // with nothing printed) shows its last step.
+    let began = Instant::now();
+    let step = |i: usize, what: &str| {
+        if i < 2 {
+            eprintln!(
+                "recreate rank {rank}: stream cycle {i}: {what} ({:.3} s)",
+                began.elapsed().as_secs_f64()
+            );
+        }
+    };
+    let mut cycle = |p: &mut Proc, i: usize| -> Result<()> {
+        step(i, "new stream");
+        let stream = p.ctx.new_stream()?;
+        let comm = Communicator::new(stream.clone(), p.store.clone(), rank, world)
+            .with_context(|| format!("rank {rank}: stream cycle {i}: Communicator::new"))?;
+        step(i, "communicator made");
+        for (&(n, forced), recv) in VARIANT_CALLS.iter().zip(recvs.iter_mut()) {
+            step(i, &format!("all-reduce of {n} f32"));
+            let sent = send.slice(..n);
+            match forced {
+                Some(algo) if comm.intra().is_some() => {
+                    comm.all_reduce_with(&sent, recv, &op, algo)
+                }
+                _ => comm.all_reduce(&sent, recv, &op),
+            }
+            .with_context(|| format!("stream cycle {i}: all-reduce of {n} f32"))?;
+        }
+        step(i, "synchronize");
+        stream.synchronize()?;
+        step(i, "check");
+        for (&(n, forced), recv) in VARIANT_CALLS.iter().zip(recvs.iter()) {
+            let got = stream.clone_dtoh(recv)?;
+            let want = world as f32;
+            ensure!(
+                got.iter().all(|&x| x == want),
+                "stream cycle {i}: all-reduce of {n} f32 ({}) gave {:?}, want {want}",
+                forced.map_or("auto", |a| a.name()),
+                got.iter().find(|&&x| x != want)
+            );
+        }
+        step(i, "store barrier");
+        p.store_barrier()?;
+        step(i, "drop");
+        drop(comm);
+        drop(stream);
+        eprintln!(
+            "recreate rank {rank}: stream cycle {i} done ({:.3} s)",
+            began.elapsed().as_secs_f64()
+        );
+        Ok(())
+    };
+    cycle(p, 0)?;
+    p.store_barrier()?;
+    let before = Held::now(p, "before the stream cycles")?;
+    let fds_before = fd_targets();
+    for i in 1..=args.stream_cycles {
+        cycle(p, i)?;
+    }
+    p.store_barrier()?;
+    let after = Held::now(p, "after the stream cycles")?;
+    let (mib, fds, threads) = before.growth(&after);
+    println!(
+        "recreate rank {rank}: {} cycles of a new stream + Communicator::new + all-reduces of \
+         9, 50000, 2097152 f32 (auto) and 4194304 f32 (push) + drop: device memory {mib:+.1} MiB \
+         lost, fds {fds:+}, threads {threads:+}",
+        args.stream_cycles
+    );
+    if fds != 0 {
+        println!(
+            "recreate rank {rank}: stream cycles: new fds: {}",
+            new_fds(&fds_before, &fd_targets())
+        );
+    }
+    Ok((mib, fds, threads))
 }

@@ -11,7 +11,7 @@
 //!
 //! Checking without the host in the way: a million calls of up to a few
 //! MiB would move terabytes through the host. Instead the inputs are a
-//! pure function of (seed, call, rank, index) (`kernels_gpu::pattern`), so
+//! pure function of (seed, call, rank, index) (`intranode_kernels_gpu::pattern`), so
 //! a fill kernel writes every call's fresh inputs (and poisons its output
 //! with NaN) and a check kernel recomputes every rank's inputs and counts
 //! the output elements off the expected reduction, into one counter per
@@ -32,8 +32,8 @@ use intranode::ReduceOp;
 use intranode::internals::algo::AllReduceAlgo;
 use intranode::kernels::{DType, ElemType, SoakCall, TestKernelModule};
 use intranode_harness::rank::Rank;
-use kernels_gpu::layout;
-use kernels_gpu::pattern;
+use intranode_kernels_gpu::layout;
+use intranode_kernels_gpu::pattern;
 
 #[derive(clap::Args, Debug)]
 pub struct SoakArgs {

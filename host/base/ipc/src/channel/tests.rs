@@ -1,5 +1,8 @@
 //! Unit tests: threads as ranks, forked and spawned processes as ranks
 //! and as intruders.
+//!
+//! (Over 700 lines: 22 tests, each a whole exchange between real sockets
+//! and processes, sharing the helpers at the top.)
 
 use std::fs::{DirBuilder, File};
 use std::io::{self, Read, Write};
@@ -689,8 +692,9 @@ fn hijacked_default_dir_child() {
     if std::env::var_os(HIJACK_CHILD_ENV).is_none() {
         return;
     }
-    let dir = IpcChannel::default_dir();
     let job = format!("hijack-{}", std::process::id());
+    // Rank 0's choice, published with the job id.
+    let dir = IpcChannel::job_dir(&job);
     let scratch = std::env::temp_dir();
     let bound = with_ranks(&dir, &job, 2, LONG, |ch| {
         let file = marker_file(&scratch, &format!("rank {}", ch.rank()));
@@ -813,4 +817,132 @@ fn sockets_of_dead_jobs_are_removed() {
     assert!(other.exists(), "a file that is not a socket was removed");
     drop(ch);
     drop(live);
+}
+
+/// Set in the child process of [`a_flapping_squat_cannot_split_a_job`].
+const FLAP_CHILD_ENV: &str = "INTRANODE_IPC_FLAP_CHILD";
+
+/// In a process whose temp dir is the test's: a squat on the default
+/// directory when rank 0 chooses, gone when the other ranks bind (issue
+/// 36: each rank decided alone, so such a job split across two
+/// directories and every rank timed out, 7 of 20 jobs). Then killed jobs'
+/// own directories: old and dead ones go, a live one and a young one stay.
+#[test]
+fn flapping_squat_child() {
+    if std::env::var_os(FLAP_CHILD_ENV).is_none() {
+        return;
+    }
+    let default = IpcChannel::default_dir();
+    let parent = default.parent().expect("parent").to_path_buf();
+    let scratch = std::env::temp_dir();
+    let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let age = |p: &Path| {
+        File::open(p)
+            .expect("open dir")
+            .set_modified(old)
+            .expect("set mtime");
+    };
+    let euid = geteuid().as_raw();
+    // A killed job's own directory with its dead socket, one with a live
+    // socket (a job still running), and a young empty one (a job that
+    // is binding right now).
+    let dead = parent.join(format!("intranode-{euid}-killed"));
+    DirBuilder::new().mode(0o700).create(&dead).expect("mkdir");
+    drop(std::os::unix::net::UnixDatagram::bind(dead.join("killed-0.sock")).expect("bind"));
+    age(&dead);
+    let live = parent.join(format!("intranode-{euid}-running"));
+    DirBuilder::new().mode(0o700).create(&live).expect("mkdir");
+    let _held = std::os::unix::net::UnixDatagram::bind(live.join("running-0.sock")).expect("bind");
+    age(&live);
+    let young = parent.join(format!("intranode-{euid}-starting"));
+    DirBuilder::new().mode(0o700).create(&young).expect("mkdir");
+
+    fs::create_dir(&default).expect("squat");
+    fs::set_permissions(&default, fs::Permissions::from_mode(0o777)).expect("chmod");
+    let job = format!("flap-{}", std::process::id());
+    let dir = IpcChannel::job_dir(&job);
+    // The squat goes before any rank binds.
+    fs::remove_dir(&default).expect("unsquat");
+    let bound = with_ranks(&dir, &job, 3, LONG, |ch| {
+        let file = marker_file(&scratch, &format!("rank {}", ch.rank()));
+        let fds = ch.all_gather_fds(file.as_fd()).expect("all_gather_fds");
+        assert_eq!(fds.len(), 3);
+        ch.socket_path().parent().expect("dir").to_path_buf()
+    });
+    println!("chosen {}", dir.display());
+    for b in &bound {
+        println!("bound-in {}", b.display());
+    }
+    println!("own-left-behind {}", dir.exists());
+    println!("dead-left-behind {}", dead.exists());
+    println!("live-left-behind {}", live.exists());
+    println!("young-left-behind {}", young.exists());
+    // A rank handed the default directory while it is squatted is refused,
+    // naming the way out, instead of falling back alone.
+    fs::create_dir(&default).expect("squat again");
+    fs::set_permissions(&default, fs::Permissions::from_mode(0o777)).expect("chmod");
+    let err = IpcChannel::new(&default, &job, 0, 2, LONG).expect_err("squatted default");
+    println!("alone: {err}");
+}
+
+#[test]
+fn a_flapping_squat_cannot_split_a_job() {
+    if std::env::var_os(FLAP_CHILD_ENV).is_some() {
+        return;
+    }
+    let base = TestDir::new("flap");
+    let out = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args([
+            "--exact",
+            "channel::tests::flapping_squat_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(FLAP_CHILD_ENV, "1")
+        .env("TMPDIR", &base.0)
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .expect("run child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let chosen = stdout
+        .lines()
+        .find_map(|l| l.split_once("chosen ").map(|(_, p)| p.to_owned()))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let euid = geteuid().as_raw();
+    assert!(
+        chosen.contains(&format!("intranode-{euid}-flap-")),
+        "rank 0 chose {chosen}"
+    );
+    let bound: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.split_once("bound-in ").map(|(_, p)| p))
+        .collect();
+    assert_eq!(bound.len(), 3, "{stdout}");
+    let canon = fs::canonicalize(&base.0).expect("canon");
+    for b in &bound {
+        assert!(
+            b.starts_with(canon.to_str().expect("utf-8")) && b.contains("-flap-"),
+            "a rank bound in {b}, not the published {chosen}"
+        );
+    }
+    for (what, left) in [
+        ("own", false),
+        ("dead", false),
+        ("live", true),
+        ("young", true),
+    ] {
+        assert!(
+            stdout.contains(&format!("{what}-left-behind {left}")),
+            "{what}: {stdout}"
+        );
+    }
+    assert!(
+        stdout.contains("alone: ") && stdout.contains("IpcChannel::job_dir"),
+        "{stdout}"
+    );
 }

@@ -1,0 +1,231 @@
+use super::*;
+
+#[test]
+fn config_from_vars() {
+    let none = |_: &str| None;
+    assert_eq!(
+        CommConfig::from_vars(none).expect("defaults"),
+        CommConfig::default()
+    );
+    let vars = |name: &str| {
+        Some(
+            match name {
+                ENABLE_ENV => "0",
+                TEST_ENV => "1",
+                ALLOW_OVERLAPPING_ENV => "true",
+                BUFFER_BYTES_ENV => "4096",
+                BACKEND_ENV => "cuda-ipc",
+                DEBUG_ENV => "Detail",
+                BARRIER_TIMEOUT_ENV => " 2500 ",
+                FORCE_ALGO_ENV => "lamport-two-shot",
+                FORCE_BROADCAST_ENV => "nccl",
+                NORM_PATH_ENV => " unfused ",
+                LAMPORT_LAUNCH_ENV => "lamport=8x128",
+                PUSH_LAUNCH_ENV => " blocks=16, slots=8 ",
+                LAUNCH_OVERLAP_ENV => "off",
+                KERNEL_IMAGE_ENV => " PTX ",
+                TIMING_ENV => "1",
+                _ => return None,
+            }
+            .to_owned(),
+        )
+    };
+    let c = CommConfig::from_vars(vars).expect("all set");
+    assert_eq!(
+        c,
+        CommConfig {
+            enabled: false,
+            allow_overlapping_devices: true,
+            force_fully_connected: true,
+            buffer_bytes: 4096,
+            backend: Backend::CudaIpc,
+            debug: DebugLevel::Detail,
+            barrier_timeout_ms: 2500,
+            forced_algo: Some(AllReduceAlgo::LamportTwoShot),
+            forced_broadcast: Some(BroadcastAlgo::Nccl),
+            forced_norm: Some(NormPath::Unfused),
+            crossovers: Crossovers::default(),
+            lamport_shapes: LamportShapes {
+                one_shot: Some(LaunchShape {
+                    max_blocks: 8,
+                    threads: 128
+                }),
+                two_shot: None,
+            },
+            push_shape: PushShape {
+                max_blocks: 16,
+                slots: 8,
+                ..PushShape::default()
+            },
+            launch_overlap: false,
+            kernel_image: KernelImage::Ptx,
+            print_setup_times: true,
+        }
+    );
+    // Empty values mean unset.
+    let empty = |_: &str| Some(String::new());
+    assert_eq!(
+        CommConfig::from_vars(empty).expect("empty"),
+        CommConfig::default()
+    );
+    let auto = |name: &str| (name == NORM_PATH_ENV).then(|| "Auto".to_owned());
+    assert_eq!(CommConfig::from_vars(auto).expect("auto").forced_norm, None);
+    let fused = |name: &str| (name == NORM_PATH_ENV).then(|| "fused".to_owned());
+    assert_eq!(
+        CommConfig::from_vars(fused).expect("fused").forced_norm,
+        Some(NormPath::Fused)
+    );
+}
+
+#[test]
+fn push_shapes_keep_to_the_sms() {
+    let d = PushShape::default();
+    // An H100/H200 (132 SMs) takes the default whole; an A100 (108)
+    // gets one block per SM; nothing else of the shape moves.
+    assert_eq!(d.for_sms(132), d);
+    assert_eq!(
+        d.for_sms(108),
+        PushShape {
+            max_blocks: 108,
+            ..d
+        }
+    );
+    assert_eq!(d.for_sms(0).max_blocks, 1);
+}
+
+#[test]
+fn push_shapes_parse_or_say_why_not() {
+    assert_eq!(PushShape::parse("").unwrap(), PushShape::default());
+    assert_eq!(
+        PushShape::parse("blocks=24,threads=256,chunk=131072,slots=6").unwrap(),
+        PushShape {
+            max_blocks: 24,
+            threads: 256,
+            max_chunk_bytes: 128 << 10,
+            slots: 6,
+            ..PushShape::default()
+        }
+    );
+    assert_eq!(
+        PushShape::parse("slots=3,lookahead=2").unwrap(),
+        PushShape {
+            slots: 3,
+            lookahead: 2,
+            ..PushShape::default()
+        }
+    );
+    assert_eq!(
+        PushShape::parse("blocks=132,scratch=0").unwrap(),
+        PushShape {
+            max_blocks: 132,
+            scratch_bytes: 0,
+            ..PushShape::default()
+        }
+    );
+    for bad in [
+        "blocks",
+        "blocks=0",
+        "blocks=161",
+        "scratch=100",
+        "slots=3,lookahead=3",
+        "lookahead=2",
+        "scratch=2147483648",
+        "threads=48",
+        "threads=1024",
+        "chunk=0",
+        "chunk=100",
+        "slots=1",
+        "slots=17",
+        "warps=4",
+        "blocks=x",
+    ] {
+        let err = PushShape::parse(bad).unwrap_err();
+        assert!(!err.is_empty(), "{bad}");
+    }
+}
+
+#[test]
+fn config_errors_name_the_variable() {
+    for (var, value) in [
+        (ENABLE_ENV, "maybe"),
+        (TEST_ENV, "2"),
+        (ALLOW_OVERLAPPING_ENV, "yes please"),
+        (BUFFER_BYTES_ENV, "0"),
+        (BUFFER_BYTES_ENV, "10MiB"),
+        (BARRIER_TIMEOUT_ENV, "abc"),
+        (BARRIER_TIMEOUT_ENV, "0"),
+        (FORCE_ALGO_ENV, "lamprot"),
+        (FORCE_BROADCAST_ENV, "symm"),
+        (NORM_PATH_ENV, "fuse"),
+        (BUFFER_BYTES_ENV, "4097"),
+        (BUFFER_BYTES_ENV, "-4096"),
+        (BACKEND_ENV, "nvshmem"),
+        (DEBUG_ENV, "verbose"),
+        (LAMPORT_LAUNCH_ENV, "lamport=8"),
+        (LAMPORT_LAUNCH_ENV, "one-shot=8x128"),
+        (LAMPORT_LAUNCH_ENV, "lamport=8x100"),
+    ] {
+        let e =
+            CommConfig::from_vars(|name| (name == var).then(|| value.to_owned())).expect_err(var);
+        assert!(
+            matches!(&e, ConfigError::Invalid { var: v, .. } if *v == var),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains(var) && e.to_string().contains(value),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_tuning_file_that_cannot_be_used_is_an_error() {
+    let missing = "/nonexistent/intranode-crossovers.json";
+    let e = CommConfig::from_vars(|name| (name == TUNING_FILE_ENV).then(|| missing.to_owned()))
+        .expect_err("missing file");
+    assert!(matches!(e, ConfigError::TuningFile { .. }), "{e}");
+    assert!(
+        e.to_string().contains(TUNING_FILE_ENV) && e.to_string().contains(missing),
+        "{e}"
+    );
+
+    let dir = std::env::temp_dir().join(format!("intranode-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, "{not json").expect("write");
+    let e = read_crossovers(&bad).expect_err("bad json");
+    assert!(e.to_string().contains("parsing"), "{e}");
+
+    let mut x = Crossovers::default();
+    x.lamport_max_bytes[2] = 4096;
+    let good = dir.join("good.json");
+    std::fs::write(&good, serde_json::to_string(&x).expect("json")).expect("write");
+    let path = good.to_string_lossy().into_owned();
+    let c = CommConfig::from_vars(|name| (name == TUNING_FILE_ENV).then(|| path.clone()))
+        .expect("good file");
+    assert_eq!(c.crossovers, x);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn lamport_shapes_parse_both_forms() {
+    assert_eq!(LamportShapes::parse(""), Ok(LamportShapes::default()));
+    let s = LamportShapes::parse(" lamport-two-shot=64x256 , lamport=132x64 ").expect("both");
+    assert_eq!(
+        s.two_shot,
+        Some(LaunchShape {
+            max_blocks: 64,
+            threads: 256
+        })
+    );
+    assert_eq!(s.one_shot.map(|s| s.max_blocks), Some(132));
+    for bad in [
+        "lamport",
+        "lamport=0x64",
+        "lamport=1x1024",
+        "lamport=1x48",
+        "nccl=1x64",
+    ] {
+        assert!(LamportShapes::parse(bad).is_err(), "{bad}");
+    }
+}
