@@ -143,23 +143,19 @@ unsafe fn zero_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) {
 /// one store of every Lamport form (the push, the two-shot's scatter and
 /// gather, the reduce-scatter and the all-gather).
 ///
-/// A weak `st.global.v4` (v14; `st.relaxed.sys` before): the data words
-/// are their own flags, each polled with a strong load
-/// (`ld.relaxed.sys`, never from a stale L1 line) until non-zero, and
-/// nothing else is ordered after them, so the stores need no strength of
-/// their own: each 32-bit word lands whole and the poll re-reads until it
-/// does. NCCL's protocols store their data this way too (the flag,
-/// separate, is what they order). Measured on 4 H100 (v14,
-/// docs/perf/v14/NOTES.md, two turns each): the two-shot at 4 MiB on 4
-/// ranks 23.54 -> 23.22 us in both turns, every other Lamport row (64
-/// KiB-16 MiB on 4 and 2 ranks, reduce-scatter, all-gather) within 0.5 %.
+/// A strong `st.relaxed.sys`: the data words are their own flags, polled
+/// with strong loads (`ld.relaxed.sys`), and a strong pair is what the
+/// PTX memory model orders. Weak `st.global.v4` stores were measured in
+/// v14 (docs/perf/v14/NOTES.md, 4 H100, two turns each): the two-shot at
+/// 4 MiB on 4 ranks 23.54 -> 23.22 us, every other Lamport row within
+/// 0.5 %; not worth leaving the model for 1.4 % at one size.
 ///
 /// # Safety
 /// `dst` must be a valid, 16-byte aligned address of a mapped slot.
 #[inline(always)]
 pub unsafe fn put(dst: *mut [u32; 4], v: [u32; 4]) {
     // SAFETY: forwarded from the caller.
-    unsafe { ptx::st_global_v4_u32(dst, v) }
+    unsafe { ptx::st_relaxed_sys_v4_u32(dst, v) }
 }
 
 /// Loads of its input a thread keeps in flight ahead of the vector it
