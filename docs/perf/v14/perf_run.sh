@@ -100,13 +100,13 @@ echo "check-sg rc=$?"
 grep -v "done, last" $OUT/check_sg_w4.log | grep -E "ok|rror|FAIL|wrong|mismatch|panick" | tail -4
 echo "== summary (mean us, graph of 16; x NCCL where the row has it)"
 echo "-- 1. world 4: bytes algo base1 new1 base2 new2"
-awk '{k=$2" "$3; v[k]=v[k]" "$4; if(!(k in o)){o[k]=++n; key[n]=k}} END{for(i=1;i<=n;i++) print key[i] v[key[i]]}' $OUT/mid_w4.txt | sort -k1,1n -k2,2 | column -t
+awk '{k=$2" "$3; v[k]=v[k]" "$4; if(!(k in o)){o[k]=++n; key[n]=k}} END{for(i=1;i<=n;i++) print key[i] v[key[i]]}' $OUT/mid_w4.txt | sort -k1,1n -k2,2
 echo "-- 2. new two-shot by shape: shape bytes mean"
-awk '{print $1, $2, $4}' $OUT/shapes_new_w4.txt | column -t
+awk '{print $1, $2, $4}' $OUT/shapes_new_w4.txt
 echo "-- 3. scatter/gather: what bytes algo mean x_nccl"
-sort -k1,1 -k2,2n $OUT/sg_w4.txt | column -t
+sort -k1,1 -k2,2n $OUT/sg_w4.txt
 echo "-- 4. world 4 push: bytes algo base new"
-awk '{k=$2" "$3; v[k]=v[k]" "$4; if(!(k in o)){o[k]=++n; key[n]=k}} END{for(i=1;i<=n;i++) print key[i] v[key[i]]}' $OUT/push_w4.txt | sort -k1,1n -k2,2 | column -t
+awk '{k=$2" "$3; v[k]=v[k]" "$4; if(!(k in o)){o[k]=++n; key[n]=k}} END{for(i=1;i<=n;i++) print key[i] v[key[i]]}' $OUT/push_w4.txt | sort -k1,1n -k2,2
 echo "-- 5. world 2: bytes algo base new"
-awk '{k=$2" "$3; v[k]=v[k]" "$4; if(!(k in o)){o[k]=++n; key[n]=k}} END{for(i=1;i<=n;i++) print key[i] v[key[i]]}' $OUT/w2.txt | sort -k1,1n -k2,2 | column -t
+awk '{k=$2" "$3; v[k]=v[k]" "$4; if(!(k in o)){o[k]=++n; key[n]=k}} END{for(i=1;i<=n;i++) print key[i] v[key[i]]}' $OUT/w2.txt | sort -k1,1n -k2,2
 echo "== done"

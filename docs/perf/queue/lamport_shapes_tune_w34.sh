@@ -1,16 +1,19 @@
 #!/bin/bash
-# v14 run 1 (issue 34, items 2 and 5): measurements on the base build
-# (main 46eeda2, bundle-base/) that the next version is tuned from.
+# Queued (issue 34, items 2 and 5; written for v14, not run: the session's
+# device time went to docs/perf/v14/perf_run.sh). On a 4-GPU machine:
 #   1. the Lamport launch shapes at world 4 (INTRANODE_LAMPORT_LAUNCH, the
 #      same shape for the one-shot and the two-shot), 64 KiB-16 MiB,
-#      NCCL and the default shape in the first run;
+#      NCCL and the default shape in the first run: whether the rule of
+#      NOTE [lamport launch shape] (tuned on H200) holds on 4 ranks;
 #   2. bench --tune at world 3 (GPUs 0-2) and world 4, to 256 MiB, every
-#      form (push forced too): the crossovers per world size.
-# Usage, from the repo root: OUT=DIR [BASE=bundle-base] bash docs/perf/v14/sweep1.sh
-# Writes at most 7 files under $OUT; prints a compact table last.
+#      form (push forced too): the crossovers per world size for
+#      host/src/algo.rs (world 3 was never measured).
+# Usage, from the repo root with the bundle (`cargo xtask device-bundle`)
+# in bundle/:  OUT=DIR [BASE=bundle] bash docs/perf/queue/lamport_shapes_tune_w34.sh
+# Writes 7 files under $OUT; prints a compact table last (about 5 minutes).
 set -u
 : "${OUT:?set OUT}"
-BASE=${BASE:-bundle-base}
+BASE=${BASE:-bundle}
 export NCCL_NVLS_ENABLE=0
 unpack() {
     mkdir -p "$2"
@@ -58,7 +61,7 @@ cp /tmp/tune-w4/*.csv $OUT/tune_w4.csv 2>/dev/null
 echo "== summary: shape bytes algo mean_us (x_nccl in the default rows)"
 sort -k3,3 -k2,2n -k4,4n $OUT/shapes_w4.txt | awk '{printf "%-8s %9s %-17s %8s %s\n", $1, $2, $3, $4, $5}'
 echo "== tune w3 (bytes algo mean_us x_nccl)"
-rows $OUT/tune_w3.log | awk '$1 >= 65536' | column -t | head -80
+rows $OUT/tune_w3.log | awk '$1 >= 65536' | head -80
 echo "== crossovers"
 cat $OUT/crossovers_w3.json $OUT/crossovers_w4.json 2>/dev/null | tr -d ' \n'; echo
 echo "== done"
