@@ -10,7 +10,7 @@
 #      scatter/gather checks of the
 #      merged kernels (push in one pass, scatter/gather past a slot);
 #   4. faults-suite: the 16 MiB cases (a peer that dies, one that skips).
-# Usage: OUT=DIR bash docs/perf/v14/final.sh   (about 4.5 minutes at most)
+# Usage: OUT=DIR bash docs/perf/v14/final.sh   (about 4 minutes at most)
 set -u
 : "${OUT:?set OUT}"
 export NCCL_NVLS_ENABLE=0 INTRANODE_REQUIRE_GPUS=4
@@ -23,20 +23,20 @@ done
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1
 R="$N/intranode-run --failure-wait-secs 5"
 echo "== 1. recreate, world 4"
-timeout 65 $R --nproc-per-node 4 --timeout 60 -- $N/intranode-suite recreate --cycles 10 --pieces 3 \
+timeout 55 $R --nproc-per-node 4 --timeout 50 -- $N/intranode-suite recreate --cycles 10 --pieces 3 \
     --stream-cycles 10 --memory-slack-mib 2 --fd-slack 0 --thread-slack 0 >$OUT/recreate_w4.log 2>&1
 echo "rc=$?"
 grep -E "^\[0\].*(alone|cycles of|new fds|PASS)|rror" $OUT/recreate_w4.log | cut -c1-260 | head -10
 for pdl in 1 0; do
     echo "== 2. world 8 on 4 GPUs, back to back, launch overlap $pdl"
     INTRANODE_LAUNCH_OVERLAP=$pdl INTRANODE_ALLOW_OVERLAPPING_DEVICES=1 INTRANODE_BARRIER_TIMEOUT_MS=5000 \
-        timeout 50 $R --nproc-per-node 8 --gpus 0,0,1,1,2,2,3,3 --timeout 45 -- \
+        timeout 42 $R --nproc-per-node 8 --gpus 0,0,1,1,2,2,3,3 --timeout 38 -- \
         $N/intranode-suite check --only-stress --stress-calls 300 >$OUT/eight_stress_pdl$pdl.log 2>&1
     echo "rc=$?"
     grep -v "done, last" $OUT/eight_stress_pdl$pdl.log | grep -E "^\[0\] check|never came|rror|FAIL" | cut -c1-220 | head -4
 done
 echo "== 3. world 4, back to back and scatter/gather"
-INTRANODE_BARRIER_TIMEOUT_MS=5000 timeout 40 $R --nproc-per-node 4 --timeout 35 -- \
+INTRANODE_BARRIER_TIMEOUT_MS=5000 timeout 30 $R --nproc-per-node 4 --timeout 26 -- \
     $N/intranode-suite check --only-stress --stress-calls 600 >$OUT/stress_w4.log 2>&1
 echo "rc=$?"
 grep -v "done, last" $OUT/stress_w4.log | grep -E "^\[0\] check|rror|FAIL|wrong" | cut -c1-220 | head -3
@@ -48,7 +48,7 @@ timeout 30 $R --nproc-per-node 4 --timeout 25 -- $N/intranode-suite check --only
 echo "rc=$?"
 grep -E "^\[0\] check|rror|FAIL" $OUT/sg_w4.log | cut -c1-200 | head -3
 echo "== 4. faults-suite, the 16 MiB cases"
-timeout 50 $N/intranode-suite faults-suite --nproc 4 --only "16 MiB" >$OUT/faults_16mib_w4.log 2>&1
+timeout 40 $N/intranode-suite faults-suite --nproc 4 --only "16 MiB" >$OUT/faults_16mib_w4.log 2>&1
 echo "rc=$?"
 grep -E "^faults-suite: (PASS|FAIL)|cases failed" $OUT/faults_16mib_w4.log | cut -c1-200
 echo "== done ($SECONDS s)"
