@@ -1,4 +1,10 @@
 //! [`TcpStore`]: the client side of the TCP store.
+//!
+//! (Over 700 lines: one client type whose every call shares the
+//! connection, the login and the one per-call deadline that bounds it
+//! (handshake, request, reply); the unit tests of those deadlines and of
+//! the reply cap sit beside them. Split, each half would need the other's
+//! private connection state.)
 
 use std::fmt;
 use std::io::{self, Read, Write};
