@@ -27,7 +27,8 @@
 # or intranode-run.gz and intranode-suite.gz of this branch) in bundle/,
 # on a machine with 4 or more GPUs:  OUT=DIR docs/perf/v14/eight_ranks.sh
 # Writes $OUT/stress_pdl.log, stress_nopdl.log, norm.log, sg.log,
-# free.log, symm.log. Under 5 minutes.
+# free.log, symm.log. Under 5 minutes (STRESS_SECS, default 70, bounds
+# each back-to-back part; TOTAL_SECS, default 285, the whole run).
 set -u
 : "${OUT:?set OUT}"
 export NCCL_NVLS_ENABLE=0 INTRANODE_REQUIRE_GPUS=4 INTRANODE_ALLOW_OVERLAPPING_DEVICES=1
@@ -54,13 +55,13 @@ part() {
     echo "rc=$?"
     grep -v "done, last" "$OUT/$name.log" | grep -E "^\[0\] check|FAIL|rror|wrong|panick|never came" | head -10
 }
-part stress_pdl 70 --only-stress --stress-calls 300
+part stress_pdl ${STRESS_SECS:-70} --only-stress --stress-calls 300
 EXTRA=INTRANODE_LAUNCH_OVERLAP=0
-part stress_nopdl 70 --only-stress --stress-calls 300
+part stress_nopdl ${STRESS_SECS:-70} --only-stress --stress-calls 300
 EXTRA=
 part norm 60 --only-norm
 part sg 40 --only-scatter-gather
 part free 40 --only-free --free-replays 2
-left=$((285 - SECONDS))
+left=$((${TOTAL_SECS:-285} - SECONDS))
 [ "$left" -gt 30 ] && part symm "$left" --only-symmetric
 echo "== done ($SECONDS s)"
