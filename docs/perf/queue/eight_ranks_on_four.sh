@@ -8,8 +8,6 @@
 # The first world-8 run (docs/perf/v14/eight-h100x4/check_w8_on4.log) did
 # report a real barrier timeout in that stage (ranks a call apart), which
 # is what this run is to settle: launch overlap on, then off.
-# v14 (issue 34, item 7): our forms at world 8 on 4 GPUs, two ranks per
-# GPU (rank r on GPU r/2; `GPUS=0,1,2,3,0,1,2,3` for the other layout),
 # Usage, from the repo root with the bundle in bundle/ (intranode-run.gz and
 # intranode-suite.gz at least), on a machine with 4 or more GPUs:
 #   OUT=DIR bash docs/perf/queue/eight_ranks_on_four.sh
