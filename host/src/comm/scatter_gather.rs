@@ -100,7 +100,7 @@ impl IntraNodeComm {
     /// [`scatter_gather`](Self::scatter_gather) over raw addresses, with
     /// `shard` elements per rank. A shard larger than a Lamport slot
     /// ([`scatter_gather_max_shard_bytes`]) runs as several calls, each
-    /// over the same slice of every shard ([`shard_slices`]).
+    /// over the same slice of every shard (`shard_slices`).
     ///
     /// # Safety
     /// `input` and `output` must be device memory of this comm's device,
