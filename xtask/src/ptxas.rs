@@ -69,14 +69,18 @@ const MAX_REGISTERS: u32 = intranode_ptx_builder::MAX_REGISTERS_PER_THREAD;
 
 /// Spills the register bound costs where the kernels need more: `(arch,
 /// kernel, most stack + spill bytes)`. Without the bound these sm_80
-/// kernels take 148, 157 and 146 registers and a 512-thread launch of
-/// them fails on an A100; with it ptxas keeps them at 128 and spills to
-/// local memory (cached in L1), a cost no A100 has measured. Any other
+/// kernels need more than 128 registers and a 512-thread launch of them
+/// fails on an A100; with it ptxas keeps them at 128 and spills to local
+/// memory (cached in L1), a cost no A100 has measured. The push form's
+/// one-pass loop (v14: push of tile t+D and copy-out of tile t-D together)
+/// raised the w7/w8 figures and added the f16/bf16 w8 ones. Any other
 /// spill, or more bytes, fails the check (docs/RELEASE.md).
 const ALLOWED_SPILLS: &[(&str, &str, u32)] = &[
-    ("sm_80", "two_shot_f32_w4", 16 + 48 + 96),
-    ("sm_80", "push_f32_w8", 40 + 152 + 184),
-    ("sm_80", "push_f32_w7", 8 + 8 + 16),
+    ("sm_80", "two_shot_f32_w4", 16 + 144),
+    ("sm_80", "push_f32_w8", 64 + 520),
+    ("sm_80", "push_f32_w7", 16 + 32),
+    ("sm_80", "push_f16_w8", 56 + 448),
+    ("sm_80", "push_bf16_w8", 56 + 448),
 ];
 
 /// One kernel's resources as `ptxas -v` reports them.
