@@ -1,5 +1,5 @@
 //! The steps of a transformer decode layer besides the GEMMs, the norms
-//! ([`crate::norm`]) and the all-reduces: SiLU x mul of the MLP, and the
+//! (`norm`) and the all-reduces: SiLU x mul of the MLP, and the
 //! fill of the decode benchmark's random tensors.
 //!
 //! - `silu_mul_<t>(gate_up, out, rows, cols)`: `out[r][j] =

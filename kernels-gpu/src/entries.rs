@@ -1,6 +1,12 @@
 //! The one table of the kernels' entry points, compiled for the host and
 //! the GPU alike.
 //!
+//! (Over 700 lines: the table and both sides made from it, the GPU's entry
+//! points and the host's typed keys, are one contract and change together;
+//! about 100 lines are the tests that hold the table and the names
+//! together. If it grows, the host side (module `table`) is the seam for
+//! a file of its own.)
+//!
 //! [`kernel_table!`] names every kernel family of the production PTX once:
 //! its name (prefix and suffix), element types, world sizes, the argument
 //! types it takes, whether it starts by waiting on the previous kernel
@@ -79,7 +85,7 @@ macro_rules! kernel_table {
                 /// Hybrid cube mesh: one-shot within each half, then a swap
                 /// with the relay.
                 Hcm = "hcm" "", [Bf16 F16 F32], [4 6 8], collective(hcm, group);
-                /// Barrier-free one-shot (NOTE [lamport] in `lamport.rs`).
+                /// Barrier-free one-shot (NOTE \[lamport\] in `lamport.rs`).
                 Lamport = "lamport" "", [Bf16 F16 F32], [2 3 4 5 6 7 8], collective(lamport, world);
                 /// Barrier-free two-shot (NOTE [lamport two-shot]).
                 LamportTwoShot = "lamport2" "", [Bf16 F16 F32], [2 3 4 5 6 7 8], collective(lamport2, world);
@@ -94,39 +100,49 @@ macro_rules! kernel_table {
             }
             /// Broadcast through the root's symmetric buffer.
             Broadcast (BroadcastParams) world overlapped {
+                /// The root's bytes to every rank, through its buffer.
                 Broadcast = "broadcast" "", [], [2 3 4 5 6 7 8], broadcast(broadcast);
             }
             /// The Lamport one-shot all-reduce with the residual add and
             /// RMSNorm folded in (NOTE [fused norm] in `fused_norm.rs`).
             FusedNorm (FusedNormParams) elem_world overlapped {
+                /// Sum the ranks' partial sums, add the residual, normalize:
+                /// one launch in place of an all-reduce and a norm.
                 FusedNorm = "lamport_rmsnorm" "", [Bf16 F16 F32], [2 3 4 5 6 7 8], fused_norm(lamport_rmsnorm);
             }
             /// RMSNorm, alone or after a residual add, one warp per row.
             Norm (NormParams) elem plain {
+                /// `residual += input`, then the RMSNorm of the new residual.
                 ResidualRmsNorm = "residual_rmsnorm" "", [Bf16 F16 F32], [], norm(residual_rmsnorm, true);
                 /// `p.residual` is not read: the norm of the input alone.
                 RmsNorm = "rmsnorm" "", [Bf16 F16 F32], [], norm(residual_rmsnorm, false);
             }
             /// `silu_mul_<e>(gate_up, out, rows, cols)`.
             SiluMul (u64, u64, usize, usize) elem plain {
+                /// `silu(gate) * up` over the two halves of each gate-up row.
                 SiluMul = "silu_mul" "", [Bf16 F16 F32], [], silu_mul(silu_mul);
             }
             /// `add_<e>(a, b, out, n)`.
             Add (u64, u64, u64, usize) elem plain {
+                /// `out[i] = a[i] + b[i]`: the GPU smoke test's kernel.
                 Add = "add" "", [Bf16 F16 F32], [], by_hand;
             }
             /// `axpy_f32(y, x, a, n)`.
             Axpy (u64, u64, f32, usize) unit plain {
+                /// `y[i] += a * x[i]` in f32: the example's optimizer step.
                 AxpyF32 = "axpy_f32" "", [], [], by_hand;
             }
             /// f32 to and from the 16-bit types: `cast_f32_<e>(src, dst, n)`
             /// and `cast_<e>_f32(src, dst, n)`.
             Cast (u64, u64, usize) elem plain {
+                /// f32 to the 16-bit type, rounded to nearest even.
                 CastFromF32 = "cast_f32" "", [Bf16 F16], [], by_hand;
+                /// The 16-bit type to f32 (exact).
                 CastToF32 = "cast" "_f32", [Bf16 F16], [], by_hand;
             }
             /// An explicit barrier among some ranks, one block.
             Barrier (BarrierParams) unit overlapped {
+                /// Every rank of `rank_mask` waits for the others' arrival.
                 Barrier = "barrier" "", [], [], by_hand;
             }
         }
@@ -312,8 +328,11 @@ mod table {
     /// Element types, as kernel names spell them.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Elem {
+        /// bfloat16 (`bf16`): 8 exponent bits, 7 mantissa bits.
         Bf16,
+        /// IEEE half precision (`f16`).
         F16,
+        /// IEEE single precision (`f32`).
         F32,
     }
 
@@ -525,8 +544,11 @@ mod table {
     /// and world size (each `None` where the family's names have none).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub struct Kernel {
+        /// The table row: its name's prefix and suffix, its launch.
         pub family: Family,
+        /// The element type in its name (`_bf16`), if the family has one.
         pub elem: Option<Elem>,
+        /// The world size in its name (`_w4`), if the family has one.
         pub world: Option<usize>,
     }
 

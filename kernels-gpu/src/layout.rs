@@ -12,7 +12,7 @@
 //! form's counters, each written by one source rank (NOTE [push
 //! all-reduce] in `push.rs`). From [`LAMPORT_OFFSET_BYTES`] on lie the Lamport
 //! buffers, which every peer stores data into and rank `r` polls and
-//! zeroes (NOTE [lamport] in `lamport.rs`). Every word starts at zero (the
+//! zeroes (NOTE \[lamport\] in `lamport.rs`). Every word starts at zero (the
 //! allocator zero-fills pads).
 
 /// Ranks of one group at most (seed kMaxDevices).
@@ -37,7 +37,7 @@ pub const SLOT_START: usize = 0;
 /// barrier with the relay.
 pub const SLOT_MID: usize = 1;
 /// Slot named in a timeout report of the Lamport forms, which wait on
-/// data, not on flags (NOTE [lamport] in `lamport.rs`). Its flags serve
+/// data, not on flags (NOTE \[lamport\] in `lamport.rs`). Its flags serve
 /// the end barrier of the one-shot on a symmetric input ([`SLOT_END`]),
 /// which the Lamport forms never write.
 pub const SLOT_LAMPORT: usize = 2;
@@ -96,7 +96,7 @@ pub const PUSH_TILES_DONE: usize = PUSH_COUNTERS + 3 * MAX_BLOCKS * MAX_RANKS;
 /// Smallest signal pad, in bytes, that holds the flags and counters.
 pub const SIGNAL_PAD_MIN_BYTES: usize = (PUSH_TILES_DONE + MAX_BLOCKS) * 4;
 
-/// Byte offset in a signal pad of the Lamport buffers (NOTE [lamport] in
+/// Byte offset in a signal pad of the Lamport buffers (NOTE \[lamport\] in
 /// `lamport.rs`), past the flags and counters.
 pub const LAMPORT_OFFSET_BYTES: usize = 64 << 10;
 /// Lamport buffers per pad: calls alternate between them.
@@ -157,14 +157,16 @@ pub const fn lamport2_max_bytes(world: usize) -> usize {
     world * lamport2_slot_bytes(world)
 }
 
-/// Reduction operators (`AllReduceParams::op`).
+/// Reduction operators (`AllReduceParams::op`): the sum.
 pub const OP_SUM: u32 = 0;
 /// Sum, then times `1 / world`.
 pub const OP_AVG: u32 = 1;
+/// The least of the ranks' elements.
 pub const OP_MIN: u32 = 2;
+/// The greatest of the ranks' elements.
 pub const OP_MAX: u32 = 3;
 
-/// `ErrorWord::code` values.
+/// `ErrorWord::code` values: no wait has failed (the word as allocated).
 pub const ERR_NONE: u32 = 0;
 /// A bounded wait on a peer's flag ran out.
 pub const ERR_BARRIER_TIMEOUT: u32 = 1;
@@ -175,27 +177,42 @@ pub const ERR_BARRIER_TIMEOUT: u32 = 1;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ErrorWord {
+    /// [`ERR_NONE`], or why a wait failed ([`ERR_BARRIER_TIMEOUT`]);
+    /// written last, with release, so the fields are whole once it is set.
     pub code: u32,
     /// The rank whose flag never came.
     pub peer: u32,
+    /// The GPU block (`%ctaid.x`) whose wait ran out.
     pub block: u32,
+    /// The barrier slot it waited on (`SLOT_*`; [`SLOT_LAMPORT`] and
+    /// [`SLOT_PUSH`] for the waits on data and counters).
     pub slot: u32,
     /// The waiting rank.
     pub rank: u32,
     /// The collective that waited (`FORM_*`).
     pub form: u32,
+    /// Unused, zero: keeps the word at 32 bytes.
     pub _pad: [u32; 2],
 }
 
-/// `ErrorWord::form`: which collective's wait ran out.
+/// `ErrorWord::form`: which collective's wait ran out. The one-shot
+/// all-reduce (`all_reduce.rs`).
 pub const FORM_ONE_SHOT: u32 = 1;
+/// The two-shot all-reduce (`all_reduce.rs`).
 pub const FORM_TWO_SHOT: u32 = 2;
+/// The hybrid cube mesh all-reduce (`all_reduce.rs`, NOTE [hcm groups]).
 pub const FORM_HCM: u32 = 3;
+/// The Lamport one-shot all-reduce (`lamport.rs`).
 pub const FORM_LAMPORT: u32 = 4;
+/// The Lamport two-shot all-reduce (`lamport.rs`).
 pub const FORM_LAMPORT_TWO_SHOT: u32 = 5;
+/// The broadcast (`broadcast.rs`).
 pub const FORM_BROADCAST: u32 = 6;
+/// The explicit barrier kernel (`barrier()`).
 pub const FORM_BARRIER: u32 = 7;
+/// The reduce-scatter made of the Lamport two-shot's first hop.
 pub const FORM_REDUCE_SCATTER: u32 = 8;
+/// The all-gather made of the Lamport two-shot's second hop.
 pub const FORM_ALL_GATHER: u32 = 9;
 /// The fused all-reduce + residual + RMSNorm (`fused_norm.rs`).
 pub const FORM_FUSED_NORM: u32 = 10;
@@ -258,6 +275,7 @@ pub struct AllReduceParams {
     /// larger than a Lamport slot into several calls, each over a slice
     /// of every shard.
     pub shard_stride_elems: u64,
+    /// This rank: its index in `bufs` and `pads`.
     pub rank: u32,
     /// One of the `OP_*` codes.
     pub op: u32,
@@ -293,11 +311,16 @@ pub struct AllReduceParams {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BarrierParams {
+    /// Every rank's signal pad, mapped into this process (entries of ranks
+    /// outside `rank_mask` are not read).
     pub pads: [u64; MAX_RANKS],
     /// Bit `r` set when rank `r` takes part.
     pub rank_mask: u32,
+    /// This rank: its index in `pads`.
     pub rank: u32,
+    /// Bound of every wait on a peer, in nanoseconds of `%globaltimer`.
     pub timeout_ns: u64,
+    /// Host-mapped [`ErrorWord`].
     pub error: u64,
     /// As [`AllReduceParams::abort`].
     pub abort: u64,
@@ -310,7 +333,9 @@ pub struct BarrierParams {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BroadcastParams {
+    /// Every rank's symmetric buffer, mapped into this process.
     pub bufs: [u64; MAX_RANKS],
+    /// Every rank's signal pad, mapped into this process.
     pub pads: [u64; MAX_RANKS],
     /// The caller's buffer (any alignment): read on the root, written on
     /// every other rank.
@@ -325,6 +350,7 @@ pub struct BroadcastParams {
     pub error: u64,
     /// As [`AllReduceParams::abort`].
     pub abort: u64,
+    /// This rank: its index in `bufs` and `pads`.
     pub rank: u32,
     /// The rank whose bytes everyone receives.
     pub root: u32,
@@ -345,9 +371,15 @@ pub struct NormParams {
     pub weight: u64,
     /// `rows x hidden` elements.
     pub output: u64,
+    /// Rows (tokens) to normalize, one warp each.
     pub rows: u64,
+    /// Elements of a row: the length of the mean and of `weight`.
     pub hidden: u64,
+    /// Added to the mean of squares before `rsqrt`, so a zero row stays
+    /// finite.
     pub eps: f32,
+    /// Unused, zero: the tail padding as a field, so every byte copied
+    /// into the launch's parameters is initialized.
     pub _pad: u32,
 }
 
@@ -360,6 +392,7 @@ pub struct NormParams {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct FusedNormParams {
+    /// The all-reduce's part: the Lamport one-shot's parameters, as above.
     pub ar: AllReduceParams,
     /// `rows x hidden` elements, updated in place.
     pub residual: u64,
@@ -367,9 +400,13 @@ pub struct FusedNormParams {
     pub weight: u64,
     /// `rows x hidden` elements: the normed output.
     pub normed: u64,
+    /// Rows (tokens): `ar.elems / hidden`.
     pub rows: u64,
+    /// Elements of a row: the length of the mean and of `weight`.
     pub hidden: u64,
+    /// Added to the mean of squares before `rsqrt`, as [`NormParams::eps`].
     pub eps: f32,
+    /// Unused, zero: the tail padding as a field, as in [`NormParams`].
     pub _pad: u32,
 }
 

@@ -1,42 +1,44 @@
 //! GPU kernels of intranode, written in `no_std` Rust and compiled by
 //! rustc's NVPTX back end to PTX (`cargo xtask build-ptx`).
 //!
-//! Layout:
-//! - [`ptx`]: the only inline PTX of the crate, as small named functions
+//! Layout (the linked modules are built for the host too, and documented
+//! here; the others exist only in the nvptx64 build, where the kernels
+//! live):
+//! - `ptx`: the only inline PTX of the crate, as small named functions
 //!   (acquire/release flags, fences, 16-byte vector accesses, conversions,
 //!   `%globaltimer`). Each one's instruction and scope is checked by a test
 //!   on the emitted PTX (`host/tests/ptx_scopes.rs`).
 //! - [`math`]: index and chunk arithmetic, plain functions shared with the
 //!   host (and unit-tested there).
-//! - [`elem`]: element types (bf16, f16, f32) as packed 16-byte vectors,
+//! - `elem`: element types (bf16, f16, f32) as packed 16-byte vectors,
 //!   widened to f32 for arithmetic.
-//! - [`sync`]: the peer barriers and flags over signal pads, with bounded
+//! - `sync`: the peer barriers and flags over signal pads, with bounded
 //!   waits.
-//! - [`prims`]: the device primitives the collectives are made of (the
+//! - `prims`: the device primitives the collectives are made of (the
 //!   rank-order reduction, the 4-in-flight strided copy, the Lamport
 //!   buffers' call set-up, push, wait and zeroing, the norm's row ops):
 //!   one floor below every collective, which import only downwards.
-//! - [`all_reduce`]: one-shot, two-shot and HCM all-reduce; [`lamport`]:
+//! - `all_reduce`: one-shot, two-shot and HCM all-reduce; `lamport`:
 //!   the barrier-free one-shot and two-shot, and the reduce-scatter and
-//!   all-gather made of the two-shot's hops; [`push`]: the large-message
+//!   all-gather made of the two-shot's hops; `push`: the large-message
 //!   form (every link byte a store, reduce-scatter and all-gather merged
 //!   per chunk, rings of slots per block and peer).
-//! - [`elementwise`]: the first kernels (`add_*`), used by the GPU smoke test,
+//! - `elementwise`: the first kernels (`add_*`), used by the GPU smoke test,
 //!   and `axpy_f32` (the example's optimizer step).
-//! - [`broadcast`]: broadcast over symmetric memory, sharing the call count
+//! - `broadcast`: broadcast over symmetric memory, sharing the call count
 //!   and halves with the all-reduce kernels.
-//! - [`cast`]: f32 to and from bf16/f16, for gradient compression.
+//! - `cast`: f32 to and from bf16/f16, for gradient compression.
 //! - [`pattern`]: the soak's input pattern and expected outputs (shared
 //!   with the host); `soak`: its fill and check kernels.
-//! - [`norm`]: RMSNorm, alone or after a residual add (the tail of an
-//!   all-reduce); [`fused_norm`]: the Lamport one-shot all-reduce,
+//! - `norm`: RMSNorm, alone or after a residual add (the tail of an
+//!   all-reduce); `fused_norm`: the Lamport one-shot all-reduce,
 //!   residual add and RMSNorm in one kernel (NOTE [fused norm]).
 //! - [`decode`]: the rest of a decode layer's elementwise steps (SiLU x
 //!   mul) and the decode benchmark's random fill ([`decode::uniform`],
 //!   shared with the host; its kernel is a test kernel).
 //! - `timing`: the benchmark's per-call stamps and spins, and the probe
-//!   of what polling costs (NOTE [abandoned waits] in [`sync`]); `probes`:
-//!   one kernel per ordering function of [`ptx`], for the test of their
+//!   of what polling costs (NOTE [abandoned waits] in `sync`); `probes`:
+//!   one kernel per ordering function of `ptx`, for the test of their
 //!   scopes.
 //! - [`entries`]: the one list of the kernels' entry points, which the
 //!   kernels take their names from and the host builds its kernel table
@@ -58,6 +60,10 @@
 //! loaded without a linker), so no bounds-checked indexing, no panicking
 //! arithmetic and no formatting appear on kernel paths.
 #![cfg_attr(not(test), no_std)]
+// On both targets: the host build (docs.rs, `cargo xtask doc`) checks the
+// shared modules, the nvptx64 builds (`build-ptx`, CI's kernel clippy)
+// the kernels' own.
+#![deny(missing_docs)]
 #![cfg_attr(
     target_arch = "nvptx64",
     feature(abi_ptx, stdarch_nvptx, asm_experimental_arch)

@@ -74,7 +74,7 @@ pub const fn lamport_sign_bits(elem_bytes: usize) -> u32 {
     }
 }
 
-/// The Lamport encoding of one 32-bit word (NOTE [lamport] in
+/// The Lamport encoding of one 32-bit word (NOTE \[lamport\] in
 /// `lamport.rs`): every -0.0 lane becomes +0.0, then the sign bits flip,
 /// so no encoded word is zero (zero means "not arrived").
 pub const fn lamport_encode_word(word: u32, elem_bytes: usize) -> u32 {
@@ -158,9 +158,11 @@ pub const fn push_peer_index(src: u32, me: u32) -> u32 {
 }
 
 /// The two rings of the push form in a symmetric buffer: the
-/// reduce-scatter ring (chunks peers push for this rank to reduce) and the
-/// all-gather ring (reduced chunks owners push to this rank).
+/// reduce-scatter ring (chunks peers push for this rank to reduce), the
+/// first of the two.
 pub const PUSH_RING_RS: u32 = 0;
+/// The all-gather ring (reduced chunks owners push to this rank), after
+/// the reduce-scatter ring.
 pub const PUSH_RING_AG: u32 = 1;
 
 /// Bytes of both rings of the push form: per ring, block and peer, `slots`

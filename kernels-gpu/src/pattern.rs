@@ -24,12 +24,15 @@ pub struct SoakParams {
     pub output: u64,
     /// Elements of both.
     pub elems: u64,
+    /// The run's seed: another seed, other inputs for the same calls.
     pub seed: u64,
     /// The call's number: fresh inputs for every call.
     pub call: u64,
     /// Device address of a u32 the check adds its mismatches to.
     pub mismatches: u64,
+    /// This rank: whose inputs `soak_fill` writes.
     pub rank: u32,
+    /// Ranks in the collective: how many inputs the expected output sums.
     pub world: u32,
     /// One of the `OP_*` codes of `layout`.
     pub op: u32,
@@ -37,6 +40,8 @@ pub struct SoakParams {
     pub elem_bytes: u32,
     /// 1 for f16 (its tolerance differs from bf16's), else 0.
     pub is_f16: u32,
+    /// Unused, zero: the tail padding as a field, so every byte copied
+    /// into the launch's parameters is initialized.
     pub _pad: u32,
 }
 

@@ -29,8 +29,11 @@ pub fn pick(arr: &[u64; MAX_RANKS], i: u32) -> u64 {
 /// names it.
 #[derive(Clone, Copy, Debug)]
 pub struct ReportTo {
+    /// Device address of the host-mapped [`ErrorWord`](crate::layout::ErrorWord), or 0.
     pub word: u64,
+    /// Device address of this rank's abort word, or 0.
     pub abort: u64,
+    /// The waiting collective's `FORM_*` code.
     pub form: u32,
 }
 
@@ -54,9 +57,13 @@ impl ReportTo {
 /// differ between them.
 #[derive(Clone, Copy, Debug)]
 pub struct Peers<'a> {
+    /// Every rank's signal pad, mapped into this process.
     pub pads: &'a [u64; MAX_RANKS],
+    /// This rank: whose pad holds the flags it waits on.
     pub rank: u32,
+    /// Bound of each wait, in nanoseconds of `%globaltimer`.
     pub timeout_ns: u64,
+    /// Where a wait that runs out reports.
     pub to: ReportTo,
 }
 

@@ -19,8 +19,8 @@
 //!   build and run of a crate that depends on `intranode = "0.1.0"`
 //!   patched to the unpacked packages (`tests/stable-embed`'s program).
 //! - `doc`: `cargo doc --no-deps` of the published crates (intranode, its
-//!   store, dist-env and ipc) with warnings denied; each denies
-//!   `missing_docs`.
+//!   store, dist-env and ipc, the kernels' crate and the PTX builder) with
+//!   warnings denied; each denies `missing_docs`.
 //! - `check-ptx [--arch sm_90]`: assembles both PTX files with `ptxas -v`
 //!   (fetched from PyPI into `.cache/` when absent) and fails on assembler
 //!   errors, out-of-line calls (`.extern .func`), spills or stack frames
@@ -30,7 +30,11 @@
 //!   or a committed production cubin (`host/ptx/kernels-<arch>.cubin.gz`)
 //!   that differs from the machine code ptxas made; prints registers per
 //!   kernel.
-//! - `ci`: everything CI checks (fmt, committed PTX, clippy for host and
+//! - `long-files`: fails, naming them, when a `.rs` file git tracks is
+//!   over 700 lines without a `//! (Over 700 lines: ...)` reason among its
+//!   first 60 lines (`ci` runs it too).
+//! - `ci`: everything CI checks (fmt, the reason atop every tracked `.rs`
+//!   file over 700 lines (`long_files`), committed PTX, clippy for host and
 //!   kernel targets (both kernel sets), the examples alone, the candle
 //!   example's lock, tests, doc, build-ptx, check-ptx, stable-embed,
 //!   package).
@@ -65,6 +69,7 @@ mod candle;
 mod committed;
 mod decode;
 mod figures;
+mod long_files;
 mod ptxas;
 mod stable;
 
@@ -118,6 +123,7 @@ fn try_main() -> Result<()> {
         "stable-embed" => stable::run(&root()?)?,
         "package" => stable::run_packaged(&root()?)?,
         "doc" => doc(&root()?)?,
+        "long-files" => long_files::check(&root()?)?,
         "check-ptx" => {
             let root = root()?;
             for set in KernelSet::ALL {
@@ -150,7 +156,7 @@ fn try_main() -> Result<()> {
     Ok(())
 }
 
-const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|package|doc|ci|device-bundle|demo|bench|decode|cuda-toolkit|candle-lock|candle-example|figures> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench or decode]";
+const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|package|doc|long-files|ci|device-bundle|demo|bench|decode|cuda-toolkit|candle-lock|candle-example|figures> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench or decode]";
 
 /// The tasks, for `--help` (the module docs say more).
 const HELP: &str = "\
@@ -161,6 +167,7 @@ tasks:
   stable-embed          build and run a user's crate with the stable tool chain
   package               package the public crates, check size, build a stable user crate against them
   doc                   cargo doc of the public crates, warnings denied
+  long-files            fail on a tracked .rs file over 700 lines with no reason at its top
   ci                    everything CI checks
   device-bundle         stripped release binaries for a GPU machine
   demo                  all-reduce sweep on the local GPUs (writes target/demo-out/)
@@ -266,9 +273,12 @@ pub(crate) fn run_env(
 const AS_USERS_BUILD: &[(&str, &str)] = &[("INTRANODE_INTERNALS", "0")];
 
 /// `cargo doc -p intranode --no-deps` (and the CUDA-free crates it
-/// re-exports), every rustdoc warning an error: the public API as users
-/// see it, then with `internals` (the suites' and benchmark's API, whose
-/// links into crate-private modules break otherwise unseen).
+/// re-exports, and the kernels' crate and PTX builder it is built from),
+/// every rustdoc warning an error: the public API as users see it, then
+/// with `internals` (the suites' and benchmark's API, whose links into
+/// crate-private modules break otherwise unseen). The kernels' crate is
+/// documented as docs.rs builds it, for the host: its shared modules
+/// (`layout`, `entries`, ...), not the nvptx64-only kernels.
 fn doc(root: &Path) -> Result<()> {
     let cargo = intranode_ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
@@ -283,6 +293,10 @@ fn doc(root: &Path) -> Result<()> {
             "intranode-ipc",
             "-p",
             "intranode-store",
+            "-p",
+            "intranode-kernels-gpu",
+            "-p",
+            "intranode-ptx-builder",
             "--no-deps",
             "--locked",
         ];
@@ -299,8 +313,8 @@ fn doc(root: &Path) -> Result<()> {
             .with_context(|| format!("starting {cargo}"))?;
         if !status.success() {
             bail!(
-                "`INTRANODE_INTERNALS={internals} cargo doc -p intranode` has warnings or \
-                 errors ({status})"
+                "`INTRANODE_INTERNALS={internals} cargo doc` of the published crates has \
+                 warnings or errors ({status})"
             );
         }
     }
@@ -312,6 +326,7 @@ fn ci(opts: &Opts) -> Result<()> {
     let cargo = intranode_ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
     run(&root, cargo, &["fmt", "--all", "--", "--check"])?;
+    long_files::check(&root)?;
     // Early, so a kernel change without `build-ptx --write` fails fast;
     // the builds are kept for check-ptx below.
     let mut built = std::collections::HashMap::new();

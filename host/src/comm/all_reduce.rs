@@ -8,7 +8,7 @@
 //! count in the signal pad (NOTE [double buffering] in
 //! `kernels-gpu/src/all_reduce.rs`).
 //!
-//! (Over 700 lines, a quarter of them tests: the launch shapes (push,
+//! (Over 700 lines: a quarter of them are tests; the launch shapes (push,
 //! Lamport, block counts) and the launches that use them are one
 //! decision, and the tests pin the two together. If it grows, the shapes
 //! (up to `most_bytes`) are the seam for a `launch_shape.rs`.)

@@ -36,7 +36,9 @@ pub(crate) use unroll;
 /// An index of a grid-stride walk: `usize`, or `u32` where 64-bit
 /// indices cost registers (the push form, `math::PUSH_MAX_VECS`).
 pub trait Index: Copy + PartialOrd + Add<Output = Self> + Mul<Output = Self> {
+    /// 3 in this type: the offset of a round's last vector, in strides.
     const THREE: Self;
+    /// 4 in this type: the vectors of one round of [`copy4`], in strides.
     const FOUR: Self;
     /// The index as a pointer offset.
     fn at(self) -> usize;
@@ -85,8 +87,12 @@ impl Index for u32 {
 /// (`first` has the thread's place in it already).
 #[derive(Clone, Copy, Debug)]
 pub struct Walk<I> {
+    /// The thread's first vector.
     pub first: I,
+    /// One past the walk's last vector (the same for every thread).
     pub end: I,
+    /// The threads that share the walk: the step from one of this
+    /// thread's vectors to its next.
     pub stride: I,
 }
 

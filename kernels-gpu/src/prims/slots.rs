@@ -24,8 +24,12 @@ use crate::sync::{ReportTo, Wait, call_epoch, finish_call, pick, poll_until, rep
 /// registers (ptxas, sm_90).
 #[derive(Clone, Copy, Debug)]
 pub struct LamportCall {
+    /// This rank's signal pad, for the call's epoch and its end.
     pub own_pad: *mut u32,
+    /// One more than the collective calls this rank finished: what
+    /// `finish` counts, and by its parity the buffer the call uses.
     pub epoch: u32,
+    /// Byte offset in every pad of the Lamport buffer this call uses.
     pub buffer_off: u64,
 }
 

@@ -22,6 +22,7 @@
 //! build script rebuilds only when the stamp committed with the PTX
 //! (`host/ptx/source-stamp`) differs, that is after an edit of the kernels
 //! inside this workspace. CI checks the committed files byte for byte.
+#![deny(missing_docs)]
 
 use std::ffi::OsString;
 use std::fmt;
@@ -272,8 +273,13 @@ pub enum PtxBuildError {
     BadArch(String),
     /// `cargo` could not be started.
     Spawn(std::io::Error),
-    /// `cargo rustc` failed; holds its exit status and stderr.
-    Cargo { status: String, stderr: String },
+    /// `cargo rustc` failed.
+    Cargo {
+        /// Its exit status, as `ExitStatus` prints it.
+        status: String,
+        /// Everything it wrote to stderr: the compiler's errors.
+        stderr: String,
+    },
     /// The build ran but left no PTX file where expected.
     MissingOutput(PathBuf),
     /// Reading the output directory failed.
