@@ -188,8 +188,22 @@ pub fn run_packaged(root: &Path) -> Result<()> {
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
     check_published_names(root, cargo)?;
     let msrv = msrv_toolchain(root)?;
-    crate::run(
+    // A target folder of its own, emptied first: the verification builds
+    // each crate against the others as registry packages, and cargo takes
+    // a registry package of a name and version as immutable, so a build
+    // of an earlier `intranode-kernels-gpu 0.1.0` left in `target/` would
+    // stand in for today's (a layout field added since then went missing).
+    let dry_run_dir = root.join("target").join("publish-dry-run");
+    if dry_run_dir.exists() {
+        std::fs::remove_dir_all(&dry_run_dir)
+            .with_context(|| format!("clearing {}", dry_run_dir.display()))?;
+    }
+    let dry_run_dir = dry_run_dir
+        .to_str()
+        .context("the target folder's path is not UTF-8")?;
+    crate::run_env(
         root,
+        &[("CARGO_TARGET_DIR", dry_run_dir)],
         cargo,
         &[
             "publish",
