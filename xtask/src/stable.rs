@@ -188,6 +188,18 @@ pub fn run_packaged(root: &Path) -> Result<()> {
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
     check_published_names(root, cargo)?;
     let msrv = msrv_toolchain(root)?;
+    // Checked before the long steps, with the fix: on machines with
+    // `RUSTUP_AUTO_INSTALL=0` the tool chain must be installed by hand.
+    let installed = Command::new("rustup")
+        .args(["run", msrv.as_str(), "rustc", "-V"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !installed {
+        bail!(
+            "the tool chain {msrv} (the published crates' rust-version) is not installed: \
+             rustup toolchain install {msrv} --profile minimal (.ci/run does)"
+        );
+    }
     // A target folder of its own, emptied first: the verification builds
     // each crate against the others as registry packages, and cargo takes
     // a registry package of a name and version as immutable, so a build
