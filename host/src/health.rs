@@ -153,6 +153,7 @@ impl Drop for HostErrorWord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use intranode_kernels_gpu::layout::FORMS;
 
     /// Every (form, slot) a kernel reports has its own text, which names
     /// no other form; a pair no kernel reports says so.
@@ -175,19 +176,7 @@ mod tests {
             (FORM_FUSED_NORM, SLOT_LAMPORT),
             (FORM_BARRIER, SLOT_EXPLICIT),
         ];
-        let forms = [
-            FORM_ONE_SHOT,
-            FORM_TWO_SHOT,
-            FORM_HCM,
-            FORM_LAMPORT,
-            FORM_LAMPORT_TWO_SHOT,
-            FORM_BROADCAST,
-            FORM_BARRIER,
-            FORM_REDUCE_SCATTER,
-            FORM_ALL_GATHER,
-            FORM_FUSED_NORM,
-            FORM_PUSH,
-        ];
+        let forms = FORMS;
         for (form, slot) in pairs {
             let text = phase_name(form, slot as u32);
             assert!(!text.contains("does not use"), "{form} {slot}: {text}");

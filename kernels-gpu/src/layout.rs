@@ -219,6 +219,22 @@ pub const FORM_FUSED_NORM: u32 = 10;
 /// The push form (`push.rs`).
 pub const FORM_PUSH: u32 = 11;
 
+/// Every `FORM_*` code, for the tests that walk them all (host and
+/// kernels alike).
+pub const FORMS: [u32; 11] = [
+    FORM_ONE_SHOT,
+    FORM_TWO_SHOT,
+    FORM_HCM,
+    FORM_LAMPORT,
+    FORM_LAMPORT_TWO_SHOT,
+    FORM_BROADCAST,
+    FORM_BARRIER,
+    FORM_REDUCE_SCATTER,
+    FORM_ALL_GATHER,
+    FORM_FUSED_NORM,
+    FORM_PUSH,
+];
+
 /// The name of a `FORM_*` code, as the host's algorithm names spell it.
 pub const fn form_name(form: u32) -> &'static str {
     match form {
@@ -497,19 +513,7 @@ mod tests {
 
     #[test]
     fn every_form_has_its_own_name() {
-        let forms = [
-            FORM_ONE_SHOT,
-            FORM_TWO_SHOT,
-            FORM_HCM,
-            FORM_LAMPORT,
-            FORM_LAMPORT_TWO_SHOT,
-            FORM_BROADCAST,
-            FORM_BARRIER,
-            FORM_REDUCE_SCATTER,
-            FORM_ALL_GATHER,
-            FORM_FUSED_NORM,
-            FORM_PUSH,
-        ];
+        let forms = FORMS;
         for (i, a) in forms.iter().enumerate() {
             assert_ne!(form_name(*a), "unknown collective");
             for b in &forms[i + 1..] {
