@@ -754,23 +754,11 @@ fn a_hijacked_default_dir_falls_back() {
         let planted = base.0.join(&name);
         plant(&planted);
         let before = fs::symlink_metadata(&planted).expect("planted");
-        let out = std::process::Command::new(std::env::current_exe().expect("exe"))
-            .args([
-                "--exact",
-                "channel::tests::hijacked_default_dir_child",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(HIJACK_CHILD_ENV, "1")
-            .env("TMPDIR", &base.0)
-            .env_remove("XDG_RUNTIME_DIR")
-            .output()
-            .expect("run child");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{what}: {stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        let stdout = run_child(
+            "channel::tests::hijacked_default_dir_child",
+            HIJACK_CHILD_ENV,
+            &base.0,
+            what,
         );
         let bound = stdout
             .lines()
@@ -891,23 +879,11 @@ fn a_flapping_squat_cannot_split_a_job() {
         return;
     }
     let base = TestDir::new("flap");
-    let out = std::process::Command::new(std::env::current_exe().expect("exe"))
-        .args([
-            "--exact",
-            "channel::tests::flapping_squat_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(FLAP_CHILD_ENV, "1")
-        .env("TMPDIR", &base.0)
-        .env_remove("XDG_RUNTIME_DIR")
-        .output()
-        .expect("run child");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = run_child(
+        "channel::tests::flapping_squat_child",
+        FLAP_CHILD_ENV,
+        &base.0,
+        "flapping squat",
     );
     let chosen = stdout
         .lines()
@@ -945,4 +921,25 @@ fn a_flapping_squat_cannot_split_a_job() {
         stdout.contains("alone: ") && stdout.contains("IpcChannel::job_dir"),
         "{stdout}"
     );
+}
+
+/// Runs the test `name` of this executable in a child process with
+/// `child_env` set and `TMPDIR` at `tmpdir` (no `XDG_RUNTIME_DIR`), so the
+/// default socket directory lies where the parent planted it; asserts it
+/// passed and returns what it printed.
+fn run_child(name: &str, child_env: &str, tmpdir: &std::path::Path, what: &str) -> String {
+    let out = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(child_env, "1")
+        .env("TMPDIR", tmpdir)
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .expect("run child");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
 }
