@@ -475,3 +475,30 @@ pub unsafe fn mem_free_host(p: *mut c_void) -> Result<(), DriverError> {
     // SAFETY: forwarded from the caller.
     unsafe { sys::cuMemFreeHost(p).result() }
 }
+
+/// `cuCtxGetId`: the driver's id of a context, unique for the program's
+/// life (a context created later at the same address gets another).
+///
+/// # Safety
+/// `ctx` must be a live context.
+pub unsafe fn ctx_get_id(ctx: sys::CUcontext) -> Result<u64, DriverError> {
+    let mut id = MaybeUninit::<std::ffi::c_ulonglong>::uninit();
+    // SAFETY: forwarded from the caller; valid out pointer.
+    unsafe { sys::cuCtxGetId(ctx, id.as_mut_ptr()).result()? };
+    // SAFETY: written by the successful call.
+    Ok(unsafe { id.assume_init() })
+}
+
+/// `cuStreamQuery`: `Ok(true)` when every operation on `stream` has
+/// finished, `Ok(false)` while some are still running.
+///
+/// # Safety
+/// `stream` must be a live stream of the current context.
+pub unsafe fn stream_query(stream: sys::CUstream) -> Result<bool, DriverError> {
+    // SAFETY: forwarded from the caller.
+    match unsafe { sys::cuStreamQuery(stream) } {
+        sys::CUresult::CUDA_SUCCESS => Ok(true),
+        sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        e => Err(DriverError(e)),
+    }
+}

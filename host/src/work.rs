@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{CudaStream, DriverError, sys};
+use cudarc::driver::CudaStream;
 
-use crate::error::{DriverContext, Error, Result};
+use crate::driver_ext;
+use crate::error::{DriverContext, Result};
 use crate::health::HostErrorWord;
 
 /// How long [`Work::synchronize`] polls with `yield_now` between queries
@@ -109,16 +110,10 @@ impl Work {
             // SAFETY: a live stream of the current context (`self` holds
             // it). A capturing stream is refused by the driver, as
             // cuStreamSynchronize refused it.
-            match unsafe { sys::cuStreamQuery(self.stream.cu_stream()) } {
-                sys::CUresult::CUDA_SUCCESS => return health.check(),
-                sys::CUresult::CUDA_ERROR_NOT_READY => {}
-                e => {
-                    return Err(Error::Driver {
-                        op: "cuStreamQuery",
-                        device,
-                        source: DriverError(e),
-                    });
-                }
+            if unsafe { driver_ext::stream_query(self.stream.cu_stream()) }
+                .ctx("cuStreamQuery", device)?
+            {
+                return health.check();
             }
             health.check()?;
             if started.elapsed() < POLL_SPIN {

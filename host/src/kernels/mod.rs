@@ -234,13 +234,8 @@ static KEPT: std::sync::Mutex<Vec<Kept>> = std::sync::Mutex::new(Vec::new());
 
 /// The driver's id of `ctx` (unique for the program's life).
 fn context_id(ctx: &CudaContext) -> Result<u64> {
-    let mut id: std::ffi::c_ulonglong = 0;
-    // SAFETY: `ctx` is a live context (the caller's `Arc` keeps it);
-    // valid out pointer.
-    unsafe { sys::cuCtxGetId(ctx.cu_ctx(), &mut id) }
-        .result()
-        .ctx("cuCtxGetId", Some(ctx.ordinal()))?;
-    Ok(id)
+    // SAFETY: `ctx` is a live context (the caller's `Arc` keeps it).
+    unsafe { crate::driver_ext::ctx_get_id(ctx.cu_ctx()) }.ctx("cuCtxGetId", Some(ctx.ordinal()))
 }
 
 /// Whether a module loaded as `label` (`cubin sm_90`, `ptx sm_90`) serves
