@@ -150,6 +150,8 @@ pub const fn lamport_two_shot_max_message_bytes(world: usize) -> usize {
 /// On 4 H100 (v14, docs/perf/v14/NOTES.md) it also won at 512 KiB, in
 /// three runs: 7.78, 7.80, 7.80 us against the two-shot's 7.90, 7.92,
 /// 7.92 (and lost at 1 MiB, 12.5 against 9.7), so 4 ranks take 512 KiB.
+/// On 3 H100 (v15, `bench --tune`, docs/perf/v15/NOTES.md) it won to 512
+/// KiB as well (6.28 us against 6.51; 9.40 against 7.99 at 1 MiB).
 /// Other world sizes were not measured and take 64 KiB, since its traffic
 /// grows with the world size.
 fn default_lamport_max_bytes() -> [usize; MAX_DEVICES + 1] {
@@ -157,7 +159,7 @@ fn default_lamport_max_bytes() -> [usize; MAX_DEVICES + 1] {
     for (world, max) in x.iter_mut().enumerate().skip(2) {
         let measured = match world {
             2 => 1 << 20,
-            4 => 512 << 10,
+            3 | 4 => 512 << 10,
             _ => 64 << 10,
         };
         *max = lamport_max_message_bytes(world).min(measured);
@@ -188,13 +190,20 @@ fn default_lamport_two_shot_max_bytes() -> [usize; MAX_DEVICES + 1] {
 /// push form beat NCCL and every other form from 16 MiB to 1 GiB on 2
 /// H200 (issue-28 sweep, 3c13f91 + branch push, docs/PERF_NOTES.md: 317
 /// / 343 / 348 GB/s bus bandwidth against NCCL's 272 / 301 / 331 at 64
-/// / 256 MiB / 1 GiB). Never by size on 3 to 8 ranks: not measured
-/// there, so NCCL keeps those sizes. `docs/perf/v12/push2.sh` measures
-/// 16 to 256 MiB to place the 2-rank crossover; `bench --tune` can move
-/// it per machine (`config::TUNING_FILE_ENV`).
+/// / 256 MiB / 1 GiB). On 3 H100 (v15, `bench --tune` with the default
+/// shape) it led NCCL from 16 to 256 MiB: 84.8 / 277.8 / 1026 us against
+/// 91.6 / 293.8 / 1085 (0.93-0.95x), where the Lamport two-shot no longer
+/// takes the message; 1 GiB was not measured there. On 4 H100 NCCL keeps
+/// those sizes: the push form trailed it by 2-9 % at the default shape
+/// and by 2-4 % at 256 MiB-1 GiB with rings big enough for 64-128 KiB
+/// chunks (docs/perf/v15/NOTES.md). 5 to 8 ranks: not measured, NCCL.
+/// `docs/perf/v12/push2.sh` measures 16 to 256 MiB to place the 2-rank
+/// crossover; `bench --tune` can move it per machine
+/// (`config::TUNING_FILE_ENV`).
 fn default_push_min_bytes() -> [usize; MAX_DEVICES + 1] {
     let mut x = [usize::MAX; MAX_DEVICES + 1];
     x[2] = 16 << 20;
+    x[3] = 16 << 20;
     x
 }
 
@@ -466,12 +475,13 @@ mod tests {
         };
         assert_eq!(decide_all_reduce(&forced, &x), AllReduceAlgo::TwoShot);
         // ... the push form at every size, which the size rule picks only
-        // past 16 MiB on 2 ranks (measured there alone), and only where
-        // its rings fit.
+        // where it was measured ahead: past the Lamport two-shot's 16 MiB
+        // on 2 ranks, from 16 MiB on 3 (where the Lamport two-shot stops
+        // at 4 MiB); and only where its rings fit.
         for bytes in [16, 4096, 16 << 20, (16 << 20) + 16, 1 << 30] {
             for world in 2..=MAX_DEVICES {
                 let c = call(bytes, world);
-                let by_size = world == 2 && bytes > 16 << 20;
+                let by_size = (world == 2 && bytes > 16 << 20) || (world == 3 && bytes >= 16 << 20);
                 assert_eq!(
                     decide_all_reduce(&c, &x) == AllReduceAlgo::Push,
                     by_size,
