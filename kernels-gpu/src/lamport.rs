@@ -65,7 +65,7 @@ use crate::layout::{
 };
 use crate::prims::grid::{self, unroll};
 use crate::prims::slots::{
-    LamportCall, decode, encode, kth_destination, push_slots, put, reduce_slots,
+    LamportCall, all_arrived, decode, encode, kth_destination, push_slots, put, reduce_slots,
     slot_on_every_rank, take_each,
 };
 use crate::sync::pick;
@@ -163,7 +163,12 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
     // rank's gather area (ours too, so the gather polls all W alike).
     let own_scatter = pick(&p.pads, p.rank) + scatter_off;
     let gather_dst = slot_on_every_rank::<W>(p, gather_off, slot_bytes);
-    let reduce_share = |j: usize, raw| {
+    let reduce_share = |j: usize, raw: [[u32; 4]; W]| {
+        // A slot that never came (this rank's wait ran out) leaves the
+        // vector unreduced for the peers: they wait for it and report,
+        // rather than take a sum without it (NOTE [no arrival after
+        // giving up] in `sync.rs`).
+        let whole = all_arrived::<W>(&raw);
         // Our own shard gets what the peers will decode: the encoding
         // turns a -0.0 result (an average that underflows from below)
         // into +0.0, and every rank must hold the same bits.
@@ -174,7 +179,7 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
             unsafe { store_vec(p.output as *mut T, i, elems, aligned, decode::<T>(e)) };
         }
         let mut k = 0;
-        while k < W {
+        while k < W && whole {
             // SAFETY: j < shard fits the slot (caller's promise).
             unsafe { put((gather_dst[k] as *mut [u32; 4]).add(j), e) };
             k += 1;

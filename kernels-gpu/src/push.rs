@@ -95,7 +95,8 @@ use crate::prims::grid::{Walk, copy4};
 use crate::prims::reduce::{combine_in_order, finish_op};
 use crate::ptx;
 use crate::sync::{
-    Peers, ReportTo, Wait, block_barrier, call_epoch, finish_call, pick, poll_until, report,
+    Peers, ReportTo, Wait, aborted, block_barrier, call_epoch, finish_call, pick, poll_until,
+    report,
 };
 
 /// One call's geometry as this block sees it. Everything but the thread
@@ -519,7 +520,9 @@ unsafe fn wait<const W: usize>(
 /// After a block barrier, thread `k < W - 1` publishes this rank's counts
 /// (`base +` the relative ones) to the k-th peer: one `fence.acq_rel.sys`
 /// and three relaxed stores, the release pattern, covering every store
-/// and load the block made before the barrier. Every thread must call it.
+/// and load the block made before the barrier; nothing once a wait of
+/// this rank ran out (NOTE [no arrival after giving up] in `sync.rs`).
+/// Every thread must call it.
 ///
 /// # Safety
 /// `p.pads` must hold the peers' mapped pads; `block < MAX_BLOCKS`.
@@ -532,9 +535,12 @@ unsafe fn signal<const W: usize>(
     ag_ready: u32,
     ag_free: u32,
 ) {
-    ptx::sync_threads();
     let k = ptx::thread_idx_x();
-    if k < W as u32 - 1 {
+    // SAFETY: this rank's abort word or 0 (the host's promise). Read
+    // before the barrier, whose wait hides the load.
+    let gave_up = k < W as u32 - 1 && unsafe { aborted(p.abort) };
+    ptx::sync_threads();
+    if k < W as u32 - 1 && !gave_up {
         let peer = kth_peer(k, p.rank);
         let pad = pick(&p.pads, peer) as *mut u32;
         let (b, me) = (block as usize, p.rank as usize);

@@ -109,6 +109,26 @@ pub(crate) unsafe fn report(to: ReportTo, peer: u32, block: u32, slot: u32, rank
     }
 }
 
+/// NOTE [no arrival after giving up]: a rank whose wait ran out reports
+/// and carries on to the end of its queued calls (NOTE [abandoned
+/// waits]), but it no longer tells any peer that it arrived anywhere: no
+/// barrier flag (`arrive_with`), no push counter (`push::signal`), no
+/// Lamport two-shot gather data reduced from a slot that never came
+/// (`lamport::lamport2`). Before, its later flags carried real epochs: on
+/// 8 ranks on 4 time-sliced GPUs with a 5 s bound (issue 34,
+/// docs/perf/v15/NOTES.md) ranks 0, 2, 3 and 4 gave up on rank 1, went
+/// on, and rank 1, 5, 6 and 7, which came later, found every flag they
+/// waited for and left the call with no error, after reading shards the
+/// others had reduced from rank 1's stale buffer. Now a late peer waits
+/// for what the rank that gave up never sends, and its own bound reports
+/// it: every rank of the call gets an error, none a silent wrong result.
+/// What a rank published before its wait ran out stays valid (its input,
+/// copied or pushed before it waited), so a late peer of a one-shot may
+/// still finish that call with the right sum; its next call then waits
+/// for a rank whose host no longer calls and reports. The cost is one
+/// read of the abort word (this rank's own pad, an L2 hit) per arrival or
+/// push signal, issued before the block barrier that precedes the store.
+///
 /// After this long, a wait also looks at the rank's abort word (and again
 /// every [`ERROR_POLL_INTERVAL_NS`]).
 ///
@@ -139,7 +159,7 @@ pub(crate) const ERROR_POLL_INTERVAL_NS: u64 = 20_000;
 /// # Safety
 /// `abort` must be this rank's abort word, or 0.
 #[inline(always)]
-unsafe fn aborted(abort: u64) -> bool {
+pub(crate) unsafe fn aborted(abort: u64) -> bool {
     // SAFETY: this rank's abort word (caller's promise).
     abort != 0 && unsafe { ptx::ld_relaxed_sys_u32(abort as *const u32) } != 0
 }
@@ -280,11 +300,15 @@ unsafe fn barrier_with(
 }
 
 /// Thread `t < n` stores `epoch` into this rank's word for `(slot,
-/// blockIdx.x)` on rank `peer_of(t)`'s pad.
+/// blockIdx.x)` on rank `peer_of(t)`'s pad, unless a wait of this rank
+/// ran out (NOTE [no arrival after giving up]).
 ///
 /// Ordering: `bar.sync` orders the block's earlier writes before thread
 /// `t`'s release store (release is cumulative), so a peer that acquires the
 /// flag sees all of them, stores into its memory over NVLink included.
+/// The abort word is read before the `bar.sync`, whose wait hides the
+/// load; a report of this block's last wait came before that wait's own
+/// `bar.sync`, so the load sees it.
 ///
 /// # Safety
 /// `peers.pads` must hold the mapped signal pads of every `peer_of(t)`,
@@ -297,9 +321,11 @@ unsafe fn arrive_with(
     n: u32,
     peer_of: &impl Fn(u32) -> u32,
 ) {
-    ptx::sync_threads();
     let t = ptx::thread_idx_x();
-    if t < n {
+    // SAFETY: this rank's abort word or 0 (the caller's `peers`).
+    let gave_up = t < n && unsafe { aborted(peers.to.abort) };
+    ptx::sync_threads();
+    if t < n && !gave_up {
         let peer_pad = pick(peers.pads, peer_of(t)) as *mut u32;
         // SAFETY: the pad is mapped (caller's promise) and the index is
         // inside the layout (slot < SLOTS, block < MAX_BLOCKS, rank <

@@ -110,6 +110,13 @@ unsafe fn load_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) -> [[u
     raw
 }
 
+/// Whether every slot's vector arrived: false only where the wait for it
+/// failed ([`take`] hands such vectors on as they were).
+#[inline(always)]
+pub fn all_arrived<const W: usize>(raw: &[[u32; 4]; W]) -> bool {
+    missing(raw).is_none()
+}
+
 /// Which slot's vector has not fully arrived, if any.
 #[inline(always)]
 fn missing<const W: usize>(raw: &[[u32; 4]; W]) -> Option<u32> {

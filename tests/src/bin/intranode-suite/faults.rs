@@ -16,8 +16,12 @@
 //!   on. Every other rank's work handle must report the timed-out wait
 //!   (`Work::synchronize`: `PeerTimeout` naming rank K, the collective, the
 //!   phase and the bound) within the bound plus [`TIGHT_SLACK`]; every
-//!   later call must fail with the same error. The victim passes whatever
-//!   its own calls returned. Every rank exits 0.
+//!   later call must fail with the same error. The skipping victim passes
+//!   whatever its own calls returned. The late one must never get a wrong
+//!   result without an error (NOTE [no arrival after giving up] in
+//!   `kernels-gpu/src/sync.rs`): its late call either fails with
+//!   `PeerTimeout` naming a peer, or returns the exact sum and its next
+//!   call fails so. Every rank exits 0.
 //!
 //! Survivor verdict lines read `faults rank R: PASS ...`; any other outcome
 //! is an error (`FAIL`, exit 1).
@@ -361,9 +365,13 @@ fn straggler(
     let reported_at = Instant::now();
     let waited = reported_at - wait_began(start, reached, reported_at, bound);
     if rank == victim {
-        let seen = match &result {
-            Ok(()) => "its own calls returned Ok".to_owned(),
-            Err(e) => format!("its own calls returned: {e}"),
+        let seen = match (&result, args.phase) {
+            (_, Phase::Late) => {
+                let late = outs.last().context("no output")?;
+                late_victim_verdict(p, &comm, &result, late, &d_in, algo, n)?
+            }
+            (Ok(()), _) => "its own calls returned Ok".to_owned(),
+            (Err(e), _) => format!("its own calls returned: {e}"),
         };
         println!(
             "faults rank {rank}: PASS {phase} victim {victim}: {seen} ({:.2} s)",
@@ -424,6 +432,54 @@ fn straggler(
         (waited.as_secs_f64() - bound.as_secs_f64()) * 1000.0
     );
     Ok(())
+}
+
+/// The late victim's verdict (NOTE [no arrival after giving up]): its
+/// late call failed with a timeout naming a peer, or returned the exact
+/// sum, and then the next call fails so. Anything else (above all a wrong
+/// sum with no error) is an error.
+fn late_victim_verdict(
+    p: &Proc,
+    comm: &IntraNodeComm,
+    result: &intranode::Result<()>,
+    late_out: &CudaSlice<bf16>,
+    d_in: &CudaSlice<bf16>,
+    algo: AllReduceAlgo,
+    n: usize,
+) -> Result<String> {
+    let rank = p.rank();
+    let named_peer = |e: &intranode::Error| {
+        matches!(e, intranode::Error::PeerTimeout { peer, .. } if *peer != rank)
+    };
+    match result {
+        Err(e) if named_peer(e) => Ok(format!("its late call failed: {e}")),
+        Err(e) => bail!(
+            "faults rank {rank}: FAIL late: the victim's late call failed with something other than a timeout naming a peer: {e}"
+        ),
+        Ok(()) => {
+            let out = p.stream.clone_dtoh(late_out)?;
+            data::verify(&out, 3, 0, p.world(), ReduceOp::Sum).map_err(|e| {
+                anyhow::anyhow!(
+                    "faults rank {rank}: FAIL late: the victim's late call returned Ok with a wrong sum: {e}"
+                )
+            })?;
+            let mut again = p.stream.alloc_zeros::<bf16>(n)?;
+            let next = comm
+                .all_reduce(d_in, &mut again, ReduceOp::Sum, algo, &p.stream)
+                .and_then(|w| w.synchronize());
+            match next {
+                Err(e) if named_peer(&e) => Ok(format!(
+                    "its late call returned the exact sum; the next one failed: {e}"
+                )),
+                Err(e) => bail!(
+                    "faults rank {rank}: FAIL late: after an exact late call, the next one failed with something other than a timeout naming a peer: {e}"
+                ),
+                Ok(()) => bail!(
+                    "faults rank {rank}: FAIL late: the victim's next call returned Ok though its peers had given up on it"
+                ),
+            }
+        }
+    }
 }
 
 /// Ten checked all-reduces: the path works before the fault.

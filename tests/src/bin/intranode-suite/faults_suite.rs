@@ -129,6 +129,8 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
         straggler("late", n - 1, "one-shot", &[]),
         straggler("late", 0, "lamport-two-shot", &[]),
         straggler("late", n - 1, "push", &[]),
+        // NOTE [late peers]: the Lamport one-shot, the decode path.
+        straggler("late", 1, "lamport", &[]),
         faults("rendezvous", n - 1, &[]),
         faults("rendezvous", 0, &[]),
         faults("barrier", 0, &[]),
@@ -222,6 +224,13 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
                 let mut skip = straggler("skip", n - 1 - victim, algo, &extra[2..]);
                 skip.name = format!("{} ({size})", skip.name);
                 cases.push(skip);
+                // A late peer with several chunks or tiles per call: its
+                // late call must still report (NOTE [late peers]).
+                if size == "16 MiB" {
+                    let mut late = straggler("late", victim, algo, &extra[2..]);
+                    late.name = format!("{} ({size})", late.name);
+                    cases.push(late);
+                }
             }
         }
     }
