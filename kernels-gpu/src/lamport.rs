@@ -65,8 +65,8 @@ use crate::layout::{
 };
 use crate::prims::grid::{self, unroll};
 use crate::prims::slots::{
-    LamportCall, all_arrived, decode, encode, kth_destination, push_slots, put, reduce_slots,
-    slot_on_every_rank, take_each,
+    LamportCall, decode, encode, kth_destination, push_slots, put, reduce_slots,
+    slot_on_every_rank, take_each, take_each_checked,
 };
 use crate::sync::pick;
 
@@ -163,12 +163,7 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
     // rank's gather area (ours too, so the gather polls all W alike).
     let own_scatter = pick(&p.pads, p.rank) + scatter_off;
     let gather_dst = slot_on_every_rank::<W>(p, gather_off, slot_bytes);
-    let reduce_share = |j: usize, raw: [[u32; 4]; W]| {
-        // A slot that never came (this rank's wait ran out) leaves the
-        // vector unreduced for the peers: they wait for it and report,
-        // rather than take a sum without it (NOTE [no arrival after
-        // giving up] in `sync.rs`).
-        let whole = all_arrived::<W>(&raw);
+    let reduce_share = |j: usize, raw, whole: bool| {
         // Our own shard gets what the peers will decode: the encoding
         // turns a -0.0 result (an average that underflows from below)
         // into +0.0, and every rank must hold the same bits.
@@ -178,17 +173,23 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
             // SAFETY: vector i lies inside the output.
             unsafe { store_vec(p.output as *mut T, i, elems, aligned, decode::<T>(e)) };
         }
-        let mut k = 0;
-        while k < W && whole {
-            // SAFETY: j < shard fits the slot (caller's promise).
-            unsafe { put((gather_dst[k] as *mut [u32; 4]).add(j), e) };
-            k += 1;
+        // A slot that never came (this rank's wait ran out) leaves the
+        // vector unreduced for the peers: they wait for it and report,
+        // rather than take a sum without it (NOTE [no arrival after
+        // giving up] in `sync.rs`).
+        if whole {
+            let mut k = 0;
+            while k < W {
+                // SAFETY: j < shard fits the slot (caller's promise).
+                unsafe { put((gather_dst[k] as *mut [u32; 4]).add(j), e) };
+                k += 1;
+            }
         }
     };
     // SAFETY: our scatter area's slots hold `shard` vectors (caller's
     // promise).
     unsafe {
-        take_each::<W, FORM_LAMPORT_TWO_SHOT>(
+        take_each_checked::<W, FORM_LAMPORT_TWO_SHOT>(
             own_scatter,
             slot_bytes,
             tid,

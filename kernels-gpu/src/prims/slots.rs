@@ -110,13 +110,6 @@ unsafe fn load_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) -> [[u
     raw
 }
 
-/// Whether every slot's vector arrived: false only where the wait for it
-/// failed ([`take`] hands such vectors on as they were).
-#[inline(always)]
-pub fn all_arrived<const W: usize>(raw: &[[u32; 4]; W]) -> bool {
-    missing(raw).is_none()
-}
-
 /// Which slot's vector has not fully arrived, if any.
 #[inline(always)]
 fn missing<const W: usize>(raw: &[[u32; 4]; W]) -> Option<u32> {
@@ -192,10 +185,26 @@ pub unsafe fn take<const W: usize, const FORM: u32>(
     p: &AllReduceParams,
 ) -> [[u32; 4]; W] {
     // SAFETY: forwarded from the caller.
+    unsafe { take_checked::<W, FORM>(own, slot_bytes, i, p).0 }
+}
+
+/// [`take`], with whether every slot's vector arrived (false: the wait
+/// for it failed, and the vector is what the slots held then).
+///
+/// # Safety
+/// As for [`take`].
+#[inline(always)]
+pub unsafe fn take_checked<const W: usize, const FORM: u32>(
+    own: u64,
+    slot_bytes: u64,
+    i: usize,
+    p: &AllReduceParams,
+) -> ([[u32; 4]; W], bool) {
+    // SAFETY: forwarded from the caller.
     unsafe {
-        let raw = wait_slots::<W, FORM>(load_slots::<W>(own, slot_bytes, i), own, slot_bytes, i, p);
+        let got = wait_slots::<W, FORM>(load_slots::<W>(own, slot_bytes, i), own, slot_bytes, i, p);
         zero_slots::<W>(own, slot_bytes, i);
-        raw
+        got
     }
 }
 
@@ -220,11 +229,32 @@ pub unsafe fn take_each<const W: usize, const FORM: u32>(
     p: &AllReduceParams,
     mut f: impl FnMut(usize, [[u32; 4]; W]),
 ) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        take_each_checked::<W, FORM>(own, slot_bytes, first, stride, n, p, |k, raw, _| f(k, raw))
+    }
+}
+
+/// [`take_each`], with `f(k, raw, arrived)`: whether every slot's vector
+/// arrived ([`take_checked`]).
+///
+/// # Safety
+/// As for [`take_each`].
+#[inline(always)]
+pub unsafe fn take_each_checked<const W: usize, const FORM: u32>(
+    own: u64,
+    slot_bytes: u64,
+    first: usize,
+    stride: usize,
+    n: usize,
+    p: &AllReduceParams,
+    mut f: impl FnMut(usize, [[u32; 4]; W], bool),
+) {
     let mut k = first;
     while k < n {
         // SAFETY: k < n lies inside every slot (caller's promise).
-        let raw = unsafe { take::<W, FORM>(own, slot_bytes, k, p) };
-        f(k, raw);
+        let (raw, arrived) = unsafe { take_checked::<W, FORM>(own, slot_bytes, k, p) };
+        f(k, raw, arrived);
         k += stride;
     }
 }
@@ -278,7 +308,8 @@ pub fn slot_on_every_rank<const W: usize>(
 /// over W is unrolled, so the slots stay in registers.
 ///
 /// # Safety
-/// As for [`load_slots`]; `p.error` is a mapped error word or 0.
+/// As for [`load_slots`]; `p.error` is a mapped error word or 0. The
+/// flag is whether every slot's vector arrived (false: the wait failed).
 #[inline(always)]
 unsafe fn wait_slots<const W: usize, const FORM: u32>(
     mut raw: [[u32; 4]; W],
@@ -286,9 +317,9 @@ unsafe fn wait_slots<const W: usize, const FORM: u32>(
     slot_bytes: u64,
     i: usize,
     p: &AllReduceParams,
-) -> [[u32; 4]; W] {
+) -> ([[u32; 4]; W], bool) {
     if missing(&raw).is_none() {
-        return raw;
+        return (raw, true);
     }
     // Re-polls the slots still missing; returns the first one still
     // missing, if any.
@@ -310,6 +341,7 @@ unsafe fn wait_slots<const W: usize, const FORM: u32>(
     // SAFETY: `p.abort` is this rank's abort word or 0 (the host's
     // promise).
     let waited = unsafe { poll_until(p.timeout_ns, p.abort, poll) };
+    let arrived = matches!(waited, Wait::Reached);
     // A timeout is reported, naming the peer the last poll still missed.
     // An abandoned wait is not (NOTE [abandoned waits] in `sync.rs`): an
     // earlier one failed, this call's result is void, and the first report
@@ -326,7 +358,7 @@ unsafe fn wait_slots<const W: usize, const FORM: u32>(
             )
         };
     }
-    raw
+    (raw, arrived)
 }
 
 /// The one-shot's push (NOTE [lamport]): this thread's vectors `tid, tid

@@ -448,9 +448,7 @@ fn late_victim_verdict(
     n: usize,
 ) -> Result<String> {
     let rank = p.rank();
-    let named_peer = |e: &intranode::Error| {
-        matches!(e, intranode::Error::PeerTimeout { peer, .. } if *peer != rank)
-    };
+    let named_peer = |e: &intranode::Error| matches!(e, intranode::Error::PeerTimeout { peer, .. } if *peer != rank);
     match result {
         Err(e) if named_peer(e) => Ok(format!("its late call failed: {e}")),
         Err(e) => bail!(
