@@ -54,6 +54,11 @@ pub struct Crossovers {
     /// get the defaults).
     #[serde(default = "default_scatter_gather_max_bytes")]
     pub scatter_gather_max_bytes: [usize; MAX_DEVICES + 1],
+    /// The fused all-reduce + residual + RMSNorm: up to here where the
+    /// all-reduce alone would be a Lamport form (files written before it
+    /// existed get the defaults).
+    #[serde(default = "default_fused_norm_max_bytes")]
+    pub fused_norm_max_bytes: [usize; MAX_DEVICES + 1],
 }
 
 impl Default for Crossovers {
@@ -72,6 +77,7 @@ impl Default for Crossovers {
             lamport_two_shot_max_bytes: default_lamport_two_shot_max_bytes(),
             push_min_bytes: default_push_min_bytes(),
             scatter_gather_max_bytes: default_scatter_gather_max_bytes(),
+            fused_norm_max_bytes: default_fused_norm_max_bytes(),
             one_shot_max_bytes: [
                 0,
                 0,
@@ -130,6 +136,22 @@ fn default_scatter_gather_max_bytes() -> [usize; MAX_DEVICES + 1] {
     default_lamport_two_shot_max_bytes()
 }
 
+/// Fused all-reduce + residual + RMSNorm limits: the Lamport one-shot's,
+/// and on 4 ranks 1 MiB, past it. The decode stack on 4 H100 (46eeda2,
+/// `../shared/results/2026-11-27/h100x4/decode_w4.md`, us per layer over
+/// no communication) had the fused one-shot ahead of the Lamport
+/// two-shot followed by the norm where the all-reduce alone ran the
+/// two-shot: 512 KiB (llama3-8b, batch 64) +13.0 against +19.0, and
+/// 1 MiB (70b, batch 64) +19.9 against +25.1; so when v15 moved 512 KiB
+/// of the plain all-reduce to the two-shot at 4 ranks, the fused path
+/// kept its range. Above 1 MiB the one-shot's traffic, (W - 1) x the
+/// message, loses to the two-shot's (4 MiB: 42.5 against 23.6 us).
+fn default_fused_norm_max_bytes() -> [usize; MAX_DEVICES + 1] {
+    let mut x = default_lamport_max_bytes();
+    x[4] = x[4].max(1 << 20).min(lamport_max_message_bytes(4));
+    x
+}
+
 /// The largest message the push form takes (its kernels index
 /// vectors in u32, `intranode_kernels_gpu::math::PUSH_MAX_VECS`); larger ones
 /// run as two-shot.
@@ -149,17 +171,20 @@ pub const fn lamport_two_shot_max_message_bytes(world: usize) -> usize {
 /// MiB the two are even, 17.56 and 17.50 us), on 4 GPUs up to 256 KiB.
 /// On 4 H100 (v14, docs/perf/v14/NOTES.md) it also won at 512 KiB, in
 /// three runs: 7.78, 7.80, 7.80 us against the two-shot's 7.90, 7.92,
-/// 7.92 (and lost at 1 MiB, 12.5 against 9.7), so 4 ranks take 512 KiB.
-/// On 3 H100 (v15, `bench --tune`, docs/perf/v15/NOTES.md) it won to 512
-/// KiB as well (6.28 us against 6.51; 9.40 against 7.99 at 1 MiB).
-/// Other world sizes were not measured and take 64 KiB, since its traffic
-/// grows with the world size.
+/// 7.92 (and lost at 1 MiB, 12.5 against 9.7). v15's Lamport two-shot
+/// (36924c0, docs/perf/v15/NOTES.md) took 512 KiB back on 4 H100: 7.31
+/// us against the one-shot's 7.79 (at 256 KiB 6.10 against 5.52), so 4
+/// ranks take 256 KiB again. On 3 H100 the one-shot holds to 512 KiB
+/// (v15: 6.27 against 6.24 there, even; 4.75 against 5.38 at 256 KiB;
+/// 9.39 against 7.86 at 1 MiB). Other world sizes were not measured and
+/// take 64 KiB, since its traffic grows with the world size.
 fn default_lamport_max_bytes() -> [usize; MAX_DEVICES + 1] {
     let mut x = [0; MAX_DEVICES + 1];
     for (world, max) in x.iter_mut().enumerate().skip(2) {
         let measured = match world {
             2 => 1 << 20,
-            3 | 4 => 512 << 10,
+            3 => 512 << 10,
+            4 => 256 << 10,
             _ => 64 << 10,
         };
         *max = lamport_max_message_bytes(world).min(measured);
@@ -338,13 +363,12 @@ pub fn fused_norm_runs(call: &NormCall) -> bool {
 
 /// The path of `call`: never the fused kernel where it cannot run
 /// ([`fused_norm_runs`]), whatever is forced; otherwise a forced path,
-/// else fused exactly where the all-reduce alone would be the Lamport
-/// one-shot ([`decide_all_reduce`]: the fused kernel is that all-reduce
-/// with the norm folded in, so it pays at least where the one-shot does,
-/// and a forced all-reduce algorithm or a tuning file moves both alike).
-/// Above the one-shot's crossover, the fused one-shot against the
-/// Lamport two-shot followed by the norm kernel was not measured yet;
-/// there the unfused sequence runs.
+/// else fused where the all-reduce alone would be a Lamport form
+/// ([`decide_all_reduce`]: a forced all-reduce algorithm or a tuning file
+/// moves both alike) and the message is within
+/// [`Crossovers::fused_norm_max_bytes`]: the fused kernel is the Lamport
+/// one-shot with the norm folded in, so it pays where the one-shot does
+/// and, measured, a little beyond (`default_fused_norm_max_bytes`).
 pub fn decide_norm(call: &NormCall, crossovers: &Crossovers) -> NormPath {
     if call.forced == Some(NormPath::Unfused) || !fused_norm_runs(call) {
         return NormPath::Unfused;
@@ -352,8 +376,19 @@ pub fn decide_norm(call: &NormCall, crossovers: &Crossovers) -> NormPath {
     if call.forced == Some(NormPath::Fused) {
         return NormPath::Fused;
     }
-    match decide_all_reduce(&call.all_reduce, crossovers) {
+    let ar = &call.all_reduce;
+    match decide_all_reduce(ar, crossovers) {
         AllReduceAlgo::Lamport => NormPath::Fused,
+        AllReduceAlgo::LamportTwoShot
+            if ar.bytes
+                <= crossovers
+                    .fused_norm_max_bytes
+                    .get(ar.world)
+                    .copied()
+                    .unwrap_or(0) =>
+        {
+            NormPath::Fused
+        }
         _ => NormPath::Unfused,
     }
 }
@@ -567,6 +602,18 @@ mod tests {
         }
         assert_eq!(decide_norm(&norm(64, 8192, 2), &x), NormPath::Fused);
         assert_eq!(decide_norm(&norm(64, 16384, 2), &x), NormPath::Unfused);
+        // On 4 GPUs the plain all-reduce of 512 KiB and 1 MiB is the
+        // Lamport two-shot; the fused path keeps them (measured ahead
+        // there), and stops past 1 MiB.
+        for (rows, hidden) in [(64, 4096), (32, 8192), (64, 8192)] {
+            let c = norm(rows, hidden, 4);
+            assert_eq!(
+                decide_all_reduce(&c.all_reduce, &x),
+                AllReduceAlgo::LamportTwoShot
+            );
+            assert_eq!(decide_norm(&c, &x), NormPath::Fused, "{rows} x {hidden}");
+        }
+        assert_eq!(decide_norm(&norm(64, 16384, 4), &x), NormPath::Unfused);
         // Past the crossover a forced fused path still runs (it fits the
         // buffers); past the buffers nothing forces it.
         let forced = |mut c: NormCall, path| {
@@ -712,12 +759,16 @@ mod tests {
         let fc = Topology::FullyConnected;
         assert_eq!(by_size(4096, 4, fc, 10 * MIB, &x), AllReduceAlgo::Lamport);
         assert_eq!(
-            by_size(512 << 10, 4, fc, 10 * MIB, &x),
+            by_size(256 << 10, 4, fc, 10 * MIB, &x),
             AllReduceAlgo::Lamport
         );
         assert_eq!(
-            by_size((512 << 10) + 16, 4, fc, 10 * MIB, &x),
+            by_size((256 << 10) + 16, 4, fc, 10 * MIB, &x),
             AllReduceAlgo::LamportTwoShot
+        );
+        assert_eq!(
+            by_size(512 << 10, 3, fc, 10 * MIB, &x),
+            AllReduceAlgo::Lamport
         );
         x_lowered_sends_mid_sizes_to_one_shot(&x);
         for world in 2..=MAX_DEVICES {
