@@ -117,7 +117,7 @@ pub(crate) unsafe fn report(to: ReportTo, peer: u32, block: u32, slot: u32, rank
 /// (`lamport::lamport2`). Before, its later flags carried real epochs: on
 /// 8 ranks on 4 time-sliced GPUs with a 5 s bound (issue 34,
 /// docs/perf/v15/NOTES.md) ranks 0, 2, 3 and 4 gave up on rank 1, went
-/// on, and rank 1, 5, 6 and 7, which came later, found every flag they
+/// on, and ranks 1, 5, 6 and 7, which came later, found every flag they
 /// waited for and left the call with no error, after reading shards the
 /// others had reduced from rank 1's stale buffer. Now a late peer waits
 /// for what the rank that gave up never sends, and its own bound reports

@@ -129,7 +129,8 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
         straggler("late", n - 1, "one-shot", &[]),
         straggler("late", 0, "lamport-two-shot", &[]),
         straggler("late", n - 1, "push", &[]),
-        // NOTE [late peers]: the Lamport one-shot, the decode path.
+        // NOTE [no arrival after giving up]: the Lamport one-shot, the
+        // decode path.
         straggler("late", 1, "lamport", &[]),
         faults("rendezvous", n - 1, &[]),
         faults("rendezvous", 0, &[]),
@@ -225,7 +226,8 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
                 skip.name = format!("{} ({size})", skip.name);
                 cases.push(skip);
                 // A late peer with several chunks or tiles per call: its
-                // late call must still report (NOTE [late peers]).
+                // late call must still report (NOTE [no arrival after giving
+                // up] in `kernels-gpu/src/sync.rs`).
                 if size == "16 MiB" {
                     let mut late = straggler("late", victim, algo, &extra[2..]);
                     late.name = format!("{} ({size})", late.name);
