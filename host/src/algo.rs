@@ -54,6 +54,12 @@ pub struct Crossovers {
     /// get the defaults).
     #[serde(default = "default_scatter_gather_max_bytes")]
     pub scatter_gather_max_bytes: [usize; MAX_DEVICES + 1],
+    /// Reduce-scatter and all-gather: the push form of ours from here on
+    /// (the whole buffer), the Lamport form below; `usize::MAX` where it
+    /// never runs by size (files written before it existed get the
+    /// defaults).
+    #[serde(default = "default_scatter_gather_push_min_bytes")]
+    pub scatter_gather_push_min_bytes: [usize; MAX_DEVICES + 1],
     /// The fused all-reduce + residual + RMSNorm: up to here where the
     /// all-reduce alone would be a Lamport form (files written before it
     /// existed get the defaults).
@@ -77,6 +83,7 @@ impl Default for Crossovers {
             lamport_two_shot_max_bytes: default_lamport_two_shot_max_bytes(),
             push_min_bytes: default_push_min_bytes(),
             scatter_gather_max_bytes: default_scatter_gather_max_bytes(),
+            scatter_gather_push_min_bytes: default_scatter_gather_push_min_bytes(),
             fused_norm_max_bytes: default_fused_norm_max_bytes(),
             one_shot_max_bytes: [
                 0,
@@ -123,6 +130,20 @@ pub const fn scatter_gather_max_shard_bytes(world: usize) -> usize {
 /// as several launches (`comm::scatter_gather`), so any size can.
 pub fn scatter_gather_uses_ours(total_bytes: usize, world: usize, crossovers: &Crossovers) -> bool {
     (2..=MAX_DEVICES).contains(&world) && total_bytes <= crossovers.scatter_gather_max_bytes[world]
+}
+
+/// Whether a reduce-scatter or all-gather of ours whose whole buffer is
+/// `total_bytes` takes the push form (where its rings fit the buffer:
+/// `comm::scatter_gather`), not the Lamport one.
+pub fn scatter_gather_uses_push(total_bytes: usize, world: usize, crossovers: &Crossovers) -> bool {
+    (2..=MAX_DEVICES).contains(&world)
+        && total_bytes >= crossovers.scatter_gather_push_min_bytes[world]
+}
+
+/// Where the push form of the reduce-scatter and all-gather takes over
+/// from the Lamport form: not measured yet, so never by size.
+fn default_scatter_gather_push_min_bytes() -> [usize; MAX_DEVICES + 1] {
+    [usize::MAX; MAX_DEVICES + 1]
 }
 
 /// Reduce-scatter and all-gather limits. Ours are the two hops of the

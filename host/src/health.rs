@@ -120,8 +120,12 @@ fn phase_name(form: u32, slot: u32) -> &'static str {
             "at the barrier with its group after every rank copied its input in"
         }
         FORM_HCM if slot == SLOT_MID => "at the barrier with its relay",
-        FORM_PUSH if slot == SLOT_START => "at the barrier at the start of the call",
-        FORM_PUSH if slot == SLOT_PUSH => "for a peer's pushed chunk or its credit",
+        FORM_PUSH | FORM_REDUCE_SCATTER | FORM_ALL_GATHER if slot == SLOT_START => {
+            "at the barrier at the start of the call"
+        }
+        FORM_PUSH | FORM_REDUCE_SCATTER | FORM_ALL_GATHER if slot == SLOT_PUSH => {
+            "for a peer's pushed chunk or its credit"
+        }
         FORM_BROADCAST if slot == SLOT_START => "at the barrier after the root staged its chunk",
         FORM_LAMPORT
         | FORM_LAMPORT_TWO_SHOT
@@ -173,6 +177,10 @@ mod tests {
             (FORM_LAMPORT_TWO_SHOT, SLOT_LAMPORT),
             (FORM_REDUCE_SCATTER, SLOT_LAMPORT),
             (FORM_ALL_GATHER, SLOT_LAMPORT),
+            (FORM_REDUCE_SCATTER, SLOT_START),
+            (FORM_REDUCE_SCATTER, SLOT_PUSH),
+            (FORM_ALL_GATHER, SLOT_START),
+            (FORM_ALL_GATHER, SLOT_PUSH),
             (FORM_FUSED_NORM, SLOT_LAMPORT),
             (FORM_BARRIER, SLOT_EXPLICIT),
         ];

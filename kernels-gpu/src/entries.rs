@@ -97,6 +97,11 @@ macro_rules! kernel_table {
                 /// all-gather merged per chunk through rings of slots (NOTE
                 /// [push all-reduce] in `push.rs`).
                 Push = "push" "", [Bf16 F16 F32], [2 3 4 5 6 7 8], collective(push, world);
+                /// Reduce-scatter of large shards through the push rings
+                /// (NOTE [push reduce-scatter and all-gather] in `push_sg.rs`).
+                PushReduceScatter = "push_rs" "", [Bf16 F16 F32], [2 3 4 5 6 7 8], collective(push_reduce_scatter, world);
+                /// All-gather of large shards through the push rings.
+                PushAllGather = "push_ag" "", [Bf16 F16 F32], [2 3 4 5 6 7 8], collective(push_all_gather, world);
             }
             /// Broadcast through the root's symmetric buffer.
             Broadcast (BroadcastParams) world overlapped {
@@ -167,6 +172,7 @@ mod instances {
     use crate::norm::residual_rmsnorm;
     use crate::ptx;
     use crate::push::push;
+    use crate::push_sg::{push_all_gather, push_reduce_scatter};
 
     /// Walks the table: one `instance!` per family.
     macro_rules! define_instances {

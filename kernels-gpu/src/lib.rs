@@ -106,6 +106,8 @@ pub mod norm;
 pub mod prims;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod push;
+#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+pub mod push_sg;
 
 // The test and probe kernels (`entries::TestKernel`,
 // `entries::SCOPE_PROBES`): the test PTX only.

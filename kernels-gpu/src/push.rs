@@ -103,27 +103,27 @@ use crate::sync::{
 /// fields is the same on every rank. Vector indices are u32
 /// (`math::PUSH_MAX_VECS`), as in the old bandwidth form, where 64-bit
 /// ones cost 50 % more registers.
-struct Plan {
-    elems: usize,
-    vecs: u32,
-    chunk_vecs: u32,
-    slots: u32,
-    blocks: u32,
-    block: u32,
-    aligned: bool,
+pub(crate) struct Plan {
+    pub(crate) elems: usize,
+    pub(crate) vecs: u32,
+    pub(crate) chunk_vecs: u32,
+    pub(crate) slots: u32,
+    pub(crate) blocks: u32,
+    pub(crate) block: u32,
+    pub(crate) aligned: bool,
     /// Vectors below this are whole and 16-byte aligned in the caller's
     /// buffers (0 when they are not aligned): the loops with four
     /// accesses in flight take those; the rest go one by one through
     /// `load_vec` and `store_vec`.
-    whole: u32,
-    tid: u32,
-    threads: u32,
+    pub(crate) whole: u32,
+    pub(crate) tid: u32,
+    pub(crate) threads: u32,
 }
 
 impl Plan {
     /// Owner `owner`'s chunk of this block's tile `t`.
     #[inline(always)]
-    fn chunk<const W: usize>(&self, t: u32, owner: u32) -> (u32, u32) {
+    pub(crate) fn chunk<const W: usize>(&self, t: u32, owner: u32) -> (u32, u32) {
         push_chunk(
             self.vecs,
             W as u32,
@@ -138,7 +138,7 @@ impl Plan {
     /// Byte offset in a rank's buffer of the slot of tile `t` in ring
     /// `ring`, for the peer at `peer_index`.
     #[inline(always)]
-    fn slot_off<const W: usize>(&self, ring: u32, peer_index: u32, t: u32) -> u64 {
+    pub(crate) fn slot_off<const W: usize>(&self, ring: u32, peer_index: u32, t: u32) -> u64 {
         push_slot_offset(
             ring,
             self.blocks,
@@ -171,7 +171,7 @@ fn kth_peer(k: u32, me: u32) -> u32 {
 /// `[start, end)` must lie in the message, and in the slots' span of the
 /// side that is a slot.
 #[inline(always)]
-unsafe fn copy<T: Element, const IN: bool, const OUT: bool>(
+pub(crate) unsafe fn copy<T: Element, const IN: bool, const OUT: bool>(
     c: &Plan,
     src: *const [u32; 4],
     dst: *mut [u32; 4],
@@ -458,10 +458,10 @@ unsafe fn push_and_copy_out<T: Element, const W: usize>(
 /// What a wait of one iteration needs, relative to the call's base: each
 /// counter of every peer must reach `base + need` (`need <= 0`: nothing).
 #[derive(Clone, Copy)]
-struct Needs {
-    rs_ready: i32,
-    ag_ready: i32,
-    ag_free: i32,
+pub(crate) struct Needs {
+    pub(crate) rs_ready: i32,
+    pub(crate) ag_ready: i32,
+    pub(crate) ag_free: i32,
 }
 
 /// Thread `k < W - 1` waits until the k-th peer's counters on this rank's
@@ -473,7 +473,7 @@ struct Needs {
 /// # Safety
 /// `own_pad` must be this rank's signal pad; `block < MAX_BLOCKS`.
 #[inline(always)]
-unsafe fn wait<const W: usize>(
+pub(crate) unsafe fn wait<const W: usize>(
     p: &AllReduceParams,
     own_pad: *const u32,
     block: u32,
@@ -527,7 +527,7 @@ unsafe fn wait<const W: usize>(
 /// # Safety
 /// `p.pads` must hold the peers' mapped pads; `block < MAX_BLOCKS`.
 #[inline(always)]
-unsafe fn signal<const W: usize>(
+pub(crate) unsafe fn signal<const W: usize>(
     p: &AllReduceParams,
     block: u32,
     base: u32,

@@ -14,7 +14,7 @@ use cudarc::driver::{CudaSlice, DevicePtr};
 use half::{bf16, f16};
 use intranode::ReduceOp;
 use intranode::internals::algo::{AllReduceAlgo, scatter_gather_uses_ours};
-use intranode::internals::comm::scatter_gather::ScatterGather;
+use intranode::internals::comm::scatter_gather::{ScatterGather, ScatterGatherForm};
 use intranode::kernels::ElemType;
 use intranode_harness::data;
 use intranode_harness::free::{self, Dist, Timer};
@@ -498,12 +498,16 @@ fn run_scatter_gather(r: &mut Rank, args: &BenchArgs, what: ScatterGather) -> Re
     let mut algos: Vec<&str> = Vec::new();
     if r.comm.intra().is_some() {
         algos.push("ours");
+        // Our two forms forced, on request only (`--algos lamport,push`).
+        algos.extend(["lamport", "push"]);
     }
     if r.comm.nccl().is_ok() {
         algos.push("nccl");
     }
     algos.push("auto");
-    if !args.algos.is_empty() {
+    if args.algos.is_empty() {
+        algos.retain(|a| !matches!(*a, "lamport" | "push"));
+    } else {
         algos.retain(|a| args.algos.iter().any(|x| x == a));
     }
     let sizes: Vec<usize> = sizes(args)
@@ -536,10 +540,16 @@ fn run_scatter_gather(r: &mut Rank, args: &BenchArgs, what: ScatterGather) -> Re
                 let mut call = |r: &Rank, _j: usize| -> Result<()> {
                     let sum = cudarc::nccl::ReduceOp::Sum;
                     match (algo, what) {
-                        ("ours", _) => {
+                        ("ours" | "lamport" | "push", _) => {
                             let intra = r.comm.intra().context("no intra-node path")?;
-                            intra.scatter_gather(
+                            let form = match algo {
+                                "lamport" => Some(ScatterGatherForm::Lamport),
+                                "push" => Some(ScatterGatherForm::Push),
+                                _ => None,
+                            };
+                            intra.scatter_gather_as(
                                 what,
+                                form,
                                 ElemType::Bf16,
                                 &send,
                                 &mut recv,

@@ -1,9 +1,12 @@
-//! Reduce-scatter and all-gather over the Lamport buffers (NOTE [lamport
-//! reduce-scatter and all-gather] in `kernels-gpu/src/lamport.rs`): one
-//! launch each, no barrier, for shards up to
+//! Reduce-scatter and all-gather in two forms. The Lamport form (NOTE
+//! [lamport reduce-scatter and all-gather] in `kernels-gpu/src/lamport.rs`):
+//! one launch, no barrier, for shards up to
 //! [`crate::algo::scatter_gather_max_shard_bytes`] (a Lamport slot), and
 //! larger shards as one such launch per slot-sized slice of every shard.
-//! `Communicator` decides when they run and sends the rest to NCCL.
+//! The push form (NOTE [push reduce-scatter and all-gather] in
+//! `kernels-gpu/src/push_sg.rs`): one launch of any size through the push
+//! all-reduce's rings, from `Crossovers::scatter_gather_push_min_bytes`
+//! on. `Communicator` decides when ours run and sends the rest to NCCL.
 
 use std::sync::Arc;
 
@@ -11,8 +14,9 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use intranode_kernels_gpu::entries::Collective;
 use intranode_kernels_gpu::layout::AllReduceParams;
 
+use super::all_reduce::push_launch;
 use super::{IntraNodeComm, Launch};
-use crate::algo::{AllReduceAlgo, scatter_gather_max_shard_bytes};
+use crate::algo::{AllReduceAlgo, scatter_gather_max_shard_bytes, scatter_gather_uses_push};
 use crate::error::{Error, Result};
 use crate::kernels::{Grid, KernelKey};
 use crate::types::{ElemType, ReduceOp};
@@ -38,15 +42,38 @@ impl ScatterGather {
     }
 }
 
-/// The kernel of `what` for `elem` on `world` ranks, if there is one.
+/// Which of our kernels run a reduce-scatter or all-gather.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScatterGatherForm {
+    /// Through the Lamport buffers, a slot-sized slice of every shard per
+    /// launch.
+    Lamport,
+    /// Through the push form's rings, one launch.
+    Push,
+}
+
+impl ScatterGatherForm {
+    pub const fn name(self) -> &'static str {
+        match self {
+            ScatterGatherForm::Lamport => "lamport",
+            ScatterGatherForm::Push => "push",
+        }
+    }
+}
+
+/// The kernel of `what` in `form` for `elem` on `world` ranks, if there
+/// is one.
 fn scatter_gather_kernel(
     what: ScatterGather,
+    form: ScatterGatherForm,
     elem: ElemType,
     world: usize,
 ) -> Option<KernelKey<(AllReduceParams,)>> {
-    let family = match what {
-        ScatterGather::ReduceScatter => Collective::ReduceScatter,
-        ScatterGather::AllGather => Collective::AllGather,
+    let family = match (what, form) {
+        (ScatterGather::ReduceScatter, ScatterGatherForm::Lamport) => Collective::ReduceScatter,
+        (ScatterGather::AllGather, ScatterGatherForm::Lamport) => Collective::AllGather,
+        (ScatterGather::ReduceScatter, ScatterGatherForm::Push) => Collective::PushReduceScatter,
+        (ScatterGather::AllGather, ScatterGatherForm::Push) => Collective::PushAllGather,
     };
     family.key(elem.into(), world)
 }
@@ -54,12 +81,29 @@ fn scatter_gather_kernel(
 impl IntraNodeComm {
     /// Reduce-scatter (`what` = `ReduceScatter`, `send` W x n elements,
     /// `recv` n) or all-gather (`AllGather`, `send` n, `recv` W x n) on
-    /// `stream`, with our kernels; `elem` is the buffers' element type.
-    /// A shard larger than [`scatter_gather_max_shard_bytes`] runs as
-    /// several launches.
+    /// `stream`, with our kernels in the form [`Self::scatter_gather_form`]
+    /// picks; `elem` is the buffers' element type.
     pub fn scatter_gather<T>(
         &self,
         what: ScatterGather,
+        elem: ElemType,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Work> {
+        self.scatter_gather_as(what, None, elem, send, recv, op, stream)
+    }
+
+    /// [`scatter_gather`](Self::scatter_gather) in `form` (`None`: as
+    /// [`Self::scatter_gather_form`] picks). The push form needs its rings
+    /// to fit the symmetric buffer (`config::PushShape`); forced where they
+    /// do not, it is an error.
+    #[allow(clippy::too_many_arguments)]
+    pub fn scatter_gather_as<T>(
+        &self,
+        what: ScatterGather,
+        form: Option<ScatterGatherForm>,
         elem: ElemType,
         send: &impl DevicePtr<T>,
         recv: &mut impl DevicePtrMut<T>,
@@ -93,14 +137,42 @@ impl IntraNodeComm {
             // SAFETY: both pointers come from live device buffers of the
             // lengths checked above, ordered with `stream` by the call's
             // buffers.
-            |(i, o)| unsafe { self.scatter_gather_raw(what, i, o, shard, elem, op, stream) },
+            |(i, o)| unsafe { self.scatter_gather_raw(what, form, i, o, shard, elem, op, stream) },
         )
     }
 
-    /// [`scatter_gather`](Self::scatter_gather) over raw addresses, with
-    /// `shard` elements per rank. A shard larger than a Lamport slot
-    /// ([`scatter_gather_max_shard_bytes`]) runs as several calls, each
-    /// over the same slice of every shard (`shard_slices`).
+    /// The form a call of `shard` elements of `elem` per rank takes: the
+    /// push form from `Crossovers::scatter_gather_push_min_bytes` (the
+    /// whole buffer, every shard) where its rings fit the buffer, else the
+    /// Lamport form.
+    pub fn scatter_gather_form(&self, shard: usize, elem: ElemType) -> ScatterGatherForm {
+        let whole_bytes = shard.saturating_mul(elem.bytes()).saturating_mul(self.world());
+        if scatter_gather_uses_push(whole_bytes, self.world(), &self.crossovers)
+            && self.sg_push_launch(shard, elem).is_some()
+        {
+            ScatterGatherForm::Push
+        } else {
+            ScatterGatherForm::Lamport
+        }
+    }
+
+    /// The push form's launch for shards of `shard` elements: the rings
+    /// of a message of W shards (`push_launch`), so every push call lays
+    /// the buffer out alike. `None` where they do not fit the buffer or
+    /// the shard is too long for the kernels' u32 vector indices.
+    fn sg_push_launch(&self, shard: usize, elem: ElemType) -> Option<super::all_reduce::PushLaunch> {
+        use intranode_kernels_gpu::math::{PUSH_MAX_VECS, elems_per_vec};
+        let vecs = shard
+            .div_ceil(elems_per_vec(elem.bytes()))
+            .checked_mul(self.world())
+            .filter(|&v| v <= PUSH_MAX_VECS as usize)?;
+        push_launch(&self.push_shape, vecs, self.world(), self.symm().buffer_bytes())
+    }
+
+    /// [`scatter_gather_as`](Self::scatter_gather_as) over raw addresses,
+    /// with `shard` elements per rank. In the Lamport form a shard larger
+    /// than a slot ([`scatter_gather_max_shard_bytes`]) runs as several
+    /// calls, each over the same slice of every shard (`shard_slices`).
     ///
     /// # Safety
     /// `input` and `output` must be device memory of this comm's device,
@@ -111,6 +183,7 @@ impl IntraNodeComm {
     pub unsafe fn scatter_gather_raw(
         &self,
         what: ScatterGather,
+        form: Option<ScatterGatherForm>,
         input: u64,
         output: u64,
         shard: usize,
@@ -118,7 +191,12 @@ impl IntraNodeComm {
         op: ReduceOp,
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
-        let kernel = scatter_gather_kernel(what, elem, self.world()).ok_or_else(|| {
+        let form = form.unwrap_or_else(|| self.scatter_gather_form(shard, elem));
+        if form == ScatterGatherForm::Push {
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.scatter_gather_push(what, input, output, shard, elem, op, stream) };
+        }
+        let kernel = scatter_gather_kernel(what, form, elem, self.world()).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "{} on rank {}: no kernel for a world of {}",
                 what.name(),
@@ -175,6 +253,70 @@ impl IntraNodeComm {
             Error::InvalidArgument(format!("{} on rank {}: no slice", what.name(), self.rank()))
         })
     }
+
+    /// The push form of [`scatter_gather_raw`](Self::scatter_gather_raw):
+    /// one launch.
+    ///
+    /// # Safety
+    /// As for [`scatter_gather_raw`](Self::scatter_gather_raw).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn scatter_gather_push(
+        &self,
+        what: ScatterGather,
+        input: u64,
+        output: u64,
+        shard: usize,
+        elem: ElemType,
+        op: ReduceOp,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Work> {
+        let world = self.world();
+        let kernel = scatter_gather_kernel(what, ScatterGatherForm::Push, elem, world)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "{} on rank {}: no push kernel for a world of {world}",
+                    what.name(),
+                    self.rank(),
+                ))
+            })?;
+        let launch = self.sg_push_launch(shard, elem).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{} on rank {}: the push form's rings for {shard} elements a shard do not fit the {}-byte symmetric buffer",
+                what.name(),
+                self.rank(),
+                self.symm().buffer_bytes(),
+            ))
+        })?;
+        let build = || -> Result<Option<Launch<_>>> {
+            self.increment_usage_counter();
+            if shard == 0 {
+                return Ok(None);
+            }
+            let mut params = self.params_template();
+            params.op = match what {
+                ScatterGather::ReduceScatter => op.code(),
+                ScatterGather::AllGather => ReduceOp::Sum.code(),
+            };
+            params.input = input;
+            params.output = output;
+            params.elems = shard as u64;
+            params.shard_stride_elems = shard as u64;
+            params.push_chunk_vecs = launch.chunk_vecs as u32;
+            params.push_slots = launch.slots as u32;
+            params.push_lookahead = launch.lookahead as u32;
+            Ok(Some(Launch {
+                key: kernel,
+                grid: Grid::new(launch.blocks, launch.threads),
+                args: (params,),
+            }))
+        };
+        // SAFETY: the caller vouches for input and output, the peers'
+        // buffers and pads live as long as `self`; `sg_push_launch` keeps
+        // the rings inside the buffer, the grid within MAX_BLOCKS and the
+        // vector indices within u32, and every rank derives the same
+        // launch from the same call.
+        unsafe { self.run(what.name(), stream, build) }
+    }
 }
 
 /// The slices `(first element, elements)` of a shard of `shard` elements
@@ -205,12 +347,14 @@ mod tests {
     #[test]
     fn every_world_has_its_kernels() {
         for what in [ScatterGather::ReduceScatter, ScatterGather::AllGather] {
-            for elem in ElemType::ALL {
-                for world in 2..=MAX_RANKS {
-                    assert!(scatter_gather_kernel(what, elem, world).is_some());
+            for form in [ScatterGatherForm::Lamport, ScatterGatherForm::Push] {
+                for elem in ElemType::ALL {
+                    for world in 2..=MAX_RANKS {
+                        assert!(scatter_gather_kernel(what, form, elem, world).is_some());
+                    }
+                    assert!(scatter_gather_kernel(what, form, elem, 1).is_none());
+                    assert!(scatter_gather_kernel(what, form, elem, MAX_RANKS + 1).is_none());
                 }
-                assert!(scatter_gather_kernel(what, elem, 1).is_none());
-                assert!(scatter_gather_kernel(what, elem, MAX_RANKS + 1).is_none());
             }
         }
     }

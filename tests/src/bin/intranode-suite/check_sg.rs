@@ -1,6 +1,7 @@
 //! The check suite's reduce-scatter and all-gather: every element type
 //! and op, lengths around a vector and a slot, through `Communicator`
-//! (ours or NCCL, as it decides) and forced onto our kernels; every
+//! (ours or NCCL, as it decides) and forced onto our kernels (as they
+//! decide, and each form: Lamport and push); every
 //! element against the f64 reference (reduce-scatter, within rounding) or
 //! the inputs themselves (all-gather, exactly).
 
@@ -8,7 +9,7 @@ use anyhow::Result;
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
 use intranode::ReduceOp;
-use intranode::internals::comm::scatter_gather::ScatterGather;
+use intranode::internals::comm::scatter_gather::{ScatterGather, ScatterGatherForm};
 use intranode::kernels::DType;
 use intranode_harness::data;
 use intranode_harness::rank::Rank;
@@ -46,8 +47,13 @@ fn shards<T: DType + NcclType>(
                 &[ReduceOp::Sum][..]
             };
             for &op in ops {
-                for forced in [false, true] {
-                    if forced && r.comm.intra().is_none() {
+                for forced in [
+                    None,
+                    Some(None),
+                    Some(Some(ScatterGatherForm::Lamport)),
+                    Some(Some(ScatterGatherForm::Push)),
+                ] {
+                    if forced.is_some() && r.comm.intra().is_none() {
                         continue;
                     }
                     *call += 1;
@@ -59,25 +65,34 @@ fn shards<T: DType + NcclType>(
                     let send = r.stream.clone_htod(&input)?;
                     let mut recv = r.stream.clone_htod(&vec![data::poison::<T>(); recv_len])?;
                     match (what, forced) {
-                        (_, true) => {
+                        (_, Some(form)) => {
                             let intra = r.comm.intra().ok_or_else(|| {
                                 anyhow::anyhow!("forced path without the intra-node path")
                             })?;
-                            intra.scatter_gather(what, T::ELEM, &send, &mut recv, op, &r.stream)?;
+                            intra.scatter_gather_as(
+                                what,
+                                form,
+                                T::ELEM,
+                                &send,
+                                &mut recv,
+                                op,
+                                &r.stream,
+                            )?;
                         }
-                        (ScatterGather::ReduceScatter, false) => {
+                        (ScatterGather::ReduceScatter, None) => {
                             r.comm.reduce_scatter(&send, &mut recv, &op.to_nccl())?;
                         }
-                        (ScatterGather::AllGather, false) => {
+                        (ScatterGather::AllGather, None) => {
                             r.comm.all_gather(&send, &mut recv)?;
                         }
                     }
                     let out = r.stream.clone_dtoh(&recv)?;
                     r.stream.synchronize()?;
-                    let how = if forced {
-                        "forced onto ours"
-                    } else {
-                        "as the communicator decides"
+                    let how = match forced {
+                        None => "as the communicator decides",
+                        Some(None) => "forced onto ours",
+                        Some(Some(ScatterGatherForm::Lamport)) => "forced onto our Lamport form",
+                        Some(Some(ScatterGatherForm::Push)) => "forced onto our push form",
                     };
                     data::verify_scatter_gather(r, what, &out, seed, *call, n, op, how)?;
                     cases += 1;
