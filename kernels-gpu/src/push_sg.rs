@@ -33,20 +33,27 @@
 //! on every rank (counters a form does not wait on are signalled alongside
 //! the others), which is the base the next push call of any of the three
 //! forms takes from `PUSH_TILES_DONE`; the start barrier and the reuse
-//! argument are the all-reduce's. The host sizes the rings for a message
-//! of W shards (`push_launch`), so both forms and the all-reduce share one
-//! layout.
+//! argument are the all-reduce's. Each form has one ring per block and
+//! peer, not two: both lay it out where the all-reduce's reduce-scatter
+//! ring starts ([`RING`]), with chunks up to twice as long for the same
+//! buffer (the host's `push_launch_rings`). On 4 H100 the chunks that two
+//! rings left in the default buffer (21 KiB) cost the forms 3-10 % at 64
+//! MiB-1 GiB against chunks of 64 KiB (docs/perf/v16/NOTES.md).
 
 use crate::elem::{Element, load_vec, store_vec};
 use crate::layout::{AllReduceParams, FORM_ALL_GATHER, FORM_REDUCE_SCATTER, PUSH_TILES_DONE, SLOT_START};
 use crate::math::{
-    self, PUSH_RING_AG, PUSH_RING_RS, push_block_tiles, push_lookahead, push_peer_index,
-    push_tiles,
+    self, PUSH_RING_RS, push_block_tiles, push_lookahead, push_peer_index, push_tiles,
 };
 use crate::prims::reduce::{combine_in_order, finish_op};
 use crate::ptx;
 use crate::push::{Needs, Plan, copy, signal, wait};
 use crate::sync::{Peers, block_barrier, call_epoch, finish_call, pick};
+
+/// The one ring of either form, in the all-reduce's layout
+/// (`math::push_slot_offset`): the first, so it spans the buffer the host
+/// sized for one ring.
+const RING: u32 = PUSH_RING_RS;
 
 /// One shard-form call as this block sees it: the push plan over one
 /// shard (`elems`, `vecs` and `whole` count a shard), and the bytes from
@@ -133,7 +140,7 @@ unsafe fn rs_push<T: Element, const W: usize>(p: &AllReduceParams, s: &ShardPlan
         let owner = (me + k) % W as u32;
         // `dst.add(i)` is vector `i - start` of the slot.
         let dst = ((pick(&p.bufs, owner)
-            + s.c.slot_off::<W>(PUSH_RING_RS, push_peer_index(me, owner), t))
+            + s.c.slot_off::<W>(RING, push_peer_index(me, owner), t))
             as *mut [u32; 4])
             .wrapping_sub(start as usize);
         let src = s.shard(p.input, owner) as *const [u32; 4];
@@ -165,7 +172,7 @@ unsafe fn rs_reduce<T: Element, const W: usize, const OP: u32>(
     while r < W {
         if r as u32 != me {
             rs[r] = pick(&p.bufs, me)
-                + s.c.slot_off::<W>(PUSH_RING_RS, push_peer_index(r as u32, me), t)
+                + s.c.slot_off::<W>(RING, push_peer_index(r as u32, me), t)
                 - shift;
         }
         r += 1;
@@ -209,7 +216,7 @@ unsafe fn ag_push<T: Element, const W: usize>(p: &AllReduceParams, s: &ShardPlan
     while k < W as u32 {
         let peer = (me + k) % W as u32;
         let dst = ((pick(&p.bufs, peer)
-            + s.c.slot_off::<W>(PUSH_RING_AG, push_peer_index(me, peer), t))
+            + s.c.slot_off::<W>(RING, push_peer_index(me, peer), t))
             as *mut [u32; 4])
             .wrapping_sub(start as usize);
         // SAFETY: `[start, end)` lies in the input and spans one slot.
@@ -235,7 +242,7 @@ unsafe fn ag_copy_out<T: Element, const W: usize>(p: &AllReduceParams, s: &Shard
     while k < W as u32 {
         let owner = (me + k) % W as u32;
         let src = ((pick(&p.bufs, me)
-            + s.c.slot_off::<W>(PUSH_RING_AG, push_peer_index(owner, me), t))
+            + s.c.slot_off::<W>(RING, push_peer_index(owner, me), t))
             as *const [u32; 4])
             .wrapping_sub(start as usize);
         let dst = s.shard(p.output, owner) as *mut [u32; 4];

@@ -75,12 +75,26 @@ pub(crate) fn push_launch(
     world: usize,
     buffer_bytes: usize,
 ) -> Option<PushLaunch> {
+    push_launch_rings(shape, vecs, world, buffer_bytes, 2)
+}
+
+/// [`push_launch`] for kernels with `rings` rings per block and peer in
+/// the buffer: the all-reduce has two (reduce-scatter and all-gather),
+/// the reduce-scatter and all-gather of NOTE [push reduce-scatter and
+/// all-gather] one each, so their chunks may be twice as long.
+pub(crate) fn push_launch_rings(
+    shape: &PushShape,
+    vecs: usize,
+    world: usize,
+    buffer_bytes: usize,
+    rings: usize,
+) -> Option<PushLaunch> {
     use intranode_kernels_gpu::math::{PUSH_MAX_TILE_VECS, VEC_BYTES};
     let peers = world.checked_sub(1).filter(|&p| p > 0)?;
     let slots = shape.slots.max(2);
     let max_blocks = shape.max_blocks.clamp(1, MAX_BLOCKS);
     let threads = shape.threads.clamp(32, THREADS);
-    let fit = buffer_bytes / VEC_BYTES / (2 * max_blocks * peers * slots);
+    let fit = buffer_bytes / VEC_BYTES / (rings.max(1) * max_blocks * peers * slots);
     let most = (shape.max_chunk_bytes / VEC_BYTES)
         .min(fit)
         .min(PUSH_MAX_TILE_VECS as usize / world);
@@ -723,14 +737,14 @@ mod tests {
             PushShape::parse("blocks=160,chunk=262144,slots=4").unwrap(),
             PushShape::parse("blocks=132,chunk=131072,slots=3,lookahead=2").unwrap(),
         ];
-        for shape in shapes {
+        for (shape, rings) in shapes.iter().flat_map(|s| [(s, 1usize), (s, 2)]) {
             for world in 2..=8 {
                 for buffer in [4096usize, 10 << 20, 256 << 20] {
                     for vecs in [1usize, 7, 512, 4096, 1 << 20, 1 << 26, 1 << 30] {
-                        let Some(l) = push_launch(&shape, vecs, world, buffer) else {
+                        let Some(l) = push_launch_rings(shape, vecs, world, buffer, rings) else {
                             // Only a buffer without a vector per slot.
                             assert!(
-                                buffer / 16 < 2 * shape.max_blocks * (world - 1) * shape.slots,
+                                buffer / 16 < rings * shape.max_blocks * (world - 1) * shape.slots,
                                 "{shape:?} {world} {buffer}"
                             );
                             continue;
@@ -747,7 +761,8 @@ mod tests {
                         assert!((1..l.slots).contains(&l.lookahead));
                         assert!(l.chunk_vecs * 16 <= shape.max_chunk_bytes);
                         assert!(w * c <= PUSH_MAX_TILE_VECS);
-                        assert!(push_ring_bytes(b, w, s, c) <= buffer as u64);
+                        // `push_ring_bytes` counts two rings.
+                        assert!(push_ring_bytes(b, w, s, c) / 2 * rings as u64 <= buffer as u64);
                         // No idle block: each gets a tile at least.
                         let tiles = push_tiles(vecs as u32, w, c);
                         assert!((0..b).all(|k| push_block_tiles(tiles, b, k) >= 1));
@@ -777,6 +792,10 @@ mod tests {
         // On 8 ranks the chunk shrinks to what the scratch holds.
         let eight = push_launch(&d, 1 << 26, 8, d.scratch_bytes).unwrap();
         assert_eq!((eight.blocks, eight.chunk_vecs), (132, 585));
+        // One ring per block and peer (the reduce-scatter and all-gather
+        // forms): twice the chunk where the scratch is what cuts it.
+        let one = push_launch_rings(&d, 1 << 26, 8, d.scratch_bytes, 1).unwrap();
+        assert_eq!((one.blocks, one.chunk_vecs), (132, 1170));
         // No ring fits: refused.
         assert_eq!(push_launch(&d, 1 << 20, 8, 4096), None);
         assert_eq!(push_launch(&d, 1 << 20, 1, 10 << 20), None);

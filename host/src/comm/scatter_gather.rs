@@ -14,7 +14,7 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use intranode_kernels_gpu::entries::Collective;
 use intranode_kernels_gpu::layout::AllReduceParams;
 
-use super::all_reduce::push_launch;
+use super::all_reduce::push_launch_rings;
 use super::{IntraNodeComm, Launch};
 use crate::algo::{AllReduceAlgo, scatter_gather_max_shard_bytes, scatter_gather_uses_push};
 use crate::error::{Error, Result};
@@ -156,9 +156,9 @@ impl IntraNodeComm {
         }
     }
 
-    /// The push form's launch for shards of `shard` elements: the rings
-    /// of a message of W shards (`push_launch`), so every push call lays
-    /// the buffer out alike. `None` where they do not fit the buffer or
+    /// The push form's launch for shards of `shard` elements: the launch
+    /// of an all-reduce of W shards with one ring instead of two
+    /// (`push_launch_rings`). `None` where it does not fit the buffer or
     /// the shard is too long for the kernels' u32 vector indices.
     fn sg_push_launch(&self, shard: usize, elem: ElemType) -> Option<super::all_reduce::PushLaunch> {
         use intranode_kernels_gpu::math::{PUSH_MAX_VECS, elems_per_vec};
@@ -166,7 +166,7 @@ impl IntraNodeComm {
             .div_ceil(elems_per_vec(elem.bytes()))
             .checked_mul(self.world())
             .filter(|&v| v <= PUSH_MAX_VECS as usize)?;
-        push_launch(&self.push_shape, vecs, self.world(), self.symm().buffer_bytes())
+        push_launch_rings(&self.push_shape, vecs, self.world(), self.symm().buffer_bytes(), 1)
     }
 
     /// [`scatter_gather_as`](Self::scatter_gather_as) over raw addresses,

@@ -103,6 +103,74 @@ fn shards<T: DType + NcclType>(
     Ok(cases)
 }
 
+/// Calls back to back with no host step between them, every result
+/// checked once all ran: the push all-reduce and the push forms of the
+/// reduce-scatter and all-gather share the push counters (NOTE [push
+/// reduce-scatter and all-gather] in `kernels-gpu/src/push_sg.rs`: each
+/// call leaves every counter at the base the next one takes, whatever
+/// form it is), mixed with the Lamport forms, on shards of one tile to
+/// several per block. The count of checked calls.
+fn back_to_back(r: &mut Rank, seed: u64, call: &mut u64) -> Result<usize> {
+    use intranode::AllReduceAlgo;
+    let Some(intra) = r.comm.intra() else {
+        return Ok(0);
+    };
+    let (me, world) = (r.rank(), r.world());
+    let plan: Vec<(Option<ScatterGather>, Option<ScatterGatherForm>, usize)> = vec![
+        (Some(ScatterGather::ReduceScatter), Some(ScatterGatherForm::Push), (1 << 20) + 3),
+        (Some(ScatterGather::AllGather), Some(ScatterGatherForm::Push), (1 << 20) + 3),
+        (None, None, 3 << 20),
+        (Some(ScatterGather::AllGather), Some(ScatterGatherForm::Push), 4099),
+        (Some(ScatterGather::ReduceScatter), Some(ScatterGatherForm::Lamport), 65536),
+        (Some(ScatterGather::ReduceScatter), Some(ScatterGatherForm::Push), 3 << 20),
+        (None, None, 5000),
+        (Some(ScatterGather::AllGather), Some(ScatterGatherForm::Lamport), 4099),
+        (Some(ScatterGather::AllGather), Some(ScatterGatherForm::Push), 3 << 20),
+        (Some(ScatterGather::ReduceScatter), Some(ScatterGatherForm::Push), 7),
+        (None, None, 1 << 20),
+        (Some(ScatterGather::ReduceScatter), Some(ScatterGatherForm::Push), 65536),
+    ];
+    let mut pending = Vec::new();
+    for &(what, form, n) in &plan {
+        *call += 1;
+        let (send_len, recv_len) = match what {
+            Some(ScatterGather::ReduceScatter) => (world * n, n),
+            Some(ScatterGather::AllGather) => (n, world * n),
+            None => (n, n),
+        };
+        let send = r.stream.clone_htod(&data::inputs::<bf16>(seed, *call, me, send_len))?;
+        let mut recv = r.stream.clone_htod(&vec![data::poison::<bf16>(); recv_len])?;
+        match what {
+            Some(what) => {
+                intra.scatter_gather_as(
+                    what,
+                    form,
+                    bf16::ELEM,
+                    &send,
+                    &mut recv,
+                    ReduceOp::Sum,
+                    &r.stream,
+                )?;
+            }
+            None => {
+                intra.all_reduce(&send, &mut recv, ReduceOp::Sum, AllReduceAlgo::Push, &r.stream)?;
+            }
+        }
+        pending.push((what, form, n, *call, send, recv));
+    }
+    r.stream.synchronize()?;
+    for (what, form, n, c, _send, recv) in &pending {
+        let out = r.stream.clone_dtoh(recv)?;
+        let how = format!("back to back, {}", form.map_or("push all-reduce", |f| f.name()));
+        match what {
+            Some(what) => data::verify_scatter_gather(r, *what, &out, seed, *c, *n, ReduceOp::Sum, &how)?,
+            None => data::verify(&out, seed, *c, world, ReduceOp::Sum)
+                .map_err(|e| anyhow::anyhow!("rank {me}: {how}: {e}"))?,
+        }
+    }
+    Ok(pending.len())
+}
+
 /// Every case; the count of checked calls.
 pub fn run(r: &mut Rank, seed: u64) -> Result<usize> {
     let mut call = 1 << 40;
@@ -115,5 +183,6 @@ pub fn run(r: &mut Rank, seed: u64) -> Result<usize> {
     // the cases above).
     let slot_elems = intranode::internals::algo::scatter_gather_max_shard_bytes(r.world()) / 2;
     cases += shards::<bf16>(r, seed, &mut call, &[slot_elems + 13], false)?;
+    cases += back_to_back(r, seed, &mut call)?;
     Ok(cases)
 }
