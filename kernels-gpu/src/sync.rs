@@ -85,6 +85,14 @@ impl<'a> Peers<'a> {
 /// error word, `code` last, with release, so a host that sees the code
 /// sees the other fields.
 ///
+/// Only the first failed wait of the rank writes the error word: it is
+/// the one whose increment of the abort word found it zero. Blocks whose
+/// bounds run out in the same moment (every block waits at the same
+/// barrier) used to write it one after another, so the host read one
+/// block in the call's error and another in the next call's, which must
+/// repeat it (faults-suite, late one-shot at 16 MiB on 2 H200, v16). Only
+/// this GPU's waits read or write the abort word, so `.gpu` scope.
+///
 /// # Safety
 /// `to.word` must be the device address of a mapped `ErrorWord` (or 0),
 /// `to.abort` this rank's abort word (or 0).
@@ -92,7 +100,10 @@ impl<'a> Peers<'a> {
 pub(crate) unsafe fn report(to: ReportTo, peer: u32, block: u32, slot: u32, rank: u32) {
     if to.abort != 0 {
         // SAFETY: this rank's abort word (caller's promise).
-        unsafe { ptx::st_relaxed_sys_u32(to.abort as *mut u32, 1) };
+        let earlier = unsafe { ptx::atom_add_acq_rel_gpu_u32(to.abort as *mut u32, 1) };
+        if earlier != 0 {
+            return;
+        }
     }
     if to.word == 0 {
         return;
