@@ -141,20 +141,40 @@ pub fn scatter_gather_uses_push(total_bytes: usize, world: usize, crossovers: &C
 }
 
 /// Where the push form of the reduce-scatter and all-gather takes over
-/// from the Lamport form: not measured yet, so never by size.
+/// from the Lamport form: where the Lamport form would need a second
+/// launch (a shard past one slot, `comm::scatter_gather::shard_slices`).
+/// Measured at 2 ranks (2 H100 and 2 H200) and 4 (4 H100), v16,
+/// docs/perf/v16/NOTES.md: at 16 MiB the Lamport form led (0.61-0.77x
+/// NCCL against the push form's 0.71-0.97x), at 64 MiB the push form
+/// (all-gather 0.70-0.72x NCCL at 2 ranks and 0.94x at 4, against
+/// 0.89-1.04x); the other world sizes take the same rule unmeasured.
 fn default_scatter_gather_push_min_bytes() -> [usize; MAX_DEVICES + 1] {
-    [usize::MAX; MAX_DEVICES + 1]
+    let mut x = [usize::MAX; MAX_DEVICES + 1];
+    for (world, min) in x.iter_mut().enumerate().skip(2) {
+        *min = world * scatter_gather_max_shard_bytes(world) + 1;
+    }
+    x
 }
 
-/// Reduce-scatter and all-gather limits. Ours are the two hops of the
-/// Lamport two-shot, so they take what it takes (its crossover with NCCL
-/// for all-reduces of the same size: [`default_lamport_two_shot_max_bytes`]).
-/// On 4 H100 (v14, docs/perf/v14/NOTES.md) ours led NCCL at every size to
-/// 16 MiB (0.77x and 0.69x there); at 64 MiB, as slot-sized slices, the
-/// reduce-scatter was even with it (187.9 us against 192.2) and the
-/// all-gather behind (196.6 against 190.5), so NCCL keeps 64 MiB.
+/// Reduce-scatter and all-gather limits (ours up to here, NCCL above).
+/// Measured (v16, docs/perf/v16/NOTES.md, Lamport form to 32 MiB, push
+/// form above, NCCL in the same run):
+/// - 2 ranks: ours at every size to 1 GiB. The push form was 0.70-0.89x
+///   NCCL from 64 MiB to 1 GiB on 2 H100 and on 2 H200.
+/// - 4 ranks (4 H100): ours to 64 MiB. At 64 MiB the push all-gather was
+///   0.94x NCCL and the Lamport reduce-scatter 0.97x (both with the
+///   rings' chunks that two rings left, 21 KiB; one ring doubles them).
+///   Past it the push form trailed NCCL by up to 13 % with those chunks
+///   and led it by 3-6 % with 64 KiB ones in a 152 MiB scratch; the
+///   default scratch with one ring is not measured at 4 ranks yet
+///   (`docs/perf/queue/sg_push_w4.sh`), so NCCL keeps 256 MiB and up.
+/// - Other world sizes: the Lamport two-shot's crossover with NCCL
+///   ([`default_lamport_two_shot_max_bytes`]), as before.
 fn default_scatter_gather_max_bytes() -> [usize; MAX_DEVICES + 1] {
-    default_lamport_two_shot_max_bytes()
+    let mut x = default_lamport_two_shot_max_bytes();
+    x[2] = usize::MAX;
+    x[4] = 64 << 20;
+    x
 }
 
 /// Fused all-reduce + residual + RMSNorm limits: the Lamport one-shot's,
@@ -736,21 +756,24 @@ mod tests {
     fn scatter_gather_takes_what_fits_and_pays() {
         let x = Crossovers::default();
         assert!(scatter_gather_uses_ours(4096, 2, &x));
-        assert!(scatter_gather_uses_ours(16 << 20, 2, &x));
-        assert!(!scatter_gather_uses_ours((16 << 20) + 2, 2, &x));
-        // Past a slot per shard where a tuning file says so (the host
-        // slices the shards), at 4 ranks to 64 MiB by default.
-        let mut big = Crossovers::default();
-        big.scatter_gather_max_bytes[2] = 1 << 40;
-        assert!(scatter_gather_uses_ours(
-            2 * scatter_gather_max_shard_bytes(2) + 2,
-            2,
-            &big
-        ));
-        assert!(scatter_gather_uses_ours(16 << 20, 4, &x));
-        assert!(!scatter_gather_uses_ours(64 << 20, 4, &x));
+        // At 2 ranks ours at every size (the push form past a slot per
+        // shard); at 4 to 64 MiB; elsewhere to the Lamport two-shot's
+        // crossover.
+        assert!(scatter_gather_uses_ours(1 << 30, 2, &x));
+        assert!(scatter_gather_uses_ours(64 << 20, 4, &x));
+        assert!(!scatter_gather_uses_ours((64 << 20) + 8, 4, &x));
+        assert!(scatter_gather_uses_ours(4 << 20, 3, &x));
+        assert!(!scatter_gather_uses_ours((4 << 20) + 6, 3, &x));
         assert!(!scatter_gather_uses_ours(4096, 1, &x));
         assert!(!scatter_gather_uses_ours(4096, MAX_DEVICES + 1, &x));
+        // The Lamport form while every shard fits a slot, the push form
+        // past it.
+        for world in 2..=MAX_DEVICES {
+            let one_slot = world * scatter_gather_max_shard_bytes(world);
+            assert!(!scatter_gather_uses_push(one_slot, world, &x));
+            assert!(scatter_gather_uses_push(one_slot + 1, world, &x));
+        }
+        assert!(!scatter_gather_uses_push(1 << 30, 1, &x));
     }
 
     use super::*;

@@ -41,7 +41,9 @@
 //! MiB-1 GiB against chunks of 64 KiB (docs/perf/v16/NOTES.md).
 
 use crate::elem::{Element, load_vec, store_vec};
-use crate::layout::{AllReduceParams, FORM_ALL_GATHER, FORM_REDUCE_SCATTER, PUSH_TILES_DONE, SLOT_START};
+use crate::layout::{
+    AllReduceParams, FORM_ALL_GATHER, FORM_REDUCE_SCATTER, PUSH_TILES_DONE, SLOT_START,
+};
 use crate::math::{
     self, PUSH_RING_RS, push_block_tiles, push_lookahead, push_peer_index, push_tiles,
 };
@@ -139,8 +141,7 @@ unsafe fn rs_push<T: Element, const W: usize>(p: &AllReduceParams, s: &ShardPlan
     while k < W as u32 {
         let owner = (me + k) % W as u32;
         // `dst.add(i)` is vector `i - start` of the slot.
-        let dst = ((pick(&p.bufs, owner)
-            + s.c.slot_off::<W>(RING, push_peer_index(me, owner), t))
+        let dst = ((pick(&p.bufs, owner) + s.c.slot_off::<W>(RING, push_peer_index(me, owner), t))
             as *mut [u32; 4])
             .wrapping_sub(start as usize);
         let src = s.shard(p.input, owner) as *const [u32; 4];
@@ -171,8 +172,7 @@ unsafe fn rs_reduce<T: Element, const W: usize, const OP: u32>(
     let mut r = 0;
     while r < W {
         if r as u32 != me {
-            rs[r] = pick(&p.bufs, me)
-                + s.c.slot_off::<W>(RING, push_peer_index(r as u32, me), t)
+            rs[r] = pick(&p.bufs, me) + s.c.slot_off::<W>(RING, push_peer_index(r as u32, me), t)
                 - shift;
         }
         r += 1;
@@ -215,8 +215,7 @@ unsafe fn ag_push<T: Element, const W: usize>(p: &AllReduceParams, s: &ShardPlan
     let mut k = 1;
     while k < W as u32 {
         let peer = (me + k) % W as u32;
-        let dst = ((pick(&p.bufs, peer)
-            + s.c.slot_off::<W>(RING, push_peer_index(me, peer), t))
+        let dst = ((pick(&p.bufs, peer) + s.c.slot_off::<W>(RING, push_peer_index(me, peer), t))
             as *mut [u32; 4])
             .wrapping_sub(start as usize);
         // SAFETY: `[start, end)` lies in the input and spans one slot.
@@ -241,8 +240,7 @@ unsafe fn ag_copy_out<T: Element, const W: usize>(p: &AllReduceParams, s: &Shard
     let mut k = 1;
     while k < W as u32 {
         let owner = (me + k) % W as u32;
-        let src = ((pick(&p.bufs, me)
-            + s.c.slot_off::<W>(RING, push_peer_index(owner, me), t))
+        let src = ((pick(&p.bufs, me) + s.c.slot_off::<W>(RING, push_peer_index(owner, me), t))
             as *const [u32; 4])
             .wrapping_sub(start as usize);
         let dst = s.shard(p.output, owner) as *mut [u32; 4];

@@ -146,7 +146,9 @@ impl IntraNodeComm {
     /// whole buffer, every shard) where its rings fit the buffer, else the
     /// Lamport form.
     pub fn scatter_gather_form(&self, shard: usize, elem: ElemType) -> ScatterGatherForm {
-        let whole_bytes = shard.saturating_mul(elem.bytes()).saturating_mul(self.world());
+        let whole_bytes = shard
+            .saturating_mul(elem.bytes())
+            .saturating_mul(self.world());
         if scatter_gather_uses_push(whole_bytes, self.world(), &self.crossovers)
             && self.sg_push_launch(shard, elem).is_some()
         {
@@ -160,13 +162,23 @@ impl IntraNodeComm {
     /// of an all-reduce of W shards with one ring instead of two
     /// (`push_launch_rings`). `None` where it does not fit the buffer or
     /// the shard is too long for the kernels' u32 vector indices.
-    fn sg_push_launch(&self, shard: usize, elem: ElemType) -> Option<super::all_reduce::PushLaunch> {
+    fn sg_push_launch(
+        &self,
+        shard: usize,
+        elem: ElemType,
+    ) -> Option<super::all_reduce::PushLaunch> {
         use intranode_kernels_gpu::math::{PUSH_MAX_VECS, elems_per_vec};
         let vecs = shard
             .div_ceil(elems_per_vec(elem.bytes()))
             .checked_mul(self.world())
             .filter(|&v| v <= PUSH_MAX_VECS as usize)?;
-        push_launch_rings(&self.push_shape, vecs, self.world(), self.symm().buffer_bytes(), 1)
+        push_launch_rings(
+            &self.push_shape,
+            vecs,
+            self.world(),
+            self.symm().buffer_bytes(),
+            1,
+        )
     }
 
     /// [`scatter_gather_as`](Self::scatter_gather_as) over raw addresses,
@@ -194,7 +206,9 @@ impl IntraNodeComm {
         let form = form.unwrap_or_else(|| self.scatter_gather_form(shard, elem));
         if form == ScatterGatherForm::Push {
             // SAFETY: forwarded from the caller.
-            return unsafe { self.scatter_gather_push(what, input, output, shard, elem, op, stream) };
+            return unsafe {
+                self.scatter_gather_push(what, input, output, shard, elem, op, stream)
+            };
         }
         let kernel = scatter_gather_kernel(what, form, elem, self.world()).ok_or_else(|| {
             Error::InvalidArgument(format!(
@@ -271,8 +285,8 @@ impl IntraNodeComm {
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
         let world = self.world();
-        let kernel = scatter_gather_kernel(what, ScatterGatherForm::Push, elem, world)
-            .ok_or_else(|| {
+        let kernel =
+            scatter_gather_kernel(what, ScatterGatherForm::Push, elem, world).ok_or_else(|| {
                 Error::InvalidArgument(format!(
                     "{} on rank {}: no push kernel for a world of {world}",
                     what.name(),

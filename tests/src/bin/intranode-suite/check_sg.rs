@@ -117,18 +117,54 @@ fn back_to_back(r: &mut Rank, seed: u64, call: &mut u64) -> Result<usize> {
     };
     let (me, world) = (r.rank(), r.world());
     let plan: Vec<(Option<ScatterGather>, Option<ScatterGatherForm>, usize)> = vec![
-        (Some(ScatterGather::ReduceScatter), Some(ScatterGatherForm::Push), (1 << 20) + 3),
-        (Some(ScatterGather::AllGather), Some(ScatterGatherForm::Push), (1 << 20) + 3),
+        (
+            Some(ScatterGather::ReduceScatter),
+            Some(ScatterGatherForm::Push),
+            (1 << 20) + 3,
+        ),
+        (
+            Some(ScatterGather::AllGather),
+            Some(ScatterGatherForm::Push),
+            (1 << 20) + 3,
+        ),
         (None, None, 3 << 20),
-        (Some(ScatterGather::AllGather), Some(ScatterGatherForm::Push), 4099),
-        (Some(ScatterGather::ReduceScatter), Some(ScatterGatherForm::Lamport), 65536),
-        (Some(ScatterGather::ReduceScatter), Some(ScatterGatherForm::Push), 3 << 20),
+        (
+            Some(ScatterGather::AllGather),
+            Some(ScatterGatherForm::Push),
+            4099,
+        ),
+        (
+            Some(ScatterGather::ReduceScatter),
+            Some(ScatterGatherForm::Lamport),
+            65536,
+        ),
+        (
+            Some(ScatterGather::ReduceScatter),
+            Some(ScatterGatherForm::Push),
+            3 << 20,
+        ),
         (None, None, 5000),
-        (Some(ScatterGather::AllGather), Some(ScatterGatherForm::Lamport), 4099),
-        (Some(ScatterGather::AllGather), Some(ScatterGatherForm::Push), 3 << 20),
-        (Some(ScatterGather::ReduceScatter), Some(ScatterGatherForm::Push), 7),
+        (
+            Some(ScatterGather::AllGather),
+            Some(ScatterGatherForm::Lamport),
+            4099,
+        ),
+        (
+            Some(ScatterGather::AllGather),
+            Some(ScatterGatherForm::Push),
+            3 << 20,
+        ),
+        (
+            Some(ScatterGather::ReduceScatter),
+            Some(ScatterGatherForm::Push),
+            7,
+        ),
         (None, None, 1 << 20),
-        (Some(ScatterGather::ReduceScatter), Some(ScatterGatherForm::Push), 65536),
+        (
+            Some(ScatterGather::ReduceScatter),
+            Some(ScatterGatherForm::Push),
+            65536,
+        ),
     ];
     let mut pending = Vec::new();
     for &(what, form, n) in &plan {
@@ -138,8 +174,12 @@ fn back_to_back(r: &mut Rank, seed: u64, call: &mut u64) -> Result<usize> {
             Some(ScatterGather::AllGather) => (n, world * n),
             None => (n, n),
         };
-        let send = r.stream.clone_htod(&data::inputs::<bf16>(seed, *call, me, send_len))?;
-        let mut recv = r.stream.clone_htod(&vec![data::poison::<bf16>(); recv_len])?;
+        let send = r
+            .stream
+            .clone_htod(&data::inputs::<bf16>(seed, *call, me, send_len))?;
+        let mut recv = r
+            .stream
+            .clone_htod(&vec![data::poison::<bf16>(); recv_len])?;
         match what {
             Some(what) => {
                 intra.scatter_gather_as(
@@ -153,7 +193,13 @@ fn back_to_back(r: &mut Rank, seed: u64, call: &mut u64) -> Result<usize> {
                 )?;
             }
             None => {
-                intra.all_reduce(&send, &mut recv, ReduceOp::Sum, AllReduceAlgo::Push, &r.stream)?;
+                intra.all_reduce(
+                    &send,
+                    &mut recv,
+                    ReduceOp::Sum,
+                    AllReduceAlgo::Push,
+                    &r.stream,
+                )?;
             }
         }
         pending.push((what, form, n, *call, send, recv));
@@ -161,9 +207,14 @@ fn back_to_back(r: &mut Rank, seed: u64, call: &mut u64) -> Result<usize> {
     r.stream.synchronize()?;
     for (what, form, n, c, _send, recv) in &pending {
         let out = r.stream.clone_dtoh(recv)?;
-        let how = format!("back to back, {}", form.map_or("push all-reduce", |f| f.name()));
+        let how = format!(
+            "back to back, {}",
+            form.map_or("push all-reduce", |f| f.name())
+        );
         match what {
-            Some(what) => data::verify_scatter_gather(r, *what, &out, seed, *c, *n, ReduceOp::Sum, &how)?,
+            Some(what) => {
+                data::verify_scatter_gather(r, *what, &out, seed, *c, *n, ReduceOp::Sum, &how)?
+            }
             None => data::verify(&out, seed, *c, world, ReduceOp::Sum)
                 .map_err(|e| anyhow::anyhow!("rank {me}: {how}: {e}"))?,
         }
