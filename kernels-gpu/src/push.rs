@@ -121,6 +121,32 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
+    /// The plan of a call with `p` over `p.elems` elements of `T` as this
+    /// thread sees it; `aligned`: whether the caller's buffers allow the
+    /// 16-byte paths.
+    #[inline(always)]
+    pub(crate) fn new<T: Element>(p: &AllReduceParams, aligned: bool) -> Self {
+        let elems = p.elems as usize;
+        // At most PUSH_MAX_VECS (the host's promise), so u32 holds it.
+        let vecs = math::div_ceil(elems, T::LANES) as u32;
+        Plan {
+            elems,
+            vecs,
+            chunk_vecs: p.push_chunk_vecs,
+            slots: p.push_slots,
+            blocks: ptx::grid_dim_x(),
+            block: ptx::block_idx_x(),
+            aligned,
+            whole: if aligned {
+                (elems / T::LANES) as u32
+            } else {
+                0
+            },
+            tid: ptx::thread_idx_x(),
+            threads: ptx::block_dim_x(),
+        }
+    }
+
     /// Owner `owner`'s chunk of this block's tile `t`.
     #[inline(always)]
     pub(crate) fn chunk<const W: usize>(&self, t: u32, owner: u32) -> (u32, u32) {
@@ -581,27 +607,13 @@ pub(crate) unsafe fn push<T: Element, const W: usize, const OP: u32>(p: &AllRedu
     let own_pad = pick(&p.pads, p.rank) as *mut u32;
     // SAFETY: the host passes this rank's mapped pad.
     let epoch = unsafe { call_epoch(own_pad) };
-    let elems = p.elems as usize;
-    // At most PUSH_MAX_VECS (the host's promise), so u32 holds it.
-    let vecs = math::div_ceil(elems, T::LANES) as u32;
     let aligned = math::all_vec_aligned(&[p.input as usize, p.output as usize]);
-    let c = Plan {
-        elems,
-        vecs,
-        chunk_vecs: p.push_chunk_vecs,
-        slots: p.push_slots,
-        blocks: ptx::grid_dim_x(),
-        block: ptx::block_idx_x(),
-        aligned,
-        whole: if aligned {
-            (elems / T::LANES) as u32
-        } else {
-            0
-        },
-        tid: ptx::thread_idx_x(),
-        threads: ptx::block_dim_x(),
-    };
-    let n = push_block_tiles(push_tiles(vecs, W as u32, c.chunk_vecs), c.blocks, c.block);
+    let c = Plan::new::<T>(p, aligned);
+    let n = push_block_tiles(
+        push_tiles(c.vecs, W as u32, c.chunk_vecs),
+        c.blocks,
+        c.block,
+    );
     let d = push_lookahead(c.slots, p.push_lookahead);
     let s = c.slots as i32;
     let peers = Peers::of(p, FORM_PUSH);

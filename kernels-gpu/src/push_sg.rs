@@ -70,7 +70,6 @@ impl ShardPlan {
     /// W shards and whose side at `shard_side` one.
     #[inline(always)]
     fn new<T: Element>(p: &AllReduceParams, whole_side: u64, shard_side: u64) -> Self {
-        let elems = p.elems as usize;
         let shard_bytes = if p.shard_stride_elems == 0 {
             p.elems
         } else {
@@ -83,23 +82,7 @@ impl ShardPlan {
             shard_side as usize,
         ]);
         ShardPlan {
-            c: Plan {
-                elems,
-                // At most PUSH_MAX_VECS (the host's promise), so u32 holds it.
-                vecs: math::div_ceil(elems, T::LANES) as u32,
-                chunk_vecs: p.push_chunk_vecs,
-                slots: p.push_slots,
-                blocks: ptx::grid_dim_x(),
-                block: ptx::block_idx_x(),
-                aligned,
-                whole: if aligned {
-                    (elems / T::LANES) as u32
-                } else {
-                    0
-                },
-                tid: ptx::thread_idx_x(),
-                threads: ptx::block_dim_x(),
-            },
+            c: Plan::new::<T>(p, aligned),
             shard_bytes,
         }
     }

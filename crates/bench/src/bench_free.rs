@@ -497,19 +497,17 @@ fn run_scatter_gather(r: &mut Rank, args: &BenchArgs, what: ScatterGather) -> Re
     let mut timer = Timer::new(r, 2 * max_calls + 2 * SKEW_K + 256)?;
     let mut algos: Vec<&str> = Vec::new();
     if r.comm.intra().is_some() {
-        algos.push("ours");
-        // Our two forms forced, on request only (`--algos lamport,push`).
-        algos.extend(["lamport", "push"]);
+        // Our two forms forced only on request (`--algos lamport,push`).
+        algos.extend(["ours", "lamport", "push"]);
     }
     if r.comm.nccl().is_ok() {
         algos.push("nccl");
     }
     algos.push("auto");
-    if args.algos.is_empty() {
-        algos.retain(|a| !matches!(*a, "lamport" | "push"));
-    } else {
-        algos.retain(|a| args.algos.iter().any(|x| x == a));
-    }
+    algos.retain(|a| match args.algos.is_empty() {
+        true => !matches!(*a, "lamport" | "push"),
+        false => args.algos.iter().any(|x| x == a),
+    });
     let sizes: Vec<usize> = sizes(args)
         .into_iter()
         .map(|b| b - b % (world * 16))
