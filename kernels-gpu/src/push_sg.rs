@@ -206,8 +206,11 @@ unsafe fn rs_reduce<T: Element, const W: usize, const OP: u32>(
 /// in flight before the first add: at 2 ranks the reduce is half of a
 /// tile's work, and with one vector's W loads per round the reduce-scatter
 /// moved 289 GB/s at 1 GiB on 2 H100 against the all-gather's 353, whose
-/// copies keep four in flight (v16, docs/perf/v16/NOTES.md). Larger
-/// worlds keep one: 2 W vectors in registers would pass 128 registers.
+/// copies keep four in flight. Measured on 2 H200 (v16,
+/// docs/perf/v16/NOTES.md, two turns): 2.4-2.6 % faster from 64 MiB to 1
+/// GiB (289 -> 296 GB/s at 1 GiB), 16 MiB unchanged; so the load count
+/// was not what held it. Larger worlds keep one vector: 2 W in registers
+/// would pass 128 registers (3 ranks already take 128).
 const PAIRED_MAX_WORLD: usize = 4;
 
 /// The all-gather's push of tile `t`: this rank's input chunk into its
