@@ -196,8 +196,28 @@ unsafe fn rs_reduce<T: Element, const W: usize, const OP: u32>(
             i += 2 * step;
         }
     }
+    // One vector a round, written out rather than through `load` and
+    // `store`: through them `push_rs_f32_w8` took a 16-byte stack frame
+    // and 32 bytes of spills on sm_80 (`cargo xtask check-ptx`).
     while i < end {
-        store(i, load(i));
+        let iu = i as usize;
+        // SAFETY: vector i lies in this rank's input shard and output, and
+        // vector `i - start` in every slot of the tile.
+        unsafe {
+            let mine = load_vec(mine_shard, iu, s.c.elems, s.c.aligned);
+            let mut raw = [[0u32; 4]; W];
+            let mut r = 0;
+            while r < W {
+                raw[r] = if r as u32 == me {
+                    mine
+                } else {
+                    ptx::ld_global_v4_u32((rs[r] as *const [u32; 4]).add(iu))
+                };
+                r += 1;
+            }
+            let v = T::narrow(finish_op::<OP>(combine_in_order::<T, W, OP>(&raw), W));
+            store_vec(p.output as *mut T, iu, s.c.elems, s.c.aligned, v);
+        }
         i += step;
     }
 }
