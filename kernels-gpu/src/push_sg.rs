@@ -227,11 +227,11 @@ unsafe fn rs_reduce<T: Element, const W: usize, const OP: u32>(
 /// tile's work, and with one vector's W loads per round the reduce-scatter
 /// moved 289 GB/s at 1 GiB on 2 H100 against the all-gather's 353, whose
 /// copies keep four in flight. Measured on 2 H200 (v16,
-/// docs/perf/v16/NOTES.md, two turns): 2.4-2.6 % faster from 64 MiB to 1
+/// docs/perf/v16/NOTES.md, two turns): 2.4-2.9 % faster from 64 MiB to 1
 /// GiB (289 -> 296 GB/s at 1 GiB), 16 MiB unchanged; so the load count
-/// was not what held it. Larger worlds keep one vector: 2 W in registers
-/// would pass 128 registers (3 ranks already take 128).
-const PAIRED_MAX_WORLD: usize = 4;
+/// was not what held it. Larger worlds keep one vector: at 3 ranks the
+/// pair took ptxas past 128 registers (sm_90), and 4 was not measured.
+const PAIRED_MAX_WORLD: usize = 2;
 
 /// The all-gather's push of tile `t`: this rank's input chunk into its
 /// all-gather slot on every peer, and into its own shard of the output.
