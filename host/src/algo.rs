@@ -162,12 +162,13 @@ fn default_scatter_gather_push_min_bytes() -> [usize; MAX_DEVICES + 1] {
 /// - 2 ranks: ours at every size to 1 GiB. The push form was 0.70-0.89x
 ///   NCCL from 64 MiB to 1 GiB on 2 H100 and on 2 H200.
 /// - 4 ranks (4 H100): ours to 64 MiB. At 64 MiB the push all-gather was
-///   0.94x NCCL and the Lamport reduce-scatter 0.97x (both with the
-///   rings' chunks that two rings left, 21 KiB; one ring doubles them).
-///   Past it the push form trailed NCCL by up to 13 % with those chunks
-///   and led it by 3-6 % with 64 KiB ones in a 152 MiB scratch; the
-///   default scratch with one ring is not measured at 4 ranks yet
-///   (`docs/perf/queue/sg_push_w4.sh`), so NCCL keeps 256 MiB and up.
+///   0.94x NCCL; the push reduce-scatter 1.01x with the 21 KiB chunks
+///   that two rings left and 0.91x with 64 KiB ones (the Lamport form
+///   0.97x). One ring gives 42 KiB chunks in the default scratch, not
+///   measured at 4 ranks yet (`docs/perf/queue/sg_push_w4.sh`). Past 64
+///   MiB the push form trailed NCCL by up to 13 % with 21 KiB chunks and
+///   led it by 3-6 % with 64 KiB ones in a 152 MiB scratch, so NCCL keeps
+///   256 MiB and up until that run.
 /// - Other world sizes: the Lamport two-shot's crossover with NCCL
 ///   ([`default_lamport_two_shot_max_bytes`]), as before.
 fn default_scatter_gather_max_bytes() -> [usize; MAX_DEVICES + 1] {
