@@ -37,8 +37,9 @@
 //! peer, not two: both lay it out where the all-reduce's reduce-scatter
 //! ring starts ([`RING`]), with chunks up to twice as long for the same
 //! buffer (the host's `push_launch_rings`). On 4 H100 the chunks that two
-//! rings left in the default buffer (21 KiB) cost the forms 3-10 % at 64
-//! MiB-1 GiB against chunks of 64 KiB (docs/perf/v16/NOTES.md).
+//! rings left in the default buffer (21 KiB) cost the reduce-scatter
+//! 9-14 % and the all-gather 1-7 % at 64 MiB-1 GiB against chunks of 64
+//! KiB (docs/perf/v16/NOTES.md).
 
 use crate::elem::{Element, load_vec, store_vec};
 use crate::layout::{
