@@ -147,7 +147,11 @@ pub fn scatter_gather_uses_push(total_bytes: usize, world: usize, crossovers: &C
 /// docs/perf/v16/NOTES.md: at 16 MiB the Lamport form led (0.61-0.77x
 /// NCCL against the push form's 0.71-0.97x), at 64 MiB the push form
 /// (all-gather 0.70-0.72x NCCL at 2 ranks and 0.94x at 4, against
-/// 0.89-1.04x); the other world sizes take the same rule unmeasured.
+/// 0.89-1.04x). v17 confirmed it at 4 ranks with one ring (16 MiB: 0.68-
+/// 0.77x against 0.88-0.97x; 64 MiB: 0.92-0.95x against 0.96-1.02x) and
+/// at 3 (16 MiB: 0.65-0.73x against 0.79-0.88x; 64 MiB: 0.84-0.87x
+/// against 0.94-1.02x); the other world sizes take the same rule
+/// unmeasured.
 fn default_scatter_gather_push_min_bytes() -> [usize; MAX_DEVICES + 1] {
     let mut x = [usize::MAX; MAX_DEVICES + 1];
     for (world, min) in x.iter_mut().enumerate().skip(2) {
@@ -157,24 +161,26 @@ fn default_scatter_gather_push_min_bytes() -> [usize; MAX_DEVICES + 1] {
 }
 
 /// Reduce-scatter and all-gather limits (ours up to here, NCCL above).
-/// Measured (v16, docs/perf/v16/NOTES.md, Lamport form to 32 MiB, push
-/// form above, NCCL in the same run):
-/// - 2 ranks: ours at every size to 1 GiB. The push form was 0.70-0.89x
-///   NCCL from 64 MiB to 1 GiB on 2 H100 and on 2 H200.
-/// - 4 ranks (4 H100): ours to 64 MiB. At 64 MiB the push all-gather was
-///   0.94x NCCL; the push reduce-scatter 1.01x with the 21 KiB chunks
-///   that two rings left and 0.91x with 64 KiB ones (the Lamport form
-///   0.97x). One ring gives 42 KiB chunks in the default scratch, not
-///   measured at 4 ranks yet (`docs/perf/queue/sg_push_w4.sh`). Past 64
-///   MiB the push form trailed NCCL by up to 13 % with 21 KiB chunks and
-///   led it by 3-6 % with 64 KiB ones in a 152 MiB scratch, so NCCL keeps
-///   256 MiB and up until that run.
+/// Measured (Lamport form to 32 MiB, push form above, NCCL in the same
+/// run):
+/// - 2 ranks (v16, docs/perf/v16/NOTES.md): ours at every size to 1 GiB.
+///   The push form was 0.70-0.89x NCCL from 64 MiB to 1 GiB on 2 H100 and
+///   on 2 H200.
+/// - 4 ranks (4 H100, v17, docs/perf/v17/NOTES.md, the default one-ring
+///   shape): ours to 256 MiB. Auto's reduce-scatter was 0.77x NCCL at 16
+///   MiB, 0.92x at 64 MiB and the push form 0.96x at 256 MiB; the
+///   all-gather 0.68x, 0.95x and 0.98x. At 1 GiB the two were even with
+///   NCCL (1.00x and 1.01x), so NCCL keeps it.
+/// - 3 ranks (GPUs 0-2 of the same machine, same call): ours to 256 MiB,
+///   the largest size measured: the Lamport form 0.65-0.73x NCCL at 16
+///   MiB, the push form 0.84-0.90x from 64 to 256 MiB.
 /// - Other world sizes: the Lamport two-shot's crossover with NCCL
 ///   ([`default_lamport_two_shot_max_bytes`]), as before.
 fn default_scatter_gather_max_bytes() -> [usize; MAX_DEVICES + 1] {
     let mut x = default_lamport_two_shot_max_bytes();
     x[2] = usize::MAX;
-    x[4] = 64 << 20;
+    x[3] = 256 << 20;
+    x[4] = 256 << 20;
     x
 }
 
@@ -761,10 +767,10 @@ mod tests {
         // shard); at 4 to 64 MiB; elsewhere to the Lamport two-shot's
         // crossover.
         assert!(scatter_gather_uses_ours(1 << 30, 2, &x));
-        assert!(scatter_gather_uses_ours(64 << 20, 4, &x));
-        assert!(!scatter_gather_uses_ours((64 << 20) + 8, 4, &x));
-        assert!(scatter_gather_uses_ours(4 << 20, 3, &x));
-        assert!(!scatter_gather_uses_ours((4 << 20) + 6, 3, &x));
+        assert!(scatter_gather_uses_ours(256 << 20, 4, &x));
+        assert!(!scatter_gather_uses_ours((256 << 20) + 8, 4, &x));
+        assert!(scatter_gather_uses_ours(256 << 20, 3, &x));
+        assert!(!scatter_gather_uses_ours((256 << 20) + 6, 3, &x));
         assert!(!scatter_gather_uses_ours(4096, 1, &x));
         assert!(!scatter_gather_uses_ours(4096, MAX_DEVICES + 1, &x));
         // The Lamport form while every shard fits a slot, the push form
