@@ -137,6 +137,11 @@ pub struct PushShape {
     pub scratch_bytes: usize,
 }
 
+/// Registers of one SM of every GPU this crate runs on (sm_80 and sm_90:
+/// 64 Ki 32-bit registers), which bound the push form's blocks per SM
+/// ([`PushShape::for_sms`]).
+const PUSH_REGISTERS_PER_SM: usize = 64 << 10;
+
 /// Most slots per ring of the push form: a bound against typos.
 pub const MAX_PUSH_SLOTS: usize = 16;
 
@@ -179,14 +184,18 @@ impl Default for PushShape {
 }
 
 impl PushShape {
-    /// The shape with its blocks capped at the GPU's `sms`: a larger grid
-    /// runs in waves, and a block of the first wave could wait on a peer's
-    /// block that is only scheduled in a later one. Every rank's capped
+    /// The shape with its blocks capped at what the GPU's `sms` hold at
+    /// once: a larger grid runs in waves, and a block of the first wave
+    /// could wait on a peer's block that is only scheduled in a later
+    /// one. An SM holds `PUSH_REGISTERS_PER_SM / (128 x threads)` blocks
+    /// (every kernel is within 128 registers a thread, `cargo xtask
+    /// check-ptx`): one of 512 threads, two of 256. Every rank's capped
     /// shape goes into its rendezvous request, so ranks on GPUs of
     /// different SM counts get a clear mismatch error, not a hang.
     pub fn for_sms(self, sms: usize) -> Self {
+        let per_sm = (PUSH_REGISTERS_PER_SM / (128 * self.threads.max(1))).max(1);
         PushShape {
-            max_blocks: self.max_blocks.min(sms.max(1)),
+            max_blocks: self.max_blocks.min(sms.max(1) * per_sm),
             ..self
         }
     }
@@ -207,7 +216,7 @@ impl PushShape {
                 "blocks" => (
                     &mut shape.max_blocks,
                     (1..=intranode_kernels_gpu::layout::MAX_BLOCKS).contains(&value),
-                    "1 to 160",
+                    "1 to 264",
                 ),
                 "threads" => (
                     &mut shape.threads,

@@ -18,13 +18,15 @@
 /// Ranks of one group at most (seed kMaxDevices).
 pub const MAX_RANKS: usize = 8;
 /// Blocks of one collective launch at most; sizes the flag array and the
-/// push form's counters. 160 covers one block per SM of an H100 or H200
-/// (132 SMs) and of a B200 (148): the push form's sweep (issue 28) found
-/// more blocks faster up to the old cap of 64. The flags and counters of
-/// 160 blocks take 40 KiB of the 64 KiB before [`LAMPORT_OFFSET_BYTES`]
+/// push form's counters. 264 covers two blocks per SM of an H100 or H200
+/// (132 SMs), which the push form runs with 256 threads a block (v17,
+/// docs/perf/v17/NOTES.md: one block's signal, a system-scope fence and
+/// a barrier per tile, idles its SM unless another block shares it), and
+/// one per SM of a B200 (148). The flags and counters of 264 blocks take
+/// 60 KiB of the 64 KiB before [`LAMPORT_OFFSET_BYTES`]
 /// (`flags_fit_below_the_counters`). The other forms keep their own,
 /// smaller caps (`host/src/comm/all_reduce.rs`).
-pub const MAX_BLOCKS: usize = 160;
+pub const MAX_BLOCKS: usize = 264;
 /// Barrier slots per launch: start (0), middle (1), explicit barrier (3);
 /// 2 only names Lamport waits in reports ([`SLOT_PUSH`], outside the
 /// flags, the push form's waits).
@@ -75,7 +77,7 @@ pub const PAIR_COUNTER: usize = CALL_COUNTER + 32;
 /// [`PUSH_AG_READY`] or [`PUSH_AG_FREE`], block and source rank; every
 /// word written by its source rank alone, a count of tiles since the
 /// communicator began.
-pub const PUSH_COUNTERS: usize = 6144;
+pub const PUSH_COUNTERS: usize = 8704;
 /// Reduce-scatter chunks the source pushed into this rank's ring.
 pub const PUSH_RS_READY: usize = 0;
 /// Reduced chunks the source (an owner) pushed into this rank's

@@ -735,6 +735,7 @@ mod tests {
             PushShape::parse("blocks=64,threads=256,chunk=1048576,slots=16").unwrap(),
             PushShape::parse("blocks=1,threads=32,chunk=16,slots=2").unwrap(),
             PushShape::parse("blocks=160,chunk=262144,slots=4").unwrap(),
+            PushShape::parse("blocks=264,threads=256").unwrap(),
             PushShape::parse("blocks=132,chunk=131072,slots=3,lookahead=2").unwrap(),
         ];
         for (shape, rings) in shapes.iter().flat_map(|s| [(s, 1usize), (s, 2)]) {

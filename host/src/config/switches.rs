@@ -56,7 +56,7 @@ pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
 
 /// The launch shape of the push form (NOTE [push all-reduce] in
 /// `kernels-gpu/src/push.rs`), for tuning runs: comma-separated
-/// `blocks=N` (most blocks, 1 to `layout::MAX_BLOCKS` = 160), `threads=N`
+/// `blocks=N` (most blocks, 1 to `layout::MAX_BLOCKS` = 264), `threads=N`
 /// (a multiple of 32 up to 512), `chunk=BYTES` (most bytes of a ring
 /// slot, a multiple of 16), `slots=N` (slots per ring, 2 to 16),
 /// `lookahead=N` (tiles the pushes run ahead of the reductions, 1 to
@@ -67,11 +67,11 @@ pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
 /// `BUFFER_BYTES_ENV`); a part left out keeps its default
 /// ([`PushShape::default`](super::PushShape::default)). Its kernels meet per block and lay their
 /// rings out from it, so every rank must set the same value (the
-/// rendezvous checks). The rendezvous caps `blocks` at the GPU's SM
-/// count (`PushShape::for_sms`): at 80 to 128 registers of 512 threads
-/// (`cargo xtask check-ptx`) one block fills an SM's registers, and a
-/// grid larger than the GPU would run in waves whose first could wait
-/// on a peer block of a later one.
+/// rendezvous checks). The rendezvous caps `blocks` at the blocks the
+/// GPU holds at once (`PushShape::for_sms`): at 80 to 128 registers a
+/// thread (`cargo xtask check-ptx`) one block of 512 threads fills an
+/// SM's registers (two of 256), and a grid larger than the GPU would run
+/// in waves whose first could wait on a peer block of a later one.
 pub const PUSH_LAUNCH_ENV: &str = "INTRANODE_PUSH_LAUNCH";
 
 /// `0` turns off launch overlap (programmatic dependent launch of the

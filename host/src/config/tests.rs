@@ -91,6 +91,14 @@ fn push_shapes_keep_to_the_sms() {
         }
     );
     assert_eq!(d.for_sms(0).max_blocks, 1);
+    // Two blocks of 256 threads share an SM (128 registers a thread at
+    // most), four of 128.
+    let half = PushShape::parse("blocks=264,threads=256").unwrap();
+    assert_eq!(half.for_sms(132).max_blocks, 264);
+    assert_eq!(half.for_sms(108).max_blocks, 216);
+    let quarter = PushShape::parse("blocks=264,threads=128").unwrap();
+    assert_eq!(quarter.for_sms(32).max_blocks, 128);
+    assert_eq!(PushShape::parse("blocks=264,threads=384").unwrap().for_sms(132).max_blocks, 132);
 }
 
 #[test]
@@ -125,7 +133,7 @@ fn push_shapes_parse_or_say_why_not() {
     for bad in [
         "blocks",
         "blocks=0",
-        "blocks=161",
+        "blocks=265",
         "scratch=100",
         "slots=3,lookahead=3",
         "lookahead=2",
