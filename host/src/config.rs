@@ -200,6 +200,23 @@ impl PushShape {
         }
     }
 
+    /// Twice the blocks of half the threads each (at least 32, a multiple
+    /// of 32), the blocks at most `layout::MAX_BLOCKS`: the same threads
+    /// per GPU, two blocks where one was. A shape within
+    /// [`for_sms`](Self::for_sms)'s cap stays within it doubled (a block
+    /// of half the threads needs half the registers).
+    pub fn doubled(self) -> Self {
+        let threads = (self.threads / 2 / 32 * 32).max(32);
+        if threads == self.threads {
+            return self;
+        }
+        PushShape {
+            max_blocks: (self.max_blocks * 2).min(intranode_kernels_gpu::layout::MAX_BLOCKS),
+            threads,
+            ..self
+        }
+    }
+
     /// Parses a value of `INTRANODE_PUSH_LAUNCH`; the error says what is wrong
     /// with it.
     pub fn parse(text: &str) -> Result<Self, String> {

@@ -22,6 +22,18 @@ use crate::kernels::{Grid, KernelKey};
 use crate::types::{ElemType, ReduceOp};
 use crate::work::Work;
 
+/// World sizes whose push reduce-scatter runs twice the blocks of the
+/// push shape with half the threads each (`PushShape::doubled`): two
+/// blocks share an SM, so one block's pushes go on while the other
+/// reduces (a block's reduce stores only into its own GPU, and it runs
+/// before the block's pushes of each tile). On 2 H200 (v17,
+/// docs/perf/v17/NOTES.md) that took 256 MiB from 464.8 to 406.7 us and
+/// 1 GiB from 1805 to 1531 (0.89x NCCL to 0.76x; 350.7 GB/s) and left 64
+/// MiB even (124.8 against 125.6). Not measured at other world sizes,
+/// where the chunk would also halve (the rings of 264 blocks share the
+/// same scratch), so they keep the shape.
+const RS_DOUBLED_BLOCKS_WORLDS: [usize; 1] = [2];
+
 /// Which of the two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScatterGather {
@@ -145,12 +157,17 @@ impl IntraNodeComm {
     /// push form from `Crossovers::scatter_gather_push_min_bytes` (the
     /// whole buffer, every shard) where its rings fit the buffer, else the
     /// Lamport form.
-    pub fn scatter_gather_form(&self, shard: usize, elem: ElemType) -> ScatterGatherForm {
+    pub fn scatter_gather_form(
+        &self,
+        what: ScatterGather,
+        shard: usize,
+        elem: ElemType,
+    ) -> ScatterGatherForm {
         let whole_bytes = shard
             .saturating_mul(elem.bytes())
             .saturating_mul(self.world());
         if scatter_gather_uses_push(whole_bytes, self.world(), &self.crossovers)
-            && self.sg_push_launch(shard, elem).is_some()
+            && self.sg_push_launch(what, shard, elem).is_some()
         {
             ScatterGatherForm::Push
         } else {
@@ -160,10 +177,13 @@ impl IntraNodeComm {
 
     /// The push form's launch for shards of `shard` elements: the launch
     /// of an all-reduce of W shards with one ring instead of two
-    /// (`push_launch_rings`). `None` where it does not fit the buffer or
-    /// the shard is too long for the kernels' u32 vector indices.
+    /// (`push_launch_rings`), with the blocks doubled for a reduce-scatter
+    /// on the world sizes of [`RS_DOUBLED_BLOCKS_WORLDS`]. `None` where it
+    /// does not fit the buffer or the shard is too long for the kernels'
+    /// u32 vector indices.
     fn sg_push_launch(
         &self,
+        what: ScatterGather,
         shard: usize,
         elem: ElemType,
     ) -> Option<super::all_reduce::PushLaunch> {
@@ -172,13 +192,13 @@ impl IntraNodeComm {
             .div_ceil(elems_per_vec(elem.bytes()))
             .checked_mul(self.world())
             .filter(|&v| v <= PUSH_MAX_VECS as usize)?;
-        push_launch_rings(
-            &self.push_shape,
-            vecs,
-            self.world(),
-            self.symm().buffer_bytes(),
-            1,
-        )
+        let shape = match what {
+            ScatterGather::ReduceScatter if RS_DOUBLED_BLOCKS_WORLDS.contains(&self.world()) => {
+                self.push_shape.doubled()
+            }
+            _ => self.push_shape,
+        };
+        push_launch_rings(&shape, vecs, self.world(), self.symm().buffer_bytes(), 1)
     }
 
     /// [`scatter_gather_as`](Self::scatter_gather_as) over raw addresses,
@@ -203,7 +223,7 @@ impl IntraNodeComm {
         op: ReduceOp,
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
-        let form = form.unwrap_or_else(|| self.scatter_gather_form(shard, elem));
+        let form = form.unwrap_or_else(|| self.scatter_gather_form(what, shard, elem));
         if form == ScatterGatherForm::Push {
             // SAFETY: forwarded from the caller.
             return unsafe {
@@ -293,7 +313,7 @@ impl IntraNodeComm {
                     self.rank(),
                 ))
             })?;
-        let launch = self.sg_push_launch(shard, elem).ok_or_else(|| {
+        let launch = self.sg_push_launch(what, shard, elem).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "{} on rank {}: the push form's rings for {shard} elements a shard do not fit the {}-byte symmetric buffer",
                 what.name(),
