@@ -98,7 +98,13 @@ fn push_shapes_keep_to_the_sms() {
     assert_eq!(half.for_sms(108).max_blocks, 216);
     let quarter = PushShape::parse("blocks=264,threads=128").unwrap();
     assert_eq!(quarter.for_sms(32).max_blocks, 128);
-    assert_eq!(PushShape::parse("blocks=264,threads=384").unwrap().for_sms(132).max_blocks, 132);
+    assert_eq!(
+        PushShape::parse("blocks=264,threads=384")
+            .unwrap()
+            .for_sms(132)
+            .max_blocks,
+        132
+    );
     // Doubled: the same threads per GPU in twice the blocks, still held
     // at once by the same SMs.
     let two = d.for_sms(132).doubled();
@@ -109,7 +115,10 @@ fn push_shapes_keep_to_the_sms() {
     assert_eq!((odd.max_blocks, odd.threads), (200, 32));
     let least = PushShape::parse("threads=32").unwrap();
     assert_eq!(least.doubled(), least);
-    assert_eq!(PushShape::parse("blocks=200").unwrap().doubled().max_blocks, 264);
+    assert_eq!(
+        PushShape::parse("blocks=200").unwrap().doubled().max_blocks,
+        264
+    );
 }
 
 #[test]
