@@ -18,7 +18,7 @@ use cudarc::driver::CudaSlice;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use half::bf16;
 use intranode::ReduceOp;
-use intranode::internals::algo::{AllReduceAlgo, Crossovers};
+use intranode::internals::algo::AllReduceAlgo;
 use intranode_harness::data;
 use intranode_harness::free::median;
 use intranode_harness::progress::Progress;
@@ -437,18 +437,32 @@ pub(crate) fn finish(args: &BenchArgs, file: BenchFile) -> Result<()> {
     print!("{}", file.auto_check_table());
     let json = write_files(&file, &args.out)?;
     println!("results: {} (and .csv, .png)", json.display());
-    if let Some(path) = &args.tune {
-        let x = tune(&file.rows, world, path)?;
+    let Some(path) = &args.tune else {
+        return Ok(());
+    };
+    if file.collective != "all-reduce" {
+        let x = crate::tune::tune_scatter_gather(&file.rows, world, path)?;
         std::fs::write(path, serde_json::to_string_pretty(&x)?)?;
         println!(
-            "crossovers for world {world}: lamport up to {} bytes, lamport-two-shot up to {} bytes, one-shot up to {} bytes, two-shot up to {} bytes -> {}",
-            x.lamport_max_bytes[world],
-            x.lamport_two_shot_max_bytes[world],
-            x.one_shot_max_bytes[world],
-            x.two_shot_max_bytes[world],
+            "crossovers for world {world} ({}; shared by the reduce-scatter and the all-gather): \
+             ours up to {} bytes, the push form from {} bytes -> {}",
+            file.collective,
+            x.scatter_gather_max_bytes[world],
+            x.scatter_gather_push_min_bytes[world],
             path.display()
         );
+        return Ok(());
     }
+    let x = crate::tune::tune(&file.rows, world, path)?;
+    std::fs::write(path, serde_json::to_string_pretty(&x)?)?;
+    println!(
+        "crossovers for world {world}: lamport up to {} bytes, lamport-two-shot up to {} bytes, one-shot up to {} bytes, two-shot up to {} bytes -> {}",
+        x.lamport_max_bytes[world],
+        x.lamport_two_shot_max_bytes[world],
+        x.one_shot_max_bytes[world],
+        x.two_shot_max_bytes[world],
+        path.display()
+    );
     Ok(())
 }
 
@@ -469,78 +483,6 @@ pub(crate) fn write_files(file: &BenchFile, out: &Path) -> Result<PathBuf> {
     let png = crate::plot::render_png(std::slice::from_ref(file), None)?;
     std::fs::write(&png_path, png).with_context(|| format!("writing {}", png_path.display()))?;
     Ok(json)
-}
-
-/// Crossovers from the graph-replay medians: each of ours up to the
-/// largest size below which it (or a cheaper-latency one of ours) never
-/// loses to the algorithms after it: Lamport, Lamport two-shot, one-shot,
-/// two-shot, then NCCL; and the push form from the smallest size of the
-/// unbroken run up to the largest one where it beats one-shot, two-shot
-/// and NCCL (left as it was when no push rows ran; the size rule tries
-/// the Lamport forms first, `algo::by_size`).
-pub(crate) fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result<Crossovers> {
-    let mut x = intranode::config::read_crossovers(path).unwrap_or_default();
-    let time = |bytes: usize, algo: &str| {
-        rows.iter()
-            .find(|r| r.bytes == bytes && r.algo == algo)
-            .map_or(f64::INFINITY, |r| r.graph_us)
-    };
-    let mut sizes: Vec<usize> = rows.iter().map(|r| r.bytes).collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    let order = [
-        "lamport",
-        "lamport-two-shot",
-        "one-shot",
-        "two-shot",
-        "nccl",
-    ];
-    // limits[k]: largest size of the unbroken run from the smallest size
-    // where the best of order[..=k] beats the best of order[k+1..].
-    let mut limits = [0usize; 4];
-    for (k, limit) in limits.iter_mut().enumerate() {
-        for &s in &sizes {
-            let ours = order[..=k]
-                .iter()
-                .map(|a| time(s, a))
-                .fold(f64::INFINITY, f64::min);
-            let rest = order[k + 1..]
-                .iter()
-                .map(|a| time(s, a))
-                .fold(f64::INFINITY, f64::min);
-            if ours.is_finite() && ours <= rest {
-                *limit = s;
-            } else {
-                break;
-            }
-        }
-    }
-    // Beyond a slot the Lamport rows ran as one-shot (its fallback).
-    x.lamport_max_bytes[world] =
-        limits[0].min(intranode::internals::algo::lamport_max_message_bytes(world));
-    // Beyond its buffers the Lamport two-shot rows ran as two-shot.
-    x.lamport_two_shot_max_bytes[world] = limits[1]
-        .min(intranode::internals::algo::lamport_two_shot_max_message_bytes(world))
-        .max(x.lamport_max_bytes[world]);
-    x.one_shot_max_bytes[world] = limits[2].max(limits[1]).max(limits[0]);
-    x.two_shot_max_bytes[world] = limits[3].max(x.one_shot_max_bytes[world]);
-    if sizes.iter().any(|&s| time(s, "push").is_finite()) {
-        let mut from = usize::MAX;
-        for &s in sizes.iter().rev() {
-            let rest = ["one-shot", "two-shot", "nccl"]
-                .iter()
-                .map(|a| time(s, a))
-                .fold(f64::INFINITY, f64::min);
-            let push = time(s, "push");
-            if push.is_finite() && push <= rest {
-                from = s;
-            } else {
-                break;
-            }
-        }
-        x.push_min_bytes[world] = from;
-    }
-    Ok(x)
 }
 
 pub(crate) fn print_table(rows: &[Row]) {
@@ -588,31 +530,5 @@ mod tests {
         let png = std::fs::read(dir.join("bench_w4.png")).unwrap();
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// The push form's crossover: from the smallest size of the unbroken
-    /// run of its wins up to the largest size; unchanged without push rows.
-    #[test]
-    fn tune_places_the_push_form() {
-        let path = std::env::temp_dir().join(format!("intranode-tune-{}", std::process::id()));
-        let mib = 1usize << 20;
-        let mut rows = Vec::new();
-        for (bytes, nccl, push) in [(8, 50.0, 60.0), (16, 76.0, 80.0), (32, 120.0, 110.0)] {
-            rows.push(row(2, bytes * mib, "nccl", nccl));
-            rows.push(row(2, bytes * mib, "push", push));
-        }
-        rows.push(row(2, 64 * mib, "nccl", 240.0));
-        rows.push(row(2, 64 * mib, "push", 210.0));
-        let x = tune(&rows, 2, &path).unwrap();
-        assert_eq!(x.push_min_bytes[2], 32 * mib);
-        // Losing at the largest size: never.
-        rows.push(row(2, 128 * mib, "nccl", 400.0));
-        rows.push(row(2, 128 * mib, "push", 410.0));
-        assert_eq!(tune(&rows, 2, &path).unwrap().push_min_bytes[2], usize::MAX);
-        let none: Vec<_> = rows.into_iter().filter(|r| r.algo != "push").collect();
-        assert_eq!(
-            tune(&none, 2, &path).unwrap().push_min_bytes,
-            Crossovers::default().push_min_bytes
-        );
     }
 }

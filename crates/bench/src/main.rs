@@ -22,6 +22,7 @@ mod elem;
 mod plot;
 mod poll_storm;
 mod results;
+mod tune;
 
 use std::path::PathBuf;
 
