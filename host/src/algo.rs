@@ -764,7 +764,7 @@ mod tests {
         let x = Crossovers::default();
         assert!(scatter_gather_uses_ours(4096, 2, &x));
         // At 2 ranks ours at every size (the push form past a slot per
-        // shard); at 4 to 64 MiB; elsewhere to the Lamport two-shot's
+        // shard); at 3 and 4 to 256 MiB; elsewhere to the Lamport two-shot's
         // crossover.
         assert!(scatter_gather_uses_ours(1 << 30, 2, &x));
         assert!(scatter_gather_uses_ours(256 << 20, 4, &x));
