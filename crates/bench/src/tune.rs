@@ -90,7 +90,10 @@ pub(crate) fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result
 ///   (left as it was unless both forms ran);
 /// - ours up to the largest size of the unbroken run, up from the
 ///   smallest, where the form auto then takes is at least as fast as
-///   NCCL (left as it was without NCCL rows or a row of that form).
+///   NCCL (left as it was where no size has both rows).
+///
+/// A size without both rows of a comparison neither extends nor breaks
+/// its run.
 pub(crate) fn tune_scatter_gather(
     rows: &[Row],
     world: usize,
@@ -106,32 +109,39 @@ pub(crate) fn tune_scatter_gather(
     let mut sizes: Vec<usize> = rows.iter().map(|r| r.bytes).collect();
     sizes.sort_unstable();
     sizes.dedup();
+    // Whether the first form was at least as fast at size `s`, where both
+    // ran there.
+    let wins = |s: usize, a: &str, b: &str| {
+        let (ta, tb) = (time(s, a), time(s, b));
+        (ta.is_finite() && tb.is_finite()).then_some(ta <= tb)
+    };
     if ran("push") && ran("lamport") {
         let mut from = usize::MAX;
         for &s in sizes.iter().rev() {
-            let push = time(s, "push");
-            if push.is_finite() && push <= time(s, "lamport") {
-                from = s;
-            } else {
-                break;
+            match wins(s, "push", "lamport") {
+                Some(true) => from = s,
+                Some(false) => break,
+                None => {}
             }
         }
         x.scatter_gather_push_min_bytes[world] = from;
     }
-    if ran("nccl") {
-        let mut limit = 0;
-        for &s in &sizes {
-            let form = match s >= x.scatter_gather_push_min_bytes[world] {
-                true => "push",
-                false => "lamport",
-            };
-            let ours = time(s, form);
-            if ours.is_finite() && ours <= time(s, "nccl") {
-                limit = s;
-            } else {
+    let mut limit = None;
+    for &s in &sizes {
+        let form = match s >= x.scatter_gather_push_min_bytes[world] {
+            true => "push",
+            false => "lamport",
+        };
+        match wins(s, form, "nccl") {
+            Some(true) => limit = Some(s),
+            Some(false) => {
+                limit = Some(limit.unwrap_or(0));
                 break;
             }
+            None => {}
         }
+    }
+    if let Some(limit) = limit {
         x.scatter_gather_max_bytes[world] = limit;
     }
     Ok(x)
@@ -195,6 +205,10 @@ mod tests {
             x.scatter_gather_push_min_bytes,
             d.scatter_gather_push_min_bytes
         );
+        // With the default push crossover (32 MiB of whole buffer) the 1
+        // and 16 MiB sizes want Lamport rows, which did not run: skipped,
+        // and the push rows from 64 MiB set the limit.
+        assert_eq!(x.scatter_gather_max_bytes[4], 256 * mib);
         // Other world sizes are left alone.
         assert_eq!(x.scatter_gather_max_bytes[2], d.scatter_gather_max_bytes[2]);
     }
