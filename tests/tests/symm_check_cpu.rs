@@ -26,12 +26,12 @@ static SYMM_CHECK: LazyLock<String> = LazyLock::new(|| {
 /// The token the test's store asks for, as the launcher's would.
 const TOKEN: &str = "symm-check-cpu";
 
-/// The job `intranode-run --nproc-per-node world -- symm_check` would run,
-/// with its store on `port`.
-fn job(world: usize, port: u16) -> JobConfig {
+/// The job `intranode-run --nproc-per-node N --gpus DEVICES -- symm_check`
+/// would run, with its store on `port`.
+fn job(devices: &[usize], port: u16) -> JobConfig {
     JobConfig {
-        nproc: world,
-        devices: (0..world).collect(),
+        nproc: devices.len(),
+        devices: devices.to_vec(),
         master_addr: "127.0.0.1".into(),
         bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
         master_port: port,
@@ -49,13 +49,20 @@ fn has_gpus() -> bool {
 /// Runs `world` ranks of `symm_check` with `extra` variables and `args`;
 /// returns each rank's output, rank order.
 fn run_ranks(world: usize, extra: &[(&str, &str)], args: &[&str]) -> Vec<Output> {
+    let devices: Vec<usize> = (0..world).collect();
+    run_ranks_on(&devices, extra, args)
+}
+
+/// As [`run_ranks`], rank `r` on device `devices[r]`.
+fn run_ranks_on(devices: &[usize], extra: &[(&str, &str)], args: &[&str]) -> Vec<Output> {
+    let world = devices.len();
     let server = TcpStoreServer::bind(ServerConfig {
         token: Some(TOKEN.into()),
         ..ServerConfig::default()
     })
     .expect("store server");
     let port = server.local_addr().port();
-    let job = job(world, port);
+    let job = job(devices, port);
     let children: Vec<_> = (0..world)
         .map(|rank| {
             let mut cmd = Command::new(SYMM_CHECK.as_str());
@@ -130,6 +137,27 @@ fn required_gpus_turn_the_skip_into_a_failure() {
     }
 }
 
+/// Every rank weighs the job's GPUs, not its own: rank 0 (device 0) must
+/// fail as rank 1 (device 3) does, on 4 GPUs needed. Were it to weigh its
+/// own device alone, on a 2-GPU machine it would go on into the
+/// rendezvous and wait for a rank that had stopped.
+#[test]
+fn every_rank_weighs_the_jobs_gpus() {
+    if has_gpus() {
+        eprintln!("GPUs present: nothing to check here");
+        return;
+    }
+    let outs = run_ranks_on(&[0, 3], &[("INTRANODE_REQUIRE_GPUS", "4")], &[]);
+    for (rank, out) in outs.iter().enumerate() {
+        let all = text(out);
+        assert_eq!(out.status.code(), Some(1), "rank {rank}: {all}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("(the job uses 4 GPU(s))"),
+            "rank {rank}: {all}"
+        );
+    }
+}
+
 #[test]
 fn bad_arguments_fail_and_point_to_help() {
     let out = Command::new(SYMM_CHECK.as_str())
@@ -149,7 +177,7 @@ fn bad_arguments_fail_and_point_to_help() {
 fn missing_launcher_environment_is_an_error() {
     let mut cmd = Command::new(SYMM_CHECK.as_str());
     // Neither another launcher's variables nor any intranode-run sets.
-    let ours = rank_vars(&job(2, 1), 0, 1, TOKEN);
+    let ours = rank_vars(&job(&[0, 1], 1), 0, 1, TOKEN);
     for var in foreign_rank_vars().chain(ours.iter().map(|(name, _)| *name)) {
         cmd.env_remove(var);
     }

@@ -48,11 +48,6 @@ impl Proc {
         let env = DistEnv::from_env()
             .context("reading the rank environment (run under intranode-run)")?;
         let device = env.device.unwrap_or(env.local_rank);
-        match intranode::gpu::gpus_or_skip(device + 1, what) {
-            Ok(true) => {}
-            Ok(false) => return Ok(None),
-            Err(e) => bail!("rank {}: {e}", env.rank),
-        }
         let config = ClientConfig::try_from_env()?;
         let store_timeout = config.timeout;
         let addr = env.store_addr()?;
@@ -60,6 +55,10 @@ impl Proc {
         // protocol decision] in intranode_dist_env).
         let store = intranode_store::connect(&addr, &env.store, config)
             .with_context(|| format!("joining the rendezvous store at {addr}"))?;
+        let mut exchange = StoreExchange::new(exchange_prefix);
+        if !job_gpus_or_skip(store.as_ref(), &mut exchange, &env, what)? {
+            return Ok(None);
+        }
         let ctx = intranode::gpu::context(device)?;
         // The suite hands raw buffers to graphs and two paths; cudarc's
         // per-buffer event tracking would only add host time (and its
@@ -76,7 +75,7 @@ impl Proc {
             stream,
             store,
             store_timeout,
-            exchange: StoreExchange::new(exchange_prefix),
+            exchange,
         }))
     }
 
@@ -104,6 +103,31 @@ impl Proc {
             config,
         )
         .with_context(|| format!("rank {}: intra-node rendezvous", self.rank()))
+    }
+}
+
+/// [`intranode::gpu::gpus_or_skip`] for the whole job: the GPUs it needs
+/// are the highest device any rank uses, plus one (gathered through the
+/// store), so every rank runs or every rank skips. A rank that went on
+/// alone would wait in the rendezvous for ranks that had skipped, until
+/// the store's bound: 4 ranks on 2 GPUs without `--gpus` once let ranks 0
+/// and 1 wait 140 s for ranks 2 and 3 (v17). `Ok(false)` after the
+/// visible skip message; an error where `INTRANODE_REQUIRE_GPUS` asks for
+/// the GPUs.
+pub fn job_gpus_or_skip(
+    store: &dyn Store,
+    exchange: &mut StoreExchange,
+    env: &DistEnv,
+    what: &str,
+) -> Result<bool> {
+    let device = env.device.unwrap_or(env.local_rank);
+    let needs = exchange
+        .all_gather(store, env.rank, env.world_size, &(device + 1))
+        .context("gathering the ranks' GPUs")?;
+    let needed = needs.into_iter().max().unwrap_or(device + 1);
+    match intranode::gpu::gpus_or_skip(needed, what) {
+        Ok(run) => Ok(run),
+        Err(e) => bail!("rank {} (the job uses {needed} GPU(s)): {e}", env.rank),
     }
 }
 

@@ -99,8 +99,9 @@ fn try_main() -> Result<ExitCode> {
     let store: Arc<dyn Store> =
         intranode_store::connect_env(&env).context("joining the rendezvous store")?;
     let device = env.device.unwrap_or(env.local_rank);
-    if !gpu::gpus_or_skip(device + 1, &who)? {
-        println!("SKIPPED {who}: no GPU {device} on this machine");
+    let mut gate = intranode_store::StoreExchange::new("symm_check/gpus");
+    if !intranode_harness::rank::job_gpus_or_skip(store.as_ref(), &mut gate, &env, &who)? {
+        println!("SKIPPED {who}: the job's GPUs are not all on this machine");
         return Ok(ExitCode::SUCCESS);
     }
     let ctx = gpu::context(device)?;
