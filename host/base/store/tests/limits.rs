@@ -1283,8 +1283,14 @@ fn many_tiny_keys_in_parked_waits_are_accounted() {
                     .map(|i| format!("{}", (w * 4096 + i) % 10))
                     .collect(),
                 // Parked ones end with TimedOut, so every connection
-                // answers and nothing here waits on a guess.
-                timeout_ms: 3000,
+                // answers and nothing here waits on a guess. Long past
+                // every frame's deadline (frame_timeout after its send),
+                // so no parked wait ends while a later frame still waits
+                // for room: every TimedOut then parked beside the others.
+                // At 3 s a slow set-up on a busy 2-core machine once let
+                // late frames park after the first waits had ended (12
+                // TimedOut of 30, v17).
+                timeout_ms: 15_000,
             });
             raw
         })
