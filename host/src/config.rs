@@ -200,18 +200,23 @@ impl PushShape {
         }
     }
 
-    /// Twice the blocks of half the threads each (at least 32, a multiple
-    /// of 32), the blocks at most `layout::MAX_BLOCKS`: the same threads
-    /// per GPU, two blocks where one was. A shape within
+    /// Twice the blocks of half the threads each: the same threads per
+    /// GPU, two blocks where one was. The shape as it is where that cannot
+    /// be: twice the blocks past `layout::MAX_BLOCKS`, or threads that do
+    /// not halve into a multiple of 32. A shape within
     /// [`for_sms`](Self::for_sms)'s cap stays within it doubled (a block
     /// of half the threads needs half the registers).
     pub fn doubled(self) -> Self {
-        let threads = (self.threads / 2 / 32 * 32).max(32);
-        if threads == self.threads {
+        let blocks = self.max_blocks * 2;
+        let threads = self.threads / 2;
+        if blocks > intranode_kernels_gpu::layout::MAX_BLOCKS
+            || threads < 32
+            || !threads.is_multiple_of(32)
+        {
             return self;
         }
         PushShape {
-            max_blocks: (self.max_blocks * 2).min(intranode_kernels_gpu::layout::MAX_BLOCKS),
+            max_blocks: blocks,
             threads,
             ..self
         }

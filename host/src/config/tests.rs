@@ -111,14 +111,22 @@ fn push_shapes_keep_to_the_sms() {
     assert_eq!((two.max_blocks, two.threads), (264, 256));
     assert_eq!(two.for_sms(132), two);
     assert_eq!(d.for_sms(108).doubled().for_sms(108).max_blocks, 216);
-    let odd = PushShape::parse("blocks=100,threads=96").unwrap().doubled();
-    assert_eq!((odd.max_blocks, odd.threads), (200, 32));
-    let least = PushShape::parse("threads=32").unwrap();
-    assert_eq!(least.doubled(), least);
-    assert_eq!(
-        PushShape::parse("blocks=200").unwrap().doubled().max_blocks,
-        264
-    );
+    let odd = PushShape::parse("blocks=100,threads=192")
+        .unwrap()
+        .doubled();
+    assert_eq!((odd.max_blocks, odd.threads), (200, 96));
+    // Where the threads per GPU cannot stay, nothing changes: half of 96
+    // is no multiple of 32, 32 does not halve, and 200 blocks cannot
+    // double within MAX_BLOCKS.
+    for same in [
+        "threads=96",
+        "threads=32",
+        "blocks=200",
+        "blocks=264,threads=256",
+    ] {
+        let shape = PushShape::parse(same).unwrap();
+        assert_eq!(shape.doubled(), shape, "{same}");
+    }
 }
 
 #[test]
