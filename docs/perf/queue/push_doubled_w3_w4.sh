@@ -17,7 +17,8 @@
 #   3. the reduce-scatter and all-gather at world 3, default and doubled
 #      (at 4 ranks doubled was slower, the chunks halve; at 2 the
 #      reduce-scatter gained 12-15 %, and it runs doubled there);
-#   4. `check --only-stress --algos push` doubled, at worlds 4 and 3.
+#   4. `check --only-stress --algos push` doubled, at world 4 (after 1)
+#      and 3 (last).
 # If doubled leads the default by more than noise at 3 or 4 ranks, add
 # that world to the all-reduce's doubled worlds (beside
 # `RS_DOUBLED_BLOCKS_WORLDS` in `host/src/comm/scatter_gather.rs`) and
@@ -34,9 +35,13 @@ done
 nvidia-smi -L
 L=$D/logs
 rows() { grep -E '^\[0\] +[0-9]+ +[a-z+-]+ +[a-z+-]+ +[0-9.]+' "$1" | awk '{print $2, $3, $6, $7, $8}'; }
+# The whole script stays within 9 minutes: a step that would start past
+# 7 minutes is skipped, with a line saying so.
+late() { [ $SECONDS -gt 420 ] && echo "== $1 skipped: $SECONDS s gone"; }
 bench() { # name, world, shape, args...
     local name=$1 w=$2 shape=$3
     shift 3
+    late $name && return
     CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((w - 1))) INTRANODE_PUSH_LAUNCH=$shape timeout 80 \
         $D/intranode-run --failure-wait-secs 5 --timeout 70 --nproc-per-node $w -- \
         $D/intranode-bench bench --ks 16 --graph-only --no-decode --no-skew --large-calls 100 \
@@ -46,12 +51,23 @@ bench() { # name, world, shape, args...
     rows $L/$name.log
 }
 TWO="blocks=264,threads=256"
+stress() { # world: the push stress check, doubled
+    local w=$1
+    late "check world $w" && return
+    echo "== check --only-stress --algos push, world $w, $TWO"
+    CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((w - 1))) INTRANODE_PUSH_LAUNCH=$TWO INTRANODE_REQUIRE_GPUS=$w timeout 100 \
+        $D/intranode-run --timeout 90 --nproc-per-node $w -- $D/intranode-suite check --only-stress --algos push \
+        --stress-calls 2000 >$L/check_stress_w$w.log 2>&1
+    echo "rc=$?"
+    grep -v "done, last" $L/check_stress_w$w.log | grep -E "^\[0\] check|FAIL|rror|wrong" | cut -c1-230 | head -3
+}
 FIT="chunk=65536,slots=3,lookahead=1,scratch=104857600"
 {
 bench ar_w4_default 4 "" --algos push,nccl --min-bytes 16777216 --max-bytes 1073741824
 bench ar_w4_doubled 4 "$TWO" --algos push --min-bytes 16777216 --max-bytes 1073741824
 bench ar_w4_default2 4 "" --algos push --min-bytes 67108864 --max-bytes 1073741824
 bench ar_w4_doubled2 4 "$TWO" --algos push,nccl --min-bytes 67108864 --max-bytes 1073741824
+stress 4
 bench ar_w3_default 3 "" --algos push,nccl,auto --min-bytes 16777216 --max-bytes 1073741824
 bench ar_w3_doubled 3 "$TWO" --algos push --min-bytes 16777216 --max-bytes 1073741824
 bench ar_w3_fit 3 "$FIT" --algos push --min-bytes 16777216 --max-bytes 1073741824
@@ -59,14 +75,7 @@ for c in reduce-scatter all-gather; do
     bench ${c}_w3_default 3 "" --collective $c --algos push,nccl --min-bytes 67108864 --max-bytes 1073741824
     bench ${c}_w3_doubled 3 "$TWO" --collective $c --algos push --min-bytes 67108864 --max-bytes 1073741824
 done
-for w in 4 3; do
-    echo "== check --only-stress --algos push, world $w, $TWO"
-    CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((w - 1))) INTRANODE_PUSH_LAUNCH=$TWO INTRANODE_REQUIRE_GPUS=$w timeout 100 \
-        $D/intranode-run --timeout 90 --nproc-per-node $w -- $D/intranode-suite check --only-stress --algos push --stress-calls 2000 \
-        >$L/check_stress_w$w.log 2>&1
-    echo "rc=$?"
-    grep -v "done, last" $L/check_stress_w$w.log | grep -E "^\[0\] check|FAIL|rror|wrong" | cut -c1-230 | head -3
-done
+stress 3
 echo "== done ($SECONDS s)"
 } 2>&1 | tee $OUT/summary.txt
 tar czf $OUT/logs.tgz -C $D logs
