@@ -163,16 +163,52 @@ impl IntraNodeComm {
         shard: usize,
         elem: ElemType,
     ) -> ScatterGatherForm {
+        match self.sg_auto_push_launch(what, shard, elem) {
+            Some(_) => ScatterGatherForm::Push,
+            None => ScatterGatherForm::Lamport,
+        }
+    }
+
+    /// The push form's launch where auto takes the push form
+    /// ([`scatter_gather_form`](Self::scatter_gather_form)), else `None`.
+    fn sg_auto_push_launch(
+        &self,
+        what: ScatterGather,
+        shard: usize,
+        elem: ElemType,
+    ) -> Option<super::all_reduce::PushLaunch> {
         let whole_bytes = shard
             .saturating_mul(elem.bytes())
             .saturating_mul(self.world());
-        if scatter_gather_uses_push(whole_bytes, self.world(), &self.crossovers)
-            && self.sg_push_launch(what, shard, elem).is_some()
-        {
-            ScatterGatherForm::Push
-        } else {
-            ScatterGatherForm::Lamport
+        if !scatter_gather_uses_push(whole_bytes, self.world(), &self.crossovers) {
+            return None;
         }
+        self.sg_push_launch(what, shard, elem)
+    }
+
+    /// The parameters of one launch of either form over `elems` elements
+    /// of every shard (`shard` from one shard's start to the next).
+    fn sg_params(
+        &self,
+        what: ScatterGather,
+        op: ReduceOp,
+        input: u64,
+        output: u64,
+        elems: usize,
+        shard: usize,
+    ) -> AllReduceParams {
+        let mut params = self.params_template();
+        params.op = match what {
+            ScatterGather::ReduceScatter => op.code(),
+            // The all-gather reduces nothing; its kernels are
+            // instantiated per op like the others, and any will do.
+            ScatterGather::AllGather => ReduceOp::Sum.code(),
+        };
+        params.input = input;
+        params.output = output;
+        params.elems = elems as u64;
+        params.shard_stride_elems = shard as u64;
+        params
     }
 
     /// The push form's launch for shards of `shard` elements: the launch
@@ -223,13 +259,26 @@ impl IntraNodeComm {
         op: ReduceOp,
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
-        let form = form.unwrap_or_else(|| self.scatter_gather_form(what, shard, elem));
-        if form == ScatterGatherForm::Push {
-            // SAFETY: forwarded from the caller.
+        // The push launch is worked out once, here.
+        let push = match form {
+            Some(ScatterGatherForm::Lamport) => None,
+            Some(ScatterGatherForm::Push) => Some(self.sg_push_launch(what, shard, elem).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "{} on rank {}: the push form's rings for {shard} elements a shard do not fit the {}-byte symmetric buffer",
+                    what.name(),
+                    self.rank(),
+                    self.symm().buffer_bytes(),
+                ))
+            })?),
+            None => self.sg_auto_push_launch(what, shard, elem),
+        };
+        if let Some(launch) = push {
+            // SAFETY: forwarded from the caller; `launch` is this call's.
             return unsafe {
-                self.scatter_gather_push(what, input, output, shard, elem, op, stream)
+                self.scatter_gather_push(what, launch, input, output, shard, elem, op, stream)
             };
         }
+        let form = ScatterGatherForm::Lamport;
         let kernel = scatter_gather_kernel(what, form, elem, self.world()).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "{} on rank {}: no kernel for a world of {}",
@@ -249,20 +298,18 @@ impl IntraNodeComm {
                 if elems == 0 {
                     return Ok(None);
                 }
-                let mut params = self.params_template();
-                params.op = match what {
-                    ScatterGather::ReduceScatter => op.code(),
-                    // The all-gather reduces nothing; its kernels are
-                    // instantiated per op like the others, and any will do.
-                    ScatterGather::AllGather => ReduceOp::Sum.code(),
-                };
                 // Slice `first..first + elems` of every shard: both sides
                 // start `first` elements in; the side that holds every
                 // shard steps `shard` elements from one to the next.
-                params.input = input + first as u64 * eb;
-                params.output = output + first as u64 * eb;
-                params.elems = elems as u64;
-                params.shard_stride_elems = shard as u64;
+                let first_bytes = first as u64 * eb;
+                let params = self.sg_params(
+                    what,
+                    op,
+                    input + first_bytes,
+                    output + first_bytes,
+                    elems,
+                    shard,
+                );
                 let vecs = elems.div_ceil(intranode_kernels_gpu::math::elems_per_vec(elem.bytes()));
                 // One vector per thread over every SM, as the Lamport
                 // one-shot: each thread moves its vector of all W slots.
@@ -289,14 +336,17 @@ impl IntraNodeComm {
     }
 
     /// The push form of [`scatter_gather_raw`](Self::scatter_gather_raw):
-    /// one launch.
+    /// one launch, `launch`.
     ///
     /// # Safety
-    /// As for [`scatter_gather_raw`](Self::scatter_gather_raw).
+    /// As for [`scatter_gather_raw`](Self::scatter_gather_raw), and
+    /// `launch` must be `sg_push_launch`'s for this call's `what`, `shard`
+    /// and `elem`.
     #[allow(clippy::too_many_arguments)]
     unsafe fn scatter_gather_push(
         &self,
         what: ScatterGather,
+        launch: super::all_reduce::PushLaunch,
         input: u64,
         output: u64,
         shard: usize,
@@ -313,28 +363,12 @@ impl IntraNodeComm {
                     self.rank(),
                 ))
             })?;
-        let launch = self.sg_push_launch(what, shard, elem).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{} on rank {}: the push form's rings for {shard} elements a shard do not fit the {}-byte symmetric buffer",
-                what.name(),
-                self.rank(),
-                self.symm().buffer_bytes(),
-            ))
-        })?;
         let build = || -> Result<Option<Launch<_>>> {
             self.increment_usage_counter();
             if shard == 0 {
                 return Ok(None);
             }
-            let mut params = self.params_template();
-            params.op = match what {
-                ScatterGather::ReduceScatter => op.code(),
-                ScatterGather::AllGather => ReduceOp::Sum.code(),
-            };
-            params.input = input;
-            params.output = output;
-            params.elems = shard as u64;
-            params.shard_stride_elems = shard as u64;
+            let mut params = self.sg_params(what, op, input, output, shard, shard);
             params.push_chunk_vecs = launch.chunk_vecs as u32;
             params.push_slots = launch.slots as u32;
             params.push_lookahead = launch.lookahead as u32;
