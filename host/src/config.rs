@@ -135,7 +135,42 @@ pub struct PushShape {
     /// scratch_bytes)`; the forms other than the push form keep working
     /// in halves of `buffer_bytes` (`IntraNodeComm::buffer_bytes`).
     pub scratch_bytes: usize,
+    /// Whether launches run [`doubled`](PushShape::doubled) (`double=0|1`);
+    /// `None` (the default): where [`PushShape::for_use`]'s measurements
+    /// say so.
+    pub double: Option<bool>,
 }
+
+/// What a push launch serves: the rule for doubling its blocks
+/// ([`PushShape::for_use`]) differs between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PushUse {
+    AllReduce,
+    ReduceScatter,
+    AllGather,
+}
+
+/// World sizes whose push all-reduce runs [`PushShape::doubled`] by
+/// default. On 4 H100 it was 3.1-3.4 % faster from 64 MiB in four turns
+/// over two sessions (v17 call 4, v18 call A; docs/perf/v17/NOTES.md,
+/// docs/perf/v18/NOTES.md): 321.6 against 332.2 us at 64 MiB, 1207
+/// against 1249 at 256 MiB, 4747 against 4914 at 1 GiB, and even at 16
+/// MiB. Ranks that wait and fence per tile leave their SM idle; a second
+/// block on it runs meanwhile. On 2 H200 it changed nothing (+0.3 % at 1
+/// GiB, +3 % at 16 MiB), and on 3 H100 it was within 2 % either way
+/// (v18 call A), so those keep one block per SM.
+const ALL_REDUCE_DOUBLED_WORLDS: [usize; 1] = [4];
+
+/// World sizes whose push reduce-scatter runs [`PushShape::doubled`] by
+/// default: two blocks share an SM, so one block's pushes go on while the
+/// other reduces (a block's reduce stores only into its own GPU, and it
+/// runs before the block's pushes of each tile). On 2 H200 (v17,
+/// docs/perf/v17/NOTES.md) that took 256 MiB from 464.8 to 406.7 us and
+/// 1 GiB from 1805 to 1531 (0.89x NCCL to 0.76x; 350.7 GB/s) and left 64
+/// MiB even (124.8 against 125.6). On 4 H100 it was 3 % slower (v17 call
+/// 4): the rings of 264 blocks share the same scratch, so the chunks
+/// halve to 21 KiB.
+const REDUCE_SCATTER_DOUBLED_WORLDS: [usize; 1] = [2];
 
 /// Registers of one SM of every GPU this crate runs on (sm_80 and sm_90:
 /// 64 Ki 32-bit registers), which bound the push form's blocks per SM
@@ -179,6 +214,7 @@ impl Default for PushShape {
             slots: 2,
             lookahead: 0,
             scratch_bytes: 33 << 20,
+            double: None,
         }
     }
 }
@@ -222,6 +258,21 @@ impl PushShape {
         }
     }
 
+    /// The shape a launch for `what` on `world` ranks runs: doubled where
+    /// `double=1`, or where `double` is unset and the world size is one
+    /// the measurements doubled ([`ALL_REDUCE_DOUBLED_WORLDS`],
+    /// [`REDUCE_SCATTER_DOUBLED_WORLDS`]; the all-gather never gained).
+    /// The one place that decides it, so the rendezvous's runnable check
+    /// and the launches agree.
+    pub(crate) fn for_use(self, what: PushUse, world: usize) -> Self {
+        let double = self.double.unwrap_or(match what {
+            PushUse::AllReduce => ALL_REDUCE_DOUBLED_WORLDS.contains(&world),
+            PushUse::ReduceScatter => REDUCE_SCATTER_DOUBLED_WORLDS.contains(&world),
+            PushUse::AllGather => false,
+        });
+        if double { self.doubled() } else { self }
+    }
+
     /// Parses a value of `INTRANODE_PUSH_LAUNCH`; the error says what is wrong
     /// with it.
     pub fn parse(text: &str) -> Result<Self, String> {
@@ -230,6 +281,14 @@ impl PushShape {
             let (name, value) = part
                 .split_once('=')
                 .ok_or_else(|| format!("{part:?} is not NAME=NUMBER"))?;
+            if name.trim() == "double" {
+                shape.double = match value.trim() {
+                    "0" => Some(false),
+                    "1" => Some(true),
+                    _ => return Err(format!("{part:?}: double must be 0 or 1")),
+                };
+                continue;
+            }
             let value = value
                 .trim()
                 .parse::<usize>()
@@ -268,7 +327,7 @@ impl PushShape {
                 ),
                 other => {
                     return Err(format!(
-                        "{other:?} is not blocks, threads, chunk, slots, lookahead or scratch"
+                        "{other:?} is not blocks, threads, chunk, slots, lookahead, scratch or double"
                     ));
                 }
             };

@@ -24,7 +24,7 @@ use crate::algo::{
     AllReduceAlgo, AllReduceCall, IntraPath, decide_all_reduce, lamport_max_message_bytes,
     lamport_two_shot_max_message_bytes, push_max_message_bytes,
 };
-use crate::config::{LamportShapes, LaunchShape, MAX_LAMPORT_BLOCKS, PushShape};
+use crate::config::{LamportShapes, LaunchShape, MAX_LAMPORT_BLOCKS, PushShape, PushUse};
 use crate::error::{Error, Result};
 use crate::kernels::{Grid, KernelKey};
 use crate::types::{DType, ElemType};
@@ -262,8 +262,13 @@ impl IntraNodeComm {
             topology: self.topology,
             buffer_bytes: self.buffer_bytes,
             hcm_runnable: self.hcm_plan.is_ok(),
-            push_runnable: push_launch(&self.push_shape, 1, self.world(), self.symm.buffer_bytes())
-                .is_some(),
+            push_runnable: push_launch(
+                &self.push_shape.for_use(PushUse::AllReduce, self.world()),
+                1,
+                self.world(),
+                self.symm.buffer_bytes(),
+            )
+            .is_some(),
         }
     }
 
@@ -452,7 +457,7 @@ impl IntraNodeComm {
         let vecs_total = elems.div_ceil(intranode_kernels_gpu::math::elems_per_vec(elem.bytes()));
         let push = if algo == AllReduceAlgo::Push {
             let launch = push_launch(
-                &self.push_shape,
+                &self.push_shape.for_use(PushUse::AllReduce, self.world()),
                 vecs_total,
                 self.world(),
                 self.symm().buffer_bytes(),

@@ -18,21 +18,10 @@ use super::all_reduce::push_launch_rings;
 use super::{IntraNodeComm, Launch};
 use crate::algo::{AllReduceAlgo, scatter_gather_max_shard_bytes, scatter_gather_uses_push};
 use crate::error::{Error, Result};
+use crate::config::PushUse;
 use crate::kernels::{Grid, KernelKey};
 use crate::types::{ElemType, ReduceOp};
 use crate::work::Work;
-
-/// World sizes whose push reduce-scatter runs twice the blocks of the
-/// push shape with half the threads each (`PushShape::doubled`): two
-/// blocks share an SM, so one block's pushes go on while the other
-/// reduces (a block's reduce stores only into its own GPU, and it runs
-/// before the block's pushes of each tile). On 2 H200 (v17,
-/// docs/perf/v17/NOTES.md) that took 256 MiB from 464.8 to 406.7 us and
-/// 1 GiB from 1805 to 1531 (0.89x NCCL to 0.76x; 350.7 GB/s) and left 64
-/// MiB even (124.8 against 125.6). Not measured at other world sizes,
-/// where the chunk would also halve (the rings of 264 blocks share the
-/// same scratch), so they keep the shape.
-const RS_DOUBLED_BLOCKS_WORLDS: [usize; 1] = [2];
 
 /// Which of the two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,8 +202,8 @@ impl IntraNodeComm {
 
     /// The push form's launch for shards of `shard` elements: the launch
     /// of an all-reduce of W shards with one ring instead of two
-    /// (`push_launch_rings`), with the blocks doubled for a reduce-scatter
-    /// on the world sizes of [`RS_DOUBLED_BLOCKS_WORLDS`]. `None` where it
+    /// (`push_launch_rings`), in the shape `PushShape::for_use` gives it.
+    /// `None` where it
     /// does not fit the buffer or the shard is too long for the kernels'
     /// u32 vector indices.
     fn sg_push_launch(
@@ -228,12 +217,13 @@ impl IntraNodeComm {
             .div_ceil(elems_per_vec(elem.bytes()))
             .checked_mul(self.world())
             .filter(|&v| v <= PUSH_MAX_VECS as usize)?;
-        let shape = match what {
-            ScatterGather::ReduceScatter if RS_DOUBLED_BLOCKS_WORLDS.contains(&self.world()) => {
-                self.push_shape.doubled()
-            }
-            _ => self.push_shape,
-        };
+        let shape = self.push_shape.for_use(
+            match what {
+                ScatterGather::ReduceScatter => PushUse::ReduceScatter,
+                ScatterGather::AllGather => PushUse::AllGather,
+            },
+            self.world(),
+        );
         push_launch_rings(&shape, vecs, self.world(), self.symm().buffer_bytes(), 1)
     }
 

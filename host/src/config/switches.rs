@@ -64,7 +64,9 @@ pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
 /// from 4 on: `intranode_kernels_gpu::math::push_lookahead`) and `scratch=BYTES`
 /// (the symmetric buffer is allocated at least this large for the rings,
 /// a multiple of 4096 up to 1 GiB; 0: the rings fit the buffer of
-/// `BUFFER_BYTES_ENV`); a part left out keeps its default
+/// `BUFFER_BYTES_ENV`) and `double=0|1` (twice the blocks of half the
+/// threads, `PushShape::doubled`; unset, the world sizes where that was
+/// measured faster double: `PushShape::for_use`); a part left out keeps its default
 /// ([`PushShape::default`](super::PushShape::default)). Its kernels meet per block and lay their
 /// rings out from it, so every rank must set the same value (the
 /// rendezvous checks). The rendezvous caps `blocks` at the blocks the
