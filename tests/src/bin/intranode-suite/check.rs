@@ -33,6 +33,10 @@ pub struct CheckArgs {
     /// batches of 50 with no host step between calls, every call checked.
     #[arg(long)]
     pub only_stress: bool,
+    /// Run only the replays of the captured graph of 10 all-reduces
+    /// (`--graph-replays`).
+    #[arg(long)]
+    pub only_graph: bool,
     /// Run only the reduce-scatter and all-gather checks.
     #[arg(long)]
     pub only_scatter_gather: bool,
@@ -63,7 +67,7 @@ pub struct CheckArgs {
     /// (for a world of 8 on 4 GPUs, two ranks per GPU).
     #[arg(
         long,
-        conflicts_with_all = ["algos", "only_free", "only_stress", "only_norm", "only_scatter_gather", "only_types", "only_symmetric"]
+        conflicts_with_all = ["algos", "only_free", "only_stress", "only_graph", "only_norm", "only_scatter_gather", "only_types", "only_symmetric"]
     )]
     pub require_forms: bool,
 }
@@ -531,6 +535,18 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         );
         return Ok(());
     }
+    if args.only_graph {
+        let t0 = std::time::Instant::now();
+        graph::<bf16>(&mut r, args, &algos, &mut 0u64)?;
+        println!(
+            "check rank {}/{} ok (CUDA-graph replays only): {} replays x 10 all-reduces, every result checked ({:.1} s)",
+            r.rank(),
+            r.world(),
+            args.graph_replays,
+            t0.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     if args.only_symmetric {
         let t0 = std::time::Instant::now();
         let s = crate::check_symm::run(&mut r, &algos, args.seed)?;
@@ -579,11 +595,16 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     // bound and two ranks sharing one GPU).
     r.store_barrier()?;
     let mut rng = args.seed;
+    // A line as each stage passes, so a run cut short by a timeout shows
+    // how far it got (the summary at the end restates them).
+    println!("check rank {}: sweep passed ({:.1} s)", r.rank(), t_sweep.as_secs_f64());
     stress_all(&mut r, args, &algos, &mut call, &mut rng)?;
     let t_stress = t0.elapsed() - t_sweep;
+    println!("check rank {}: back-to-back calls passed ({:.1} s)", r.rank(), t_stress.as_secs_f64());
     r.store_barrier()?;
     graph::<bf16>(&mut r, args, &algos, &mut call)?;
     let t_graph = t0.elapsed() - t_sweep - t_stress;
+    println!("check rank {}: graph replays passed ({:.1} s)", r.rank(), t_graph.as_secs_f64());
     r.store_barrier()?;
     let free_report = if args.free_replays > 0 {
         Some(crate::check_free::run(
