@@ -136,14 +136,26 @@ fn push_doubling_follows_the_world_rule_unless_set() {
     // Unset: the all-reduce doubles at 4 ranks, the reduce-scatter at 2,
     // the all-gather nowhere.
     for world in 2..=8 {
-        assert_eq!(doubled(d.for_use(PushUse::AllReduce, world)), world == 4, "{world}");
-        assert_eq!(doubled(d.for_use(PushUse::ReduceScatter, world)), world == 2, "{world}");
+        assert_eq!(
+            doubled(d.for_use(PushUse::AllReduce, world)),
+            world == 4,
+            "{world}"
+        );
+        assert_eq!(
+            doubled(d.for_use(PushUse::ReduceScatter, world)),
+            world == 2,
+            "{world}"
+        );
         assert!(!doubled(d.for_use(PushUse::AllGather, world)), "{world}");
     }
     // Set, every use and world follows it.
     let on = PushShape::parse("double=1").unwrap().for_sms(132);
     let off = PushShape::parse("double=0").unwrap().for_sms(132);
-    for what in [PushUse::AllReduce, PushUse::ReduceScatter, PushUse::AllGather] {
+    for what in [
+        PushUse::AllReduce,
+        PushUse::ReduceScatter,
+        PushUse::AllGather,
+    ] {
         for world in 2..=8 {
             assert!(doubled(on.for_use(what, world)), "{what:?} {world}");
             assert_eq!(off.for_use(what, world), off, "{what:?} {world}");
@@ -180,10 +192,7 @@ fn push_shapes_parse_or_say_why_not() {
             ..PushShape::default()
         }
     );
-    assert_eq!(
-        PushShape::parse("double=0").unwrap().double,
-        Some(false)
-    );
+    assert_eq!(PushShape::parse("double=0").unwrap().double, Some(false));
     assert_eq!(PushShape::parse("double=1").unwrap().double, Some(true));
     for bad in [
         "double=2",

@@ -597,14 +597,26 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     let mut rng = args.seed;
     // A line as each stage passes, so a run cut short by a timeout shows
     // how far it got (the summary at the end restates them).
-    println!("check rank {}: sweep passed ({:.1} s)", r.rank(), t_sweep.as_secs_f64());
+    println!(
+        "check rank {}: sweep passed ({:.1} s)",
+        r.rank(),
+        t_sweep.as_secs_f64()
+    );
     stress_all(&mut r, args, &algos, &mut call, &mut rng)?;
     let t_stress = t0.elapsed() - t_sweep;
-    println!("check rank {}: back-to-back calls passed ({:.1} s)", r.rank(), t_stress.as_secs_f64());
+    println!(
+        "check rank {}: back-to-back calls passed ({:.1} s)",
+        r.rank(),
+        t_stress.as_secs_f64()
+    );
     r.store_barrier()?;
     graph::<bf16>(&mut r, args, &algos, &mut call)?;
     let t_graph = t0.elapsed() - t_sweep - t_stress;
-    println!("check rank {}: graph replays passed ({:.1} s)", r.rank(), t_graph.as_secs_f64());
+    println!(
+        "check rank {}: graph replays passed ({:.1} s)",
+        r.rank(),
+        t_graph.as_secs_f64()
+    );
     r.store_barrier()?;
     let free_report = if args.free_replays > 0 {
         Some(crate::check_free::run(
