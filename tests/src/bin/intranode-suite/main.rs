@@ -26,6 +26,7 @@
 
 mod bad_input;
 mod check;
+mod check_barriers;
 mod check_free;
 mod check_norm;
 mod check_sg;

@@ -1,0 +1,238 @@
+//! The push form's launch shape (`INTRANODE_PUSH_LAUNCH`): its fields,
+//! the bounds the parser keeps them in, and the measured rule for when a
+//! launch runs two blocks per SM ([`PushShape::for_use`]).
+
+use super::MAX_THREADS_PER_BLOCK;
+
+/// The launch shape of the push form (`INTRANODE_PUSH_LAUNCH`): the most
+/// blocks and chunk bytes of a launch, its threads and ring slots, and the
+/// scratch its rings may take; the host fits the chunk to the symmetric
+/// buffer and the message (`comm::all_reduce::push_launch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PushShape {
+    /// The most blocks of a launch (`blocks=`, capped at the SM count).
+    pub max_blocks: usize,
+    /// Threads per block (`threads=`).
+    pub threads: usize,
+    /// The most bytes per ring slot (`chunk=`), cut to what the
+    /// allocation holds.
+    pub max_chunk_bytes: usize,
+    /// Ring slots per block and peer (`slots=`).
+    pub slots: usize,
+    /// Tiles of lookahead (`intranode_kernels_gpu::math::push_lookahead`), 0 for
+    /// the default of the slots.
+    pub lookahead: usize,
+    /// The symmetric buffer is allocated `max(buffer_bytes,
+    /// scratch_bytes)`; the forms other than the push form keep working
+    /// in halves of `buffer_bytes` (`IntraNodeComm::buffer_bytes`).
+    pub scratch_bytes: usize,
+    /// Whether launches run [`doubled`](PushShape::doubled) (`double=0|1`);
+    /// `None` (the default): where the measurements (`PushShape::for_use`)
+    /// say so.
+    pub double: Option<bool>,
+}
+
+/// What a push launch serves: the rule for doubling its blocks
+/// ([`PushShape::for_use`]) differs between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PushUse {
+    AllReduce,
+    ReduceScatter,
+    AllGather,
+}
+
+/// World sizes whose push all-reduce runs [`PushShape::doubled`] by
+/// default. On 4 H100 it was 3.1-3.4 % faster from 64 MiB in four turns
+/// over two sessions (v17 call 4, v18 call A; docs/perf/v17/NOTES.md,
+/// docs/perf/v18/NOTES.md): 321.6 against 332.2 us at 64 MiB, 1207
+/// against 1249 at 256 MiB, 4747 against 4914 at 1 GiB, and even at 16
+/// MiB. Ranks that wait and fence per tile leave their SM idle; a second
+/// block on it runs meanwhile. On 2 H200 it changed nothing (+0.3 % at 1
+/// GiB, +3 % at 16 MiB), and on 3 H100 it was within 2 % either way
+/// (v18 call A), so those keep one block per SM.
+const ALL_REDUCE_DOUBLED_WORLDS: [usize; 1] = [4];
+
+/// World sizes whose push reduce-scatter runs [`PushShape::doubled`] by
+/// default: two blocks share an SM, so one block's pushes go on while the
+/// other reduces (a block's reduce stores only into its own GPU, and it
+/// runs before the block's pushes of each tile). On 2 H200 (v17,
+/// docs/perf/v17/NOTES.md) that took 256 MiB from 464.8 to 406.7 us and
+/// 1 GiB from 1805 to 1531 (0.89x NCCL to 0.76x; 350.7 GB/s) and left 64
+/// MiB even (124.8 against 125.6). On 4 H100 it was 3 % slower (v17 call
+/// 4): the rings of 264 blocks share the same scratch, so the chunks
+/// halve to 21 KiB.
+const REDUCE_SCATTER_DOUBLED_WORLDS: [usize; 1] = [2];
+
+/// Registers of one SM of every GPU this crate runs on (sm_80 and sm_90:
+/// 64 Ki 32-bit registers), which bound the push form's blocks per SM
+/// ([`PushShape::for_sms`]).
+const PUSH_REGISTERS_PER_SM: usize = 64 << 10;
+
+/// Most slots per ring of the push form: a bound against typos.
+pub const MAX_PUSH_SLOTS: usize = 16;
+
+/// Most scratch of the push form ([`PushShape::scratch_bytes`]): 1 GiB, a
+/// bound against typos; the largest shape of the issue-28 sweep (132
+/// blocks, 4 slots of 256 KiB, 2 ranks) takes 264 MiB.
+pub const MAX_PUSH_SCRATCH_BYTES: usize = 1 << 30;
+
+/// The push form's scratch unit: the symmetric buffer's granularity
+/// (`rendezvous::BUFFER_GRANULARITY_BYTES`).
+const PUSH_SCRATCH_GRANULARITY_BYTES: usize = 4096;
+
+impl Default for PushShape {
+    /// From the issue-28 sweeps on 2 H200 (docs/PERF_NOTES.md, v12;
+    /// docs/perf/v12/push2-h200x2/): 132 blocks of 512 threads (one per SM
+    /// of an H100/H200: 80 registers a thread at 2 ranks leave room for
+    /// one 512-thread block per SM), chunks of 64 KiB, 2 slots per ring,
+    /// lookahead 1 was the fastest shape measured at 64 MiB (332 GB/s bus
+    /// bandwidth; 271 at 16 MiB, 353 at 256 MiB); 132 blocks of 128 KiB
+    /// chunks reached 362 GB/s at 1 GiB. Fewer blocks were slower at every
+    /// size (64: 317 / 343 at 64 / 256 MiB), and more slots or lookahead
+    /// were slower (one more pipeline fill per call). The rendezvous caps
+    /// the blocks at the GPU's SM count (`PushShape::for_sms`). Its rings
+    /// take `2 x 132 x (world - 1) x 2 x 64 KiB`: 33 MiB on 2 ranks, the
+    /// default scratch. So on 2 ranks the symmetric buffer grows from 10
+    /// to 33 MiB per rank and communicator (beside the 64 MiB of the
+    /// Lamport buffers in the pad); on more ranks the chunk shrinks to fit
+    /// (not measured there, and auto does not pick the push form there,
+    /// `algo::Crossovers::push_min_bytes`).
+    fn default() -> Self {
+        PushShape {
+            max_blocks: 132,
+            threads: MAX_THREADS_PER_BLOCK,
+            max_chunk_bytes: 64 << 10,
+            slots: 2,
+            lookahead: 0,
+            scratch_bytes: 33 << 20,
+            double: None,
+        }
+    }
+}
+
+impl PushShape {
+    /// The shape with its blocks capped at what the GPU's `sms` hold at
+    /// once: a larger grid runs in waves, and a block of the first wave
+    /// could wait on a peer's block that is only scheduled in a later
+    /// one. An SM holds `PUSH_REGISTERS_PER_SM / (128 x threads)` blocks
+    /// (every kernel is within 128 registers a thread, `cargo xtask
+    /// check-ptx`): one of 512 threads, two of 256. Every rank's capped
+    /// shape goes into its rendezvous request, so ranks on GPUs of
+    /// different SM counts get a clear mismatch error, not a hang.
+    pub fn for_sms(self, sms: usize) -> Self {
+        let per_sm = (PUSH_REGISTERS_PER_SM / (128 * self.threads.max(1))).max(1);
+        PushShape {
+            max_blocks: self.max_blocks.min(sms.max(1) * per_sm),
+            ..self
+        }
+    }
+
+    /// Twice the blocks of half the threads each: the same threads per
+    /// GPU, two blocks where one was. The shape as it is where that cannot
+    /// be: twice the blocks past `layout::MAX_BLOCKS`, or threads that do
+    /// not halve into a multiple of 32. A shape within
+    /// [`for_sms`](Self::for_sms)'s cap stays within it doubled (a block
+    /// of half the threads needs half the registers).
+    pub fn doubled(self) -> Self {
+        let blocks = self.max_blocks * 2;
+        let threads = self.threads / 2;
+        if blocks > intranode_kernels_gpu::layout::MAX_BLOCKS
+            || threads < 32
+            || !threads.is_multiple_of(32)
+        {
+            return self;
+        }
+        PushShape {
+            max_blocks: blocks,
+            threads,
+            ..self
+        }
+    }
+
+    /// The shape a launch for `what` on `world` ranks runs: doubled where
+    /// `double=1`, or where `double` is unset and the world size is one
+    /// the measurements doubled ([`ALL_REDUCE_DOUBLED_WORLDS`],
+    /// [`REDUCE_SCATTER_DOUBLED_WORLDS`]; the all-gather never gained).
+    /// The one place that decides it, so the rendezvous's runnable check
+    /// and the launches agree.
+    pub(crate) fn for_use(self, what: PushUse, world: usize) -> Self {
+        let double = self.double.unwrap_or(match what {
+            PushUse::AllReduce => ALL_REDUCE_DOUBLED_WORLDS.contains(&world),
+            PushUse::ReduceScatter => REDUCE_SCATTER_DOUBLED_WORLDS.contains(&world),
+            PushUse::AllGather => false,
+        });
+        if double { self.doubled() } else { self }
+    }
+
+    /// Parses a value of `INTRANODE_PUSH_LAUNCH`; the error says what is wrong
+    /// with it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut shape = PushShape::default();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not NAME=NUMBER"))?;
+            if name.trim() == "double" {
+                shape.double = match value.trim() {
+                    "0" => Some(false),
+                    "1" => Some(true),
+                    _ => return Err(format!("{part:?}: double must be 0 or 1")),
+                };
+                continue;
+            }
+            let value = value
+                .trim()
+                .parse::<usize>()
+                .map_err(|e| format!("{value:?} in {part:?}: {e}"))?;
+            let (field, ok, expected) = match name.trim() {
+                "blocks" => (
+                    &mut shape.max_blocks,
+                    (1..=intranode_kernels_gpu::layout::MAX_BLOCKS).contains(&value),
+                    "1 to 264",
+                ),
+                "threads" => (
+                    &mut shape.threads,
+                    (32..=MAX_THREADS_PER_BLOCK).contains(&value) && value.is_multiple_of(32),
+                    "a multiple of 32 up to 512",
+                ),
+                "chunk" => (
+                    &mut shape.max_chunk_bytes,
+                    value >= 16 && value.is_multiple_of(16),
+                    "a positive multiple of 16 bytes",
+                ),
+                "slots" => (
+                    &mut shape.slots,
+                    (2..=MAX_PUSH_SLOTS).contains(&value),
+                    "2 to 16",
+                ),
+                "lookahead" => (
+                    &mut shape.lookahead,
+                    value < MAX_PUSH_SLOTS,
+                    "0 (the default) to 15, below slots",
+                ),
+                "scratch" => (
+                    &mut shape.scratch_bytes,
+                    value <= MAX_PUSH_SCRATCH_BYTES
+                        && value.is_multiple_of(PUSH_SCRATCH_GRANULARITY_BYTES),
+                    "a multiple of 4096 bytes up to 1 GiB",
+                ),
+                other => {
+                    return Err(format!(
+                        "{other:?} is not blocks, threads, chunk, slots, lookahead, scratch or double"
+                    ));
+                }
+            };
+            if !ok {
+                return Err(format!("{part:?}: {name} must be {expected}"));
+            }
+            *field = value;
+        }
+        if shape.lookahead >= shape.slots {
+            return Err(format!(
+                "lookahead={} must be below slots={} (0 for the default)",
+                shape.lookahead, shape.slots
+            ));
+        }
+        Ok(shape)
+    }
+}
