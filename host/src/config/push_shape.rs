@@ -94,9 +94,13 @@ impl Default for PushShape {
     /// take `2 x 132 x (world - 1) x 2 x 64 KiB`: 33 MiB on 2 ranks, the
     /// default scratch. So on 2 ranks the symmetric buffer grows from 10
     /// to 33 MiB per rank and communicator (beside the 64 MiB of the
-    /// Lamport buffers in the pad); on more ranks the chunk shrinks to fit
-    /// (not measured there, and auto does not pick the push form there,
-    /// `algo::Crossovers::push_min_bytes`).
+    /// Lamport buffers in the pad); on more ranks the chunk shrinks to fit.
+    /// At 3 and 4 ranks on 4 H100 (docs/perf/v15, v17 and v18 NOTES.md)
+    /// the shape was measured again: auto takes the push form from 16 MiB
+    /// at 3 ranks (`algo::Crossovers::push_min_bytes`), and 4 ranks run it
+    /// doubled (`PushShape::for_use`), where a third slot of 16 KiB
+    /// chunks (76 MiB of scratch) was 3 % faster still in one call, not
+    /// yet the default (`docs/perf/queue/push_slots3_w4.sh`).
     fn default() -> Self {
         PushShape {
             max_blocks: 132,
