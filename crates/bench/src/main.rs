@@ -11,6 +11,9 @@
 //!   folder (`docs/perf/results/`).
 //! - `poll-storm`: one GPU, a probe of what the free-running method
 //!   measured in issue 16 (polling a host-mapped word from every thread).
+//! - `link`: what NVLink carries with every rank moving data to or from
+//!   every peer at once, copy engines and SM stores, no collective: the
+//!   ceiling of the large-message forms.
 //! - `decode`: a Llama-shaped tensor-parallel decode layer stack (cuBLAS
 //!   GEMMs, our norms, two all-reduces per layer) in one CUDA graph: no
 //!   communication against NCCL against ours, checked.
@@ -19,6 +22,7 @@ mod bench;
 mod bench_free;
 mod decode;
 mod elem;
+mod link;
 mod plot;
 mod poll_storm;
 mod results;
@@ -50,6 +54,9 @@ enum Cmd {
     /// A tensor-parallel decode layer stack in a CUDA graph: no
     /// communication, NCCL and ours.
     Decode(decode::DecodeArgs),
+    /// Every rank moving data to (or from) every peer at once, copy
+    /// engines or SM stores, no collective: what NVLink carries.
+    Link(link::LinkArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -104,6 +111,7 @@ fn main() {
         Cmd::Plot(args) => plot(&args),
         Cmd::PollStorm(args) => poll_storm::run(&args),
         Cmd::Decode(args) => decode::run(&args),
+        Cmd::Link(args) => link::run(&args),
     };
     if let Err(e) = result {
         eprintln!("intranode-bench: {e:#}");

@@ -30,6 +30,11 @@ pub struct PushShape {
     /// `None` (the default): where the measurements (`PushShape::for_use`)
     /// say so.
     pub double: Option<bool>,
+    /// Whether `INTRANODE_PUSH_LAUNCH` set the rings (`chunk=`, `slots=`,
+    /// `lookahead=` or `scratch=`). Unset (the default), the all-reduce
+    /// runs the rings measured for its world size where there are some
+    /// ([`ALL_REDUCE_RINGS`]).
+    pub rings_set: bool,
 }
 
 /// What a push launch serves: the rule for doubling its blocks
@@ -62,6 +67,48 @@ const ALL_REDUCE_DOUBLED_WORLDS: [usize; 1] = [4];
 /// 4): the rings of 264 blocks share the same scratch, so the chunks
 /// halve to 21 KiB.
 const REDUCE_SCATTER_DOUBLED_WORLDS: [usize; 1] = [2];
+
+/// The rings of a push launch: what [`ALL_REDUCE_RINGS`] sets in place
+/// of the default shape's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Rings {
+    max_chunk_bytes: usize,
+    slots: usize,
+    lookahead: usize,
+    scratch_bytes: usize,
+}
+
+/// World sizes whose push all-reduce runs rings of their own where
+/// `INTRANODE_PUSH_LAUNCH` leaves them unset, and those rings.
+///
+/// 4 ranks: 3 slots of 16 KiB, lookahead 1, doubled (264 blocks): 264 x
+/// 3 peers x 3 slots x 2 rings x 16 KiB = 74.25 MiB, so 76 MiB of
+/// scratch (33 by default). On 4 H100 (v18 calls B-D,
+/// docs/perf/v18/NOTES.md) it ran 313.1 / 1176.9 / 4597 us at 64 MiB /
+/// 256 MiB / 1 GiB against the default rings' 320.3 / 1204.3 / 4745:
+/// with 2 slots and a lookahead of 1, a block's pushes of tile `t + 1`
+/// wait for the peer to free the slot of `t - 1`, so one late peer stalls
+/// the ring; a third slot gives one tile of slack. A fourth was slower
+/// (4655-4682 us at 1 GiB), and so were longer chunks on 2 slots. The
+/// v19 call A (docs/perf/v19/NOTES.md) checked it in two turns beside
+/// the old default and NCCL, with the stress and graph checks.
+const ALL_REDUCE_RINGS: [(usize, Rings); 1] = [(
+    4,
+    Rings {
+        max_chunk_bytes: 16 << 10,
+        slots: 3,
+        lookahead: 1,
+        scratch_bytes: 76 << 20,
+    },
+)];
+
+/// The rings [`ALL_REDUCE_RINGS`] gives `world`, if any.
+fn all_reduce_rings(world: usize) -> Option<Rings> {
+    ALL_REDUCE_RINGS
+        .iter()
+        .find(|(w, _)| *w == world)
+        .map(|&(_, rings)| rings)
+}
 
 /// Registers of one SM of every GPU this crate runs on (sm_80 and sm_90:
 /// 64 Ki 32-bit registers), which bound the push form's blocks per SM
@@ -110,6 +157,7 @@ impl Default for PushShape {
             lookahead: 0,
             scratch_bytes: 33 << 20,
             double: None,
+            rings_set: false,
         }
     }
 }
@@ -159,13 +207,39 @@ impl PushShape {
     /// [`REDUCE_SCATTER_DOUBLED_WORLDS`]; the all-gather never gained).
     /// The one place that decides it, so the rendezvous's runnable check
     /// and the launches agree.
+    /// Where the rings are unset, the all-reduce also takes its world's
+    /// measured rings ([`ALL_REDUCE_RINGS`]).
     pub(crate) fn for_use(self, what: PushUse, world: usize) -> Self {
         let double = self.double.unwrap_or(match what {
             PushUse::AllReduce => ALL_REDUCE_DOUBLED_WORLDS.contains(&world),
             PushUse::ReduceScatter => REDUCE_SCATTER_DOUBLED_WORLDS.contains(&world),
             PushUse::AllGather => false,
         });
-        if double { self.doubled() } else { self }
+        let shape = match (what, self.rings_set, all_reduce_rings(world)) {
+            (PushUse::AllReduce, false, Some(rings)) => PushShape {
+                max_chunk_bytes: rings.max_chunk_bytes,
+                slots: rings.slots,
+                lookahead: rings.lookahead,
+                scratch_bytes: self.scratch_bytes.max(rings.scratch_bytes),
+                ..self
+            },
+            _ => self,
+        };
+        if double { shape.doubled() } else { shape }
+    }
+
+    /// The scratch a communicator of `world` ranks allocates: the most
+    /// any use of it takes ([`for_use`](Self::for_use)).
+    pub(crate) fn scratch_bytes_for(self, world: usize) -> usize {
+        [
+            PushUse::AllReduce,
+            PushUse::ReduceScatter,
+            PushUse::AllGather,
+        ]
+        .into_iter()
+        .map(|what| self.for_use(what, world).scratch_bytes)
+        .max()
+        .unwrap_or(self.scratch_bytes)
     }
 
     /// Parses a value of `INTRANODE_PUSH_LAUNCH`; the error says what is wrong
@@ -230,6 +304,7 @@ impl PushShape {
                 return Err(format!("{part:?}: {name} must be {expected}"));
             }
             *field = value;
+            shape.rings_set |= matches!(name.trim(), "chunk" | "slots" | "lookahead" | "scratch");
         }
         if shape.lookahead >= shape.slots {
             return Err(format!(

@@ -67,7 +67,10 @@ pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
 /// `BUFFER_BYTES_ENV`) and `double=0|1` (twice the blocks of half the
 /// threads, `PushShape::doubled`; unset, the world sizes where that was
 /// measured faster double: `PushShape::for_use`); a part left out keeps its default
-/// ([`PushShape::default`](super::PushShape::default)). Its kernels meet per block and lay their
+/// ([`PushShape::default`](super::PushShape::default)). Where none of
+/// `chunk`, `slots`, `lookahead` and `scratch` is set, the all-reduce
+/// runs the rings measured for its world size (4 ranks: 3 slots of 16
+/// KiB, lookahead 1, 76 MiB of scratch; `PushShape::for_use`). Its kernels meet per block and lay their
 /// rings out from it, so every rank must set the same value (the
 /// rendezvous checks). The rendezvous caps `blocks` at the blocks the
 /// GPU holds at once (`PushShape::for_sms`): at 80 to 128 registers a

@@ -55,6 +55,7 @@ fn config_from_vars() {
             push_shape: PushShape {
                 max_blocks: 16,
                 slots: 8,
+                rings_set: true,
                 ..PushShape::default()
             },
             launch_overlap: false,
@@ -158,8 +159,63 @@ fn push_doubling_follows_the_world_rule_unless_set() {
     ] {
         for world in 2..=8 {
             assert!(doubled(on.for_use(what, world)), "{what:?} {world}");
-            assert_eq!(off.for_use(what, world), off, "{what:?} {world}");
+            let s = off.for_use(what, world);
+            assert_eq!((s.max_blocks, s.threads), (132, 512), "{what:?} {world}");
         }
+    }
+}
+
+#[test]
+fn the_all_reduce_takes_its_worlds_rings_unless_set() {
+    let d = PushShape::default().for_sms(132);
+    let four = d.for_use(PushUse::AllReduce, 4);
+    assert_eq!(
+        (four.max_blocks, four.threads, four.slots, four.lookahead),
+        (264, 256, 3, 1)
+    );
+    assert_eq!(
+        (four.max_chunk_bytes, four.scratch_bytes),
+        (16 << 10, 76 << 20)
+    );
+    assert_eq!(d.scratch_bytes_for(4), 76 << 20);
+    // Its rings fit the scratch with whole 16 KiB chunks.
+    let launch =
+        crate::comm::all_reduce::push_launch(&four, 1 << 26, 4, d.scratch_bytes_for(4)).unwrap();
+    assert_eq!(
+        (
+            launch.blocks,
+            launch.chunk_vecs,
+            launch.slots,
+            launch.lookahead
+        ),
+        (264, 1024, 3, 1)
+    );
+    // Other worlds and uses keep the default rings.
+    for world in [2, 3, 5, 8] {
+        let s = d.for_use(PushUse::AllReduce, world);
+        assert_eq!((s.slots, s.max_chunk_bytes), (d.slots, d.max_chunk_bytes));
+        assert_eq!(d.scratch_bytes_for(world), d.scratch_bytes, "{world}");
+    }
+    for what in [PushUse::ReduceScatter, PushUse::AllGather] {
+        let s = d.for_use(what, 4);
+        assert_eq!((s.slots, s.max_chunk_bytes, s.lookahead), (2, 64 << 10, 0));
+    }
+    // Any ring part set: the all-reduce keeps what was set, at 4 too.
+    for set in ["slots=2", "chunk=65536", "lookahead=0", "scratch=0"] {
+        let shape = PushShape::parse(set).unwrap().for_sms(132);
+        assert!(shape.rings_set, "{set}");
+        let s = shape.for_use(PushUse::AllReduce, 4);
+        assert_eq!(
+            (s.slots, s.max_chunk_bytes),
+            (shape.slots, shape.max_chunk_bytes)
+        );
+        assert_eq!(shape.scratch_bytes_for(4), shape.scratch_bytes, "{set}");
+    }
+    // The launch parts alone leave the rings unset.
+    for launch in ["blocks=64", "threads=256", "double=0"] {
+        let shape = PushShape::parse(launch).unwrap();
+        assert!(!shape.rings_set, "{launch}");
+        assert_eq!(shape.for_use(PushUse::AllReduce, 4).slots, 3, "{launch}");
     }
 }
 
@@ -173,6 +229,7 @@ fn push_shapes_parse_or_say_why_not() {
             threads: 256,
             max_chunk_bytes: 128 << 10,
             slots: 6,
+            rings_set: true,
             ..PushShape::default()
         }
     );
@@ -181,6 +238,7 @@ fn push_shapes_parse_or_say_why_not() {
         PushShape {
             slots: 3,
             lookahead: 2,
+            rings_set: true,
             ..PushShape::default()
         }
     );
@@ -189,6 +247,7 @@ fn push_shapes_parse_or_say_why_not() {
         PushShape {
             max_blocks: 132,
             scratch_bytes: 0,
+            rings_set: true,
             ..PushShape::default()
         }
     );

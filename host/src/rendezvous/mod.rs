@@ -321,16 +321,18 @@ pub fn run_timed(
 
     // Step 4: symmetric memory (its last phase is the final all-gather).
     // The allocation also holds the push form's rings (its scratch,
-    // `config::PushShape::scratch_bytes`, a multiple of the granularity
-    // and the same on every rank: the rendezvous checked the shapes); the
-    // other forms keep to `group.buffer_bytes`.
+    // `config::PushShape::scratch_bytes_for` the world, a multiple of the
+    // granularity and the same on every rank: the rendezvous checked the
+    // shapes); the other forms keep to `group.buffer_bytes`.
     let symm = SymmetricMemory::rendezvous(
         ctx,
         s,
         &mut exchange,
         rank,
         world,
-        group.buffer_bytes.max(config.push_shape.scratch_bytes),
+        group
+            .buffer_bytes
+            .max(config.push_shape.scratch_bytes_for(world)),
         group.backend,
     )?;
     times.lap("symmetric memory", &mut since);

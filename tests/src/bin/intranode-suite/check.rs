@@ -51,6 +51,10 @@ pub struct CheckArgs {
     /// (`alloc_symmetric`; `--algos` narrows them too).
     #[arg(long)]
     pub only_symmetric: bool,
+    /// Run only the GPU barriers, then the one a rank never joins (the
+    /// full check's last stage; it leaves the communicator unusable).
+    #[arg(long)]
+    pub only_barriers: bool,
     /// Seed of every input (all ranks must agree).
     #[arg(long, default_value_t = 0x1234_5678)]
     pub seed: u64,
@@ -67,7 +71,7 @@ pub struct CheckArgs {
     /// (for a world of 8 on 4 GPUs, two ranks per GPU).
     #[arg(
         long,
-        conflicts_with_all = ["algos", "only_free", "only_stress", "only_graph", "only_norm", "only_scatter_gather", "only_types", "only_symmetric"]
+        conflicts_with_all = ["algos", "only_free", "only_stress", "only_graph", "only_norm", "only_scatter_gather", "only_types", "only_symmetric", "only_barriers"]
     )]
     pub require_forms: bool,
 }
@@ -503,6 +507,17 @@ pub fn run(args: &CheckArgs) -> Result<()> {
             r.rank(),
             r.world(),
             symm_line(&s, t0.elapsed())
+        );
+        return Ok(());
+    }
+    if args.only_barriers {
+        let t0 = std::time::Instant::now();
+        let report = crate::check_barriers::run(&mut r)?;
+        println!(
+            "check rank {}/{} ok (barriers only): {report} ({:.1} s)",
+            r.rank(),
+            r.world(),
+            t0.elapsed().as_secs_f64()
         );
         return Ok(());
     }
