@@ -9,7 +9,7 @@
 //! `x + x` storing into the peer's mapping, one kernel per peer on its
 //! own stream). In `ce-pull` each rank copies every peer's own region
 //! into local memory. Every mode moves `--reps` times the region to or
-//! from each peer, chunked as `--chunk-bytes` says; a store barrier lines
+//! from each peer, chunked as `--chunk-bytes` says; a GPU barrier lines
 //! the ranks up before each timed run, and GB/s are bytes over NVLink
 //! out of (push) or into (pull) this GPU over the time from the first
 //! copy to the last. After the last run each rank checks what it holds
@@ -146,6 +146,11 @@ pub fn run(args: &LinkArgs) -> Result<()> {
             let mut times_us = Vec::with_capacity(args.runs);
             for _ in 0..args.runs {
                 barrier()?;
+                // The host barrier leaves the ranks milliseconds apart,
+                // as long as a run: a rank that starts late finds the
+                // links free and reads fast. A GPU barrier lines them up
+                // to microseconds.
+                intra.barrier(None, &main)?;
                 let start = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
                 let end = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
                 start.record(&main)?;
