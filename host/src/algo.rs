@@ -266,10 +266,15 @@ fn default_lamport_two_shot_max_bytes() -> [usize; MAX_DEVICES + 1] {
 /// / 256 MiB / 1 GiB). On 3 H100 (v15, `bench --tune` with the default
 /// shape) it led NCCL from 16 to 256 MiB: 84.8 / 277.8 / 1026 us against
 /// 91.6 / 293.8 / 1085 (0.93-0.95x), where the Lamport two-shot no longer
-/// takes the message; 1 GiB was not measured there. On 4 H100 NCCL keeps
-/// those sizes: the push form trailed it by 2-9 % at the default shape
-/// and by 2-4 % at 256 MiB-1 GiB with rings big enough for 64-128 KiB
-/// chunks (docs/perf/v15/NOTES.md). 5 to 8 ranks: not measured, NCCL.
+/// takes the message; 1 GiB was not measured there. On 4 H100, from 64
+/// MiB: on its own rings (3 slots of 16 KiB, doubled:
+/// `config::PushShape::for_use`) the push form ran 0.96x / 0.98x / 0.98-
+/// 0.99x / 1.00x / 1.01x NCCL at 64 / 128 / 256 / 512 MiB / 1 GiB, and
+/// 1.01x at 32 MiB and 1.04x at 16 MiB (v19 calls A and B,
+/// docs/perf/v19/NOTES.md), so NCCL keeps 32 MiB (the Lamport two-shot
+/// takes 16). Before v19 NCCL kept every size there: the push form
+/// trailed it by 2-9 % (docs/perf/v15/NOTES.md). 5 to 8 ranks: not
+/// measured, NCCL.
 /// `docs/perf/v12/push2.sh` measures 16 to 256 MiB to place the 2-rank
 /// crossover; `bench --tune` can move it per machine
 /// (`config::TUNING_FILE_ENV`).
@@ -277,6 +282,7 @@ fn default_push_min_bytes() -> [usize; MAX_DEVICES + 1] {
     let mut x = [usize::MAX; MAX_DEVICES + 1];
     x[2] = 16 << 20;
     x[3] = 16 << 20;
+    x[4] = 64 << 20;
     x
 }
 
@@ -528,9 +534,9 @@ mod tests {
             };
             assert_eq!(decide_all_reduce(&int, &x), AllReduceAlgo::Nccl);
         }
-        // Above every crossover on 4 ranks: NCCL, or two-shot where NCCL
-        // is missing.
-        let big = call(1 << 30, 4);
+        // Above every crossover on 5 ranks (no push form by size): NCCL,
+        // or two-shot where NCCL is missing.
+        let big = call(1 << 30, 5);
         assert_eq!(decide_all_reduce(&big, &x), AllReduceAlgo::Nccl);
         let no_nccl = AllReduceCall {
             nccl_available: false,
@@ -560,11 +566,13 @@ mod tests {
         // ... the push form at every size, which the size rule picks only
         // where it was measured ahead: past the Lamport two-shot's 16 MiB
         // on 2 ranks, from 16 MiB on 3 (where the Lamport two-shot stops
-        // at 4 MiB); and only where its rings fit.
-        for bytes in [16, 4096, 16 << 20, (16 << 20) + 16, 1 << 30] {
+        // at 4 MiB), from 64 MiB on 4; and only where its rings fit.
+        for bytes in [16, 4096, 16 << 20, (16 << 20) + 16, 64 << 20, 1 << 30] {
             for world in 2..=MAX_DEVICES {
                 let c = call(bytes, world);
-                let by_size = (world == 2 && bytes > 16 << 20) || (world == 3 && bytes >= 16 << 20);
+                let by_size = (world == 2 && bytes > 16 << 20)
+                    || (world == 3 && bytes >= 16 << 20)
+                    || (world == 4 && bytes >= 64 << 20);
                 assert_eq!(
                     decide_all_reduce(&c, &x) == AllReduceAlgo::Push,
                     by_size,
@@ -832,7 +840,11 @@ mod tests {
             by_size(4 * MIB, 4, fc, 10 * MIB, &x),
             AllReduceAlgo::LamportTwoShot
         );
-        assert_eq!(by_size(1 << 30, 4, fc, 10 * MIB, &x), AllReduceAlgo::Nccl);
+        // 4 ranks: NCCL between the Lamport two-shot and the push form.
+        assert_eq!(by_size(32 * MIB, 4, fc, 10 * MIB, &x), AllReduceAlgo::Nccl);
+        assert_eq!(by_size(64 * MIB, 4, fc, 10 * MIB, &x), AllReduceAlgo::Push);
+        assert_eq!(by_size(1 << 30, 4, fc, 10 * MIB, &x), AllReduceAlgo::Push);
+        assert_eq!(by_size(1 << 30, 5, fc, 10 * MIB, &x), AllReduceAlgo::Nccl);
     }
 
     #[test]

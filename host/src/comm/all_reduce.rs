@@ -262,13 +262,10 @@ impl IntraNodeComm {
             topology: self.topology,
             buffer_bytes: self.buffer_bytes,
             hcm_runnable: self.hcm_plan.is_ok(),
-            push_runnable: push_launch(
-                &self.push_shape.for_use(PushUse::AllReduce, self.world()),
-                1,
-                self.world(),
-                self.symm.buffer_bytes(),
-            )
-            .is_some(),
+            push_runnable: {
+                let shape = self.push_shape.for_use(PushUse::AllReduce, self.world());
+                push_launch(&shape, 1, self.world(), self.push_ring_bytes(&shape)).is_some()
+            },
         }
     }
 
@@ -284,6 +281,20 @@ impl IntraNodeComm {
     /// for the push form's rings (`config::PushShape::scratch_bytes`).
     pub fn buffer_bytes(&self) -> usize {
         self.buffer_bytes
+    }
+
+    /// Bytes a push launch in `shape` (a [`PushShape::for_use`] result)
+    /// lays its rings out in: its own scratch, or the configured buffer
+    /// where that is larger, within the allocation. The allocation holds
+    /// the most any use takes (`PushShape::scratch_bytes_for`): at 4 ranks
+    /// the all-reduce's 76 MiB, where the reduce-scatter and the
+    /// all-gather keep to the default 33 MiB. Given the 76 MiB, their
+    /// chunks grew from 42 to 64 KiB and both lost 3-4 % at 64 MiB on 4
+    /// H100 (v19 call B, docs/perf/v19/NOTES.md).
+    pub(crate) fn push_ring_bytes(&self, shape: &PushShape) -> usize {
+        self.buffer_bytes
+            .max(shape.scratch_bytes)
+            .min(self.symm.buffer_bytes())
     }
 
     /// `output = op(input of every rank)`, on `stream`, with `algo` as
@@ -456,11 +467,12 @@ impl IntraNodeComm {
         }
         let vecs_total = elems.div_ceil(intranode_kernels_gpu::math::elems_per_vec(elem.bytes()));
         let push = if algo == AllReduceAlgo::Push {
+            let shape = self.push_shape.for_use(PushUse::AllReduce, self.world());
             let launch = push_launch(
-                &self.push_shape.for_use(PushUse::AllReduce, self.world()),
+                &shape,
                 vecs_total,
                 self.world(),
-                self.symm().buffer_bytes(),
+                self.push_ring_bytes(&shape),
             );
             chunk_elems = if launch.is_some() { elems.max(1) } else { 0 };
             launch

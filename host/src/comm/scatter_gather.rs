@@ -224,7 +224,7 @@ impl IntraNodeComm {
             },
             self.world(),
         );
-        push_launch_rings(&shape, vecs, self.world(), self.symm().buffer_bytes(), 1)
+        push_launch_rings(&shape, vecs, self.world(), self.push_ring_bytes(&shape), 1)
     }
 
     /// [`scatter_gather_as`](Self::scatter_gather_as) over raw addresses,

@@ -63,10 +63,13 @@ const ALL_REDUCE_DOUBLED_WORLDS: [usize; 1] = [4];
 /// runs before the block's pushes of each tile). On 2 H200 (v17,
 /// docs/perf/v17/NOTES.md) that took 256 MiB from 464.8 to 406.7 us and
 /// 1 GiB from 1805 to 1531 (0.89x NCCL to 0.76x; 350.7 GB/s) and left 64
-/// MiB even (124.8 against 125.6). On 4 H100 it was 3 % slower (v17 call
-/// 4): the rings of 264 blocks share the same scratch, so the chunks
-/// halve to 21 KiB.
-const REDUCE_SCATTER_DOUBLED_WORLDS: [usize; 1] = [2];
+/// MiB even (124.8 against 125.6). On 3 H100 (v19 call B,
+/// docs/perf/v19/NOTES.md) it took 64 MiB / 256 MiB / 1 GiB from 163.4 /
+/// 595.8 / 2307.7 us to 161.2 / 566.6 / 2124.7 (NCCL 184.4 / 652.3 /
+/// 2369.3), the gain growing with the size as on 2 ranks. On 4 H100 it
+/// was 3 % slower (v17 call 4): the rings of 264 blocks share the same
+/// scratch, so the chunks halve to 21 KiB.
+const REDUCE_SCATTER_DOUBLED_WORLDS: [usize; 2] = [2, 3];
 
 /// The rings of a push launch: what [`ALL_REDUCE_RINGS`] sets in place
 /// of the default shape's.
@@ -90,8 +93,11 @@ struct Rings {
 /// wait for the peer to free the slot of `t - 1`, so one late peer stalls
 /// the ring; a third slot gives one tile of slack. A fourth was slower
 /// (4655-4682 us at 1 GiB), and so were longer chunks on 2 slots. The
-/// v19 call A (docs/perf/v19/NOTES.md) checked it in two turns beside
-/// the old default and NCCL, with the stress and graph checks.
+/// On 4 H100 in v19 (docs/perf/v19/NOTES.md) it ran 312.5-312.7 /
+/// 1173.5-1174.3 / 4581-4585 us at 64 MiB / 256 MiB / 1 GiB in two turns
+/// (call A; NCCL 325.0-325.5 / 1187-1197 / 4539-4541), and 600.5 /
+/// 2316.9 at 128 / 512 MiB against v18's rings' 616.5 / 2398.3 (call B);
+/// its stress and graph checks passed (call A).
 const ALL_REDUCE_RINGS: [(usize, Rings); 1] = [(
     4,
     Rings {
@@ -145,9 +151,8 @@ impl Default for PushShape {
     /// At 3 and 4 ranks on 4 H100 (docs/perf/v15, v17 and v18 NOTES.md)
     /// the shape was measured again: auto takes the push form from 16 MiB
     /// at 3 ranks (`algo::Crossovers::push_min_bytes`), and 4 ranks run it
-    /// doubled (`PushShape::for_use`), where a third slot of 16 KiB
-    /// chunks (76 MiB of scratch) was 3 % faster still in one call, not
-    /// yet the default (`docs/perf/queue/push_slots3_w4.sh`).
+    /// doubled, on rings of their own: 3 slots of 16 KiB chunks in 76 MiB
+    /// of scratch (`PushShape::for_use`).
     fn default() -> Self {
         PushShape {
             max_blocks: 132,
