@@ -100,8 +100,8 @@ fn try_main() -> Result<ExitCode> {
         intranode_store::connect_env(&env).context("joining the rendezvous store")?;
     let device = env.device.unwrap_or(env.local_rank);
     let mut gate = intranode_store::StoreExchange::new("symm_check/gpus");
+    // The skip prints its own `SKIPPED` line, with the reason.
     if !intranode_harness::rank::job_gpus_or_skip(store.as_ref(), &mut gate, &env, &who)? {
-        println!("SKIPPED {who}: the job's GPUs are not all on this machine");
         return Ok(ExitCode::SUCCESS);
     }
     let ctx = gpu::context(device)?;
