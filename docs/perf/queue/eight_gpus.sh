@@ -7,7 +7,11 @@
 #   2. the decode stack at TP8 (8 Llama layers in one graph; none, NCCL,
 #      ours, fused; llama3-8b and -70b, batch 1-64);
 #   3. the GPU suite's check at world 8 with --require-forms (every form
-#      of ours checked exactly, reduced counts).
+#      of ours checked exactly, reduced counts);
+#   0. first, `intranode-bench link` (v19): what NVLink carries with every
+#      rank writing to (copy engines, SM stores) or reading from every
+#      peer at once, the ceiling of the large-message forms (appended to
+#      topo.txt).
 # Usage, from the repo root with the bundle (`cargo xtask device-bundle`)
 # in bundle/, on an 8-GPU machine:  OUT=DIR docs/perf/queue/eight_gpus.sh
 # Writes 8 files into $OUT (no folders): topo.txt, bench_w8.{log,json,csv,png},
@@ -29,6 +33,11 @@ T=$(mktemp -d)
 head -8 "$OUT/topo.txt"
 R="$D/intranode-run --nproc-per-node 8 --failure-wait-secs 10 --timeout"
 
+echo "== 0. link ceiling at world 8"
+timeout 25 $R 20 -- "$D/intranode-bench" link --reps 20 >>"$OUT/topo.txt" 2>&1
+echo "rc=$?"
+grep -E "^\[[0-9]\] \[[0-9]\] +(ce|sm)" "$OUT/topo.txt" | sort -k3,3 -k4,4n -s | cut -c5- | head -72
+
 echo "== 1. sweep at world 8, graph of 16 free-running, 1 KiB-1 GiB, NCCL beside"
 timeout 245 $R 240 -- "$D/intranode-bench" bench --max-bytes 1073741824 --no-decode --no-skew \
     --ks 16 --graph-only --large-calls 500 --out "$T/bench" >"$OUT/bench_w8.log" 2>&1
@@ -44,7 +53,7 @@ cp "$T/decode/decode_w8.json" "$OUT/" 2>/dev/null
 grep -E "^\[0\] \|" "$OUT/decode_w8.log" | head -40
 
 echo "== 3. intranode-suite check --require-forms at world 8"
-INTRANODE_BARRIER_TIMEOUT_MS=5000 timeout 155 $R 150 -- "$D/intranode-suite" check --require-forms \
+INTRANODE_BARRIER_TIMEOUT_MS=5000 timeout 140 $R 135 -- "$D/intranode-suite" check --require-forms \
     --stress-calls 300 --graph-replays 5 --free-replays 1 >"$OUT/check_w8.log" 2>&1
 echo "rc=$?"
 grep -v "done, last" "$OUT/check_w8.log" | grep -E "^\[0\]|FAIL|rror|wrong|panick" | tail -14
