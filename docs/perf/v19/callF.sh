@@ -26,7 +26,7 @@ for e in 01_data_parallel 02_cuda_graph 03_symmetric; do
     echo "== 1. $e rc=$? ($SECONDS s)"
     tail -1 $L/$e.log | cut -c1-200
 done
-T=$((520 - SECONDS))
+T=$((420 - SECONDS))
 timeout $T $D/intranode-run --timeout $((T - 5)) --nproc-per-node 4 -- $D/intranode-suite check \
     --stress-calls 3000 --graph-replays 300 --free-replays 10 >$L/check_w4.log 2>&1
 echo "== 2. check, world 4 rc=$? ($SECONDS s)"
