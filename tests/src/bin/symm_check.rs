@@ -100,8 +100,10 @@ fn try_main() -> Result<ExitCode> {
         intranode_store::connect_env(&env).context("joining the rendezvous store")?;
     let device = env.device.unwrap_or(env.local_rank);
     let mut gate = intranode_store::StoreExchange::new("symm_check/gpus");
-    // The skip prints its own `SKIPPED` line, with the reason.
+    // The skip's reason goes to stderr (`gpu::gpus_or_skip`); callers
+    // that read the result (tests/tests/symm_check_cpu.rs) read stdout.
     if !intranode_harness::rank::job_gpus_or_skip(store.as_ref(), &mut gate, &env, &who)? {
+        println!("SKIPPED {who}: the job's GPUs are not here (the reason is on stderr)");
         return Ok(ExitCode::SUCCESS);
     }
     let ctx = gpu::context(device)?;
