@@ -22,9 +22,14 @@ pub struct PushShape {
     /// Tiles of lookahead (`intranode_kernels_gpu::math::push_lookahead`), 0 for
     /// the default of the slots.
     pub lookahead: usize,
-    /// The symmetric buffer is allocated `max(buffer_bytes,
-    /// scratch_bytes)`; the forms other than the push form keep working
-    /// in halves of `buffer_bytes` (`IntraNodeComm::buffer_bytes`).
+    /// The push form's scratch (`scratch=`). The symmetric buffer is
+    /// allocated `max(buffer_bytes, scratch)`, the scratch being the most
+    /// any use takes ([`scratch_bytes_for`](Self::scratch_bytes_for): at
+    /// 4 ranks the all-reduce's own 76 MiB where the rings are unset);
+    /// each push launch lays its rings out in its use's scratch
+    /// (`IntraNodeComm::push_ring_bytes`), and the forms other than the
+    /// push form keep working in halves of `buffer_bytes`
+    /// (`IntraNodeComm::buffer_bytes`).
     pub scratch_bytes: usize,
     /// Whether launches run [`doubled`](PushShape::doubled) (`double=0|1`);
     /// `None` (the default): where the measurements (`PushShape::for_use`)
