@@ -24,7 +24,7 @@ pub struct PushShape {
     pub lookahead: usize,
     /// The push form's scratch (`scratch=`). The symmetric buffer is
     /// allocated `max(buffer_bytes, scratch)`, the scratch being the most
-    /// any use takes ([`scratch_bytes_for`](Self::scratch_bytes_for): at
+    /// any use takes (`PushShape::scratch_bytes_for`: at
     /// 4 ranks the all-reduce's own 76 MiB where the rings are unset);
     /// each push launch lays its rings out in its use's scratch
     /// (`IntraNodeComm::push_ring_bytes`), and the forms other than the
@@ -38,7 +38,7 @@ pub struct PushShape {
     /// Whether `INTRANODE_PUSH_LAUNCH` set the rings (`chunk=`, `slots=`,
     /// `lookahead=` or `scratch=`). Unset (the default), the all-reduce
     /// runs the rings measured for its world size where there are some
-    /// ([`ALL_REDUCE_RINGS`]).
+    /// (`ALL_REDUCE_RINGS`).
     pub rings_set: bool,
 }
 
