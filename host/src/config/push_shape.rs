@@ -97,7 +97,7 @@ struct Rings {
 /// with 2 slots and a lookahead of 1, a block's pushes of tile `t + 1`
 /// wait for the peer to free the slot of `t - 1`, so one late peer stalls
 /// the ring; a third slot gives one tile of slack. A fourth was slower
-/// (4655-4682 us at 1 GiB), and so were longer chunks on 2 slots. The
+/// (4655-4682 us at 1 GiB), and so were longer chunks on 2 slots.
 /// On 4 H100 in v19 (docs/perf/v19/NOTES.md) it ran 312.5-312.7 /
 /// 1173.5-1174.3 / 4581-4585 us at 64 MiB / 256 MiB / 1 GiB in two turns
 /// (call A; NCCL 325.0-325.5 / 1187-1197 / 4539-4541), and 600.5 /
@@ -155,8 +155,8 @@ impl Default for PushShape {
     /// Lamport buffers in the pad); on more ranks the chunk shrinks to fit.
     /// At 3 and 4 ranks on 4 H100 (docs/perf/v15, v17 and v18 NOTES.md)
     /// the shape was measured again: auto takes the push form from 16 MiB
-    /// at 3 ranks (`algo::Crossovers::push_min_bytes`), and 4 ranks run it
-    /// doubled, on rings of their own: 3 slots of 16 KiB chunks in 76 MiB
+    /// at 3 ranks and from 64 MiB at 4 (`algo::Crossovers::push_min_bytes`),
+    /// and 4 ranks run it doubled, on rings of their own: 3 slots of 16 KiB chunks in 76 MiB
     /// of scratch (`PushShape::for_use`).
     fn default() -> Self {
         PushShape {
