@@ -78,6 +78,19 @@ pub(crate) fn push_launch(
     push_launch_rings(shape, vecs, world, buffer_bytes, 2)
 }
 
+/// 16-byte vectors in a 128-byte line.
+///
+/// NOTE [push chunks in whole lines]: a push chunk is a whole number of
+/// 128-byte lines, so every chunk of the message and every ring slot
+/// starts on a line, and a warp's 512 contiguous bytes cover 4 lines, not
+/// 5. Before v20 the chunk was whatever the buffer or the message gave:
+/// at 4 ranks the reduce-scatter's and all-gather's 33 MiB of rings cut
+/// it to 2730 vectors (42.7 KiB), 32 bytes past a line. On 4 H100 (v20
+/// call A, docs/perf/v20/NOTES.md) the all-gather ran 1 GiB in 2468 us on
+/// those chunks against 2379 on 32 KiB and 2366 on 64 KiB, and 64 MiB in
+/// 181.2 against 173.0 on 32 KiB.
+const LINE_VECS: usize = 8;
+
 /// [`push_launch`] for kernels with `rings` rings per block and peer in
 /// the buffer: the all-reduce has two (reduce-scatter and all-gather),
 /// the reduce-scatter and all-gather of NOTE [push reduce-scatter and
@@ -101,7 +114,17 @@ pub(crate) fn push_launch_rings(
     if most == 0 {
         return None;
     }
-    let wanted = vecs.div_ceil(world * max_blocks * slots).max(threads);
+    // Whole 128-byte lines (NOTE [push chunks in whole lines]) where
+    // there is room for one.
+    let most = if most >= LINE_VECS {
+        most - most % LINE_VECS
+    } else {
+        most
+    };
+    let wanted = vecs
+        .div_ceil(world * max_blocks * slots)
+        .max(threads)
+        .next_multiple_of(LINE_VECS);
     let chunk_vecs = wanted.min(most);
     let tiles = vecs.div_ceil(world * chunk_vecs);
     Some(PushLaunch {
@@ -778,6 +801,11 @@ mod tests {
                         assert!(l.chunk_vecs >= 1 && l.slots >= 2);
                         assert!((1..l.slots).contains(&l.lookahead));
                         assert!(l.chunk_vecs * 16 <= shape.max_chunk_bytes);
+                        // Whole lines, unless a slot holds less than one.
+                        assert!(
+                            l.chunk_vecs.is_multiple_of(LINE_VECS) || l.chunk_vecs < LINE_VECS,
+                            "{shape:?} {world} {buffer} {vecs}: {l:?}"
+                        );
                         assert!(w * c <= PUSH_MAX_TILE_VECS);
                         // `push_ring_bytes` counts two rings.
                         assert!(push_ring_bytes(b, w, s, c) / 2 * rings as u64 <= buffer as u64);
@@ -809,11 +837,15 @@ mod tests {
         assert_eq!((tiny.blocks, tiny.chunk_vecs), (1, 512));
         // On 8 ranks the chunk shrinks to what the scratch holds.
         let eight = push_launch(&d, 1 << 26, 8, d.scratch_bytes).unwrap();
-        assert_eq!((eight.blocks, eight.chunk_vecs), (132, 585));
+        assert_eq!((eight.blocks, eight.chunk_vecs), (132, 584));
         // One ring per block and peer (the reduce-scatter and all-gather
         // forms): twice the chunk where the scratch is what cuts it.
         let one = push_launch_rings(&d, 1 << 26, 8, d.scratch_bytes, 1).unwrap();
-        assert_eq!((one.blocks, one.chunk_vecs), (132, 1170));
+        assert_eq!((one.blocks, one.chunk_vecs), (132, 1168));
+        // 4 ranks, one ring, 33 MiB: 2730 vectors fit, 2728 are whole
+        // lines (NOTE [push chunks in whole lines]).
+        let four = push_launch_rings(&d, 1 << 26, 4, d.scratch_bytes, 1).unwrap();
+        assert_eq!(four.chunk_vecs, 2728);
         // No ring fits: refused.
         assert_eq!(push_launch(&d, 1 << 20, 8, 4096), None);
         assert_eq!(push_launch(&d, 1 << 20, 1, 10 << 20), None);
