@@ -170,7 +170,10 @@ fn default_scatter_gather_push_min_bytes() -> [usize; MAX_DEVICES + 1] {
 ///   shape): ours to 256 MiB. Auto's reduce-scatter was 0.77x NCCL at 16
 ///   MiB, 0.92x at 64 MiB and the push form 0.96x at 256 MiB; the
 ///   all-gather 0.68x, 0.95x and 0.98x. At 1 GiB the two were even with
-///   NCCL (1.00x and 1.01x), so NCCL keeps it.
+///   NCCL (1.00x and 1.01x), so NCCL kept it until v20. Since v20 the
+///   all-gather runs on its own rings (`config::PushShape::for_use`):
+///   0.96x NCCL at 1 GiB on 4 H100 (docs/perf/v20/NOTES.md), where the
+///   reduce-scatter stays even (0.99-1.00x). Ours at every size.
 /// - 3 ranks (GPUs 0-2 of the same machine, same call): the Lamport form
 ///   0.65-0.73x NCCL at 16 MiB, the push form 0.84-0.90x from 64 to 256
 ///   MiB (v17). At 1 GiB (4 H100, v19 calls B and C,
@@ -182,7 +185,7 @@ fn default_scatter_gather_max_bytes() -> [usize; MAX_DEVICES + 1] {
     let mut x = default_lamport_two_shot_max_bytes();
     x[2] = usize::MAX;
     x[3] = usize::MAX;
-    x[4] = 256 << 20;
+    x[4] = usize::MAX;
     x
 }
 
@@ -773,12 +776,10 @@ mod tests {
     fn scatter_gather_takes_what_fits_and_pays() {
         let x = Crossovers::default();
         assert!(scatter_gather_uses_ours(4096, 2, &x));
-        // At 2 and 3 ranks ours at every size (the push form past a slot
-        // per shard); at 4 to 256 MiB; elsewhere to the Lamport
-        // two-shot's crossover.
+        // At 2, 3 and 4 ranks ours at every size (the push form past a
+        // slot per shard); elsewhere to the Lamport two-shot's crossover.
         assert!(scatter_gather_uses_ours(1 << 30, 2, &x));
-        assert!(scatter_gather_uses_ours(256 << 20, 4, &x));
-        assert!(!scatter_gather_uses_ours((256 << 20) + 8, 4, &x));
+        assert!(scatter_gather_uses_ours(4 << 30, 4, &x));
         assert!(scatter_gather_uses_ours(3 << 30, 3, &x));
         assert!(!scatter_gather_uses_ours(1 << 30, 5, &x));
         assert!(!scatter_gather_uses_ours(4096, 1, &x));

@@ -84,11 +84,15 @@ pub(crate) fn push_launch(
 /// 128-byte lines, so every chunk of the message and every ring slot
 /// starts on a line, and a warp's 512 contiguous bytes cover 4 lines, not
 /// 5. Before v20 the chunk was whatever the buffer or the message gave:
-/// at 4 ranks the reduce-scatter's and all-gather's 33 MiB of rings cut
-/// it to 2730 vectors (42.7 KiB), 32 bytes past a line. On 4 H100 (v20
-/// call A, docs/perf/v20/NOTES.md) the all-gather ran 1 GiB in 2468 us on
-/// those chunks against 2379 on 32 KiB and 2366 on 64 KiB, and 64 MiB in
-/// 181.2 against 173.0 on 32 KiB.
+/// below the chunk cap, `vecs / (W x blocks x slots)` vectors (1986 for 16
+/// MiB at 2 ranks, 331 at 4), and at 4 ranks the reduce-scatter's 33 MiB
+/// of rings cut it to 2730 vectors, 32 bytes past a line. On 4 H100 (v20
+/// calls B and C, docs/perf/v20/NOTES.md) whole lines took the 4-rank
+/// push all-reduce from 103.2 to 99.1 us at 16 MiB and from 174.3 to
+/// 171.9 at 32 MiB, and the 2-rank one from 43.0 to 42.1 at 8 MiB; the
+/// sizes whose chunk was already whole did not move. The 4-rank
+/// all-gather did not gain from it: its 1 GiB was slow on 42.6 KiB chunks
+/// for another reason (`config::PushShape::for_use` gives it 32 KiB).
 const LINE_VECS: usize = 8;
 
 /// [`push_launch`] for kernels with `rings` rings per block and peer in

@@ -37,8 +37,8 @@ pub struct PushShape {
     pub double: Option<bool>,
     /// Whether `INTRANODE_PUSH_LAUNCH` set the rings (`chunk=`, `slots=`,
     /// `lookahead=` or `scratch=`). Unset (the default), the all-reduce
-    /// runs the rings measured for its world size where there are some
-    /// (`ALL_REDUCE_RINGS`).
+    /// and the all-gather run the rings measured for their world size
+    /// where there are some (`MEASURED_RINGS`).
     pub rings_set: bool,
 }
 
@@ -76,7 +76,7 @@ const ALL_REDUCE_DOUBLED_WORLDS: [usize; 1] = [4];
 /// scratch, so the chunks halve to 21 KiB.
 const REDUCE_SCATTER_DOUBLED_WORLDS: [usize; 2] = [2, 3];
 
-/// The rings of a push launch: what [`ALL_REDUCE_RINGS`] sets in place
+/// The rings of a push launch: what [`MEASURED_RINGS`] sets in place
 /// of the default shape's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Rings {
@@ -86,12 +86,12 @@ struct Rings {
     scratch_bytes: usize,
 }
 
-/// World sizes whose push all-reduce runs rings of their own where
-/// `INTRANODE_PUSH_LAUNCH` leaves them unset, and those rings.
+/// The uses and world sizes whose push launches run rings of their own
+/// where `INTRANODE_PUSH_LAUNCH` leaves them unset, and those rings.
 ///
-/// 4 ranks: 3 slots of 16 KiB, lookahead 1, doubled (264 blocks): 264 x
-/// 3 peers x 3 slots x 2 rings x 16 KiB = 74.25 MiB, so 76 MiB of
-/// scratch (33 by default). On 4 H100 (v18 calls B-D,
+/// All-reduce, 4 ranks: 3 slots of 16 KiB, lookahead 1, doubled (264
+/// blocks): 264 x 3 peers x 3 slots x 2 rings x 16 KiB = 74.25 MiB, so
+/// 76 MiB of scratch (33 by default). On 4 H100 (v18 calls B-D,
 /// docs/perf/v18/NOTES.md) it ran 313.1 / 1176.9 / 4597 us at 64 MiB /
 /// 256 MiB / 1 GiB against the default rings' 320.3 / 1204.3 / 4745:
 /// with 2 slots and a lookahead of 1, a block's pushes of tile `t + 1`
@@ -103,22 +103,44 @@ struct Rings {
 /// (call A; NCCL 325.0-325.5 / 1187-1197 / 4539-4541), and 600.5 /
 /// 2316.9 at 128 / 512 MiB against v18's rings' 616.5 / 2398.3 (call B);
 /// its stress and graph checks passed (call A).
-const ALL_REDUCE_RINGS: [(usize, Rings); 1] = [(
-    4,
-    Rings {
-        max_chunk_bytes: 16 << 10,
-        slots: 3,
-        lookahead: 1,
-        scratch_bytes: 76 << 20,
-    },
-)];
+///
+/// All-gather, 4 ranks: the default's 2 slots and 132 blocks, chunks of
+/// 32 KiB in the same 76 MiB (the default's 33 MiB cut them to 42.6 KiB).
+/// On 4 H100 (docs/perf/v20/NOTES.md, calls A and C) it ran 64 MiB / 256
+/// MiB / 1 GiB in 173.0 / 618.5 / 2379 us against the default's 181.2 /
+/// 644.4 / 2468 (NCCL 190.1 / 660.5 / 2476). 64 KiB chunks were as fast
+/// from 256 MiB (610-624 / 2366-2381 us in four turns over v19 and v20)
+/// but 3-4 % slower than the default at 64 MiB (187-190 us): 2 tiles a
+/// block there. The reduce-scatter gained from neither (v20 calls A, B).
+const MEASURED_RINGS: [(PushUse, usize, Rings); 2] = [
+    (
+        PushUse::AllReduce,
+        4,
+        Rings {
+            max_chunk_bytes: 16 << 10,
+            slots: 3,
+            lookahead: 1,
+            scratch_bytes: 76 << 20,
+        },
+    ),
+    (
+        PushUse::AllGather,
+        4,
+        Rings {
+            max_chunk_bytes: 32 << 10,
+            slots: 2,
+            lookahead: 0,
+            scratch_bytes: 76 << 20,
+        },
+    ),
+];
 
-/// The rings [`ALL_REDUCE_RINGS`] gives `world`, if any.
-fn all_reduce_rings(world: usize) -> Option<Rings> {
-    ALL_REDUCE_RINGS
+/// The rings [`MEASURED_RINGS`] gives `what` on `world` ranks, if any.
+fn measured_rings(what: PushUse, world: usize) -> Option<Rings> {
+    MEASURED_RINGS
         .iter()
-        .find(|(w, _)| *w == world)
-        .map(|&(_, rings)| rings)
+        .find(|(u, w, _)| *u == what && *w == world)
+        .map(|&(_, _, rings)| rings)
 }
 
 /// Registers of one SM of every GPU this crate runs on (sm_80 and sm_90:
@@ -217,16 +239,16 @@ impl PushShape {
     /// [`REDUCE_SCATTER_DOUBLED_WORLDS`]; the all-gather never gained).
     /// The one place that decides it, so the rendezvous's runnable check
     /// and the launches agree.
-    /// Where the rings are unset, the all-reduce also takes its world's
-    /// measured rings ([`ALL_REDUCE_RINGS`]).
+    /// Where the rings are unset, a use also takes its world's measured
+    /// rings ([`MEASURED_RINGS`]).
     pub(crate) fn for_use(self, what: PushUse, world: usize) -> Self {
         let double = self.double.unwrap_or(match what {
             PushUse::AllReduce => ALL_REDUCE_DOUBLED_WORLDS.contains(&world),
             PushUse::ReduceScatter => REDUCE_SCATTER_DOUBLED_WORLDS.contains(&world),
             PushUse::AllGather => false,
         });
-        let shape = match (what, self.rings_set, all_reduce_rings(world)) {
-            (PushUse::AllReduce, false, Some(rings)) => PushShape {
+        let shape = match (self.rings_set, measured_rings(what, world)) {
+            (false, Some(rings)) => PushShape {
                 max_chunk_bytes: rings.max_chunk_bytes,
                 slots: rings.slots,
                 lookahead: rings.lookahead,

@@ -166,7 +166,7 @@ fn push_doubling_follows_the_world_rule_unless_set() {
 }
 
 #[test]
-fn the_all_reduce_takes_its_worlds_rings_unless_set() {
+fn the_all_reduce_and_all_gather_take_their_worlds_rings_unless_set() {
     let d = PushShape::default().for_sms(132);
     let four = d.for_use(PushUse::AllReduce, 4);
     assert_eq!(
@@ -196,19 +196,37 @@ fn the_all_reduce_takes_its_worlds_rings_unless_set() {
         assert_eq!((s.slots, s.max_chunk_bytes), (d.slots, d.max_chunk_bytes));
         assert_eq!(d.scratch_bytes_for(world), d.scratch_bytes, "{world}");
     }
-    for what in [PushUse::ReduceScatter, PushUse::AllGather] {
-        let s = d.for_use(what, 4);
-        assert_eq!((s.slots, s.max_chunk_bytes, s.lookahead), (2, 64 << 10, 0));
+    let rs = d.for_use(PushUse::ReduceScatter, 4);
+    assert_eq!(
+        (rs.slots, rs.max_chunk_bytes, rs.lookahead, rs.scratch_bytes),
+        (2, 64 << 10, 0, 33 << 20)
+    );
+    // The all-gather at 4 ranks: 32 KiB chunks in the same 76 MiB, so
+    // the allocation does not grow; elsewhere the default.
+    let ag = d.for_use(PushUse::AllGather, 4);
+    assert_eq!(
+        (ag.max_blocks, ag.slots, ag.max_chunk_bytes, ag.lookahead),
+        (132, 2, 32 << 10, 0)
+    );
+    assert_eq!(ag.scratch_bytes, 76 << 20);
+    let launch =
+        crate::comm::all_reduce::push_launch_rings(&ag, 1 << 26, 4, ag.scratch_bytes, 1).unwrap();
+    assert_eq!((launch.blocks, launch.chunk_vecs), (132, 2048));
+    for world in [2, 3, 5, 8] {
+        let s = d.for_use(PushUse::AllGather, world);
+        assert_eq!((s.max_chunk_bytes, s.scratch_bytes), (64 << 10, 33 << 20));
     }
-    // Any ring part set: the all-reduce keeps what was set, at 4 too.
+    // Any ring part set: every use keeps what was set, at 4 too.
     for set in ["slots=2", "chunk=65536", "lookahead=0", "scratch=0"] {
         let shape = PushShape::parse(set).unwrap().for_sms(132);
         assert!(shape.rings_set, "{set}");
-        let s = shape.for_use(PushUse::AllReduce, 4);
-        assert_eq!(
-            (s.slots, s.max_chunk_bytes),
-            (shape.slots, shape.max_chunk_bytes)
-        );
+        for what in [PushUse::AllReduce, PushUse::AllGather] {
+            let s = shape.for_use(what, 4);
+            assert_eq!(
+                (s.slots, s.max_chunk_bytes, s.scratch_bytes),
+                (shape.slots, shape.max_chunk_bytes, shape.scratch_bytes)
+            );
+        }
         assert_eq!(shape.scratch_bytes_for(4), shape.scratch_bytes, "{set}");
     }
     // The launch parts alone leave the rings unset.
