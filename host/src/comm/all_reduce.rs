@@ -84,13 +84,15 @@ pub(crate) fn push_launch(
 /// 128-byte lines, so every chunk of the message and every ring slot
 /// starts on a line, and a warp's 512 contiguous bytes cover 4 lines, not
 /// 5. Before v20 the chunk was whatever the buffer or the message gave:
-/// below the chunk cap, `vecs / (W x blocks x slots)` vectors (1986 for 16
-/// MiB at 2 ranks, 331 at 4), and at 4 ranks the reduce-scatter's 33 MiB
-/// of rings cut it to 2730 vectors, 32 bytes past a line. On 4 H100 (v20
-/// calls B and C, docs/perf/v20/NOTES.md) whole lines took the 4-rank
-/// push all-reduce from 103.2 to 99.1 us at 16 MiB and from 174.3 to
-/// 171.9 at 32 MiB, and the 2-rank one from 43.0 to 42.1 at 8 MiB; the
-/// sizes whose chunk was already whole did not move. The 4-rank
+/// below the chunk cap, `vecs / (W x blocks x slots)` vectors (993 for 8
+/// MiB at 2 ranks, 331 for 16 MiB at 4), and at 4 ranks the
+/// reduce-scatter's 33 MiB of rings cut it to 2730 vectors, 32 bytes past
+/// a line. On 4 H100, in two turns (v20 calls B and C,
+/// docs/perf/v20/NOTES.md), whole lines took the 4-rank push all-reduce
+/// from 103.2 to 98.7-99.1 us at 16 MiB and from 174.3 to 171.1-171.9 at
+/// 32 MiB, and the 2-rank one from 43.0-43.1 to 42.1-42.4 at 8 MiB; the
+/// sizes whose chunk was already whole did not move, nor did 16 MiB at 2
+/// ranks (1986 vectors to 1992). The 4-rank
 /// all-gather did not gain from it: its 1 GiB was slow on 42.6 KiB chunks
 /// for another reason (`config::PushShape::for_use` gives it 32 KiB).
 const LINE_VECS: usize = 8;

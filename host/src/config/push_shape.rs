@@ -106,12 +106,16 @@ struct Rings {
 ///
 /// All-gather, 4 ranks: the default's 2 slots and 132 blocks, chunks of
 /// 32 KiB in the same 76 MiB (the default's 33 MiB cut them to 42.6 KiB).
-/// On 4 H100 (docs/perf/v20/NOTES.md, calls A and C) it ran 64 MiB / 256
-/// MiB / 1 GiB in 173.0 / 618.5 / 2379 us against the default's 181.2 /
-/// 644.4 / 2468 (NCCL 190.1 / 660.5 / 2476). 64 KiB chunks were as fast
-/// from 256 MiB (610-624 / 2366-2381 us in four turns over v19 and v20)
-/// but 3-4 % slower than the default at 64 MiB (187-190 us): 2 tiles a
-/// block there. The reduce-scatter gained from neither (v20 calls A, B).
+/// On 4 H100 in two calls (docs/perf/v20/NOTES.md, A and C) it ran 64
+/// MiB / 256 MiB / 1 GiB in 173.0 / 618.5 / 2379 and 170.6 / 615.0 /
+/// 2374.7 us against the default's 181.2 / 644.4 / 2468 and 180.9 / 644.6
+/// / 2475.1 (NCCL 190.1-190.3 / 657.6-660.5 / 2476-2480), and 128 / 512
+/// MiB in 320.1 / 1207.0 against 334.5 / 1260.6 (call C). 64 KiB chunks
+/// were as fast from 256 MiB (610-624 / 2366-2381 us in four turns over
+/// v19 and v20) but 3-4 % slower than the default at 64 MiB (187-190
+/// us): 2 tiles a block there. The reduce-scatter gained from neither
+/// (v20 calls A and B: 32 KiB 3.4 % slower at 1 GiB, 64 KiB within 3 %
+/// either way).
 const MEASURED_RINGS: [(PushUse, usize, Rings); 2] = [
     (
         PushUse::AllReduce,
