@@ -66,7 +66,8 @@ pub(crate) struct PushLaunch {
 /// for `2 x max_blocks x (world - 1) x slots` slots; below that, small
 /// enough that every block gets `slots` tiles where the message allows
 /// (else a block would run fewer tiles than its pipeline is deep), but one
-/// vector per thread at least. The defaults (`PushShape::default`) come
+/// vector per thread at least; in whole 128-byte lines (NOTE [push chunks
+/// in whole lines]). The defaults (`PushShape::default`) come
 /// from the issue-28 sweep on 2 H200; the buffer is the allocation, grown
 /// to `shape.scratch_bytes` at the rendezvous.
 pub(crate) fn push_launch(
@@ -92,9 +93,9 @@ pub(crate) fn push_launch(
 /// from 103.2 to 98.7-99.1 us at 16 MiB and from 174.3 to 171.1-171.9 at
 /// 32 MiB, and the 2-rank one from 43.0-43.1 to 42.1-42.4 at 8 MiB; the
 /// sizes whose chunk was already whole did not move, nor did 16 MiB at 2
-/// ranks (1986 vectors to 1992). The 4-rank
-/// all-gather did not gain from it: its 1 GiB was slow on 42.6 KiB chunks
-/// for another reason (`config::PushShape::for_use` gives it 32 KiB).
+/// ranks (1986 vectors to 1992). The 4-rank all-gather did not gain from
+/// it: its 1 GiB was slow on 42.6 KiB chunks for another reason
+/// (`config::PushShape::for_use` gives it 32 KiB).
 const LINE_VECS: usize = 8;
 
 /// [`push_launch`] for kernels with `rings` rings per block and peer in
@@ -316,10 +317,11 @@ impl IntraNodeComm {
     /// lays its rings out in: its own scratch, or the configured buffer
     /// where that is larger, within the allocation. The allocation holds
     /// the most any use takes (`PushShape::scratch_bytes_for`): at 4 ranks
-    /// the all-reduce's 76 MiB, where the reduce-scatter and the
-    /// all-gather keep to the default 33 MiB. Given the 76 MiB, their
-    /// chunks grew from 42 to 64 KiB and both lost 3-4 % at 64 MiB on 4
-    /// H100 (v19 call B, docs/perf/v19/NOTES.md).
+    /// the 76 MiB of the all-reduce's and the all-gather's rings, where
+    /// the reduce-scatter keeps to the default 33 MiB. Given the 76 MiB,
+    /// its chunks grew from 42 to 64 KiB and it lost 2-3 % at 64 MiB on 4
+    /// H100 (v19 call B and v20 calls A and B, docs/perf/v19/NOTES.md and
+    /// docs/perf/v20/NOTES.md).
     pub(crate) fn push_ring_bytes(&self, shape: &PushShape) -> usize {
         self.buffer_bytes
             .max(shape.scratch_bytes)

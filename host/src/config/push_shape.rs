@@ -119,9 +119,8 @@ struct Rings {
 /// round with the loads in flight together, then the rest one at a time,
 /// so 2728 vectors over 512 threads take a round of 4 and 1-2 single
 /// vectors, each a full load latency; 2048 and 4096 are whole rounds.
-/// The reduce-scatter gained from neither
-/// (v20 calls A and B: 32 KiB 3.4 % slower at 1 GiB, 64 KiB within 3 %
-/// either way).
+/// The reduce-scatter gained from neither (v20 calls A and B: 32 KiB 3.4
+/// % slower at 1 GiB, 64 KiB within 3 % either way).
 const MEASURED_RINGS: [(PushUse, usize, Rings); 2] = [
     (
         PushUse::AllReduce,
