@@ -292,10 +292,7 @@ impl IntraNodeComm {
             topology: self.topology,
             buffer_bytes: self.buffer_bytes,
             hcm_runnable: self.hcm_plan.is_ok(),
-            push_runnable: {
-                let shape = self.push_shape.for_use(PushUse::AllReduce, self.world());
-                push_launch(&shape, 1, self.world(), self.push_ring_bytes(&shape)).is_some()
-            },
+            push_runnable: self.push_launch_for(PushUse::AllReduce, 1).is_some(),
         }
     }
 
@@ -326,6 +323,23 @@ impl IntraNodeComm {
         self.buffer_bytes
             .max(shape.scratch_bytes)
             .min(self.symm.buffer_bytes())
+    }
+
+    /// The push launch of `what` over `vecs` 16-byte vectors (for the
+    /// reduce-scatter and all-gather, all W shards): the shape
+    /// `PushShape::for_use` gives the use on this world, its rings (two
+    /// for the all-reduce, one for the others) laid out in
+    /// [`push_ring_bytes`](Self::push_ring_bytes). `None` where they do
+    /// not fit.
+    pub(crate) fn push_launch_for(&self, what: PushUse, vecs: usize) -> Option<PushLaunch> {
+        let shape = self.push_shape.for_use(what, self.world());
+        let ring_bytes = self.push_ring_bytes(&shape);
+        match what {
+            PushUse::AllReduce => push_launch(&shape, vecs, self.world(), ring_bytes),
+            PushUse::ReduceScatter | PushUse::AllGather => {
+                push_launch_rings(&shape, vecs, self.world(), ring_bytes, 1)
+            }
+        }
     }
 
     /// `output = op(input of every rank)`, on `stream`, with `algo` as
@@ -498,13 +512,7 @@ impl IntraNodeComm {
         }
         let vecs_total = elems.div_ceil(intranode_kernels_gpu::math::elems_per_vec(elem.bytes()));
         let push = if algo == AllReduceAlgo::Push {
-            let shape = self.push_shape.for_use(PushUse::AllReduce, self.world());
-            let launch = push_launch(
-                &shape,
-                vecs_total,
-                self.world(),
-                self.push_ring_bytes(&shape),
-            );
+            let launch = self.push_launch_for(PushUse::AllReduce, vecs_total);
             chunk_elems = if launch.is_some() { elems.max(1) } else { 0 };
             launch
         } else {

@@ -14,7 +14,6 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use intranode_kernels_gpu::entries::Collective;
 use intranode_kernels_gpu::layout::AllReduceParams;
 
-use super::all_reduce::push_launch_rings;
 use super::{IntraNodeComm, Launch};
 use crate::algo::{AllReduceAlgo, scatter_gather_max_shard_bytes, scatter_gather_uses_push};
 use crate::config::PushUse;
@@ -202,10 +201,9 @@ impl IntraNodeComm {
 
     /// The push form's launch for shards of `shard` elements: the launch
     /// of an all-reduce of W shards with one ring instead of two
-    /// (`push_launch_rings`), in the shape `PushShape::for_use` gives it.
-    /// `None` where it
-    /// does not fit the buffer or the shard is too long for the kernels'
-    /// u32 vector indices.
+    /// (`IntraNodeComm::push_launch_for`). `None` where it does not fit
+    /// the buffer or the shard is too long for the kernels' u32 vector
+    /// indices.
     fn sg_push_launch(
         &self,
         what: ScatterGather,
@@ -217,14 +215,13 @@ impl IntraNodeComm {
             .div_ceil(elems_per_vec(elem.bytes()))
             .checked_mul(self.world())
             .filter(|&v| v <= PUSH_MAX_VECS as usize)?;
-        let shape = self.push_shape.for_use(
+        self.push_launch_for(
             match what {
                 ScatterGather::ReduceScatter => PushUse::ReduceScatter,
                 ScatterGather::AllGather => PushUse::AllGather,
             },
-            self.world(),
-        );
-        push_launch_rings(&shape, vecs, self.world(), self.push_ring_bytes(&shape), 1)
+            vecs,
+        )
     }
 
     /// [`scatter_gather_as`](Self::scatter_gather_as) over raw addresses,

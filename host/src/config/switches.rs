@@ -69,8 +69,9 @@ pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
 /// measured faster double: `PushShape::for_use`); a part left out keeps its default
 /// ([`PushShape::default`](super::PushShape::default)). Where none of
 /// `chunk`, `slots`, `lookahead` and `scratch` is set, the all-reduce
-/// runs the rings measured for its world size (4 ranks: 3 slots of 16
-/// KiB, lookahead 1, 76 MiB of scratch; `PushShape::for_use`). Its kernels meet per block and lay their
+/// and the all-gather run the rings measured for their world size (4
+/// ranks: the all-reduce 3 slots of 16 KiB, lookahead 1, the all-gather
+/// 2 slots of 32 KiB, both in 76 MiB of scratch; `PushShape::for_use`). Its kernels meet per block and lay their
 /// rings out from it, so every rank must set the same value (the
 /// rendezvous checks). The rendezvous caps `blocks` at the blocks the
 /// GPU holds at once (`PushShape::for_sms`): at 80 to 128 registers a

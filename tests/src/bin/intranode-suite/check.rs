@@ -422,45 +422,44 @@ fn symm_line(s: &crate::check_symm::SymmReport, took: std::time::Duration) -> St
     )
 }
 
+/// Runs one stage alone (an `--only-*` flag) and prints its line: what
+/// `stage` says it checked, and how long it took.
+fn only(r: &mut Rank, what: &str, stage: impl FnOnce(&mut Rank) -> Result<String>) -> Result<()> {
+    let t0 = std::time::Instant::now();
+    let checked = stage(r)?;
+    println!(
+        "check rank {}/{} ok ({what} only): {checked} ({:.1} s)",
+        r.rank(),
+        r.world(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 pub fn run(args: &CheckArgs) -> Result<()> {
     let Some(mut r) = Rank::setup("intranode-suite check")? else {
         return Ok(());
     };
     if args.only_norm {
-        let t0 = std::time::Instant::now();
-        let n = crate::check_norm::run(&mut r, args.seed)?;
-        println!(
-            "check rank {}/{} ok (all-reduce + residual + RMSNorm only): {} calls ({} fused; {} CUDA-graph replays), every element against the f64 reference, bitwise identical across ranks ({:.1} s)",
-            r.rank(),
-            r.world(),
-            n.calls,
-            n.fused,
-            n.replays,
-            t0.elapsed().as_secs_f64()
-        );
-        return Ok(());
+        return only(&mut r, "all-reduce + residual + RMSNorm", |r| {
+            let n = crate::check_norm::run(r, args.seed)?;
+            Ok(format!(
+                "{} calls ({} fused; {} CUDA-graph replays), every element against the f64 reference, bitwise identical across ranks",
+                n.calls, n.fused, n.replays
+            ))
+        });
     }
     if args.only_types {
-        let t0 = std::time::Instant::now();
-        let (calls, how) = crate::check_types::run(&mut r)?;
-        println!(
-            "check rank {}/{} ok (element types only): {calls} calls, {how}, every element checked ({:.1} s)",
-            r.rank(),
-            r.world(),
-            t0.elapsed().as_secs_f64()
-        );
-        return Ok(());
+        return only(&mut r, "element types", |r| {
+            let (calls, how) = crate::check_types::run(r)?;
+            Ok(format!("{calls} calls, {how}, every element checked"))
+        });
     }
     if args.only_scatter_gather {
-        let t0 = std::time::Instant::now();
-        let cases = crate::check_sg::run(&mut r, args.seed)?;
-        println!(
-            "check rank {}/{} ok (reduce-scatter and all-gather only): {cases} calls, every element checked ({:.1} s)",
-            r.rank(),
-            r.world(),
-            t0.elapsed().as_secs_f64()
-        );
-        return Ok(());
+        return only(&mut r, "reduce-scatter and all-gather", |r| {
+            let cases = crate::check_sg::run(r, args.seed)?;
+            Ok(format!("{cases} calls, every element checked"))
+        });
     }
     let algos = algos(&r, args)?;
     let forms = if args.require_forms {
@@ -469,35 +468,28 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         None
     };
     if args.only_stress {
-        let t0 = std::time::Instant::now();
-        let mut call = 0u64;
-        let mut rng = args.seed;
-        let big = stress_all(&mut r, args, &algos, &mut call, &mut rng)?;
-        println!(
-            "check rank {}/{} ok (back-to-back calls only): {} calls of up to 70000 elements and 60 of up to {big} bf16 elements ({}), every element checked ({:.1} s)",
-            r.rank(),
-            r.world(),
-            args.stress_calls,
-            algos
-                .iter()
-                .map(|a| a.map_or("auto", AllReduceAlgo::name))
-                .collect::<Vec<_>>()
-                .join(", "),
-            t0.elapsed().as_secs_f64()
-        );
-        return Ok(());
+        return only(&mut r, "back-to-back calls", |r| {
+            let mut rng = args.seed;
+            let big = stress_all(r, args, &algos, &mut 0u64, &mut rng)?;
+            Ok(format!(
+                "{} calls of up to 70000 elements and 60 of up to {big} bf16 elements ({}), every element checked",
+                args.stress_calls,
+                algos
+                    .iter()
+                    .map(|a| a.map_or("auto", AllReduceAlgo::name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        });
     }
     if args.only_graph {
-        let t0 = std::time::Instant::now();
-        graph::<bf16>(&mut r, args, &algos, &mut 0u64)?;
-        println!(
-            "check rank {}/{} ok (CUDA-graph replays only): {} replays x 10 all-reduces, every result checked ({:.1} s)",
-            r.rank(),
-            r.world(),
-            args.graph_replays,
-            t0.elapsed().as_secs_f64()
-        );
-        return Ok(());
+        return only(&mut r, "CUDA-graph replays", |r| {
+            graph::<bf16>(r, args, &algos, &mut 0u64)?;
+            Ok(format!(
+                "{} replays x 10 all-reduces, every result checked",
+                args.graph_replays
+            ))
+        });
     }
     if args.only_symmetric {
         let t0 = std::time::Instant::now();
@@ -511,31 +503,20 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         return Ok(());
     }
     if args.only_barriers {
-        let t0 = std::time::Instant::now();
-        let report = crate::check_barriers::run(&mut r)?;
-        println!(
-            "check rank {}/{} ok (barriers only): {report} ({:.1} s)",
-            r.rank(),
-            r.world(),
-            t0.elapsed().as_secs_f64()
-        );
-        return Ok(());
+        return only(&mut r, "barriers", crate::check_barriers::run);
     }
     if args.only_free {
-        let t0 = std::time::Instant::now();
-        let f = crate::check_free::run(&mut r, &algos, args.seed, args.free_replays.max(1))?;
-        println!(
-            "check rank {}/{} ok (free-running stress only): {} configurations, {} calls back to back with skew checked exact on the GPU, {} timed: the slowest call {:.1} x its median (limit {} x) ({:.1} s)",
-            r.rank(),
-            r.world(),
-            f.configs,
-            f.checked_calls,
-            f.timed_calls,
-            f.worst_ratio,
-            crate::check_free::SLOW_FACTOR,
-            t0.elapsed().as_secs_f64()
-        );
-        return Ok(());
+        return only(&mut r, "free-running stress", |r| {
+            let f = crate::check_free::run(r, &algos, args.seed, args.free_replays.max(1))?;
+            Ok(format!(
+                "{} configurations, {} calls back to back with skew checked exact on the GPU, {} timed: the slowest call {:.1} x its median (limit {} x)",
+                f.configs,
+                f.checked_calls,
+                f.timed_calls,
+                f.worst_ratio,
+                crate::check_free::SLOW_FACTOR
+            ))
+        });
     }
     let mut call = 0u64;
     let t0 = std::time::Instant::now();
