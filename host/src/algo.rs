@@ -276,8 +276,10 @@ fn default_lamport_two_shot_max_bytes() -> [usize; MAX_DEVICES + 1] {
 /// `config::PushShape::for_use`) the push form ran 0.96x / 0.98x / 0.98-
 /// 0.99x / 1.00x / 1.01x NCCL at 64 / 128 / 256 / 512 MiB / 1 GiB, and
 /// 1.01x at 32 MiB and 1.04x at 16 MiB (v19 calls A and B,
-/// docs/perf/v19/NOTES.md), so NCCL keeps 32 MiB (the Lamport two-shot
-/// takes 16). Before v19 NCCL kept every size there: the push form
+/// docs/perf/v19/NOTES.md). With the copies' tails four at a time (v21
+/// call A, `prims::grid::copy4`) 32 MiB went from 171.3 to 167.4 us in
+/// two turns, under NCCL's 173-174, so the push form takes 32 MiB too
+/// (the Lamport two-shot takes 16, NCCL what lies between). Before v19 NCCL kept every size there: the push form
 /// trailed it by 2-9 % (docs/perf/v15/NOTES.md). 5 to 8 ranks: not
 /// measured, NCCL.
 /// `docs/perf/v12/push2.sh` measures 16 to 256 MiB to place the 2-rank
@@ -287,7 +289,7 @@ fn default_push_min_bytes() -> [usize; MAX_DEVICES + 1] {
     let mut x = [usize::MAX; MAX_DEVICES + 1];
     x[2] = 16 << 20;
     x[3] = 16 << 20;
-    x[4] = 64 << 20;
+    x[4] = 32 << 20;
     x
 }
 
@@ -571,13 +573,22 @@ mod tests {
         // ... the push form at every size, which the size rule picks only
         // where it was measured ahead: past the Lamport two-shot's 16 MiB
         // on 2 ranks, from 16 MiB on 3 (where the Lamport two-shot stops
-        // at 4 MiB), from 64 MiB on 4; and only where its rings fit.
-        for bytes in [16, 4096, 16 << 20, (16 << 20) + 16, 64 << 20, 1 << 30] {
+        // at 4 MiB), from 32 MiB on 4; and only where its rings fit.
+        for bytes in [
+            16,
+            4096,
+            16 << 20,
+            (16 << 20) + 16,
+            24 << 20,
+            32 << 20,
+            64 << 20,
+            1 << 30,
+        ] {
             for world in 2..=MAX_DEVICES {
                 let c = call(bytes, world);
                 let by_size = (world == 2 && bytes > 16 << 20)
                     || (world == 3 && bytes >= 16 << 20)
-                    || (world == 4 && bytes >= 64 << 20);
+                    || (world == 4 && bytes >= 32 << 20);
                 assert_eq!(
                     decide_all_reduce(&c, &x) == AllReduceAlgo::Push,
                     by_size,
@@ -844,7 +855,8 @@ mod tests {
             AllReduceAlgo::LamportTwoShot
         );
         // 4 ranks: NCCL between the Lamport two-shot and the push form.
-        assert_eq!(by_size(32 * MIB, 4, fc, 10 * MIB, &x), AllReduceAlgo::Nccl);
+        assert_eq!(by_size(24 * MIB, 4, fc, 10 * MIB, &x), AllReduceAlgo::Nccl);
+        assert_eq!(by_size(32 * MIB, 4, fc, 10 * MIB, &x), AllReduceAlgo::Push);
         assert_eq!(by_size(64 * MIB, 4, fc, 10 * MIB, &x), AllReduceAlgo::Push);
         assert_eq!(by_size(1 << 30, 4, fc, 10 * MIB, &x), AllReduceAlgo::Push);
         assert_eq!(by_size(1 << 30, 5, fc, 10 * MIB, &x), AllReduceAlgo::Nccl);

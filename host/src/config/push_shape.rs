@@ -186,9 +186,9 @@ impl Default for PushShape {
     /// Lamport buffers in the pad); on more ranks the chunk shrinks to fit.
     /// At 3 and 4 ranks on 4 H100 (docs/perf/v15, v17 and v18 NOTES.md)
     /// the shape was measured again: auto takes the push form from 16 MiB
-    /// at 3 ranks and from 64 MiB at 4 (`algo::Crossovers::push_min_bytes`),
-    /// and 4 ranks run it doubled, on rings of their own: 3 slots of 16 KiB chunks in 76 MiB
-    /// of scratch (`PushShape::for_use`).
+    /// at 3 ranks and from 32 MiB at 4 (`algo::Crossovers::push_min_bytes`),
+    /// and 4 ranks run it doubled, on rings of their own: 3 slots of 16
+    /// KiB chunks in 76 MiB of scratch (`PushShape::for_use`).
     fn default() -> Self {
         PushShape {
             max_blocks: 132,

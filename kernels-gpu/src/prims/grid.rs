@@ -100,10 +100,11 @@ pub struct Walk<I> {
 /// independent 16-byte loads in flight before their stores while all four
 /// indices lie below `whole_end` (through `load_whole` / `store_whole`,
 /// for vectors that are whole and aligned on both sides), then four at a
-/// time again, each below the walk's end (`load` / `store`). Written out as four named values, so no array goes
-/// to local memory. The loads and stores are `asm!` the compiler keeps in
-/// order, and a store waits for its load: without loads ahead, each vector
-/// pays a full memory (or NVLink) latency before the next load issues.
+/// time again, each below the walk's end (`load` / `store`). Written out
+/// as four named values, so no array goes to local memory. The loads and
+/// stores are `asm!` the compiler keeps in order, and a store waits for
+/// its load: without loads ahead, each vector pays a full memory (or
+/// NVLink) latency before the next load issues.
 ///
 /// # Safety
 /// The four functions must be sound for every index of the walk below
