@@ -1,7 +1,8 @@
 #!/bin/bash
-# Queued (issue 34; written in v19) for a machine of 2 or 4 H200: the
-# leak and fault suites have not run on an H200 since v14. Every call
-# asked as nvidia-h200-x2 or -x4 since then got H100s. The link probe,
+# Queued (issue 34; written in v19) for a machine of 4 H200 (2 H200 ran
+# it in v21 call B, docs/perf/v21/NOTES.md: all passed; the link probe
+# gave ~360 GB/s there). The leak and fault suites have not run on 4
+# H200. The link probe,
 # new in v19, has only H100 figures (docs/perf/v19/NOTES.md: 365 GB/s at
 # most from one GPU). From the repo root with intranode-run.gz,
 # intranode-bench.gz and intranode-suite.gz (`cargo xtask device-bundle`)

@@ -1,11 +1,12 @@
 #!/bin/bash
 # Queued (issue 34; written in v20) for a machine of 4 H200: the issue's
-# tables have H100 figures only (docs/perf/v20/NOTES.md, 4 H100); every
-# call asked as nvidia-h200-x4 or -x2 since v14 got H100s. From the repo
+# tables have 4-GPU figures on H100 only (docs/perf/v21/NOTES.md; 2 H200
+# ran the world-2 table in v21 call B; no 4-H200 machine came). From the repo
 # root with intranode-run.gz and intranode-bench.gz (`cargo xtask
 # device-bundle`) in bundle/:
 #   OUT=DIR bash docs/perf/queue/h200_tables.sh
 # 1. auto and NCCL at world 4, 1 KiB-1 GiB (graph of 16, free-running);
+#    auto, push and NCCL at 32 MiB (auto's push form from there since v21);
 # 2. reduce-scatter and all-gather at world 4, auto and NCCL, 32 MiB-1
 #    GiB (the all-gather's rings of v20: 32 KiB chunks in 76 MiB);
 # 3. auto and NCCL at world 2 on GPUs 0,1, 1 KiB-1 GiB;
@@ -38,6 +39,7 @@ bench() { # name, world, algos, args...
 {
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 bench ar_w4 4 auto,nccl --min-bytes 1024 --max-bytes 1073741824
+bench ar_w4_32m 4 auto,push,nccl --min-bytes 33554432 --max-bytes 33554432
 for c in reduce-scatter all-gather; do
     bench ${c}_w4_a 4 auto,nccl --collective $c --min-bytes 67108864 --max-bytes 1073741824
     bench ${c}_w4_b 4 auto,nccl --collective $c --min-bytes 33554432 --max-bytes 536870912
