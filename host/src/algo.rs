@@ -278,8 +278,9 @@ fn default_lamport_two_shot_max_bytes() -> [usize; MAX_DEVICES + 1] {
 /// 1.01x at 32 MiB and 1.04x at 16 MiB (v19 calls A and B,
 /// docs/perf/v19/NOTES.md). With the copies' tails four at a time (v21
 /// call A, `prims::grid::copy4`) 32 MiB went from 171.3 to 167.4 us in
-/// two turns, under NCCL's 173-174, so the push form takes 32 MiB too
-/// (the Lamport two-shot takes 16, NCCL what lies between). Before v19 NCCL kept every size there: the push form
+/// two turns, and in v21 call D it ran 0.96-0.97x NCCL in three, so the
+/// push form takes 32 MiB too (the Lamport two-shot takes 16, NCCL what
+/// lies between). Before v19 NCCL kept every size there: the push form
 /// trailed it by 2-9 % (docs/perf/v15/NOTES.md). 5 to 8 ranks: not
 /// measured, NCCL.
 /// `docs/perf/v12/push2.sh` measures 16 to 256 MiB to place the 2-rank
