@@ -73,10 +73,15 @@ const MAX_REGISTERS: u32 = intranode_ptx_builder::MAX_REGISTERS_PER_THREAD;
 /// fails on an A100; with it ptxas keeps them at 128 and spills to local
 /// memory (cached in L1), a cost no A100 has measured. The push form's
 /// one-pass loop (v14: push of tile t+D and copy-out of tile t-D together)
-/// raised the w7/w8 figures and added the f16/bf16 w8 ones. Any other
-/// spill, or more bytes, fails the check (docs/RELEASE.md).
+/// raised the w7/w8 figures and added the f16/bf16 w8 ones. v21's copy
+/// tail four vectors at a time (`prims::grid::copy4`, measured on sm_90,
+/// where nothing spills) raised the f32 two-shot's w4 figure and added
+/// its w3 one and the f32 reduce-scatter's w8. Any other spill, or more
+/// bytes, fails the check (docs/RELEASE.md).
 const ALLOWED_SPILLS: &[(&str, &str, u32)] = &[
-    ("sm_80", "two_shot_f32_w4", 16 + 144),
+    ("sm_80", "two_shot_f32_w4", 32 + 272),
+    ("sm_80", "two_shot_f32_w3", 16 + 144),
+    ("sm_80", "push_rs_f32_w8", 40 + 232),
     ("sm_80", "push_f32_w8", 64 + 520),
     ("sm_80", "push_f32_w7", 16 + 32),
     ("sm_80", "push_f16_w8", 56 + 448),
