@@ -752,6 +752,8 @@ mod table {
         TimingSpin,
         /// `probe_poll_storm(PollStormParams)`.
         PollStorm,
+        /// `probe_ping_pong(PingPongParams)`.
+        PingPong,
         /// `fill_uniform_<e>(out, n, seed, std)`: the decode benchmark's
         /// random fill.
         FillUniform(Elem),
@@ -759,7 +761,7 @@ mod table {
 
     impl TestKernel {
         /// Launchable kernels of the test PTX: the size of the host's table.
-        pub const COUNT: usize = 3 * Elem::ALL.len() + 3;
+        pub const COUNT: usize = 3 * Elem::ALL.len() + 4;
 
         /// The kernel's place in the host's table, `0..COUNT`.
         pub const fn index(self) -> usize {
@@ -769,7 +771,8 @@ mod table {
                 TestKernel::TimingStamp => 2 * Elem::ALL.len(),
                 TestKernel::TimingSpin => 2 * Elem::ALL.len() + 1,
                 TestKernel::PollStorm => 2 * Elem::ALL.len() + 2,
-                TestKernel::FillUniform(e) => 2 * Elem::ALL.len() + 3 + e.index(),
+                TestKernel::PingPong => 2 * Elem::ALL.len() + 3,
+                TestKernel::FillUniform(e) => 2 * Elem::ALL.len() + 4 + e.index(),
             }
         }
 
@@ -783,6 +786,7 @@ mod table {
                     TestKernel::TimingStamp,
                     TestKernel::TimingSpin,
                     TestKernel::PollStorm,
+                    TestKernel::PingPong,
                 ])
                 .chain(Elem::ALL.into_iter().map(TestKernel::FillUniform))
         }
@@ -797,6 +801,7 @@ mod table {
                 TestKernel::TimingStamp => f.write_str("timing_stamp"),
                 TestKernel::TimingSpin => f.write_str("timing_spin"),
                 TestKernel::PollStorm => f.write_str("probe_poll_storm"),
+                TestKernel::PingPong => f.write_str("probe_ping_pong"),
                 TestKernel::FillUniform(e) => write!(f, "fill_uniform_{}", e.name()),
             }
         }

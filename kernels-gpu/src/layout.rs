@@ -462,6 +462,36 @@ pub struct PollStormParams {
     pub wait_ns: u64,
 }
 
+/// Parameters of `timing::probe_ping_pong`: one thread of each of two
+/// ranks passes a counter back and forth through a word in each other's
+/// memory, the way a Lamport wait sees a peer's store.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PingPongParams {
+    /// The word the partner stores to: this rank's memory.
+    pub own_word: u64,
+    /// The word this rank stores to: the partner's memory, through its
+    /// mapping.
+    pub peer_word: u64,
+    /// Two u64: the nanoseconds of `%globaltimer` the timed round trips
+    /// took, and how many round trips completed (warm-up included).
+    pub out: u64,
+    /// The first value passed; round trip `k` passes `first + k`. Runs
+    /// on the same words start past every value an earlier run passed,
+    /// so no stale value is taken for a new one.
+    pub first: u32,
+    /// Round trips before the timed ones: they absorb the partners'
+    /// different start times.
+    pub warmup: u32,
+    /// Timed round trips.
+    pub iters: u32,
+    /// 1 on the rank that stores first and times; 0 on the partner.
+    pub leader: u32,
+    /// A wait longer than this ends the run (the count in `out` then
+    /// falls short).
+    pub timeout_ns: u64,
+}
+
 /// Whether `flag` has reached `epoch`: it holds `epoch`, or `epoch + 1`
 /// (a peer may already have passed this barrier and reached the next one;
 /// it cannot get further without this rank). Anything else is stale, at

@@ -2,13 +2,14 @@
 //! library's collectives: a `%globaltimer` stamp per call (the per-call
 //! latency distribution of `intranode-bench bench`), a spin of a given
 //! length (the stand-in for a GEMM in the decode-like mode, and the skew
-//! of the skewed mode), and `probe_poll_storm`, which measures what a wait
+//! of the skewed mode), `probe_poll_storm`, which measures what a wait
 //! that polls a word costs when every thread polls it (NOTE [abandoned
-//! waits] in `sync.rs`).
+//! waits] in `sync.rs`), and `probe_ping_pong`, the latency of one NVLink
+//! hop as a Lamport wait sees it (a store into a peer, polled there).
 
-use crate::layout::PollStormParams;
+use crate::layout::{PingPongParams, PollStormParams};
 use crate::ptx;
-use crate::sync::{ERROR_POLL_AFTER_NS, ERROR_POLL_INTERVAL_NS};
+use crate::sync::{ERROR_POLL_AFTER_NS, ERROR_POLL_INTERVAL_NS, Wait, poll_until};
 
 /// Appends `%globaltimer` to a stamp log: `log[0]` counts the stamps
 /// taken, `log[1..=cap]` holds them (those past `cap` are counted, not
@@ -77,4 +78,71 @@ pub unsafe extern "ptx-kernel" fn probe_poll_storm(p: PollStormParams) {
         .saturating_sub(p.wait_ns);
     // SAFETY: one u64 per thread (caller's promise).
     unsafe { *(p.lag_ns as *mut u64).add(tid) = lag_ns };
+}
+
+/// Passes `p.first + k` back and forth with the partner, `p.warmup +
+/// p.iters` times: the leader stores it into the partner's word and
+/// waits for it in its own; the partner waits for it and stores it back.
+/// The leader writes to `p.out` the nanoseconds the last `p.iters` round
+/// trips took and the number of round trips done. A round trip is two
+/// hops, each a strong store (`st.relaxed.sys`, as `prims::slots::put`)
+/// polled with strong loads (`ld.relaxed.sys`, as the Lamport waits). A
+/// wait longer than `p.timeout_ns` ends the loop, the count then short.
+///
+/// # Safety
+/// One thread per rank; `p.own_word` must be this rank's device memory,
+/// `p.peer_word` the partner's mapped memory, `p.out` two u64 of device
+/// memory (read on the leader only).
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn probe_ping_pong(p: PingPongParams) {
+    if ptx::thread_idx_x() != 0 || ptx::block_idx_x() != 0 {
+        return;
+    }
+    let own = p.own_word as *const u32;
+    let peer = p.peer_word as *mut u32;
+    let total = p.warmup.wrapping_add(p.iters);
+    // Waits for `v` in our word through the kernels' one poll loop, as
+    // the Lamport waits do: false once `p.timeout_ns` passed.
+    let wait = |v: u32| {
+        let poll = || {
+            // SAFETY: `own` is this rank's word (caller's promise).
+            if unsafe { ptx::ld_relaxed_sys_u32(own) } == v {
+                None
+            } else {
+                Some(())
+            }
+        };
+        // SAFETY: no abort word (0).
+        matches!(unsafe { poll_until(p.timeout_ns, 0, poll) }, Wait::Reached)
+    };
+    let mut timed_from = ptx::globaltimer_ns();
+    let mut done = 0u32;
+    while done < total {
+        if done == p.warmup {
+            timed_from = ptx::globaltimer_ns();
+        }
+        let v = p.first.wrapping_add(done);
+        if p.leader != 0 {
+            // SAFETY: `peer` is the partner's mapped word (caller's promise).
+            unsafe { ptx::st_relaxed_sys_u32(peer, v) };
+            if !wait(v) {
+                break;
+            }
+        } else {
+            if !wait(v) {
+                break;
+            }
+            // SAFETY: as above.
+            unsafe { ptx::st_relaxed_sys_u32(peer, v) };
+        }
+        done += 1;
+    }
+    if p.leader != 0 {
+        let out = p.out as *mut u64;
+        // SAFETY: two u64 of device memory (caller's promise).
+        unsafe {
+            *out = ptx::globaltimer_ns().wrapping_sub(timed_from);
+            *out.add(1) = done as u64;
+        }
+    }
 }

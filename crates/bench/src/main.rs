@@ -14,6 +14,9 @@
 //! - `link`: what NVLink carries with every rank moving data to or from
 //!   every peer at once, copy engines and SM stores, no collective: the
 //!   ceiling of the large-message forms.
+//! - `hop`: one NVLink hop as a Lamport wait sees it (a ping-pong between
+//!   rank 0 and each peer) and the launch floor of a graph of empty
+//!   kernels: the fixed costs under the Lamport forms.
 //! - `decode`: a Llama-shaped tensor-parallel decode layer stack (cuBLAS
 //!   GEMMs, our norms, two all-reduces per layer) in one CUDA graph: no
 //!   communication against NCCL against ours, checked.
@@ -22,6 +25,7 @@ mod bench;
 mod bench_free;
 mod decode;
 mod elem;
+mod hop;
 mod link;
 mod plot;
 mod poll_storm;
@@ -57,6 +61,9 @@ enum Cmd {
     /// Every rank moving data to (or from) every peer at once, copy
     /// engines or SM stores, no collective: what NVLink carries.
     Link(link::LinkArgs),
+    /// One NVLink hop as a Lamport wait sees it (rank 0 with each peer)
+    /// and the launch floor of a graph of empty kernels.
+    Hop(hop::HopArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -112,6 +119,7 @@ fn main() {
         Cmd::PollStorm(args) => poll_storm::run(&args),
         Cmd::Decode(args) => decode::run(&args),
         Cmd::Link(args) => link::run(&args),
+        Cmd::Hop(args) => hop::run(&args),
     };
     if let Err(e) = result {
         eprintln!("intranode-bench: {e:#}");

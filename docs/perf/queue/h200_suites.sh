@@ -2,7 +2,8 @@
 # Queued (issue 34; written in v19) for a machine of 4 H200 (2 H200 ran
 # it in v21 call B, docs/perf/v21/NOTES.md: all passed; the link probe
 # gave ~360 GB/s there). The leak and fault suites have not run on 4
-# H200. The link probe,
+# H200. `intranode-bench hop` (v21, not yet run anywhere): one NVLink hop
+# and the launch floor, the fixed costs of the Lamport forms. The link probe,
 # new in v19, has only H100 figures (docs/perf/v19/NOTES.md: 365 GB/s at
 # most from one GPU). From the repo root with intranode-run.gz,
 # intranode-bench.gz and intranode-suite.gz (`cargo xtask device-bundle`)
@@ -27,6 +28,10 @@ timeout 60 $D/intranode-run --failure-wait-secs 5 --timeout 55 --nproc-per-node 
     $D/intranode-bench link --reps 80 >$L/link_w$N.log 2>&1
 echo "== link, world $N rc=$? ($SECONDS s)"
 grep -E "^\[[0-9]\] \[[0-9]\] +(ce|sm)" $L/link_w$N.log | sort -k3,3 -k4,4n -s | cut -c5-
+timeout 40 $D/intranode-run --failure-wait-secs 5 --timeout 35 --nproc-per-node $N -- \
+    $D/intranode-bench hop >$L/hop_w$N.log 2>&1
+echo "== hop, world $N rc=$? ($SECONDS s)"
+grep -E "0<->|hop:" $L/hop_w$N.log
 timeout 100 $D/intranode-run --nproc-per-node $N --timeout 95 -- $D/intranode-suite recreate --cycles 10 \
     --pieces 3 --stream-cycles 5 --memory-slack-mib 2 --fd-slack 0 --thread-slack 0 >$L/recreate_w$N.log 2>&1
 echo "== recreate, world $N rc=$? ($SECONDS s)"

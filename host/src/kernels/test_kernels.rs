@@ -2,7 +2,7 @@
 //! ([`TEST_PTX`], `host/ptx/test-kernels-<arch>.ptx`), loaded by
 //! [`TestKernelModule`], so that the production PTX carries none of them.
 //! The soak's fill and check kernels (`soak.rs`), the benchmark's stamps
-//! and spins and the poll-storm probe (`timing.rs`) and the decode
+//! and spins, the poll-storm probe and the ping-pong probe (`timing.rs`) and the decode
 //! benchmark's random fill (`fill.rs`) are its methods; the
 //! probes of `kernels-gpu/src/probes.rs` are only read, by
 //! `host/tests/ptx_scopes.rs`.
@@ -68,6 +68,7 @@ impl TestKernelModule {
             TestKernel::TimingStamp => "cuLaunchKernel(timing_stamp)",
             TestKernel::TimingSpin => "cuLaunchKernel(timing_spin)",
             TestKernel::PollStorm => "cuLaunchKernel(probe_poll_storm)",
+            TestKernel::PingPong => "cuLaunchKernel(probe_ping_pong)",
             TestKernel::FillUniform(_) => "cuLaunchKernel(fill_uniform)",
         };
         // SAFETY: forwarded from the caller; `f` is `kernel`'s entry point

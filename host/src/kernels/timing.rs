@@ -1,11 +1,12 @@
 //! Typed launches of the benchmark's timing kernels
 //! (`kernels-gpu/src/timing.rs`): a `%globaltimer` stamp per call, a spin
-//! of a given length, and the poll-storm probe behind NOTE [abandoned
-//! waits] in `kernels-gpu/src/sync.rs`.
+//! of a given length, the poll-storm probe behind NOTE [abandoned
+//! waits] in `kernels-gpu/src/sync.rs`, and the ping-pong probe (one
+//! NVLink hop as a Lamport wait sees it).
 
 use cudarc::driver::{CudaStream, DevicePtrMut};
 use intranode_kernels_gpu::entries::TestKernel;
-use intranode_kernels_gpu::layout::PollStormParams;
+use intranode_kernels_gpu::layout::{PingPongParams, PollStormParams};
 
 use super::TestKernelModule;
 use super::launch::Grid;
@@ -94,5 +95,23 @@ impl TestKernelModule {
         // thread (the grid is exactly `threads`), `word` valid (caller's
         // promise).
         unsafe { self.launch(TestKernel::PollStorm, grid, stream, (p,)) }
+    }
+
+    /// Enqueues one side of the ping-pong probe (`probe_ping_pong`): one
+    /// thread passes a counter `p.warmup + p.iters` times through
+    /// `p.own_word` and `p.peer_word` with the partner rank, which
+    /// enqueues the other side at about the same time; the leader writes
+    /// the timed nanoseconds and the count of round trips to `p.out`.
+    ///
+    /// # Safety
+    /// `p.own_word` must be a u32 of this context's device memory,
+    /// `p.peer_word` a u32 of the partner's memory mapped into this
+    /// context, `p.out` two u64 of this context's device memory; all stay
+    /// valid until the stream passes the kernel, and nothing else writes
+    /// the two words meanwhile.
+    pub unsafe fn ping_pong(&self, stream: &CudaStream, p: PingPongParams) -> Result<()> {
+        // SAFETY: `probe_ping_pong(p: PingPongParams)`, one thread's work;
+        // the addresses are the caller's promise.
+        unsafe { self.launch(TestKernel::PingPong, ONE_WARP, stream, (p,)) }
     }
 }
