@@ -15,7 +15,6 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use cudarc::driver::CudaSlice;
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use half::bf16;
 use intranode::ReduceOp;
 use intranode::internals::algo::AllReduceAlgo;
@@ -205,16 +204,12 @@ fn measure(
         .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
 
     // CUDA-graph replay.
-    r.stream.synchronize()?;
-    r.stream
-        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-    for _ in 0..k {
-        enqueue(r, d_in, d_out, algo)?;
-    }
-    let graph = r
-        .stream
-        .end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)?
-        .context("capture produced no graph")?;
+    let graph = crate::graph::capture(&r.stream, &mut || {
+        for _ in 0..k {
+            enqueue(r, d_in, d_out, algo)?;
+        }
+        Ok(())
+    })?;
     for _ in 0..3 {
         graph.launch()?;
     }

@@ -17,11 +17,9 @@
 //! buffer (one line per partner), zeroed first; nothing else runs on the
 //! communicator meanwhile.
 
-use std::sync::Arc;
-
 use anyhow::{Context, Result, bail, ensure};
-use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaGraph, CudaStream, DevicePtr};
+use cudarc::driver::DevicePtr;
+use cudarc::driver::sys::CUevent_flags;
 use intranode::kernels::TestKernelModule;
 use intranode_harness::Rank;
 use intranode_kernels_gpu::layout::PingPongParams;
@@ -68,6 +66,7 @@ pub fn run(args: &HopArgs) -> Result<()> {
         return Ok(());
     };
     let (rank, world) = (r.rank(), r.world());
+    ensure!(world >= 2, "hop needs at least 2 ranks (got {world})");
     let module = TestKernelModule::load(&r.ctx).context("loading the test kernels")?;
     launch_floor(&r, &module, args)?;
     let Rank {
@@ -78,7 +77,6 @@ pub fn run(args: &HopArgs) -> Result<()> {
         ..
     } = r;
     let mut barrier = || exchange.barrier(store.as_ref(), rank, world);
-    ensure!(world >= 2, "hop needs at least 2 ranks (got {world})");
     let intra = comm
         .intra()
         .context("the intra-node path is off: no peer mappings to probe")?;
@@ -176,7 +174,7 @@ pub fn run(args: &HopArgs) -> Result<()> {
 /// alone on its own GPU.
 fn launch_floor(r: &Rank, module: &TestKernelModule, args: &HopArgs) -> Result<()> {
     let stream = &r.stream;
-    let graph = capture(stream, &mut || {
+    let graph = crate::graph::capture(stream, &mut || {
         for _ in 0..args.graph_kernels {
             module.spin(stream, 0)?;
         }
@@ -210,16 +208,4 @@ fn launch_floor(r: &Rank, module: &TestKernelModule, args: &HopArgs) -> Result<(
         us[4]
     );
     Ok(())
-}
-
-fn capture(stream: &Arc<CudaStream>, body: &mut dyn FnMut() -> Result<()>) -> Result<CudaGraph> {
-    stream.synchronize()?;
-    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-    let captured = body();
-    // End the capture whatever happened, so the stream stays usable and
-    // the body's error is the one reported.
-    let graph = stream
-        .end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
-    captured?;
-    graph?.context("the capture made no graph")
 }

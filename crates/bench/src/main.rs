@@ -25,6 +25,7 @@ mod bench;
 mod bench_free;
 mod decode;
 mod elem;
+mod graph;
 mod hop;
 mod link;
 mod plot;

@@ -35,8 +35,7 @@ mod report;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use cudarc::driver::CudaGraph;
-use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::sys::CUevent_flags;
 use cudarc::nccl::ReduceOp;
 use half::bf16;
 use intranode::NormPath;
@@ -318,7 +317,7 @@ fn measure(
         step.enqueue(acts)?;
     }
     r.comm.synchronize()?;
-    let graph = capture(r, &mut || step.enqueue(acts))?;
+    let graph = crate::graph::capture(&r.stream, &mut || step.enqueue(acts))?;
     for _ in 0..WARMUP_REPLAYS {
         graph.launch()?;
     }
@@ -341,20 +340,6 @@ fn measure(
         .windows(2)
         .map(|w| Ok(w[0].elapsed_ms(&w[1])? as f64 * 1000.0 / layers))
         .collect()
-}
-
-fn capture(r: &Rank, body: &mut dyn FnMut() -> Result<()>) -> Result<CudaGraph> {
-    r.stream.synchronize()?;
-    r.stream
-        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-    let captured = body();
-    // End the capture whatever happened, so the stream stays usable and
-    // the body's error is the one reported.
-    let graph = r
-        .stream
-        .end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
-    captured?;
-    graph?.context("the capture made no graph")
 }
 
 fn write(out: &std::path::Path, file: &DecodeFile) -> Result<()> {
