@@ -2,9 +2,9 @@
 //! ([`TEST_PTX`], `host/ptx/test-kernels-<arch>.ptx`), loaded by
 //! [`TestKernelModule`], so that the production PTX carries none of them.
 //! The soak's fill and check kernels (`soak.rs`), the benchmark's stamps
-//! and spins, the poll-storm probe and the ping-pong probe (`timing.rs`) and the decode
-//! benchmark's random fill (`fill.rs`) are its methods; the
-//! probes of `kernels-gpu/src/probes.rs` are only read, by
+//! and spins, the poll-storm probe and the ping-pong probe (`timing.rs`)
+//! and the decode benchmark's random fill (`fill.rs`) are its methods;
+//! the probes of `kernels-gpu/src/probes.rs` are only read, by
 //! `host/tests/ptx_scopes.rs`.
 
 use std::sync::Arc;
