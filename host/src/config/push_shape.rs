@@ -113,13 +113,12 @@ struct Rings {
 /// MiB in 320.1 / 1207.0 against 334.5 / 1260.6 (call C). 64 KiB chunks
 /// were as fast from 256 MiB (610-624 / 2366-2381 us in four turns over
 /// v19 and v20) but 3-4 % slower than the default at 64 MiB (187-190
-/// us): 2 tiles a block there. Why 42.6 KiB is slower than both is not
-/// measured apart. Whole lines were ruled out (v20 call B). A guess for
-/// the next GPU call: `prims::grid::copy4` moves 4 vectors a thread per
-/// round with the loads in flight together, then the rest one at a time,
-/// so 2728 vectors over 512 threads take a round of 4 and 1-2 single
-/// vectors, each a full load latency; 2048 and 4096 are whole rounds.
-/// The reduce-scatter gained from neither (v20 calls A and B: 32 KiB 3.4
+/// us): 2 tiles a block there. Why 42.6 KiB is slower than both is only
+/// partly known. Whole lines were ruled out (v20 call B). 2728 vectors
+/// over 512 threads leave 1-2 a thread past `prims::grid::copy4`'s
+/// rounds of 4; moving those four at a time too took the 42.6 KiB chunks
+/// 1.1-1.5 % faster (v21 call A, docs/perf/v21/NOTES.md), a third of the
+/// gap. The reduce-scatter gained from neither (v20 calls A and B: 32 KiB 3.4
 /// % slower at 1 GiB, 64 KiB within 3 % either way).
 const MEASURED_RINGS: [(PushUse, usize, Rings); 2] = [
     (
