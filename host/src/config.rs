@@ -113,6 +113,73 @@ impl LamportShapes {
     }
 }
 
+/// The L2 prefetch of the fused all-reduce + residual + RMSNorm
+/// (`INTRANODE_L2_PREFETCH`; NOTE [l2 prefetch] in
+/// `kernels-gpu/src/fused_norm.rs`): how many extra blocks ask L2 for the
+/// region a caller names
+/// ([`Communicator::all_reduce_residual_rmsnorm_prefetch`](crate::Communicator::all_reduce_residual_rmsnorm_prefetch)),
+/// and how much of it at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct L2Prefetch {
+    /// Extra blocks that prefetch (0: the prefetch is off). Fewer where the
+    /// GPU has no SMs left beside the rows' blocks.
+    pub blocks: usize,
+    /// Most bytes of a region prefetched by one call.
+    pub max_bytes: usize,
+}
+
+impl Default for L2Prefetch {
+    /// 16 blocks, 8 MiB: what HBM (~3 TB/s on H100) brings in the ~3 us a
+    /// fused call waits on its peers at TP4 (docs/perf/v21/NOTES.md, "Item
+    /// 3"); to be tuned on the GPU (docs/perf/v22/NOTES.md).
+    fn default() -> Self {
+        L2Prefetch {
+            blocks: 16,
+            max_bytes: 8 << 20,
+        }
+    }
+}
+
+impl L2Prefetch {
+    /// Most prefetching blocks (`INTRANODE_L2_PREFETCH`'s bound; the host
+    /// gives fewer where the GPU has fewer SMs left).
+    pub const MAX_BLOCKS: usize = 256;
+
+    /// Parses a value of `INTRANODE_L2_PREFETCH`: `off` (or `0`), or
+    /// comma-separated `blocks=N` (1 to [`MAX_BLOCKS`](Self::MAX_BLOCKS))
+    /// and `bytes=N` (a positive multiple of 16), a part left out keeping
+    /// its default; the error says what is wrong with it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text.eq_ignore_ascii_case("off") || text == "0" {
+            return Ok(L2Prefetch {
+                blocks: 0,
+                ..L2Prefetch::default()
+            });
+        }
+        let mut out = L2Prefetch::default();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not NAME=VALUE"))?;
+            let n = value
+                .trim()
+                .parse::<usize>()
+                .map_err(|e| format!("{value:?} in {part:?}: {e}"))?;
+            match name.trim() {
+                "blocks" if (1..=Self::MAX_BLOCKS).contains(&n) => out.blocks = n,
+                "bytes" if n > 0 && n.is_multiple_of(16) => out.max_bytes = n,
+                "blocks" => {
+                    return Err(format!("{part:?}: blocks must be 1 to {}", Self::MAX_BLOCKS));
+                }
+                "bytes" => return Err(format!("{part:?}: bytes must be a positive multiple of 16")),
+                other => return Err(format!("{other:?} is not blocks or bytes")),
+            }
+        }
+        Ok(out)
+    }
+}
+
 pub(crate) use push_shape::PushUse;
 pub use push_shape::{MAX_PUSH_SCRATCH_BYTES, MAX_PUSH_SLOTS, PushShape};
 
@@ -206,6 +273,8 @@ pub struct CommConfig {
     pub lamport_shapes: LamportShapes,
     /// The push form's launch shape (`INTRANODE_PUSH_LAUNCH`).
     pub push_shape: PushShape,
+    /// The fused norm's L2 prefetch (`INTRANODE_L2_PREFETCH`).
+    pub l2_prefetch: L2Prefetch,
     /// Whether collectives may launch overlapped (`INTRANODE_LAUNCH_OVERLAP`).
     pub launch_overlap: bool,
     /// Which embedded kernel image to load (`INTRANODE_KERNEL_IMAGE`).
@@ -230,6 +299,7 @@ impl Default for CommConfig {
             crossovers: Crossovers::default(),
             lamport_shapes: LamportShapes::default(),
             push_shape: PushShape::default(),
+            l2_prefetch: L2Prefetch::default(),
             launch_overlap: true,
             kernel_image: KernelImage::Auto,
             print_setup_times: false,
@@ -365,6 +435,11 @@ impl CommConfig {
             Some(text) => PushShape::parse(&text)
                 .map_err(|why| ConfigError::invalid(PUSH_LAUNCH_ENV, text, why))?,
         };
+        let l2_prefetch = match set(var(L2_PREFETCH_ENV)) {
+            None => default.l2_prefetch,
+            Some(text) => L2Prefetch::parse(&text)
+                .map_err(|why| ConfigError::invalid(L2_PREFETCH_ENV, text, why))?,
+        };
         Ok(Self {
             enabled: parse_bool(ENABLE_ENV, var(ENABLE_ENV), default.enabled)?,
             allow_overlapping_devices: parse_bool(
@@ -387,6 +462,7 @@ impl CommConfig {
             crossovers,
             lamport_shapes,
             push_shape,
+            l2_prefetch,
             launch_overlap: parse_bool(
                 LAUNCH_OVERLAP_ENV,
                 var(LAUNCH_OVERLAP_ENV),

@@ -163,6 +163,43 @@ fn every_probed_instruction_is_used_by_the_production_kernels() {
     }
 }
 
+/// NOTE [l2 prefetch] (`kernels-gpu/src/fused_norm.rs`): the prefetch is
+/// the bulk hint and nothing else: no load, store or fence comes with it
+/// (it has no memory-ordering scope), and the production fused norms emit
+/// it. Built for sm_90 and later only; older targets emit nothing.
+#[test]
+fn l2_prefetch_is_a_bulk_hint_without_ordering() {
+    let body = entry_body(PTX, "probe_prefetch_bulk_l2");
+    let op = "cp.async.bulk.prefetch.L2.global [";
+    assert!(
+        ordering_ops(&body).is_empty(),
+        "probe_prefetch_bulk_l2: {:?}",
+        ordering_ops(&body)
+    );
+    if !PTX.contains(".target sm_9") {
+        assert!(!body.contains("prefetch"), "{body}");
+        return;
+    }
+    assert!(body.contains(op), "{body}");
+    assert!(SCOPE_PROBES.contains(&"probe_prefetch_bulk_l2"));
+    let Some(production) = production_ptx() else {
+        return;
+    };
+    let fused: Vec<&str> = production
+        .lines()
+        .filter_map(|l| l.split(".entry ").nth(1))
+        .filter_map(|r| r.split('(').next())
+        .filter(|name| name.starts_with("lamport_rmsnorm_"))
+        .collect();
+    assert!(!fused.is_empty(), "no fused norm kernels");
+    for name in fused {
+        assert!(
+            entry_body(&production, name).contains(op),
+            "{name} does not prefetch"
+        );
+    }
+}
+
 #[test]
 fn block_counter_atomic_has_gpu_scope() {
     assert_probe(

@@ -25,9 +25,25 @@
 //! sends other calls down the unfused path (`algo::decide_norm`). The
 //! add, squares, scale and sums are `prims::row`'s, the unfused norm's
 //! (`norm.rs`) too: one definition for both paths.
+//!
+//! NOTE [l2 prefetch]: while a block waits for the peers' slots, HBM is
+//! idle for the ~3 us of a launch and an NVLink hop; the GEMM that
+//! follows the norm in a decode step then streams its weights from HBM.
+//! Where the host passes a region (the next GEMM's weights), the last
+//! `prefetch_blocks` blocks of the grid, after their share of the push,
+//! ask L2 for it in `PREFETCH_PIECE_BYTES` pieces (`cp.async.bulk.prefetch.L2`,
+//! one instruction a piece, nothing waited for) and walk no rows: the
+//! rows' blocks poll as before, and the pieces are dealt round-robin over
+//! the prefetching blocks (piece `k` to block `k mod prefetch_blocks`), so
+//! as many SMs' copy engines as the host gave ask at once (the technique
+//! of PRESERVE, arXiv 2501.08192). The prefetch changes no value: every
+//! output has the bits it has without it. The blocks are extra, so the
+//! rows' blocks and their sums do not change either.
 
 use crate::elem::Element;
-use crate::layout::{FORM_FUSED_NORM, FusedNormParams, OP_SUM, lamport_stride_bytes};
+use crate::layout::{
+    FORM_FUSED_NORM, FusedNormParams, OP_SUM, PREFETCH_PIECE_BYTES, lamport_stride_bytes,
+};
 use crate::prims::row::{WARP, add_vec, block_sum, inv_rms, scale_vec, sum_sq_vec};
 use crate::prims::slots::{LamportCall, push_slots, reduce_slots, take};
 use crate::ptx;
@@ -41,7 +57,9 @@ use crate::sync::pick;
 /// `hidden` is a multiple of `T::LANES`, `p.ar.elems` is `rows * hidden`
 /// and its bytes fit `lamport_slot_bytes(W)`; every rank passes the same
 /// `rows` and `hidden` and launches blocks of the same shape
-/// (`layout::fused_norm_threads`).
+/// (`layout::fused_norm_threads`); `prefetch_blocks` is below the grid,
+/// and a prefetch region (if any) is 16-byte aligned device memory of
+/// whole 16-byte words.
 #[inline(always)]
 pub(crate) unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormParams) {
     let a = &p.ar;
@@ -49,10 +67,12 @@ pub(crate) unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormPa
     let hidden = p.hidden as usize;
     let row_vecs = hidden / T::LANES;
     // The host's promises the kernel cannot do without: whole vectors per
-    // row, whole warps, and no more warps than the gather scratch holds.
+    // row, whole warps, no more warps than the gather scratch holds, and a
+    // block left for the rows.
     if !hidden.is_multiple_of(T::LANES)
         || !threads.is_multiple_of(WARP as usize)
         || threads > WARP as usize * ptx::BLOCK_GATHER_WARPS
+        || p.prefetch_blocks >= ptx::grid_dim_x()
     {
         ptx::trap();
     }
@@ -69,6 +89,25 @@ pub(crate) unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormPa
     // SAFETY: the slots hold the whole message (caller's promise).
     unsafe { push_slots::<T, W>(a, buffer_off, slot_bytes, vecs, true, tid, stride) };
 
+    // The prefetching blocks are the grid's last (NOTE [l2 prefetch]).
+    let grid = ptx::grid_dim_x() as usize;
+    let prefetch_blocks = p.prefetch_blocks as usize;
+    let row_blocks = grid - prefetch_blocks;
+    let block = ptx::block_idx_x() as usize;
+    if block >= row_blocks {
+        let pieces = (p.prefetch_bytes as usize).div_ceil(PREFETCH_PIECE_BYTES);
+        let mut k = t * prefetch_blocks + (block - row_blocks);
+        while k < pieces {
+            let off = k * PREFETCH_PIECE_BYTES;
+            let bytes = (p.prefetch_bytes as usize - off).min(PREFETCH_PIECE_BYTES);
+            // SAFETY: the piece lies inside the region, which is 16-byte
+            // aligned with a length of whole words (caller's promise), and
+            // pieces are multiples of 16 bytes, so `off` and `bytes` are.
+            unsafe { ptx::prefetch_bulk_l2((p.prefetch as *const u8).add(off), bytes as u32) };
+            k += prefetch_blocks * threads;
+        }
+    }
+
     let own = pick(&a.pads, a.rank) + buffer_off;
     let (output, residual, weight, normed) = (
         a.output as *mut [u32; 4],
@@ -81,8 +120,8 @@ pub(crate) unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormPa
     // keep the row in registers, the kernels took 96 to 128 registers
     // (against 48 to 86 so); the output pass reads the residual back
     // beside the weight, whose load it waits for anyway.
-    let mut row = ptx::block_idx_x() as usize;
-    while row < p.rows as usize {
+    let mut row = block;
+    while row < p.rows as usize && block < row_blocks {
         let first = row * row_vecs;
         let mut sq = 0.0f32;
         // Its own loop over `take` (through `prims::slots::take_each`,
@@ -118,7 +157,7 @@ pub(crate) unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormPa
             }
             j += threads;
         }
-        row += ptx::grid_dim_x() as usize;
+        row += row_blocks;
     }
     // SAFETY: every thread gets here, done with the buffer.
     unsafe { call.finish() };

@@ -425,9 +425,23 @@ pub struct FusedNormParams {
     pub hidden: u64,
     /// Added to the mean of squares before `rsqrt`, as [`NormParams::eps`].
     pub eps: f32,
-    /// Unused, zero: the tail padding as a field, as in [`NormParams`].
-    pub _pad: u32,
+    /// The last `prefetch_blocks` blocks of the grid walk no rows: after
+    /// their share of the push they ask L2 for `prefetch_bytes` from
+    /// `prefetch` (NOTE [l2 prefetch] in `fused_norm.rs`). 0: no prefetch,
+    /// every block walks rows.
+    pub prefetch_blocks: u32,
+    /// 16-byte aligned device address of the region to bring into L2
+    /// (the next GEMM's weights), or 0.
+    pub prefetch: u64,
+    /// Bytes of that region: a multiple of 16 (0: none).
+    pub prefetch_bytes: u64,
 }
+
+/// Bytes of one L2 prefetch instruction of the fused norm (NOTE [l2
+/// prefetch] in `fused_norm.rs`): a thread asks for its pieces one
+/// instruction each, so 512 threads cover 16 MiB in one instruction
+/// apiece.
+pub const PREFETCH_PIECE_BYTES: usize = 32 << 10;
 
 /// Most threads of a fused-norm block (its cross-warp sum holds one word
 /// per warp: `ptx::block_gather_warp_f32`).
@@ -600,6 +614,10 @@ mod tests {
         assert_eq!(
             core::mem::size_of::<BroadcastParams>(),
             8 * 8 * 2 + 6 * 8 + 8
+        );
+        assert_eq!(
+            core::mem::size_of::<FusedNormParams>(),
+            core::mem::size_of::<AllReduceParams>() + 5 * 8 + 4 + 4 + 2 * 8
         );
     }
 }

@@ -77,6 +77,14 @@ pub unsafe extern "ptx-kernel" fn probe_globaltimer_ns(p: *mut u64) {
 }
 
 /// # Safety
+/// Never launched; `p` would have to be a 16-byte aligned global address.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn probe_prefetch_bulk_l2(p: *const u8, bytes: u32) {
+    // SAFETY: see the function's contract.
+    unsafe { ptx::prefetch_bulk_l2(p, bytes) }
+}
+
+/// # Safety
 /// Never launched; `p` would have to be a valid global address.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn probe_atom_add_acq_rel_gpu_u32(p: *mut u32) {

@@ -230,6 +230,35 @@ pub unsafe fn st_relaxed_sys_v4_u32(p: *mut [u32; 4], v: [u32; 4]) {
     }
 }
 
+/// `cp.async.bulk.prefetch.L2.global [p], bytes;`: asks the copy engine
+/// of this SM (TMA) to bring `bytes` from `p` into L2, and returns at
+/// once; nothing waits for it and nothing is ordered by it. A hint: the
+/// PTX ISA (8.0) makes no access of it, so it has no memory-ordering
+/// scope. Built only for sm_90 and later (`intranode_pdl`, as
+/// [`griddepcontrol_wait`]); elsewhere it is nothing (the host asks for
+/// no prefetch there: `KernelModule::l2_prefetch`).
+///
+/// # Safety
+/// `p` must be 16-byte aligned and `bytes` a multiple of 16; the range
+/// should be device memory of this context (a hint to memory it does not
+/// map is, as far as the ISA says, undefined).
+#[inline(always)]
+pub unsafe fn prefetch_bulk_l2(p: *const u8, bytes: u32) {
+    // SAFETY: the caller's promise on `p` and `bytes`; the instruction
+    // reads into L2 only, no register or memory of ours changes.
+    #[cfg(intranode_pdl)]
+    unsafe {
+        asm!(
+            "cp.async.bulk.prefetch.L2.global [{p}], {n};",
+            p = in(reg64) p,
+            n = in(reg32) bytes,
+            options(nostack, readonly),
+        );
+    }
+    #[cfg(not(intranode_pdl))]
+    let _ = (p, bytes);
+}
+
 /// `%globaltimer`: nanoseconds of a clock shared by the GPU's SMs, for
 /// deadlines of bounded waits.
 #[inline(always)]

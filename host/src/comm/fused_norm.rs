@@ -13,7 +13,7 @@ use intranode_kernels_gpu::layout::{FusedNormParams, fused_norm_threads};
 use super::debug::CallFingerprint;
 use super::{IntraNodeComm, Launch};
 use crate::algo::{AllReduceCall, NormCall, NormPath, fused_norm_runs};
-use crate::config::MAX_LAMPORT_BLOCKS;
+use crate::config::{L2Prefetch, MAX_LAMPORT_BLOCKS};
 use crate::error::{Error, Result};
 use crate::kernels::{Grid, KernelKey};
 use crate::types::{ElemType, ReduceOp};
@@ -41,6 +41,46 @@ pub(crate) fn launch_shape(rows: usize, row_vecs: usize, sms: usize) -> (usize, 
     (blocks, threads)
 }
 
+/// A region of device memory a fused call asks L2 for while it waits
+/// (NOTE [l2 prefetch] in `kernels-gpu/src/fused_norm.rs`): in a decode
+/// step, the weights of the GEMM that follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefetchRegion {
+    /// Device address of its first byte.
+    pub ptr: u64,
+    /// Its length in bytes.
+    pub bytes: usize,
+}
+
+/// What a launch of `row_blocks` blocks on a GPU of `sms` SMs prefetches
+/// of `region` under `setting`: `(blocks, address, bytes)`, all zero for
+/// none. The region is cut to whole 16-byte words inside it (the
+/// instruction's alignment) and to `setting.max_bytes`; the blocks are
+/// the setting's, at most the SMs the rows' blocks leave (every block of
+/// a Lamport launch must be resident at once: a block left waiting for an
+/// SM would hold back its share of the push, which the peers wait for).
+pub(crate) fn prefetch_plan(
+    region: Option<PrefetchRegion>,
+    setting: L2Prefetch,
+    row_blocks: usize,
+    sms: usize,
+) -> (usize, u64, u64) {
+    const WORD_BYTES: u64 = 16;
+    let none = (0, 0, 0);
+    let Some(region) = region else {
+        return none;
+    };
+    let blocks = setting.blocks.min(sms.saturating_sub(row_blocks));
+    let start = region.ptr.div_ceil(WORD_BYTES) * WORD_BYTES;
+    let end = region.ptr.saturating_add(region.bytes as u64) / WORD_BYTES * WORD_BYTES;
+    let max_bytes = setting.max_bytes as u64 / WORD_BYTES * WORD_BYTES;
+    let bytes = end.saturating_sub(start).min(max_bytes);
+    if blocks == 0 || bytes == 0 || region.ptr == 0 {
+        return none;
+    }
+    (blocks, start, bytes)
+}
+
 impl IntraNodeComm {
     /// The fused call over raw addresses: `input` (`rows x hidden`, this
     /// rank's partial sums) is all-reduced (sum) in place, `residual +=
@@ -48,13 +88,17 @@ impl IntraNodeComm {
     /// eps) * weight` (`weight` of `hidden` elements), in one launch on
     /// `stream`. Errors where the fused kernel cannot run this call
     /// (`algo::fused_norm_runs`: world, topology, row shape, alignment,
-    /// size), so callers decide first (`algo::decide_norm`).
+    /// size), so callers decide first (`algo::decide_norm`). While it
+    /// waits on its peers, it asks L2 for `prefetch` where the setting
+    /// (`config::L2_PREFETCH_ENV`), the kernel image and the GPU allow
+    /// (NOTE [l2 prefetch] in `kernels-gpu/src/fused_norm.rs`).
     ///
     /// # Safety
     /// `input`, `residual` and `output` must be device memory of this
     /// comm's device holding `rows * hidden` elements of `elem`, `weight`
     /// `hidden`, not overlapping one another, valid until the stream
-    /// passes the call.
+    /// passes the call; `prefetch`, if any, device memory of this context
+    /// that is not freed before the stream passes the call.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn all_reduce_residual_rmsnorm_raw(
         &self,
@@ -66,6 +110,7 @@ impl IntraNodeComm {
         hidden: usize,
         elem: ElemType,
         eps: f32,
+        prefetch: Option<PrefetchRegion>,
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
         const WHAT: &str = "all_reduce_residual_rmsnorm";
@@ -127,6 +172,15 @@ impl IntraNodeComm {
             ar.input = input;
             ar.output = input;
             ar.elems = elems as u64;
+            let row_vecs = hidden / intranode_kernels_gpu::math::elems_per_vec(elem.bytes());
+            let sms = self.lamport_launch().sms;
+            let (row_blocks, threads) = launch_shape(rows, row_vecs, sms);
+            let (prefetch_blocks, prefetch, prefetch_bytes) = prefetch_plan(
+                prefetch.filter(|_| self.kernels.l2_prefetch()),
+                self.l2_prefetch,
+                row_blocks,
+                sms,
+            );
             let params = FusedNormParams {
                 ar,
                 residual,
@@ -135,13 +189,13 @@ impl IntraNodeComm {
                 rows: rows as u64,
                 hidden: hidden as u64,
                 eps,
-                _pad: 0,
+                prefetch_blocks: prefetch_blocks as u32,
+                prefetch,
+                prefetch_bytes,
             };
-            let row_vecs = hidden / intranode_kernels_gpu::math::elems_per_vec(elem.bytes());
-            let (blocks, threads) = launch_shape(rows, row_vecs, self.lamport_launch().sms);
             Ok(Some(Launch {
                 key: kernel,
-                grid: Grid::new(blocks, threads),
+                grid: Grid::new(row_blocks + prefetch_blocks, threads),
                 args: (params,),
             }))
         };
@@ -169,6 +223,53 @@ mod tests {
             assert!(kernel(elem, 1).is_none());
             assert!(kernel(elem, MAX_RANKS + 1).is_none());
         }
+    }
+
+    #[test]
+    fn prefetch_plan_cuts_to_words_the_cap_and_free_sms() {
+        let setting = L2Prefetch {
+            blocks: 16,
+            max_bytes: 8 << 20,
+        };
+        let region = |ptr, bytes| Some(PrefetchRegion { ptr, bytes });
+        // A whole aligned region within the cap.
+        assert_eq!(
+            prefetch_plan(region(0x1000, 4096), setting, 1, 132),
+            (16, 0x1000, 4096)
+        );
+        // Capped, and cut to the 16-byte words inside it.
+        assert_eq!(
+            prefetch_plan(region(0x1008, 64 << 20), setting, 1, 132),
+            (16, 0x1010, 8 << 20)
+        );
+        assert_eq!(
+            prefetch_plan(region(0x1008, 40), setting, 1, 132),
+            (16, 0x1010, 32)
+        );
+        // Fewer blocks where the rows leave fewer SMs; none where none.
+        assert_eq!(
+            prefetch_plan(region(0x1000, 4096), setting, 120, 132).0,
+            12
+        );
+        assert_eq!(
+            prefetch_plan(region(0x1000, 4096), setting, 132, 132),
+            (0, 0, 0)
+        );
+        // Nothing asked, nothing whole, null, or the setting off.
+        assert_eq!(prefetch_plan(None, setting, 1, 132), (0, 0, 0));
+        assert_eq!(
+            prefetch_plan(region(0x1001, 20), setting, 1, 132),
+            (0, 0, 0)
+        );
+        assert_eq!(prefetch_plan(region(0, 4096), setting, 1, 132), (0, 0, 0));
+        let off = L2Prefetch {
+            blocks: 0,
+            ..setting
+        };
+        assert_eq!(
+            prefetch_plan(region(0x1000, 4096), off, 1, 132),
+            (0, 0, 0)
+        );
     }
 
     #[test]

@@ -76,6 +76,8 @@ pub struct IntraNodeComm {
     /// The push form's launch shape (`config::PUSH_LAUNCH_ENV`), the same
     /// on every rank (the rendezvous checks).
     pub(crate) push_shape: crate::config::PushShape,
+    /// The fused norm's L2 prefetch (`config::L2_PREFETCH_ENV`).
+    pub(crate) l2_prefetch: crate::config::L2Prefetch,
     /// The side stream of calls captured into CUDA graphs, made at the
     /// first such call (NOTE [capture and event tracking] in `tracked.rs`).
     pub(crate) capture_side: std::sync::OnceLock<tracked::CaptureSide>,

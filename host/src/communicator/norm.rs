@@ -1,6 +1,7 @@
 //! The decode step's all-reduce followed by residual add and RMSNorm.
 
 use super::*;
+use crate::comm::fused_norm::PrefetchRegion;
 
 impl Communicator {
     /// The decode step's tail, as TensorRT-LLM's and FlashInfer's
@@ -69,6 +70,83 @@ impl Communicator {
         output: &mut impl DevicePtrMut<T>,
         path: Option<NormPath>,
     ) -> Result<Work> {
+        self.residual_rmsnorm_after_all_reduce(
+            input,
+            residual,
+            weight,
+            eps,
+            output,
+            path,
+            None::<&cudarc::driver::CudaSlice<u8>>,
+        )
+    }
+
+    /// [`all_reduce_residual_rmsnorm_with`](Self::all_reduce_residual_rmsnorm_with),
+    /// and while the fused kernel waits on its peers, its spare blocks ask
+    /// L2 for the start of `next` (at most `INTRANODE_L2_PREFETCH`'s bytes,
+    /// 8 MiB by default): in a decode step, the weights of the GEMM that
+    /// reads `output`, so that GEMM finds part of them in L2 instead of
+    /// HBM (NOTE \[l2 prefetch\] in `kernels-gpu/src/fused_norm.rs`). A
+    /// hint: every result has the bits the call without it gives, and
+    /// where the call takes the unfused path, the GPU is older than sm_90
+    /// or the setting is `off`, nothing is prefetched.
+    ///
+    /// # Example
+    ///
+    /// A layer's first tail, which the gate-up GEMM follows:
+    ///
+    /// ```no_run
+    /// # use intranode::{Communicator, dist_env::DistEnv};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let env = DistEnv::from_env()?;
+    /// # let store = intranode::store::connect_env(&env)?;
+    /// # let stream = intranode::gpu::context(env.local_rank)?.new_stream()?;
+    /// # let comm = Communicator::new(stream.clone(), store, env.rank, env.world_size)?;
+    /// let (rows, hidden, inter) = (8, 4096, 3584);
+    /// let mut o = stream.alloc_zeros::<f32>(rows * hidden)?; // o_proj's partial sums
+    /// let mut residual = stream.alloc_zeros::<f32>(rows * hidden)?;
+    /// let weight = stream.clone_htod(&vec![1.0f32; hidden])?;
+    /// let mut normed = stream.alloc_zeros::<f32>(rows * hidden)?;
+    /// let gate_up = stream.alloc_zeros::<f32>(hidden * 2 * inter)?; // the next GEMM's weights
+    /// comm.all_reduce_residual_rmsnorm_prefetch(
+    ///     &mut o, &mut residual, &weight, 1e-5, &mut normed, &gate_up, None,
+    /// )?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn all_reduce_residual_rmsnorm_prefetch<T: DType + NcclType, U>(
+        &self,
+        input: &mut (impl DevicePtrMut<T> + DevicePtr<T>),
+        residual: &mut impl DevicePtrMut<T>,
+        weight: &impl DevicePtr<T>,
+        eps: f32,
+        output: &mut impl DevicePtrMut<T>,
+        next: &impl DevicePtr<U>,
+        path: Option<NormPath>,
+    ) -> Result<Work> {
+        self.residual_rmsnorm_after_all_reduce(
+            input,
+            residual,
+            weight,
+            eps,
+            output,
+            path,
+            Some(next),
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn residual_rmsnorm_after_all_reduce<T: DType + NcclType, U, P: DevicePtr<U>>(
+        &self,
+        input: &mut (impl DevicePtrMut<T> + DevicePtr<T>),
+        residual: &mut impl DevicePtrMut<T>,
+        weight: &impl DevicePtr<T>,
+        eps: f32,
+        output: &mut impl DevicePtrMut<T>,
+        path: Option<NormPath>,
+        next: Option<&P>,
+    ) -> Result<Work> {
         self.check_norm_args(input.len(), residual.len(), weight.len(), eps, output.len())?;
         self.check_group("all_reduce_residual_rmsnorm")?;
         let hidden = weight.len();
@@ -85,6 +163,13 @@ impl Communicator {
             let res = bufs.output(residual, "residual")?;
             let w = bufs.input(weight, "norm weight")?;
             let out = bufs.output(output, "norm output")?;
+            let prefetch = match next {
+                Some(next) => Some(PrefetchRegion {
+                    ptr: bufs.input(next, "prefetch region")?,
+                    bytes: next.len().saturating_mul(std::mem::size_of::<U>()),
+                }),
+                None => None,
+            };
             let aligned = intranode_kernels_gpu::math::all_vec_aligned(&[
                 x as usize,
                 res as usize,
@@ -97,7 +182,8 @@ impl Communicator {
                 // lengths checked above (`rows x hidden`, `weight`
                 // `hidden`), ordered with the stream by `bufs`; `input`,
                 // `residual` and `output` are `&mut`, so they overlap
-                // nothing else.
+                // nothing else; the prefetch region is a live buffer of
+                // `len` elements, ordered by `bufs` like an input.
                 let work = unsafe {
                     intra.all_reduce_residual_rmsnorm_raw(
                         x,
@@ -108,6 +194,7 @@ impl Communicator {
                         hidden,
                         T::ELEM,
                         eps,
+                        prefetch,
                         &self.stream,
                     )
                 }?;

@@ -80,6 +80,14 @@ pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
 /// in waves whose first could wait on a peer block of a later one.
 pub const PUSH_LAUNCH_ENV: &str = "INTRANODE_PUSH_LAUNCH";
 
+/// The fused all-reduce + residual + RMSNorm's L2 prefetch of a region
+/// the caller names (`Communicator::all_reduce_residual_rmsnorm_prefetch`):
+/// `off`, or `blocks=N,bytes=N` (extra prefetching blocks, 1 to 256; most
+/// bytes a call prefetches, a multiple of 16); a part left out keeps its
+/// default ([`L2Prefetch::default`](super::L2Prefetch::default)). Each
+/// rank's own: the prefetch changes no result and ties no rank to another.
+pub const L2_PREFETCH_ENV: &str = "INTRANODE_L2_PREFETCH";
+
 /// `0` turns off launch overlap (programmatic dependent launch of the
 /// collectives, NOTE [launch overlap] in `kernels/launch.rs`); on by
 /// default where the GPU has it (sm_90 and later).

@@ -22,6 +22,7 @@ fn config_from_vars() {
                 NORM_PATH_ENV => " unfused ",
                 LAMPORT_LAUNCH_ENV => "lamport=8x128",
                 PUSH_LAUNCH_ENV => " blocks=16, slots=8 ",
+                L2_PREFETCH_ENV => "bytes=4194304",
                 LAUNCH_OVERLAP_ENV => "off",
                 KERNEL_IMAGE_ENV => " PTX ",
                 TIMING_ENV => "1",
@@ -57,6 +58,10 @@ fn config_from_vars() {
                 slots: 8,
                 rings_set: true,
                 ..PushShape::default()
+            },
+            l2_prefetch: L2Prefetch {
+                blocks: L2Prefetch::default().blocks,
+                max_bytes: 4 << 20,
             },
             launch_overlap: false,
             kernel_image: KernelImage::Ptx,
@@ -315,6 +320,9 @@ fn config_errors_name_the_variable() {
         (LAMPORT_LAUNCH_ENV, "lamport=8"),
         (LAMPORT_LAUNCH_ENV, "one-shot=8x128"),
         (LAMPORT_LAUNCH_ENV, "lamport=8x100"),
+        (L2_PREFETCH_ENV, "blocks=0"),
+        (L2_PREFETCH_ENV, "bytes=100"),
+        (L2_PREFETCH_ENV, "size=4096"),
     ] {
         let e =
             CommConfig::from_vars(|name| (name == var).then(|| value.to_owned())).expect_err(var);
@@ -378,5 +386,25 @@ fn lamport_shapes_parse_both_forms() {
         "nccl=1x64",
     ] {
         assert!(LamportShapes::parse(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn l2_prefetch_parses_off_and_both_parts() {
+    assert_eq!(L2Prefetch::parse(" off ").map(|p| p.blocks), Ok(0));
+    assert_eq!(L2Prefetch::parse("0").map(|p| p.blocks), Ok(0));
+    assert_eq!(
+        L2Prefetch::parse(" blocks=32 , bytes=16777216 "),
+        Ok(L2Prefetch {
+            blocks: 32,
+            max_bytes: 16 << 20
+        })
+    );
+    assert_eq!(
+        L2Prefetch::parse("blocks=4").map(|p| p.max_bytes),
+        Ok(L2Prefetch::default().max_bytes)
+    );
+    for bad in ["blocks", "blocks=257", "bytes=0", "bytes=24", "blocks=x"] {
+        assert!(L2Prefetch::parse(bad).is_err(), "{bad}");
     }
 }

@@ -193,6 +193,9 @@ pub struct KernelModule {
     /// Whether collectives launch overlapped (NOTE [launch overlap] in
     /// `launch.rs`).
     overlap: bool,
+    /// Whether the fused norm's L2 prefetch runs here (NOTE [l2 prefetch]
+    /// in `kernels-gpu/src/fused_norm.rs`).
+    l2_prefetch: bool,
 }
 
 // NOTE [kept kernels] (issue 36): the production kernels are loaded once
@@ -349,6 +352,7 @@ impl KernelModule {
             functions,
             load,
             overlap: overlap && sm_number(PTX_ARCH) >= 90 && major >= 9,
+            l2_prefetch: sm_number(PTX_ARCH) >= 90 && major >= 9,
         })
     }
 
@@ -443,6 +447,7 @@ impl KernelModule {
                 resolve,
             },
             overlap: overlap && image_sm >= 90 && major >= 9,
+            l2_prefetch: image_sm >= 90 && major >= 9,
         })
     }
 
@@ -454,6 +459,13 @@ impl KernelModule {
     /// Whether this module's collectives launch overlapped.
     pub fn launch_overlap(&self) -> bool {
         self.overlap
+    }
+
+    /// Whether this module's fused norm can prefetch into L2: its image
+    /// holds `cp.async.bulk.prefetch.L2` (sm_90 and later, as
+    /// `griddepcontrol`) and the device runs it.
+    pub fn l2_prefetch(&self) -> bool {
+        self.l2_prefetch
     }
 
     /// The context the module lives in.

@@ -371,6 +371,7 @@ pub fn run_timed(
         crossovers: config.crossovers.clone(),
         lamport_launch,
         push_shape: requests[rank].push_shape,
+        l2_prefetch: config.l2_prefetch,
         capture_side: std::sync::OnceLock::new(),
         user_buffers: Default::default(),
     })

@@ -19,7 +19,9 @@
 //! (`Communicator::all_reduce_residual_rmsnorm` with the fused path
 //! forced: the all-reduce and the following residual norm in one launch
 //! wherever the fused kernel can run, NOTE [fused norm] in
-//! `kernels-gpu/src/fused_norm.rs`). Where launch overlap (PDL) lands,
+//! `kernels-gpu/src/fused_norm.rs`), and `fused-prefetch` (the same, its
+//! kernel asking L2 for the next GEMM's weights while it waits, NOTE [l2
+//! prefetch] there). Where launch overlap (PDL) lands,
 //! the rows carry a `pdl` key for the on/off pair.
 //!
 //! `--check` (on by default) runs layer 0 op by op against host
@@ -63,6 +65,11 @@ pub enum Variant {
     /// one launch for the all-reduce, residual add and norm wherever the
     /// fused kernel can run (else as `ours`).
     Fused,
+    /// `fused`, through `Communicator::all_reduce_residual_rmsnorm_prefetch`:
+    /// while it waits, the fused kernel asks L2 for the next GEMM's weights
+    /// (gate-up after the first tail, the next layer's QKV after the
+    /// second; NOTE [l2 prefetch] in `kernels-gpu/src/fused_norm.rs`).
+    FusedPrefetch,
 }
 
 impl Variant {
@@ -72,6 +79,7 @@ impl Variant {
             Variant::Nccl => "nccl",
             Variant::Ours => "ours",
             Variant::Fused => "fused",
+            Variant::FusedPrefetch => "fused-prefetch",
         }
     }
 }
@@ -151,7 +159,9 @@ pub fn run(args: &DecodeArgs) -> Result<()> {
         notes.push(format!("nccl: skipped: NCCL cannot run here ({why})"));
         variants.retain(|&v| v != Variant::Nccl);
     }
-    if (variants.contains(&Variant::Ours) || variants.contains(&Variant::Fused))
+    if (variants.contains(&Variant::Ours)
+        || variants.contains(&Variant::Fused)
+        || variants.contains(&Variant::FusedPrefetch))
         && r.comm.intra().is_none()
     {
         notes.push(format!(
@@ -238,7 +248,7 @@ pub fn run(args: &DecodeArgs) -> Result<()> {
                         .algo_for::<bf16>(batch * shape.hidden, &ReduceOp::Sum)
                         .name()
                         .to_owned(),
-                    Variant::Fused => {
+                    Variant::Fused | Variant::FusedPrefetch => {
                         match r.comm.norm_path_for::<bf16>(
                             batch,
                             shape.hidden,

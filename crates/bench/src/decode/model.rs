@@ -156,8 +156,9 @@ pub fn input_seed(seed: u64, batch: usize) -> u64 {
 
 /// One layer's shards, with their addresses taken once (see `blas.rs`).
 pub struct LayerWeights {
-    /// The shards, in [`Matrix::ALL`]'s order: kept alive for `ptrs`.
-    _mats: [CudaSlice<bf16>; 4],
+    /// The shards, in [`Matrix::ALL`]'s order: kept alive for `ptrs`, and
+    /// named to the fused norm's L2 prefetch.
+    mats: [CudaSlice<bf16>; 4],
     pub ptrs: [u64; 4],
 }
 
@@ -198,7 +199,7 @@ impl Weights {
             let mats: [CudaSlice<bf16>; 4] = mats
                 .try_into()
                 .map_err(|_| anyhow::anyhow!("four matrices expected"))?;
-            out.push(LayerWeights { _mats: mats, ptrs });
+            out.push(LayerWeights { mats, ptrs });
         }
         let norm = r.stream.clone_htod(&vec![bf16::ONE; shard.hidden])?;
         r.stream.synchronize()?;
@@ -388,6 +389,17 @@ impl Step<'_> {
                     Some(NormPath::Fused),
                 )?;
             }
+            Op::ResidualNorm1 if self.variant == Variant::FusedPrefetch => {
+                r.comm.all_reduce_residual_rmsnorm_prefetch(
+                    &mut acts.o,
+                    &mut acts.x,
+                    norm,
+                    EPS,
+                    &mut acts.h,
+                    self.next_weights(l, op),
+                    Some(NormPath::Fused),
+                )?;
+            }
             Op::ResidualNorm1 => {
                 r.comm
                     .residual_rmsnorm(&acts.o, &mut acts.x, norm, EPS, &mut acts.h)?;
@@ -409,12 +421,35 @@ impl Step<'_> {
                     Some(NormPath::Fused),
                 )?;
             }
+            Op::ResidualNorm2 if self.variant == Variant::FusedPrefetch => {
+                r.comm.all_reduce_residual_rmsnorm_prefetch(
+                    &mut acts.m,
+                    &mut acts.x,
+                    norm,
+                    EPS,
+                    &mut acts.h,
+                    self.next_weights(l, op),
+                    Some(NormPath::Fused),
+                )?;
+            }
             Op::ResidualNorm2 => {
                 r.comm
                     .residual_rmsnorm(&acts.m, &mut acts.x, norm, EPS, &mut acts.h)?;
             }
         }
         Ok(())
+    }
+
+    /// The weights of the GEMM after op `op` of layer `l`, for the L2
+    /// prefetch: gate-up after the first residual norm, the next layer's
+    /// QKV after the second (the stack's first layer after its last: in a
+    /// replayed graph, the layer that comes next).
+    fn next_weights(&self, l: usize, op: Op) -> &CudaSlice<bf16> {
+        let layers = &self.weights.layers;
+        match op {
+            Op::ResidualNorm1 => &layers[l].mats[Matrix::GateUp as usize],
+            _ => &layers[(l + 1) % layers.len()].mats[Matrix::Qkv as usize],
+        }
     }
 
     /// Layer `l`'s GEMM of `m`: its input, output and row strides.
@@ -445,7 +480,7 @@ impl Step<'_> {
     fn all_reduce(&self, buf: &mut CudaSlice<bf16>) -> Result<()> {
         let comm = &self.r.comm;
         match self.variant {
-            Variant::None | Variant::Fused => {}
+            Variant::None | Variant::Fused | Variant::FusedPrefetch => {}
             Variant::Nccl => {
                 comm.all_reduce_in_place_with(buf, &ReduceOp::Sum, intranode::AllReduceAlgo::Nccl)?;
             }

@@ -382,8 +382,9 @@ pub fn build_ptx(build: &PtxBuild) -> Result<String, PtxBuildError> {
     })
 }
 
-/// `--cfg intranode_pdl` for architectures with `griddepcontrol` (sm_90
-/// and later), so the kernels wait on programmatic dependencies there.
+/// `--cfg intranode_pdl` for architectures with `griddepcontrol` and the
+/// bulk L2 prefetch (sm_90 and later), so the kernels wait on
+/// programmatic dependencies and prefetch there.
 fn pdl_cfg(arch: &str) -> &'static [&'static str] {
     let sm: u32 = arch
         .trim_start_matches("sm_")
@@ -391,7 +392,10 @@ fn pdl_cfg(arch: &str) -> &'static [&'static str] {
         .parse()
         .unwrap_or(0);
     if sm >= 90 {
-        &["--cfg", "intranode_pdl"]
+        // PTX ISA 8.0 for `cp.async.bulk.prefetch.L2` (the fused norm's
+        // L2 prefetch); `griddepcontrol` needs 7.8, LLVM's default here.
+        // Drivers of CUDA 12.0 and later take 8.0.
+        &["--cfg", "intranode_pdl", "-Ctarget-feature=+ptx80"]
     } else {
         &[]
     }
