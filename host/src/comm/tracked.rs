@@ -90,8 +90,9 @@ pub(crate) struct CallBuffers<'a> {
     external_wait: bool,
 }
 
-/// Buffers of one call at most (the residual + RMSNorm takes four).
-const MAX_BUFFERS: usize = 4;
+/// Buffers of one call at most (the residual + RMSNorm takes four, and a
+/// fifth where it prefetches a region into L2).
+const MAX_BUFFERS: usize = 5;
 
 /// An error cudarc kept in the context, taken out and named.
 fn take_stored(ctx: &CudaContext, op: &'static str, device: usize) -> Result<()> {
@@ -130,7 +131,7 @@ impl<'a> CallBuffers<'a> {
             device,
             rank,
             side: if capturing { Some(side()?) } else { None },
-            guards: [None, None, None, None],
+            guards: [const { None }; MAX_BUFFERS],
             external_wait: false,
         })
     }
