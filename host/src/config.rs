@@ -126,16 +126,22 @@ pub struct L2Prefetch {
     pub blocks: usize,
     /// Most bytes of a region prefetched by one call.
     pub max_bytes: usize,
+    /// Where the region is larger than `max_bytes`: spread the pieces
+    /// evenly over it (`true`) or take its start (`false`).
+    pub spread: bool,
 }
 
 impl Default for L2Prefetch {
-    /// 16 blocks, 8 MiB: what HBM (~3 TB/s on H100) brings in the ~3 us a
-    /// fused call waits on its peers at TP4 (docs/perf/v21/NOTES.md, "Item
-    /// 3"); to be tuned on the GPU (docs/perf/v22/NOTES.md).
+    /// 8 blocks, 8 MiB from the region's start: about what HBM (~3 TB/s
+    /// on H100) brings in the ~3 us a fused call waits on its peers at
+    /// TP4, and the best of ten settings in v22's decode sweep on 4 H100
+    /// (docs/perf/v22/NOTES.md: 2 blocks held the kernel ~6 us longer, 32
+    /// blocks x 16 MiB gained nothing).
     fn default() -> Self {
         L2Prefetch {
-            blocks: 16,
+            blocks: 8,
             max_bytes: 8 << 20,
+            spread: false,
         }
     }
 }
@@ -146,9 +152,9 @@ impl L2Prefetch {
     pub const MAX_BLOCKS: usize = 256;
 
     /// Parses a value of `INTRANODE_L2_PREFETCH`: `off` (or `0`), or
-    /// comma-separated `blocks=N` (1 to [`MAX_BLOCKS`](Self::MAX_BLOCKS))
-    /// and `bytes=N` (a positive multiple of 16), a part left out keeping
-    /// its default; the error says what is wrong with it.
+    /// comma-separated `blocks=N` (1 to [`MAX_BLOCKS`](Self::MAX_BLOCKS)),
+    /// `bytes=N` (a positive multiple of 16) and `spread=0|1`, a part left
+    /// out keeping its default; the error says what is wrong with it.
     pub fn parse(text: &str) -> Result<Self, String> {
         let text = text.trim();
         if text.eq_ignore_ascii_case("off") || text == "0" {
@@ -169,11 +175,18 @@ impl L2Prefetch {
             match name.trim() {
                 "blocks" if (1..=Self::MAX_BLOCKS).contains(&n) => out.blocks = n,
                 "bytes" if n > 0 && n.is_multiple_of(16) => out.max_bytes = n,
+                "spread" if n <= 1 => out.spread = n == 1,
                 "blocks" => {
-                    return Err(format!("{part:?}: blocks must be 1 to {}", Self::MAX_BLOCKS));
+                    return Err(format!(
+                        "{part:?}: blocks must be 1 to {}",
+                        Self::MAX_BLOCKS
+                    ));
                 }
-                "bytes" => return Err(format!("{part:?}: bytes must be a positive multiple of 16")),
-                other => return Err(format!("{other:?} is not blocks or bytes")),
+                "bytes" => {
+                    return Err(format!("{part:?}: bytes must be a positive multiple of 16"));
+                }
+                "spread" => return Err(format!("{part:?}: spread must be 0 or 1")),
+                other => return Err(format!("{other:?} is not blocks, bytes or spread")),
             }
         }
         Ok(out)

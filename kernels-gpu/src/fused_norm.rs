@@ -36,7 +36,10 @@
 //! rows' blocks poll as before, and the pieces are dealt round-robin over
 //! the prefetching blocks (piece `k` to block `k mod prefetch_blocks`), so
 //! as many SMs' copy engines as the host gave ask at once (the technique
-//! of PRESERVE, arXiv 2501.08192). The prefetch changes no value: every
+//! of PRESERVE, arXiv 2501.08192). Piece `k` starts `k * prefetch_stride`
+//! bytes in: one run from the region's start, or pieces spread evenly
+//! over a region larger than the bytes asked (a GEMM split over `k`
+//! starts reading at several places at once). The prefetch changes no value: every
 //! output has the bits it has without it. The blocks are extra, so the
 //! rows' blocks and their sums do not change either.
 
@@ -59,7 +62,8 @@ use crate::sync::pick;
 /// `rows` and `hidden` and launches blocks of the same shape
 /// (`layout::fused_norm_threads`); `prefetch_blocks` is below the grid,
 /// and a prefetch region (if any) is 16-byte aligned device memory of
-/// whole 16-byte words.
+/// whole 16-byte words holding every piece (`prefetch_stride` and
+/// `prefetch_bytes` multiples of 16).
 #[inline(always)]
 pub(crate) unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormParams) {
     let a = &p.ar;
@@ -98,11 +102,12 @@ pub(crate) unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormPa
         let pieces = (p.prefetch_bytes as usize).div_ceil(PREFETCH_PIECE_BYTES);
         let mut k = t * prefetch_blocks + (block - row_blocks);
         while k < pieces {
-            let off = k * PREFETCH_PIECE_BYTES;
-            let bytes = (p.prefetch_bytes as usize - off).min(PREFETCH_PIECE_BYTES);
+            let bytes =
+                (p.prefetch_bytes as usize - k * PREFETCH_PIECE_BYTES).min(PREFETCH_PIECE_BYTES);
+            let off = k * p.prefetch_stride as usize;
             // SAFETY: the piece lies inside the region, which is 16-byte
-            // aligned with a length of whole words (caller's promise), and
-            // pieces are multiples of 16 bytes, so `off` and `bytes` are.
+            // aligned, as are the stride and the pieces' lengths (caller's
+            // promise: the last piece ends inside it).
             unsafe { ptx::prefetch_bulk_l2((p.prefetch as *const u8).add(off), bytes as u32) };
             k += prefetch_blocks * threads;
         }

@@ -433,8 +433,13 @@ pub struct FusedNormParams {
     /// 16-byte aligned device address of the region to bring into L2
     /// (the next GEMM's weights), or 0.
     pub prefetch: u64,
-    /// Bytes of that region: a multiple of 16 (0: none).
+    /// Bytes to prefetch: a multiple of 16 (0: none), asked in pieces of
+    /// [`PREFETCH_PIECE_BYTES`] (the last may be shorter).
     pub prefetch_bytes: u64,
+    /// Bytes from one piece's start to the next's: `PREFETCH_PIECE_BYTES`
+    /// for one contiguous run, more to spread the pieces evenly over a
+    /// region larger than `prefetch_bytes`; a multiple of 16.
+    pub prefetch_stride: u64,
 }
 
 /// Bytes of one L2 prefetch instruction of the fused norm (NOTE [l2
@@ -617,7 +622,7 @@ mod tests {
         );
         assert_eq!(
             core::mem::size_of::<FusedNormParams>(),
-            core::mem::size_of::<AllReduceParams>() + 5 * 8 + 4 + 4 + 2 * 8
+            core::mem::size_of::<AllReduceParams>() + 5 * 8 + 4 + 4 + 3 * 8
         );
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 use intranode_kernels_gpu::entries::FusedNorm;
-use intranode_kernels_gpu::layout::{FusedNormParams, fused_norm_threads};
+use intranode_kernels_gpu::layout::{FusedNormParams, PREFETCH_PIECE_BYTES, fused_norm_threads};
 
 use super::debug::CallFingerprint;
 use super::{IntraNodeComm, Launch};
@@ -53,32 +53,64 @@ pub struct PrefetchRegion {
 }
 
 /// What a launch of `row_blocks` blocks on a GPU of `sms` SMs prefetches
-/// of `region` under `setting`: `(blocks, address, bytes)`, all zero for
-/// none. The region is cut to whole 16-byte words inside it (the
-/// instruction's alignment) and to `setting.max_bytes`; the blocks are
-/// the setting's, at most the SMs the rows' blocks leave (every block of
-/// a Lamport launch must be resident at once: a block left waiting for an
-/// SM would hold back its share of the push, which the peers wait for).
+/// of `region` under `setting`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct PrefetchPlan {
+    /// Extra blocks that prefetch (0: none).
+    pub blocks: usize,
+    /// Address of the first piece, 16-byte aligned.
+    pub ptr: u64,
+    /// Bytes asked for, in `PREFETCH_PIECE_BYTES` pieces.
+    pub bytes: u64,
+    /// Bytes from one piece's start to the next's.
+    pub stride: u64,
+}
+
+/// The prefetch of `region` (NOTE [l2 prefetch]): cut to the whole 16-byte
+/// words inside it (the instruction's alignment) and to
+/// `setting.max_bytes`; a larger region gives its start, or with
+/// `setting.spread` pieces spread evenly over it. The blocks are the
+/// setting's, at most the SMs the rows' blocks leave (every block of a
+/// Lamport launch must be resident at once: a block left waiting for an SM
+/// would hold back its share of the push, which the peers wait for).
 pub(crate) fn prefetch_plan(
     region: Option<PrefetchRegion>,
     setting: L2Prefetch,
     row_blocks: usize,
     sms: usize,
-) -> (usize, u64, u64) {
+) -> PrefetchPlan {
     const WORD_BYTES: u64 = 16;
-    let none = (0, 0, 0);
-    let Some(region) = region else {
-        return none;
+    let piece = PREFETCH_PIECE_BYTES as u64;
+    let Some(region) = region.filter(|r| r.ptr != 0) else {
+        return PrefetchPlan::default();
     };
     let blocks = setting.blocks.min(sms.saturating_sub(row_blocks));
     let start = region.ptr.div_ceil(WORD_BYTES) * WORD_BYTES;
     let end = region.ptr.saturating_add(region.bytes as u64) / WORD_BYTES * WORD_BYTES;
+    let whole = end.saturating_sub(start);
     let max_bytes = setting.max_bytes as u64 / WORD_BYTES * WORD_BYTES;
-    let bytes = end.saturating_sub(start).min(max_bytes);
-    if blocks == 0 || bytes == 0 || region.ptr == 0 {
-        return none;
+    let bytes = whole.min(max_bytes);
+    if blocks == 0 || bytes == 0 {
+        return PrefetchPlan::default();
     }
-    (blocks, start, bytes)
+    // Spread: whole pieces, evenly apart, the last one ending in the
+    // region (`stride >= piece` as `whole > bytes >= pieces * piece`).
+    let pieces = bytes / piece;
+    let stride = if setting.spread && whole > bytes && pieces > 1 {
+        (whole - piece) / (pieces - 1) / WORD_BYTES * WORD_BYTES
+    } else {
+        piece
+    };
+    PrefetchPlan {
+        blocks,
+        ptr: start,
+        bytes: if stride > piece {
+            pieces * piece
+        } else {
+            bytes
+        },
+        stride,
+    }
 }
 
 impl IntraNodeComm {
@@ -175,7 +207,7 @@ impl IntraNodeComm {
             let row_vecs = hidden / intranode_kernels_gpu::math::elems_per_vec(elem.bytes());
             let sms = self.lamport_launch().sms;
             let (row_blocks, threads) = launch_shape(rows, row_vecs, sms);
-            let (prefetch_blocks, prefetch, prefetch_bytes) = prefetch_plan(
+            let plan = prefetch_plan(
                 prefetch.filter(|_| self.kernels.l2_prefetch()),
                 self.l2_prefetch,
                 row_blocks,
@@ -189,13 +221,14 @@ impl IntraNodeComm {
                 rows: rows as u64,
                 hidden: hidden as u64,
                 eps,
-                prefetch_blocks: prefetch_blocks as u32,
-                prefetch,
-                prefetch_bytes,
+                prefetch_blocks: plan.blocks as u32,
+                prefetch: plan.ptr,
+                prefetch_bytes: plan.bytes,
+                prefetch_stride: plan.stride,
             };
             Ok(Some(Launch {
                 key: kernel,
-                grid: Grid::new(row_blocks + prefetch_blocks, threads),
+                grid: Grid::new(row_blocks + plan.blocks, threads),
                 args: (params,),
             }))
         };
@@ -230,46 +263,92 @@ mod tests {
         let setting = L2Prefetch {
             blocks: 16,
             max_bytes: 8 << 20,
+            spread: false,
         };
         let region = |ptr, bytes| Some(PrefetchRegion { ptr, bytes });
+        let plan = |blocks, ptr, bytes| PrefetchPlan {
+            blocks,
+            ptr,
+            bytes,
+            stride: PREFETCH_PIECE_BYTES as u64,
+        };
         // A whole aligned region within the cap.
         assert_eq!(
             prefetch_plan(region(0x1000, 4096), setting, 1, 132),
-            (16, 0x1000, 4096)
+            plan(16, 0x1000, 4096)
         );
         // Capped, and cut to the 16-byte words inside it.
         assert_eq!(
             prefetch_plan(region(0x1008, 64 << 20), setting, 1, 132),
-            (16, 0x1010, 8 << 20)
+            plan(16, 0x1010, 8 << 20)
         );
         assert_eq!(
             prefetch_plan(region(0x1008, 40), setting, 1, 132),
-            (16, 0x1010, 32)
+            plan(16, 0x1010, 32)
         );
         // Fewer blocks where the rows leave fewer SMs; none where none.
         assert_eq!(
-            prefetch_plan(region(0x1000, 4096), setting, 120, 132).0,
+            prefetch_plan(region(0x1000, 4096), setting, 120, 132).blocks,
             12
         );
-        assert_eq!(
-            prefetch_plan(region(0x1000, 4096), setting, 132, 132),
-            (0, 0, 0)
-        );
+        let none = PrefetchPlan::default();
+        assert_eq!(prefetch_plan(region(0x1000, 4096), setting, 132, 132), none);
         // Nothing asked, nothing whole, null, or the setting off.
-        assert_eq!(prefetch_plan(None, setting, 1, 132), (0, 0, 0));
-        assert_eq!(
-            prefetch_plan(region(0x1001, 20), setting, 1, 132),
-            (0, 0, 0)
-        );
-        assert_eq!(prefetch_plan(region(0, 4096), setting, 1, 132), (0, 0, 0));
+        assert_eq!(prefetch_plan(None, setting, 1, 132), none);
+        assert_eq!(prefetch_plan(region(0x1001, 20), setting, 1, 132), none);
+        assert_eq!(prefetch_plan(region(0, 4096), setting, 1, 132), none);
         let off = L2Prefetch {
             blocks: 0,
             ..setting
         };
-        assert_eq!(
-            prefetch_plan(region(0x1000, 4096), off, 1, 132),
-            (0, 0, 0)
+        assert_eq!(prefetch_plan(region(0x1000, 4096), off, 1, 132), none);
+    }
+
+    #[test]
+    fn spread_prefetch_keeps_every_piece_inside_the_region() {
+        let piece = PREFETCH_PIECE_BYTES as u64;
+        let setting = L2Prefetch {
+            blocks: 8,
+            max_bytes: 8 << 20,
+            spread: true,
+        };
+        for (ptr, bytes) in [
+            (0x10_0000u64, 56usize << 20),
+            (0x10_0008, 12 << 20),
+            (0x10_0000, (8 << 20) + 16),
+            (0x10_0000, 9 << 20),
+        ] {
+            let p = prefetch_plan(Some(PrefetchRegion { ptr, bytes }), setting, 1, 132);
+            let pieces = p.bytes.div_ceil(piece);
+            assert_eq!(pieces, (8 << 20) / piece, "{bytes}");
+            assert!(p.stride >= piece && p.stride.is_multiple_of(16), "{p:?}");
+            assert!(p.ptr.is_multiple_of(16) && p.ptr >= ptr);
+            let last_end = p.ptr + (pieces - 1) * p.stride + piece;
+            assert!(last_end <= ptr + bytes as u64, "{p:?} {bytes}");
+        }
+        // 56 MiB in 8 MiB: a piece every 7 pieces' room (a little more,
+        // the last piece ending at the region's end).
+        let p = prefetch_plan(
+            Some(PrefetchRegion {
+                ptr: 0x10_0000,
+                bytes: 56 << 20,
+            }),
+            setting,
+            1,
+            132,
         );
+        assert!((7 * piece..8 * piece).contains(&p.stride), "{p:?}");
+        // A region within the cap is one run, spread or not.
+        let p = prefetch_plan(
+            Some(PrefetchRegion {
+                ptr: 0x10_0000,
+                bytes: 4 << 20,
+            }),
+            setting,
+            1,
+            132,
+        );
+        assert_eq!((p.bytes, p.stride), (4 << 20, piece));
     }
 
     #[test]

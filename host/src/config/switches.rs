@@ -82,8 +82,10 @@ pub const PUSH_LAUNCH_ENV: &str = "INTRANODE_PUSH_LAUNCH";
 
 /// The fused all-reduce + residual + RMSNorm's L2 prefetch of a region
 /// the caller names (`Communicator::all_reduce_residual_rmsnorm_prefetch`):
-/// `off`, or `blocks=N,bytes=N` (extra prefetching blocks, 1 to 256; most
-/// bytes a call prefetches, a multiple of 16); a part left out keeps its
+/// `off`, or `blocks=N,bytes=N,spread=0|1` (extra prefetching blocks, 1
+/// to 256; most bytes a call prefetches, a multiple of 16; whether those
+/// bytes are spread over a larger region or taken from its start); a part
+/// left out keeps its
 /// default ([`L2Prefetch::default`](super::L2Prefetch::default)). Each
 /// rank's own: the prefetch changes no result and ties no rank to another.
 pub const L2_PREFETCH_ENV: &str = "INTRANODE_L2_PREFETCH";

@@ -60,8 +60,8 @@ fn config_from_vars() {
                 ..PushShape::default()
             },
             l2_prefetch: L2Prefetch {
-                blocks: L2Prefetch::default().blocks,
                 max_bytes: 4 << 20,
+                ..L2Prefetch::default()
             },
             launch_overlap: false,
             kernel_image: KernelImage::Ptx,
@@ -394,17 +394,25 @@ fn l2_prefetch_parses_off_and_both_parts() {
     assert_eq!(L2Prefetch::parse(" off ").map(|p| p.blocks), Ok(0));
     assert_eq!(L2Prefetch::parse("0").map(|p| p.blocks), Ok(0));
     assert_eq!(
-        L2Prefetch::parse(" blocks=32 , bytes=16777216 "),
+        L2Prefetch::parse(" blocks=32 , bytes=16777216, spread=1 "),
         Ok(L2Prefetch {
             blocks: 32,
-            max_bytes: 16 << 20
+            max_bytes: 16 << 20,
+            spread: true,
         })
     );
     assert_eq!(
         L2Prefetch::parse("blocks=4").map(|p| p.max_bytes),
         Ok(L2Prefetch::default().max_bytes)
     );
-    for bad in ["blocks", "blocks=257", "bytes=0", "bytes=24", "blocks=x"] {
+    for bad in [
+        "blocks",
+        "blocks=257",
+        "bytes=0",
+        "bytes=24",
+        "blocks=x",
+        "spread=2",
+    ] {
         assert!(L2Prefetch::parse(bad).is_err(), "{bad}");
     }
 }
