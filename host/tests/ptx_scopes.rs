@@ -156,6 +156,10 @@ fn every_probed_instruction_is_used_by_the_production_kernels() {
             "atom.add.acq_rel.gpu.global.u32",
         ),
         ("probe_fence_acq_rel_sys", "fence.acq_rel.sys;"),
+        (
+            "probe_atom_add_relaxed_gpu_u64",
+            "atom.add.relaxed.gpu.global.u64",
+        ),
         ("probe_globaltimer_ns", "%globaltimer"),
     ] {
         assert!(SCOPE_PROBES.contains(&probe), "{probe} is not listed");
@@ -206,6 +210,28 @@ fn block_counter_atomic_has_gpu_scope() {
         "atom_add_acq_rel_gpu_u32",
         "atom.add.acq_rel.gpu.global.u32",
     );
+    // NOTE [call count] (`kernels-gpu/src/sync.rs`): relaxed, and nothing
+    // else orders around it.
+    assert_probe(
+        "atom_add_relaxed_gpu_u64",
+        "atom.add.relaxed.gpu.global.u64",
+    );
+    let body = entry_body(PTX, "probe_atom_add_relaxed_gpu_u64");
+    assert!(
+        !body.contains("fence") && !body.contains("membar"),
+        "{body}"
+    );
+}
+
+#[test]
+fn block_broadcast_goes_through_shared_memory_between_barriers() {
+    assert_probe("block_broadcast_u32", "st.shared.u32");
+    assert_probe("block_broadcast_u32", "ld.shared.u32");
+    let body = entry_body(PTX, "probe_block_broadcast_u32");
+    let store = body.find("st.shared.u32").expect("store");
+    let load = body.find("ld.shared.u32").expect("load");
+    assert!(body[..store].contains("bar.sync 0;"), "{body}");
+    assert!(body[store..load].contains("bar.sync 0;"), "{body}");
 }
 
 #[test]

@@ -812,6 +812,8 @@ mod table {
     /// their bodies.
     pub const SCOPE_PROBES: &[&str] = &[
         "probe_atom_add_acq_rel_gpu_u32",
+        "probe_atom_add_relaxed_gpu_u64",
+        "probe_block_broadcast_u32",
         "probe_block_gather_warp_f32",
         "probe_fence_acq_rel_gpu",
         "probe_fence_acq_rel_sys",

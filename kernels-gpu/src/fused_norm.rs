@@ -80,7 +80,8 @@ pub(crate) unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormPa
     {
         ptx::trap();
     }
-    // SAFETY: the host passes this rank's mapped pad.
+    // SAFETY: the host passes this rank's mapped pad; every thread of the
+    // block gets here (the check above traps whole blocks or none).
     let call = unsafe { LamportCall::begin(&a.pads, a.rank) };
     let buffer_off = call.buffer_off;
     let elems = a.elems as usize;
@@ -164,6 +165,4 @@ pub(crate) unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormPa
         }
         row += row_blocks;
     }
-    // SAFETY: every thread gets here, done with the buffer.
-    unsafe { call.finish() };
 }

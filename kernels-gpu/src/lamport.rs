@@ -76,7 +76,8 @@ use crate::sync::pick;
 /// `lamport_slot_bytes(W)`; every rank passes the same `p.elems`.
 #[inline(always)]
 pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
-    // SAFETY: the host passes this rank's mapped pad.
+    // SAFETY: the host passes this rank's mapped pad; every thread of the
+    // block starts here.
     let call = unsafe { LamportCall::begin(&p.pads, p.rank) };
     let buffer_off = call.buffer_off;
     let elems = p.elems as usize;
@@ -98,8 +99,6 @@ pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllR
     };
     // SAFETY: our buffer's slots hold `vecs` vectors (caller's promise).
     unsafe { take_each::<W, FORM_LAMPORT>(own, slot_bytes, tid, stride, vecs, p, reduce_out) };
-    // SAFETY: every thread gets here, done with the buffer.
-    unsafe { call.finish() };
 }
 
 /// # Safety
@@ -108,7 +107,8 @@ pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllR
 /// `lamport2_slot_bytes(W) / 16`; every rank passes the same `p.elems`.
 #[inline(always)]
 pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
-    // SAFETY: the host passes this rank's mapped pad.
+    // SAFETY: the host passes this rank's mapped pad; every thread of the
+    // block starts here.
     let call = unsafe { LamportCall::begin(&p.pads, p.rank) };
     let scatter_off = call.buffer_off;
     let elems = p.elems as usize;
@@ -222,8 +222,6 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
             own_gather, slot_bytes, tid, stride, shard, p, write_out,
         )
     };
-    // SAFETY: every thread gets here, done with the buffer.
-    unsafe { call.finish() };
 }
 
 /// What the reduce-scatter and the all-gather derive alike from their
@@ -246,7 +244,8 @@ impl ShardCall {
     /// `p.pads` must hold this rank's mapped pad at `p.rank`.
     #[inline(always)]
     unsafe fn new<T: Element>(p: &AllReduceParams) -> Self {
-        // SAFETY: the host passes this rank's mapped pad.
+        // SAFETY: the host passes this rank's mapped pad; every thread of
+        // the block starts here (`ShardCall::new` opens each kernel).
         let call = unsafe { LamportCall::begin(&p.pads, p.rank) };
         let n = p.elems as usize;
         let vecs = crate::math::div_ceil(n, T::LANES);
@@ -325,8 +324,6 @@ pub(crate) unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &A
             reduce_out,
         )
     };
-    // SAFETY: every thread gets here, done with the buffer.
-    unsafe { c.call.finish() };
 }
 
 /// All-gather, Lamport style (NOTE [lamport reduce-scatter and
@@ -376,6 +373,4 @@ pub(crate) unsafe fn lamport_ag<T: Element, const W: usize, const OP: u32>(p: &A
     unsafe {
         take_each::<W, FORM_ALL_GATHER>(own, c.slot_bytes, c.tid, c.stride, c.vecs, p, write_out)
     };
-    // SAFETY: every thread gets here, done with the buffer.
-    unsafe { c.call.finish() };
 }

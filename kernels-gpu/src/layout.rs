@@ -5,9 +5,9 @@
 //! NOTE [signal pad layout]: a signal pad is an array of u32 words that
 //! every peer maps. Word `flag_index(slot, block, src)` on rank `r`'s pad is
 //! written only by rank `src` (block `block`), with the epoch of the call
-//! that reached barrier `slot`. The words from [`CALL_COUNTER`] up to
-//! [`SIGNAL_PAD_MIN_BYTES`] are written by rank `r` alone: its count of
-//! collective calls, a finished-block counter, its abort word, and
+//! that reached barrier `slot`. The words from [`BLOCKS_DONE`] up to
+//! [`SIGNAL_PAD_MIN_BYTES`] are written by rank `r` alone: a block
+//! counter, its count of collective calls, its abort word, and
 //! per-peer counts of explicit barriers; from [`PUSH_COUNTERS`], the push
 //! form's counters, each written by one source rank (NOTE [push
 //! all-reduce] in `push.rs`). From [`LAMPORT_OFFSET_BYTES`] on lie the Lamport
@@ -59,20 +59,26 @@ pub const fn flag_index(slot: usize, block: usize, src: usize) -> usize {
     (slot * MAX_BLOCKS + block) * MAX_RANKS + src
 }
 
-/// Word index of the owner's count of finished collective calls.
-pub const CALL_COUNTER: usize = SLOTS * MAX_BLOCKS * MAX_RANKS;
-/// Word index of the count of blocks of the current call that finished.
-pub const BLOCKS_DONE: usize = CALL_COUNTER + 1;
+/// Word index of the count of blocks of the current call: those that
+/// finished (the barrier forms, `sync::finish_call`) or those that started
+/// (the Lamport forms, `sync::start_lamport_call`). The low half of the
+/// 8-byte word whose high half is [`CALL_COUNTER`], so the Lamport forms
+/// count a block and read the calls in one atomic (NOTE [call count] in
+/// `sync.rs`).
+pub const BLOCKS_DONE: usize = SLOTS * MAX_BLOCKS * MAX_RANKS;
+/// Word index of the owner's count of collective calls (each barrier
+/// form's chunk counts as a call).
+pub const CALL_COUNTER: usize = BLOCKS_DONE + 1;
 /// Word index of the owner's abort word: non-zero once one of this rank's
 /// waits on a peer ran out (set by `sync::report` beside the host-mapped
 /// [`ErrorWord`]). Later waits poll this word, in the GPU's own memory,
 /// instead of the host-mapped one: NOTE [abandoned waits] in `sync.rs`
 /// says why. Never cleared: a communicator whose wait ran out is dead.
 /// The host passes its address in the parameters (`abort`).
-pub const ABORT_WORD: usize = CALL_COUNTER + 2;
+pub const ABORT_WORD: usize = BLOCKS_DONE + 2;
 /// Word index of the owner's count of explicit barriers shared with peer 0
 /// (peer `p` at `PAIR_COUNTER + p`).
-pub const PAIR_COUNTER: usize = CALL_COUNTER + 32;
+pub const PAIR_COUNTER: usize = BLOCKS_DONE + 32;
 /// Word index of the push form's counters (NOTE [push all-reduce] in
 /// `push.rs`): [`push_counter_index`] of kind [`PUSH_RS_READY`],
 /// [`PUSH_AG_READY`] or [`PUSH_AG_FREE`], block and source rank; every
@@ -527,8 +533,10 @@ mod tests {
 
     #[test]
     fn flags_fit_below_the_counters() {
-        const { assert!(flag_index(SLOTS - 1, MAX_BLOCKS - 1, MAX_RANKS - 1) < CALL_COUNTER) };
-        const { assert!(BLOCKS_DONE < ABORT_WORD && ABORT_WORD < PAIR_COUNTER) };
+        const { assert!(flag_index(SLOTS - 1, MAX_BLOCKS - 1, MAX_RANKS - 1) < BLOCKS_DONE) };
+        const { assert!(CALL_COUNTER < ABORT_WORD && ABORT_WORD < PAIR_COUNTER) };
+        // One 8-byte word: the block count low, the call count high.
+        const { assert!(BLOCKS_DONE.is_multiple_of(2) && CALL_COUNTER == BLOCKS_DONE + 1) };
         const { assert!(SIGNAL_PAD_MIN_BYTES <= LAMPORT_OFFSET_BYTES) };
         for world in 1..=MAX_RANKS {
             let slot = lamport_slot_bytes(world);

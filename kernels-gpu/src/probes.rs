@@ -77,6 +77,23 @@ pub unsafe extern "ptx-kernel" fn probe_globaltimer_ns(p: *mut u64) {
 }
 
 /// # Safety
+/// Never launched; `p` would have to be a valid, 8-byte aligned address.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn probe_atom_add_relaxed_gpu_u64(p: *mut u64) {
+    // SAFETY: see the function's contract.
+    unsafe { *p.add(1) = ptx::atom_add_relaxed_gpu_u64(p, 1) }
+}
+
+/// # Safety
+/// Never launched; `p` would have to be a valid global address.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn probe_block_broadcast_u32(p: *mut u32) {
+    // SAFETY: see the function's contract (and block-uniform: the probe
+    // has no branch).
+    unsafe { *p = ptx::block_broadcast_u32(ptx::thread_idx_x()) }
+}
+
+/// # Safety
 /// Never launched; `p` would have to be a 16-byte aligned global address.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn probe_prefetch_bulk_l2(p: *const u8, bytes: u32) {

@@ -349,6 +349,41 @@ pub unsafe fn block_gather_warp_f32(v: f32) -> [f32; BLOCK_GATHER_WARPS] {
     ]
 }
 
+/// Thread 0's `v`, for every thread of the block: `bar.sync 0`, thread 0
+/// stores `v` into a word of shared memory (`st.shared.u32`), `bar.sync
+/// 0`, every thread loads it (`ld.shared.u32`). The word is declared in
+/// the asm's own scope, as [`block_gather_warp_f32`]'s scratch; the first
+/// barrier keeps a store from overtaking an earlier call's loads.
+///
+/// # Safety
+/// Every thread of the block must call it together (block-uniform control
+/// flow: it holds two block barriers).
+#[inline(always)]
+pub unsafe fn block_broadcast_u32(v: u32) -> u32 {
+    let out: u32;
+    // SAFETY: touches only the word it declares; the barriers' convergence
+    // is the caller's promise.
+    unsafe {
+        asm!(
+            "{{",
+            ".shared .align 4 .b32 bcast_word;",
+            ".reg .pred bcast_first;",
+            ".reg .b32 bcast_tid;",
+            "mov.u32 bcast_tid, %tid.x;",
+            "setp.eq.u32 bcast_first, bcast_tid, 0;",
+            "bar.sync 0;",
+            "@bcast_first st.shared.u32 [bcast_word], {v};",
+            "bar.sync 0;",
+            "ld.shared.u32 {o}, [bcast_word];",
+            "}}",
+            v = in(reg32) v,
+            o = out(reg32) out,
+            options(nostack),
+        );
+    }
+    out
+}
+
 /// `sqrt.rn.f32`: the square root, rounded to nearest (`core` has no
 /// `sqrt` without `std`).
 #[inline(always)]
@@ -424,6 +459,23 @@ pub unsafe fn atom_add_acq_rel_gpu_u32(p: *mut u32, v: u32) -> u32 {
     // SAFETY: the caller guarantees `p` is a valid global address.
     unsafe {
         asm!("atom.add.acq_rel.gpu.global.u32 {old}, [{p}], {v};", old = out(reg32) old, p = in(reg64) p, v = in(reg32) v, options(nostack));
+    }
+    old
+}
+
+/// `atom.add.relaxed.gpu.global.u64`: an atomic add on one 8-byte word
+/// with no ordering of any other access: for a counter whose every
+/// reader and writer goes through this word alone (NOTE [call count] in
+/// `sync.rs`), which coherence orders by itself.
+///
+/// # Safety
+/// `p` must be a valid, 8-byte aligned global address.
+#[inline(always)]
+pub unsafe fn atom_add_relaxed_gpu_u64(p: *mut u64, v: u64) -> u64 {
+    let old: u64;
+    // SAFETY: the caller guarantees `p` is a valid, aligned global address.
+    unsafe {
+        asm!("atom.add.relaxed.gpu.global.u64 {old}, [{p}], {v};", old = out(reg64) old, p = in(reg64) p, v = in(reg64) v, options(nostack));
     }
     old
 }

@@ -404,6 +404,53 @@ pub unsafe fn call_epoch(own_pad: *const u32) -> u32 {
     unsafe { ptx::ld_relaxed_sys_u32(own_pad.add(CALL_COUNTER)).wrapping_add(1) }
 }
 
+/// NOTE [call count]: the Lamport forms count their calls at the start,
+/// not the end. One 8-byte word of the pad holds the blocks of the current
+/// call that started (low half, [`BLOCKS_DONE`]) and the calls counted
+/// (high half, [`CALL_COUNTER`]). Thread 0 of each block adds 1 to it
+/// (`atom.add.relaxed.gpu.u64`): the old value gives the block its epoch
+/// (calls + 1) and tells the last block to arrive that it is last; that
+/// block adds `2^32 - grid`, which zeroes the count of blocks and counts
+/// the call. Every access to the two halves within a call goes through
+/// that word, so coherence orders them (every block's add, then the last
+/// one's): no block can see the new count, and no fence is needed.
+/// Before (v21), every block counted itself at its end with an
+/// `atom.add.acq_rel.gpu` after a block barrier, as the barrier forms
+/// still do ([`finish_call`]): the release waited for the block's NVLink
+/// stores to be acknowledged, 0.29-0.36 us a call at every size of the
+/// Lamport forms (docs/perf/v22/NOTES.md, call E). The next kernel reads
+/// the new count only once this one has ended (stream order, or
+/// `griddepcontrol.wait` under launch overlap), as before; the barrier
+/// forms keep their count in the same halves (u32 accesses of another
+/// kernel, never concurrent with these).
+///
+/// Returns the call's epoch (one more than the calls counted before it),
+/// the same in every thread.
+///
+/// # Safety
+/// `own_pad` must be this rank's signal pad (8-byte aligned, as every
+/// mapping is); every thread of the block calls it together, at the
+/// block's start (block-uniform control flow: it holds block barriers).
+#[inline(always)]
+pub unsafe fn start_lamport_call(own_pad: *mut u32) -> u32 {
+    let mut epoch = 0;
+    if ptx::thread_idx_x() == 0 {
+        // SAFETY: both halves are inside this rank's pad; `BLOCKS_DONE` is
+        // even, so the word is 8-byte aligned (`layout`'s tests).
+        unsafe {
+            let word = own_pad.add(BLOCKS_DONE) as *mut u64;
+            let old = ptx::atom_add_relaxed_gpu_u64(word, 1);
+            epoch = ((old >> 32) as u32).wrapping_add(1);
+            let grid = ptx::grid_dim_x();
+            if (old as u32).wrapping_add(1) == grid {
+                ptx::atom_add_relaxed_gpu_u64(word, (1u64 << 32).wrapping_sub(grid as u64));
+            }
+        }
+    }
+    // SAFETY: every thread of the block gets here together (caller).
+    unsafe { ptx::block_broadcast_u32(epoch) }
+}
+
 /// Ends a call: the last block to finish publishes `epoch` as the count of
 /// finished calls. Every block read the counter at its start, before its
 /// own increment of `BLOCKS_DONE`, so none can read the new value.

@@ -14,33 +14,37 @@ use crate::layout::{
 use crate::math::{lamport_decode_word, lamport_encode_word};
 use crate::prims::reduce::{combine_in_order, finish_op};
 use crate::ptx;
-use crate::sync::{ReportTo, Wait, call_epoch, finish_call, pick, poll_until, report};
+use crate::sync::{ReportTo, Wait, pick, poll_until, report, start_lamport_call};
 
 /// A Lamport call's set-up, the same in every form: this rank's pad, the
-/// call's epoch (`sync::call_epoch`) and the offset in every pad of the
+/// call's epoch (`sync::start_lamport_call`) and the offset in every pad of the
 /// buffer the call uses, `epoch & 1` (NOTE [lamport]). Users address
 /// their own area as `pick(&p.pads, p.rank) + offset`, not from
 /// `own_pad`: that form took `lamport_rs_{bf16,f16}_w2` from 48 to 52
 /// registers (ptxas, sm_90).
 #[derive(Clone, Copy, Debug)]
 pub struct LamportCall {
-    /// This rank's signal pad, for the call's epoch and its end.
+    /// This rank's signal pad.
     pub own_pad: *mut u32,
-    /// One more than the collective calls this rank finished: what
-    /// `finish` counts, and by its parity the buffer the call uses.
+    /// One more than the collective calls this rank counted before it:
+    /// by its parity, the buffer the call uses.
     pub epoch: u32,
     /// Byte offset in every pad of the Lamport buffer this call uses.
     pub buffer_off: u64,
 }
 
 impl LamportCall {
+    /// Starts the call and counts it (NOTE [call count] in `sync.rs`).
+    ///
     /// # Safety
-    /// `pads[rank]` must be this rank's mapped signal pad.
+    /// `pads[rank]` must be this rank's mapped signal pad; every thread of
+    /// the block calls it together, at the block's start.
     #[inline(always)]
     pub unsafe fn begin(pads: &[u64; MAX_RANKS], rank: u32) -> Self {
         let own_pad = pick(pads, rank) as *mut u32;
-        // SAFETY: the caller passes this rank's mapped pad.
-        let epoch = unsafe { call_epoch(own_pad) };
+        // SAFETY: the caller passes this rank's mapped pad, in every
+        // thread of the block together.
+        let epoch = unsafe { start_lamport_call(own_pad) };
         LamportCall {
             own_pad,
             epoch,
@@ -49,16 +53,6 @@ impl LamportCall {
         }
     }
 
-    /// Ends the call: `sync::finish_call` with its epoch.
-    ///
-    /// # Safety
-    /// Every thread of the grid calls it, after its last access to the
-    /// call's buffer.
-    #[inline(always)]
-    pub unsafe fn finish(&self) {
-        // SAFETY: `own_pad` is this rank's pad; every thread gets here.
-        unsafe { finish_call(self.own_pad, self.epoch) }
-    }
 }
 
 /// NOTE [lamport]: -0.0 becomes +0.0, then the sign bits flip, so no
