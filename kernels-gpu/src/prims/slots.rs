@@ -52,7 +52,6 @@ impl LamportCall {
                 + (epoch & 1) as u64 * LAMPORT_BUFFER_BYTES as u64,
         }
     }
-
 }
 
 /// NOTE [lamport]: -0.0 becomes +0.0, then the sign bits flip, so no
