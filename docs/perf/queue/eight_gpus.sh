@@ -5,7 +5,7 @@
 #      auto and NCCL, graph of 16 calls replayed free-running (as
 #      ../shared/results/2026-11-27/h100x4/bench_w4_graph16_1GiB at 4);
 #   2. the decode stack at TP8 (8 Llama layers in one graph; none, NCCL,
-#      ours, fused; llama3-8b and -70b, batch 1-64);
+#      ours, fused, fused-prefetch (v22); llama3-8b and -70b, batch 1-64);
 #   3. the GPU suite's check at world 8 with --require-forms (every form
 #      of ours checked exactly, reduced counts);
 #   0. first, `intranode-bench link` (v19): what NVLink carries with every
@@ -52,7 +52,7 @@ grep -E "^\[0\]\s*(1024|65536|262144|1048576|4194304|16777216|67108864|268435456
     "$OUT/bench_w8.log" | head -40
 
 echo "== 2. decode stack at TP8"
-timeout 115 $R 110 -- "$D/intranode-bench" decode --out "$T/decode" >"$OUT/decode_w8.log" 2>&1
+timeout 115 $R 110 -- "$D/intranode-bench" decode --variants none,nccl,ours,fused,fused-prefetch --out "$T/decode" >"$OUT/decode_w8.log" 2>&1
 echo "rc=$?"
 cp "$T/decode/decode_w8.json" "$OUT/" 2>/dev/null
 grep -E "^\[0\] \|" "$OUT/decode_w8.log" | head -40

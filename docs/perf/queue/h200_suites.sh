@@ -1,9 +1,10 @@
 #!/bin/bash
 # Queued (issue 34; written in v19) for a machine of 4 H200 (2 H200 ran
 # it in v21 call B, docs/perf/v21/NOTES.md: all passed; the link probe
-# gave ~360 GB/s there). The leak and fault suites have not run on 4
-# H200. `intranode-bench hop` (v21, not yet run anywhere): one NVLink hop
-# and the launch floor, the fixed costs of the Lamport forms. The link probe,
+# gave ~360 GB/s there). The fault suite has not run on 4 H200 (v22 call
+# G ran `recreate` there: no leak). `intranode-bench hop`: one NVLink hop
+# and the launch floor (v22: 0.66-0.74 us and 0.58-0.63 us on 4 H200,
+# docs/perf/v22/NOTES.md). The link probe,
 # new in v19, has only H100 figures (docs/perf/v19/NOTES.md: 365 GB/s at
 # most from one GPU). From the repo root with intranode-run.gz,
 # intranode-bench.gz and intranode-suite.gz (`cargo xtask device-bundle`)

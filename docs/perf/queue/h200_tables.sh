@@ -1,7 +1,8 @@
 #!/bin/bash
 # Queued (issue 34; written in v20) for a machine of 4 H200: the issue's
 # tables have 4-GPU figures on H100 only (docs/perf/v21/NOTES.md; 2 H200
-# ran the world-2 table in v21 call B; no 4-H200 machine came). From the repo
+# ran the world-2 table in v21 call B; v22 call G, on the first 4-H200
+# machine, ran auto and NCCL to 256 MiB only: docs/perf/v22/NOTES.md). From the repo
 # root with intranode-run.gz and intranode-bench.gz (`cargo xtask
 # device-bundle`) in bundle/:
 #   OUT=DIR bash docs/perf/queue/h200_tables.sh
