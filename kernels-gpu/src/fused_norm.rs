@@ -27,21 +27,22 @@
 //! (`norm.rs`) too: one definition for both paths.
 //!
 //! NOTE [l2 prefetch]: while a block waits for the peers' slots, HBM is
-//! idle for the ~3 us of a launch and an NVLink hop; the GEMM that
-//! follows the norm in a decode step then streams its weights from HBM.
-//! Where the host passes a region (the next GEMM's weights), the last
-//! `prefetch_blocks` blocks of the grid, after their share of the push,
-//! ask L2 for it in `PREFETCH_PIECE_BYTES` pieces (`cp.async.bulk.prefetch.L2`,
-//! one instruction a piece, nothing waited for) and walk no rows: the
-//! rows' blocks poll as before, and the pieces are dealt round-robin over
-//! the prefetching blocks (piece `k` to block `k mod prefetch_blocks`), so
-//! as many SMs' copy engines as the host gave ask at once (the technique
-//! of PRESERVE, arXiv 2501.08192). Piece `k` starts `k * prefetch_stride`
+//! idle for the 2-3 us of a launch and an NVLink hop (0.86 us and 0.65 us
+//! on H100, `intranode-bench hop`); the GEMM that follows the norm in a
+//! decode step then streams its weights from HBM. Where the host passes
+//! a region (the next GEMM's weights), the last `prefetch_blocks` blocks
+//! of the grid, after their share of the push, ask L2 for it in
+//! `PREFETCH_PIECE_BYTES` pieces (`cp.async.bulk.prefetch.L2`, one
+//! instruction a piece, nothing waited for) and walk no rows: the rows'
+//! blocks poll as before, and the pieces are dealt round-robin over the
+//! prefetching blocks (piece `k` to block `k mod prefetch_blocks`), so as
+//! many SMs' copy engines as the host gave ask at once (the technique of
+//! PRESERVE, arXiv 2501.08192). Piece `k` starts `k * prefetch_stride`
 //! bytes in: one run from the region's start, or pieces spread evenly
 //! over a region larger than the bytes asked (a GEMM split over `k`
-//! starts reading at several places at once). The prefetch changes no value: every
-//! output has the bits it has without it. The blocks are extra, so the
-//! rows' blocks and their sums do not change either.
+//! starts reading at several places at once). The prefetch changes no
+//! value: every output has the bits it has without it. The blocks are
+//! extra, so the rows' blocks and their sums do not change either.
 
 use crate::elem::Element;
 use crate::layout::{
