@@ -417,7 +417,7 @@ pub unsafe fn call_epoch(own_pad: *const u32) -> u32 {
 /// Before (v21), every block counted itself at its end with an
 /// `atom.add.acq_rel.gpu` after a block barrier, as the barrier forms
 /// still do ([`finish_call`]): the release waited for the block's NVLink
-/// stores to be acknowledged, 0.29-0.36 us a call at every size of the
+/// stores to be acknowledged, 0.30-0.37 us a call at every size of the
 /// Lamport forms (docs/perf/v22/NOTES.md, call E). The next kernel reads
 /// the new count only once this one has ended (stream order, or
 /// `griddepcontrol.wait` under launch overlap), as before; the barrier
