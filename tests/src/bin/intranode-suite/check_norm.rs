@@ -143,8 +143,8 @@ fn same_on_every_rank<T: DType>(r: &mut Rank, got: &Outputs<T>, how: &str) -> Re
     Ok(())
 }
 
-/// Bytes of the region the prefetching calls name: past the default
-/// cap's pieces would be slow to allocate per call; 1 MiB is 32 pieces.
+/// Bytes of the region the prefetching calls name: 32 pieces. The default
+/// cap's 8 MiB would be slow to allocate on every call.
 const PREFETCH_REGION_BYTES: usize = 1 << 20;
 
 /// One eager call of `rows x hidden` with `path` forced (or not);
