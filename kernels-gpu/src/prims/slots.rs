@@ -16,19 +16,15 @@ use crate::prims::reduce::{combine_in_order, finish_op};
 use crate::ptx;
 use crate::sync::{ReportTo, Wait, pick, poll_until, report, start_lamport_call};
 
-/// A Lamport call's set-up, the same in every form: this rank's pad, the
-/// call's epoch (`sync::start_lamport_call`) and the offset in every pad of the
-/// buffer the call uses, `epoch & 1` (NOTE [lamport]). Users address
-/// their own area as `pick(&p.pads, p.rank) + offset`, not from
-/// `own_pad`: that form took `lamport_rs_{bf16,f16}_w2` from 48 to 52
+/// A Lamport call's set-up, the same in every form: the offset in every
+/// pad of the buffer the call uses, `epoch & 1` (NOTE [lamport]), the
+/// call's epoch coming from `sync::start_lamport_call`, which also counts
+/// the call (so nothing is left to do at its end). Users address their
+/// own area as `pick(&p.pads, p.rank) + offset`, not from a kept pad
+/// pointer: that form took `lamport_rs_{bf16,f16}_w2` from 48 to 52
 /// registers (ptxas, sm_90).
 #[derive(Clone, Copy, Debug)]
 pub struct LamportCall {
-    /// This rank's signal pad.
-    pub own_pad: *mut u32,
-    /// One more than the collective calls this rank counted before it:
-    /// by its parity, the buffer the call uses.
-    pub epoch: u32,
     /// Byte offset in every pad of the Lamport buffer this call uses.
     pub buffer_off: u64,
 }
@@ -46,8 +42,6 @@ impl LamportCall {
         // thread of the block together.
         let epoch = unsafe { start_lamport_call(own_pad) };
         LamportCall {
-            own_pad,
-            epoch,
             buffer_off: LAMPORT_OFFSET_BYTES as u64
                 + (epoch & 1) as u64 * LAMPORT_BUFFER_BYTES as u64,
         }
