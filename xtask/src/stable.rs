@@ -167,6 +167,49 @@ pub fn msrv_toolchain(root: &Path) -> Result<String> {
     })
 }
 
+/// Removes the sources cargo unpacked from earlier dry runs' overlay
+/// registries: `$CARGO_HOME/registry/src/-HASH/NAME-0.1.0` for each
+/// published NAME.
+///
+/// `cargo publish --workspace --dry-run` serves the workspace's packages
+/// from a local registry under the target folder and unpacks each into
+/// `$CARGO_HOME/registry/src/`, in a folder named after a hash of that
+/// registry's path (no host, hence the leading `-`). Cargo unpacks a
+/// package only once: where the folder exists it builds what is there. CI
+/// clones to the same path every run with the same `CARGO_HOME`, so the
+/// dry run on 0236d23 built an `intranode-kernels-gpu 0.1.0` unpacked by
+/// an earlier run, without the fused norm's prefetch fields, and failed.
+/// Clones at a new path each time never hit it.
+fn clear_unpacked_overlay() -> Result<()> {
+    let home = match std::env::var_os("CARGO_HOME") {
+        Some(home) => std::path::PathBuf::from(home),
+        None => match std::env::var_os("HOME") {
+            Some(home) => Path::new(&home).join(".cargo"),
+            None => return Ok(()),
+        },
+    };
+    let src = home.join("registry").join("src");
+    let Ok(registries) = std::fs::read_dir(&src) else {
+        return Ok(());
+    };
+    for registry in registries {
+        let registry = registry.with_context(|| format!("listing {}", src.display()))?;
+        // crates.io's folder is `index.crates.io-HASH`; only local
+        // registries (the dry runs' overlays) have no host.
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for p in PUBLISHED {
+            let unpacked = registry.path().join(format!("{p}-0.1.0"));
+            if unpacked.exists() {
+                std::fs::remove_dir_all(&unpacked)
+                    .with_context(|| format!("clearing {}", unpacked.display()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `cargo xtask package`:
 /// 1. the published names ([`check_published_names`]);
 /// 2. `cargo publish --workspace --dry-run`: cargo packages every
@@ -210,6 +253,7 @@ pub fn run_packaged(root: &Path) -> Result<()> {
         std::fs::remove_dir_all(&dry_run_dir)
             .with_context(|| format!("clearing {}", dry_run_dir.display()))?;
     }
+    clear_unpacked_overlay()?;
     let dry_run_dir = dry_run_dir
         .to_str()
         .context("the target folder's path is not UTF-8")?;
