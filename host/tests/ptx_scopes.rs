@@ -160,6 +160,10 @@ fn every_probed_instruction_is_used_by_the_production_kernels() {
             "probe_atom_add_relaxed_gpu_u64",
             "atom.add.relaxed.gpu.global.u64",
         ),
+        (
+            "probe_red_add_relaxed_gpu_u64",
+            "red.relaxed.gpu.global.add.u64",
+        ),
         ("probe_globaltimer_ns", "%globaltimer"),
     ] {
         assert!(SCOPE_PROBES.contains(&probe), "{probe} is not listed");
@@ -216,11 +220,17 @@ fn block_counter_atomic_has_gpu_scope() {
         "atom_add_relaxed_gpu_u64",
         "atom.add.relaxed.gpu.global.u64",
     );
-    let body = entry_body(PTX, "probe_atom_add_relaxed_gpu_u64");
-    assert!(
-        !body.contains("fence") && !body.contains("membar"),
-        "{body}"
-    );
+    assert_probe("red_add_relaxed_gpu_u64", "red.relaxed.gpu.global.add.u64");
+    for probe in [
+        "probe_atom_add_relaxed_gpu_u64",
+        "probe_red_add_relaxed_gpu_u64",
+    ] {
+        let body = entry_body(PTX, probe);
+        assert!(
+            !body.contains("fence") && !body.contains("membar"),
+            "{probe}: {body}"
+        );
+    }
 }
 
 #[test]

@@ -823,6 +823,7 @@ mod table {
         "probe_ld_relaxed_sys_u32",
         "probe_ld_relaxed_sys_v4_u32",
         "probe_prefetch_bulk_l2",
+        "probe_red_add_relaxed_gpu_u64",
         "probe_st_global_v4_u32",
         "probe_st_relaxed_sys_u32",
         "probe_st_relaxed_sys_v4_u32",

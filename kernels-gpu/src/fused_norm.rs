@@ -49,7 +49,7 @@ use crate::layout::{
     FORM_FUSED_NORM, FusedNormParams, OP_SUM, PREFETCH_PIECE_BYTES, lamport_stride_bytes,
 };
 use crate::prims::row::{WARP, add_vec, block_sum, inv_rms, scale_vec, sum_sq_vec};
-use crate::prims::slots::{LamportCall, push_slots, reduce_slots, take};
+use crate::prims::slots::{push_slots, reduce_slots, take};
 use crate::ptx;
 use crate::sync::pick;
 
@@ -81,10 +81,6 @@ pub(crate) unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormPa
     {
         ptx::trap();
     }
-    // SAFETY: the host passes this rank's mapped pad; every thread of the
-    // block gets here (the check above traps whole blocks or none).
-    let call = unsafe { LamportCall::begin(&a.pads, a.rank) };
-    let buffer_off = call.buffer_off;
     let elems = a.elems as usize;
     let vecs = elems / T::LANES;
     let slot_bytes = lamport_stride_bytes(vecs) as u64;
@@ -92,8 +88,11 @@ pub(crate) unsafe fn lamport_rmsnorm<T: Element, const W: usize>(p: &FusedNormPa
     let tid = ptx::block_idx_x() as usize * threads + t;
     let stride = ptx::grid_dim_x() as usize * threads;
 
-    // SAFETY: the slots hold the whole message (caller's promise).
-    unsafe { push_slots::<T, W>(a, buffer_off, slot_bytes, vecs, true, tid, stride) };
+    // SAFETY: the host passes this rank's mapped pad; every thread of the
+    // block gets here (the check above traps whole blocks or none); the
+    // slots hold the whole message (caller's promise).
+    let call = unsafe { push_slots::<T, W>(a, slot_bytes, vecs, true, tid, stride) };
+    let buffer_off = call.buffer_off;
 
     // The prefetching blocks are the grid's last (NOTE [l2 prefetch]).
     let grid = ptx::grid_dim_x() as usize;

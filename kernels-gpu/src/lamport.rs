@@ -76,19 +76,18 @@ use crate::sync::pick;
 /// `lamport_slot_bytes(W)`; every rank passes the same `p.elems`.
 #[inline(always)]
 pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
-    // SAFETY: the host passes this rank's mapped pad; every thread of the
-    // block starts here.
-    let call = unsafe { LamportCall::begin(&p.pads, p.rank) };
-    let buffer_off = call.buffer_off;
     let elems = p.elems as usize;
     let vecs = crate::math::div_ceil(elems, T::LANES);
     let slot_bytes = lamport_stride_bytes(vecs) as u64;
     let aligned = crate::math::all_vec_aligned(&[p.input as usize, p.output as usize]);
     let (tid, stride) = grid::place();
 
-    // Push: our slot on every rank, ourselves included.
-    // SAFETY: the slots hold the whole message (caller's promise).
-    unsafe { push_slots::<T, W>(p, buffer_off, slot_bytes, vecs, aligned, tid, stride) };
+    // Start the call and push our slot on every rank, ourselves included.
+    // SAFETY: the host passes this rank's mapped pad; every thread of the
+    // block starts here; the slots hold the whole message (caller's
+    // promise).
+    let call = unsafe { push_slots::<T, W>(p, slot_bytes, vecs, aligned, tid, stride) };
+    let buffer_off = call.buffer_off;
 
     // Poll our own buffer, reduce in rank order, zero what was read.
     let own = pick(&p.pads, p.rank) + buffer_off;
@@ -107,45 +106,62 @@ pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllR
 /// `lamport2_slot_bytes(W) / 16`; every rank passes the same `p.elems`.
 #[inline(always)]
 pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
-    // SAFETY: the host passes this rank's mapped pad; every thread of the
-    // block starts here.
-    let call = unsafe { LamportCall::begin(&p.pads, p.rank) };
-    let scatter_off = call.buffer_off;
     let elems = p.elems as usize;
     let vecs = crate::math::div_ceil(elems, T::LANES);
     let shard = crate::math::div_ceil(vecs, W);
     let slot_bytes = lamport_stride_bytes(shard) as u64;
-    let gather_off = scatter_off + W as u64 * slot_bytes;
     let aligned = crate::math::all_vec_aligned(&[p.input as usize, p.output as usize]);
     let (tid, stride) = grid::place();
     let me = p.rank as usize;
 
     // Scatter: shard r of our input into our slot of rank r's scatter
     // area. A thread loads its vector of every shard before it stores any
-    // (v9: one HBM latency per vector position, not W).
-    let dst = slot_on_every_rank::<W>(p, scatter_off, slot_bytes);
+    // (v9: one HBM latency per vector position, not W): all loads of a
+    // group of ranks in flight before its stores, one group of up to 4
+    // ranks; on more, groups of two (four or eight loads in flight take
+    // the kernel past 128 registers). Constant indices (`unroll!`, and
+    // macros rather than closures): a loop around `load_vec` stays rolled
+    // and moves `v` to local memory. The first group's loads of the first
+    // position go before the call is counted (NOTE [loads before the
+    // count] in `prims/slots.rs`), and each position's before the loop
+    // comes back to store them.
+    let group = if W <= 4 { 4 } else { 2 };
+    let mut v = [[0u32; 4]; W];
+    macro_rules! load_group {
+        ($g:expr, $j:expr) => {
+            unroll!(k in [0 1 2 3] => {
+                if k < group
+                    && let Some(v) = v.get_mut($g * group + k)
+                {
+                    let i = kth_destination::<W>(me, $g * group + k) * shard + $j;
+                    // Past the message: encoded zeros (NOTE [lamport
+                    // two-shot]).
+                    *v = if i < vecs {
+                        // SAFETY: vector i lies inside the input.
+                        unsafe { load_vec(p.input as *const T, i, elems, aligned) }
+                    } else {
+                        [0; 4]
+                    };
+                }
+            })
+        };
+    }
     let mut j = tid;
+    if j < shard {
+        load_group!(0, j);
+    }
+    // SAFETY: the host passes this rank's mapped pad; every thread of the
+    // block starts here (the loads above touch no pad).
+    let call = unsafe { LamportCall::begin(&p.pads, p.rank) };
+    let scatter_off = call.buffer_off;
+    let gather_off = scatter_off + W as u64 * slot_bytes;
+    let dst = slot_on_every_rank::<W>(p, scatter_off, slot_bytes);
     while j < shard {
-        let mut v = [[0u32; 4]; W];
-        // All loads of a group of ranks in flight before its stores: one
-        // group of up to 4 ranks; on more, groups of two (four or eight
-        // loads in flight take the kernel past 128 registers). Constant
-        // indices (`unroll!`): a loop around `load_vec` stays rolled and
-        // moves `v` to local memory.
-        let group = if W <= 4 { 4 } else { 2 };
         unroll!(g in [0 1 2 3] => {
             if g * group < W {
-                unroll!(k in [0 1 2 3] => {
-                    if k < group
-                        && let Some(v) = v.get_mut(g * group + k)
-                    {
-                        let i = kth_destination::<W>(me, g * group + k) * shard + j;
-                        if i < vecs {
-                            // SAFETY: vector i lies inside the input.
-                            *v = unsafe { load_vec(p.input as *const T, i, elems, aligned) };
-                        }
-                    }
-                });
+                if g > 0 {
+                    load_group!(g, j);
+                }
                 unroll!(k in [0 1 2 3] => {
                     if k < group
                         && let (Some(v), Some(dst)) = (v.get(g * group + k), dst.get(g * group + k))
@@ -157,6 +173,9 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
             }
         });
         j += stride;
+        if j < shard {
+            load_group!(0, j);
+        }
     }
 
     // Reduce our shard; write it out and store it into our slot of every

@@ -85,6 +85,14 @@ pub unsafe extern "ptx-kernel" fn probe_atom_add_relaxed_gpu_u64(p: *mut u64) {
 }
 
 /// # Safety
+/// Never launched; `p` would have to be a valid, 8-byte aligned address.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn probe_red_add_relaxed_gpu_u64(p: *mut u64) {
+    // SAFETY: see the function's contract.
+    unsafe { ptx::red_add_relaxed_gpu_u64(p, 1) }
+}
+
+/// # Safety
 /// Never launched; `p` would have to be a valid global address.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn probe_block_broadcast_u32(p: *mut u32) {

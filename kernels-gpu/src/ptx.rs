@@ -479,3 +479,18 @@ pub unsafe fn atom_add_relaxed_gpu_u64(p: *mut u64, v: u64) -> u64 {
     }
     old
 }
+
+/// `red.relaxed.gpu.global.add.u64`: [`atom_add_relaxed_gpu_u64`] without
+/// the old value, so the thread does not wait for the L2's answer (NOTE
+/// [call count] in `sync.rs`: the last block's add, whose old value is
+/// known already).
+///
+/// # Safety
+/// `p` must be a valid, 8-byte aligned global address.
+#[inline(always)]
+pub unsafe fn red_add_relaxed_gpu_u64(p: *mut u64, v: u64) {
+    // SAFETY: the caller guarantees `p` is a valid, aligned global address.
+    unsafe {
+        asm!("red.relaxed.gpu.global.add.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack));
+    }
+}

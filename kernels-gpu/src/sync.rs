@@ -410,10 +410,14 @@ pub unsafe fn call_epoch(own_pad: *const u32) -> u32 {
 /// (high half, [`CALL_COUNTER`]). Thread 0 of each block adds 1 to it
 /// (`atom.add.relaxed.gpu.u64`): the old value gives the block its epoch
 /// (calls + 1) and tells the last block to arrive that it is last; that
-/// block adds `2^32 - grid`, which zeroes the count of blocks and counts
-/// the call. Every access to the two halves within a call goes through
-/// that word, so coherence orders them (every block's add, then the last
-/// one's): no block can see the new count, and no fence is needed.
+/// block adds `2^32 - grid` (a `red`: nothing waits for it), which
+/// zeroes the count of blocks and counts the call. Every access to the two
+/// halves within a call goes through that word, so coherence orders them
+/// (every block's add, then the last one's): no block can see the new
+/// count, and no fence is needed. The add's answer is an L2 round trip
+/// that every store of the call waits for (the epoch picks the buffer), so
+/// the forms issue their first loads of the input before it (NOTE [loads
+/// before the count] in `prims/slots.rs`).
 /// Before (v21), every block counted itself at its end with an
 /// `atom.add.acq_rel.gpu` after a block barrier, as the barrier forms
 /// still do ([`finish_call`]): the release waited for the block's NVLink
@@ -443,7 +447,10 @@ pub unsafe fn start_lamport_call(own_pad: *mut u32) -> u32 {
             epoch = ((old >> 32) as u32).wrapping_add(1);
             let grid = ptx::grid_dim_x();
             if (old as u32).wrapping_add(1) == grid {
-                ptx::atom_add_relaxed_gpu_u64(word, (1u64 << 32).wrapping_sub(grid as u64));
+                // No old value wanted: a `red`, which the thread does not
+                // wait for (an `atom` held the last block's stores back by
+                // one more L2 round trip).
+                ptx::red_add_relaxed_gpu_u64(word, (1u64 << 32).wrapping_sub(grid as u64));
             }
         }
     }

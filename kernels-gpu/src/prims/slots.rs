@@ -23,6 +23,18 @@ use crate::sync::{ReportTo, Wait, pick, poll_until, report, start_lamport_call};
 /// own area as `pick(&p.pads, p.rank) + offset`, not from a kept pad
 /// pointer: that form took `lamport_rs_{bf16,f16}_w2` from 48 to 52
 /// registers (ptxas, sm_90).
+///
+/// NOTE [loads before the count]: `begin` waits for an L2 round trip (the
+/// count's `atom`, NOTE [call count] in `sync.rs`), and no store of the
+/// call can go before it, since the epoch picks the buffer. The input's
+/// loads do not need the epoch: the one-shot's push ([`push_slots`]) and
+/// the two-shot's scatter (`lamport::lamport2`) issue their first ones
+/// before `begin`, so the two latencies overlap instead of adding up. The
+/// input is the previous kernel's output, so those loads come after
+/// `griddepcontrol.wait` as before (the entries' prologue); only the
+/// count moved behind them. Prediction (v23, not yet measured): about one
+/// L2 round trip less a call, 0.2-0.4 us, at the sizes where a thread
+/// has one or two vectors (up to about 1 MiB at 4 ranks).
 #[derive(Clone, Copy, Debug)]
 pub struct LamportCall {
     /// Byte offset in every pad of the Lamport buffer this call uses.
@@ -348,26 +360,27 @@ unsafe fn wait_slots<const W: usize, const FORM: u32>(
     (raw, arrived)
 }
 
-/// The one-shot's push (NOTE [lamport]): this thread's vectors `tid, tid
-/// + stride, ...` below `vecs` of `p.input` (`p.elems` elements), encoded,
-/// into this rank's slot of the buffer at `buffer_off` on every rank.
+/// Starts the call ([`LamportCall::begin`]) and does the one-shot's push
+/// (NOTE [lamport]): this thread's vectors `tid, tid + stride, ...` below
+/// `vecs` of `p.input` (`p.elems` elements), encoded, into this rank's
+/// slot of the call's buffer on every rank. The first [`PUSH_AHEAD`] loads
+/// issue before the call is counted (NOTE [loads before the count]).
 ///
 /// # Safety
 /// `p.pads` must hold the mapped pads of W ranks (`rank < W`); `p.input`
 /// holds `p.elems` elements in `vecs` vectors; W slots of `slot_bytes`
-/// (which hold `vecs` vectors) fit the buffer at `buffer_off`.
+/// (which hold `vecs` vectors) fit a Lamport buffer; every thread of the
+/// block calls it together, at the block's start.
 #[inline(always)]
 pub unsafe fn push_slots<T: Element, const W: usize>(
     p: &AllReduceParams,
-    buffer_off: u64,
     slot_bytes: u64,
     vecs: usize,
     aligned: bool,
     tid: usize,
     stride: usize,
-) {
+) -> LamportCall {
     let elems = p.elems as usize;
-    let dst = slot_on_every_rank::<W>(p, buffer_off, slot_bytes);
     let load = |i: usize| {
         if i < vecs {
             // SAFETY: i < vecs lies inside the caller's input.
@@ -382,6 +395,10 @@ pub unsafe fn push_slots<T: Element, const W: usize>(
     const { assert!(PUSH_AHEAD == 3) };
     let mut i = tid;
     let (mut v0, mut v1, mut v2) = (load(i), load(i + stride), load(i + 2 * stride));
+    // SAFETY: the caller passes this rank's mapped pad, in every thread of
+    // the block together, at its start (the loads above touch no pad).
+    let call = unsafe { LamportCall::begin(&p.pads, p.rank) };
+    let dst = slot_on_every_rank::<W>(p, call.buffer_off, slot_bytes);
     while i < vecs {
         let v3 = load(i + 3 * stride);
         let e = encode::<T>(v0);
@@ -394,4 +411,5 @@ pub unsafe fn push_slots<T: Element, const W: usize>(
         (v0, v1, v2) = (v1, v2, v3);
         i += stride;
     }
+    call
 }
