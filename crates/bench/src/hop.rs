@@ -157,7 +157,7 @@ pub fn run(args: &HopArgs) -> Result<()> {
             hop_ns.sort_by(f64::total_cmp);
             let median = hop_ns[hop_ns.len() / 2];
             println!(
-                "[0] {:>8} {:>14.0} {:>14.0} {:>22}",
+                "{:>8} {:>14.0} {:>14.0} {:>22}",
                 format!("0<->{partner}"),
                 median,
                 2.0 * median,
@@ -199,13 +199,8 @@ fn launch_floor(r: &Rank, module: &TestKernelModule, args: &HopArgs) -> Result<(
     }
     us.sort_by(f64::total_cmp);
     println!(
-        "[{}] hop: launch floor, a graph of {} empty kernels: {:.2} us per kernel (median of 5 runs of {} replays; {:.2}-{:.2})",
-        r.rank(),
-        args.graph_kernels,
-        us[2],
-        args.graph_replays,
-        us[0],
-        us[4]
+        "hop: launch floor, a graph of {} empty kernels: {:.2} us per kernel (median of 5 runs of {} replays; {:.2}-{:.2})",
+        args.graph_kernels, us[2], args.graph_replays, us[0], us[4]
     );
     Ok(())
 }

@@ -1,0 +1,115 @@
+#!/bin/bash
+# Queued in v23 (issue 34, items 2 and 3): NOTE [loads before the count]
+# (`kernels-gpu/src/prims/slots.rs`) has not run on a GPU. The Lamport
+# one-shot, two-shot and fused norm now issue their first input loads
+# before the call count's atomic, and the last block's add is a `red`.
+# Written when this work's device time was spent, so no A/B against the
+# previous build in one call: compare with v22 call F (4 H100, the same
+# tables: docs/perf/v22/NOTES.md) and, robust across machines, with NCCL
+# in the same run.
+# Prediction: -0.2 to -0.4 us a call for the one-shot (1 KiB 2.46 ->
+# ~2.15 us on 4 H100) and the two-shot, and for the fused norm in
+# decode; nothing slower anywhere.
+#
+# From the repo root with the device bundle (`cargo xtask device-bundle`)
+# in bundle/:   OUT=DIR bash docs/perf/queue/v23_early_loads.sh
+# On 4 GPUs or more it uses GPUs 0-3 (and 0,1 for world 2); on 2, world 2
+# only; on 1, correctness only (4 ranks on the one GPU). Correctness first:
+#   1. `check` stress (2000 calls), graph, norm (half the fused calls
+#      prefetching) and scatter-gather at world 4; stress and
+#      scatter-gather with 8 ranks on 4 GPUs (every W=8 kernel);
+#   2. `faults-suite --only lamport` (a skipped call, late ranks at both
+#      Lamport forms, a killed rank);
+#   3. the Lamport forms, auto and NCCL at 1 KiB-4 MiB, world 4 then 2,
+#      two turns (graph of 16, free-running, every result checked);
+#   4. decode at TP4: none / nccl / ours / fused / fused-prefetch, 8B and
+#      70B, batches 1, 8, 64, two turns;
+#   5. the GPU tests (`INTRANODE_REQUIRE_GPUS`).
+# Writes summary.txt and logs.tgz; about 5 minutes on 4 GPUs.
+set -u
+: "${OUT:?set OUT}"
+export NCCL_NVLS_ENABLE=0
+D=/tmp/v23-early && rm -rf $D && mkdir -p $D
+for f in bundle/*.gz; do
+    n=$(basename "$f" .gz)
+    gzip -dc "$f" >"$D/$n" && chmod +x "$D/$n" || exit 1
+done
+for b in intranode-run intranode-bench intranode-suite; do
+    [ -x $D/$b ] || { echo "bundle/$b.gz missing" | tee $OUT/summary.txt; exit 1; }
+done
+N=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+rows() { grep -E '^\[0\] +[0-9]+ +[a-z+-]+ +[a-z+-]+ +[0-9.]+' $1 | awk '{printf "%s %s %s %s; ", $2, substr($3,1,9), $(NF-2), $(NF-1)}'; echo; }
+run() { # timeout, ranks, gpus ("" = the first ranks), command...
+    local t=$1 n=$2 g=$3
+    shift 3
+    if [ -n "$g" ]; then
+        INTRANODE_ALLOW_OVERLAPPING_DEVICES=1 timeout $t $D/intranode-run --failure-wait-secs 10 \
+            --timeout $((t - 5)) --nproc-per-node $n --gpus $g -- "$@"
+    else
+        timeout $t $D/intranode-run --failure-wait-secs 10 --timeout $((t - 5)) --nproc-per-node $n -- "$@"
+    fi
+}
+{
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+git log -1 --format='commit %h %s' 2>/dev/null | cut -c1-100
+echo "GPUs: $N"
+[ "$N" -ge 1 ] || { echo "no GPU"; exit 1; }
+G4=""
+[ "$N" -lt 4 ] && G4=$(seq -s, 0 $((N - 1)) | awk -F, '{for (i = 0; i < 4; i++) printf "%s%s", (i ? "," : ""), $((i % NF) + 1)}')
+export INTRANODE_REQUIRE_GPUS=1
+for part in "stress --stress-calls 2000" graph norm scatter-gather; do
+    set -- $part
+    name=$1
+    [ $SECONDS -gt 200 ] && { echo "== check --only-$name skipped ($SECONDS s)"; continue; }
+    run 120 4 "$G4" $D/intranode-suite check --only-$* >$D/check_$name.log 2>&1
+    echo "== check --only-$name, 4 ranks${G4:+ on GPUs $G4} rc=$? ($SECONDS s)"
+    grep -E "check rank 0|FAIL|rror|wrong" $D/check_$name.log | head -2 | cut -c1-250
+done
+if [ "$N" -ge 4 ]; then
+    for part in "stress --stress-calls 1000" scatter-gather; do
+        set -- $part
+        name=$1
+        [ $SECONDS -gt 240 ] && { echo "== 8 ranks --only-$name skipped ($SECONDS s)"; continue; }
+        run 100 8 0,1,2,3,0,1,2,3 $D/intranode-suite check --only-$* >$D/check8_$name.log 2>&1
+        echo "== check --only-$name, 8 ranks on 4 GPUs rc=$? ($SECONDS s)"
+        grep -E "^\[0\] check|FAIL|rror|wrong" $D/check8_$name.log | head -2 | cut -c1-250
+    done
+fi
+export INTRANODE_TEST_BIN_DIR=$D
+if [ "$N" -ge 4 ]; then
+    CUDA_VISIBLE_DEVICES=0,1,2,3 timeout 60 $D/intranode-suite faults-suite --nproc 4 --only lamport \
+        >$D/faults_lamport.log 2>&1
+    echo "== faults-suite --nproc 4 --only lamport rc=$? ($SECONDS s)"
+    grep -E "^faults-suite: (PASS|FAIL)|all [0-9]+ cases|failed" $D/faults_lamport.log | cut -c1-170
+fi
+unset INTRANODE_REQUIRE_GPUS
+for turn in 1 2; do
+    for w in 4 2; do
+        [ "$N" -ge $w ] || continue
+        [ $SECONDS -gt 380 ] && { echo "== sweep turn $turn, world $w skipped ($SECONDS s)"; continue; }
+        CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((w - 1))) run 100 $w "" $D/intranode-bench bench --ks 16 \
+            --graph-only --no-decode --no-skew --algos lamport,lamport-two-shot,auto,nccl \
+            --min-bytes 1024 --max-bytes 4194304 --out $D/o$w >$D/lamport_w${w}_$turn.log 2>&1
+        echo "== Lamport forms, world $w, turn $turn rc=$? ($SECONDS s)"
+        grep -E "FAIL|mismatch|rror" $D/lamport_w${w}_$turn.log | head -2
+        rows $D/lamport_w${w}_$turn.log
+    done
+    [ "$N" -ge 4 ] || continue
+    [ $SECONDS -gt 400 ] && { echo "== decode turn $turn skipped ($SECONDS s)"; continue; }
+    CUDA_VISIBLE_DEVICES=0,1,2,3 run 60 4 "" $D/intranode-bench decode --batches 1,8,64 \
+        --variants none,nccl,ours,fused,fused-prefetch --out $D/d >$D/decode_$turn.log 2>&1
+    echo "== decode TP4, turn $turn rc=$? ($SECONDS s) (model batch: none us/layer; nccl ours fused fused-prefetch over none)"
+    grep -E "^\| llama" $D/d/decode_w4.md | head -6
+done
+if [ "$N" -ge 4 ] && [ $SECONDS -lt 420 ]; then
+    export INTRANODE_REQUIRE_GPUS=4
+    for t in test-intranode test-ptx_scopes; do
+        [ -x $D/$t ] || continue
+        (cd $D && CUDA_VISIBLE_DEVICES=0,1,2,3 timeout 100 ./$t --test-threads=1) >$D/$t.log 2>&1
+        echo "== $t rc=$? ($SECONDS s): $(grep -E '^test result' $D/$t.log | tail -1)"
+        grep -E "FAILED|panicked" $D/$t.log | head -3
+    done
+fi
+echo "== done ($SECONDS s)"
+} 2>&1 | tee $OUT/summary.txt
+tar czf $OUT/logs.tgz -C $D $(cd $D && ls *.log) d/decode_w4.md 2>/dev/null
