@@ -754,6 +754,8 @@ mod table {
         PollStorm,
         /// `probe_ping_pong(PingPongParams)`.
         PingPong,
+        /// `probe_store_exit(StoreExitParams)`.
+        StoreExit,
         /// `fill_uniform_<e>(out, n, seed, std)`: the decode benchmark's
         /// random fill.
         FillUniform(Elem),
@@ -761,7 +763,7 @@ mod table {
 
     impl TestKernel {
         /// Launchable kernels of the test PTX: the size of the host's table.
-        pub const COUNT: usize = 3 * Elem::ALL.len() + 4;
+        pub const COUNT: usize = 3 * Elem::ALL.len() + 5;
 
         /// The kernel's place in the host's table, `0..COUNT`.
         pub const fn index(self) -> usize {
@@ -772,7 +774,8 @@ mod table {
                 TestKernel::TimingSpin => 2 * Elem::ALL.len() + 1,
                 TestKernel::PollStorm => 2 * Elem::ALL.len() + 2,
                 TestKernel::PingPong => 2 * Elem::ALL.len() + 3,
-                TestKernel::FillUniform(e) => 2 * Elem::ALL.len() + 4 + e.index(),
+                TestKernel::StoreExit => 2 * Elem::ALL.len() + 4,
+                TestKernel::FillUniform(e) => 2 * Elem::ALL.len() + 5 + e.index(),
             }
         }
 
@@ -787,6 +790,7 @@ mod table {
                     TestKernel::TimingSpin,
                     TestKernel::PollStorm,
                     TestKernel::PingPong,
+                    TestKernel::StoreExit,
                 ])
                 .chain(Elem::ALL.into_iter().map(TestKernel::FillUniform))
         }
@@ -802,6 +806,7 @@ mod table {
                 TestKernel::TimingSpin => f.write_str("timing_spin"),
                 TestKernel::PollStorm => f.write_str("probe_poll_storm"),
                 TestKernel::PingPong => f.write_str("probe_ping_pong"),
+                TestKernel::StoreExit => f.write_str("probe_store_exit"),
                 TestKernel::FillUniform(e) => write!(f, "fill_uniform_{}", e.name()),
             }
         }

@@ -517,6 +517,23 @@ pub struct PingPongParams {
     pub timeout_ns: u64,
 }
 
+/// Parameters of `timing::probe_store_exit`: thread `t < count` of the
+/// one block stores one 16-byte vector of `value` into `dst[t]` the way
+/// `prims::slots::put` does, and the kernel ends. A graph of such kernels
+/// against one of empty kernels gives what a kernel's end costs once it
+/// stored into a peer's memory (`intranode-bench hop`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreExitParams {
+    /// Where thread `t` stores: 16-byte aligned words of this rank's
+    /// memory or of a peer's, through its mapping.
+    pub dst: [u64; MAX_RANKS],
+    /// Threads that store, at most `MAX_RANKS`.
+    pub count: u32,
+    /// The value of each of the vector's four words.
+    pub value: u32,
+}
+
 /// Whether `flag` has reached `epoch`: it holds `epoch`, or `epoch + 1`
 /// (a peer may already have passed this barrier and reached the next one;
 /// it cannot get further without this rank). Anything else is stale, at
@@ -624,6 +641,7 @@ mod tests {
             8 * 8 * 2 + 8 * 8 + 8 * 4 + 8 * 8
         );
         assert_eq!(core::mem::size_of::<ErrorWord>(), 32);
+        assert_eq!(core::mem::size_of::<StoreExitParams>(), 8 * 8 + 4 + 4);
         assert_eq!(
             core::mem::size_of::<BroadcastParams>(),
             8 * 8 * 2 + 6 * 8 + 8

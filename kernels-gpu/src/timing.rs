@@ -7,9 +7,9 @@
 //! waits] in `sync.rs`), and `probe_ping_pong`, the latency of one NVLink
 //! hop as a Lamport wait sees it (a store into a peer, polled there).
 
-use crate::layout::{PingPongParams, PollStormParams};
+use crate::layout::{MAX_RANKS, PingPongParams, PollStormParams, StoreExitParams};
 use crate::ptx;
-use crate::sync::{ERROR_POLL_AFTER_NS, ERROR_POLL_INTERVAL_NS, Wait, poll_until};
+use crate::sync::{ERROR_POLL_AFTER_NS, ERROR_POLL_INTERVAL_NS, Wait, pick, poll_until};
 
 /// Appends `%globaltimer` to a stamp log: `log[0]` counts the stamps
 /// taken, `log[1..=cap]` holds them (those past `cap` are counted, not
@@ -144,5 +144,24 @@ pub unsafe extern "ptx-kernel" fn probe_ping_pong(p: PingPongParams) {
             *out = ptx::globaltimer_ns().wrapping_sub(timed_from);
             *out.add(1) = done as u64;
         }
+    }
+}
+
+/// Thread `t < p.count` of block 0 stores `p.value` into the 16-byte
+/// vector at `p.dst[t]` (`st.relaxed.sys`, as a Lamport form's `put`),
+/// then the kernel ends. Its time in a graph, against an empty kernel's,
+/// is what the end of a kernel costs after stores into peers: the grid
+/// completes only once its stores are performed, which over NVLink takes
+/// their acknowledgment (`intranode-bench hop`).
+///
+/// # Safety
+/// `p.dst[t]` for `t < p.count` must be valid, 16-byte aligned global
+/// addresses that nothing else accesses meanwhile.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn probe_store_exit(p: StoreExitParams) {
+    let t = ptx::thread_idx_x();
+    if ptx::block_idx_x() == 0 && t < p.count && (t as usize) < MAX_RANKS {
+        // SAFETY: `dst[t]` is valid and aligned (caller's promise).
+        unsafe { ptx::st_relaxed_sys_v4_u32(pick(&p.dst, t) as *mut [u32; 4], [p.value; 4]) }
     }
 }

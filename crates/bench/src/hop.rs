@@ -12,14 +12,24 @@
 //!   (`timing_spin(0)`) replayed: what a kernel that does nothing costs
 //!   back to back in a graph, the way the bench replays its graphs of
 //!   all-reduces.
+//! - **The store floor.** The same graph of kernels that each store one
+//!   16-byte vector (`probe_store_exit`): into this GPU, into the next
+//!   rank, into every rank. If a grid completes only once its stores
+//!   into a peer are acknowledged over NVLink, the difference to the
+//!   local store is what every collective that stores into peers pays at
+//!   its end, beside the hop (v23's question: the one-shot's 2.46 us at 1
+//!   KiB against 1.5 us of launch and hop left about 1 us unexplained).
 //!
 //! The counter's words are the first cache lines of each rank's symmetric
-//! buffer (one line per partner), zeroed first; nothing else runs on the
-//! communicator meanwhile.
+//! buffer (one line per partner), zeroed first; the store floors' the
+//! next ones (one line per writer). Nothing else runs on the communicator
+//! meanwhile.
+
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail, ensure};
-use cudarc::driver::DevicePtr;
 use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaStream, DevicePtr};
 use intranode::kernels::TestKernelModule;
 use intranode_harness::Rank;
 use intranode_kernels_gpu::layout::PingPongParams;
@@ -83,10 +93,13 @@ pub fn run(args: &HopArgs) -> Result<()> {
     let symm = intra.symm();
     let buffers = symm.buffer_ptrs().to_vec();
     let words_bytes = WORD_STRIDE_BYTES * world as u64;
+    // The ping-pong's words, then the store floors' (one line per writer
+    // in every buffer).
     ensure!(
-        symm.buffer_bytes() as u64 >= words_bytes,
-        "the symmetric buffer ({} bytes) is too small for {world} words",
-        symm.buffer_bytes()
+        symm.buffer_bytes() as u64 >= 2 * words_bytes,
+        "the symmetric buffer ({} bytes) is too small for {} words",
+        symm.buffer_bytes(),
+        2 * world
     );
     // SAFETY: the first `words_bytes` of this rank's own buffer; no
     // collective runs on the communicator while the probe does, and the
@@ -102,6 +115,12 @@ pub fn run(args: &HopArgs) -> Result<()> {
     main.synchronize()?;
     let out = main.alloc_zeros::<u64>(2)?;
     let (out_ptr, _out_guard) = out.device_ptr(&main);
+    barrier()?;
+    let store_words: Vec<u64> = buffers
+        .iter()
+        .map(|b| b + words_bytes + WORD_STRIDE_BYTES * rank as u64)
+        .collect();
+    store_floors(&main, &module, args, rank, &store_words)?;
     barrier()?;
     if rank == 0 {
         println!(
@@ -169,14 +188,17 @@ pub fn run(args: &HopArgs) -> Result<()> {
     Ok(())
 }
 
-/// Per-kernel time of a graph of `args.graph_kernels` empty kernels,
-/// replayed `args.graph_replays` times, median of 5 runs; every rank
-/// alone on its own GPU.
-fn launch_floor(r: &Rank, module: &TestKernelModule, args: &HopArgs) -> Result<()> {
-    let stream = &r.stream;
+/// Per-kernel time of a graph of `args.graph_kernels` kernels that
+/// `enqueue_one` enqueues one at a time, replayed `args.graph_replays`
+/// times: the median, least and most of 5 runs, in us.
+fn kernel_floor(
+    stream: &Arc<CudaStream>,
+    args: &HopArgs,
+    enqueue_one: &mut dyn FnMut() -> Result<()>,
+) -> Result<[f64; 3]> {
     let graph = crate::graph::capture(stream, &mut || {
         for _ in 0..args.graph_kernels {
-            module.spin(stream, 0)?;
+            enqueue_one()?;
         }
         Ok(())
     })?;
@@ -184,10 +206,11 @@ fn launch_floor(r: &Rank, module: &TestKernelModule, args: &HopArgs) -> Result<(
     for _ in 0..10 {
         graph.launch()?;
     }
+    let ctx = stream.context();
     let mut us = Vec::with_capacity(5);
     for _ in 0..5 {
-        let start = r.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        let end = r.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        let start = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        let end = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         start.record(stream)?;
         for _ in 0..args.graph_replays {
             graph.launch()?;
@@ -198,9 +221,65 @@ fn launch_floor(r: &Rank, module: &TestKernelModule, args: &HopArgs) -> Result<(
         us.push(start.elapsed_ms(&end)? as f64 * 1000.0 / kernels);
     }
     us.sort_by(f64::total_cmp);
+    Ok([us[2], us[0], us[4]])
+}
+
+/// The launch floor: a graph of empty kernels; every rank alone on its
+/// own GPU.
+fn launch_floor(r: &Rank, module: &TestKernelModule, args: &HopArgs) -> Result<()> {
+    let [median, least, most] = kernel_floor(&r.stream, args, &mut || {
+        module.spin(&r.stream, 0)?;
+        Ok(())
+    })?;
     println!(
-        "hop: launch floor, a graph of {} empty kernels: {:.2} us per kernel (median of 5 runs of {} replays; {:.2}-{:.2})",
-        args.graph_kernels, us[2], args.graph_replays, us[0], us[4]
+        "hop: launch floor, a graph of {} empty kernels: {median:.2} us per kernel (median of 5 runs of {} replays; {least:.2}-{most:.2})",
+        args.graph_kernels, args.graph_replays
+    );
+    Ok(())
+}
+
+/// The store floors: graphs of kernels that store one 16-byte vector
+/// each (`probe_store_exit`) into this rank's memory, into the next
+/// rank's, and into every rank's (the one-shot's push of one vector),
+/// against the launch floor (see the module's comment). `words[k]` is
+/// this rank's line in rank `k`'s buffer, which only this rank touches.
+fn store_floors(
+    stream: &Arc<CudaStream>,
+    module: &TestKernelModule,
+    args: &HopArgs,
+    rank: usize,
+    words: &[u64],
+) -> Result<()> {
+    let world = words.len();
+    let next = (rank + 1) % world;
+    let mut value = 0u32;
+    let mut floor = |dst: &[u64]| {
+        kernel_floor(stream, args, &mut || {
+            value = value.wrapping_add(1);
+            // SAFETY: each address is this rank's own 16-byte aligned
+            // line of a mapped symmetric buffer (`words`), which nothing
+            // else touches while the probe runs.
+            unsafe { module.store_exit(stream, dst, value)? };
+            Ok(())
+        })
+    };
+    let local = floor(&words[rank..=rank])?;
+    let peer = floor(&words[next..=next])?;
+    let every = floor(words)?;
+    println!(
+        "hop: store floor, graphs of {} kernels storing 16 bytes, us per kernel (median of 5 runs of {} replays): \
+         into this GPU {:.2} ({:.2}-{:.2}), into rank {next} {:.2} ({:.2}-{:.2}), into every rank {:.2} ({:.2}-{:.2})",
+        args.graph_kernels,
+        args.graph_replays,
+        local[0],
+        local[1],
+        local[2],
+        peer[0],
+        peer[1],
+        peer[2],
+        every[0],
+        every[1],
+        every[2]
     );
     Ok(())
 }

@@ -113,6 +113,8 @@ impl KernelParam for intranode_kernels_gpu::layout::PollStormParams {}
 #[cfg(feature = "test-kernels")]
 impl KernelParam for intranode_kernels_gpu::layout::PingPongParams {}
 #[cfg(feature = "test-kernels")]
+impl KernelParam for intranode_kernels_gpu::layout::StoreExitParams {}
+#[cfg(feature = "test-kernels")]
 impl KernelParam for intranode_kernels_gpu::pattern::SoakParams {}
 
 /// The arguments of one launch: a tuple of the kernel's parameters, in

@@ -69,6 +69,7 @@ impl TestKernelModule {
             TestKernel::TimingSpin => "cuLaunchKernel(timing_spin)",
             TestKernel::PollStorm => "cuLaunchKernel(probe_poll_storm)",
             TestKernel::PingPong => "cuLaunchKernel(probe_ping_pong)",
+            TestKernel::StoreExit => "cuLaunchKernel(probe_store_exit)",
             TestKernel::FillUniform(_) => "cuLaunchKernel(fill_uniform)",
         };
         // SAFETY: forwarded from the caller; `f` is `kernel`'s entry point

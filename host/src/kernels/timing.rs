@@ -6,7 +6,7 @@
 
 use cudarc::driver::{CudaStream, DevicePtrMut};
 use intranode_kernels_gpu::entries::TestKernel;
-use intranode_kernels_gpu::layout::{PingPongParams, PollStormParams};
+use intranode_kernels_gpu::layout::{MAX_RANKS, PingPongParams, PollStormParams, StoreExitParams};
 
 use super::TestKernelModule;
 use super::launch::Grid;
@@ -113,5 +113,30 @@ impl TestKernelModule {
         // SAFETY: `probe_ping_pong(p: PingPongParams)`, one thread's work;
         // the addresses are the caller's promise.
         unsafe { self.launch(TestKernel::PingPong, ONE_WARP, stream, (p,)) }
+    }
+
+    /// Enqueues `probe_store_exit`: one thread per address of `dst` stores
+    /// a 16-byte vector of `value` there, then the kernel ends.
+    ///
+    /// # Safety
+    /// Every address of `dst` must be 16-byte aligned memory of this
+    /// context's device or of a peer's mapped into it, valid until the
+    /// stream passes the kernel, that nothing else accesses meanwhile.
+    pub unsafe fn store_exit(&self, stream: &CudaStream, dst: &[u64], value: u32) -> Result<()> {
+        if dst.len() > MAX_RANKS {
+            return Err(Error::InvalidArgument(format!(
+                "store_exit: {} addresses, at most {MAX_RANKS}",
+                dst.len()
+            )));
+        }
+        let mut p = StoreExitParams {
+            count: dst.len() as u32,
+            value,
+            ..StoreExitParams::default()
+        };
+        p.dst[..dst.len()].copy_from_slice(dst);
+        // SAFETY: `probe_store_exit(p: StoreExitParams)`: one store per
+        // address, `count` of them, each valid (caller's promise).
+        unsafe { self.launch(TestKernel::StoreExit, ONE_WARP, stream, (p,)) }
     }
 }
