@@ -24,7 +24,13 @@
 #      two turns (graph of 16, free-running, every result checked);
 #   4. decode at TP4: none / nccl / ours / fused / fused-prefetch, 8B and
 #      70B, batches 1, 8, 64, two turns;
-#   5. the GPU tests (`INTRANODE_REQUIRE_GPUS`).
+#   5. the GPU tests (`INTRANODE_REQUIRE_GPUS`);
+# and, before the sweeps, `intranode-bench hop` at world 4 and 2 with
+# v23's store floor (graphs of kernels storing 16 bytes into this GPU,
+# into the next rank, into every rank: what a kernel's end costs after
+# stores into peers). Prediction: the peer stores cost 0.5-1.3 us more
+# a kernel than the local one (the acknowledgment's way back), which
+# would account for the one-shot's ~1 us beyond launch and hop.
 # Writes summary.txt and logs.tgz; about 5 minutes on 4 GPUs.
 set -u
 : "${OUT:?set OUT}"
@@ -83,6 +89,12 @@ if [ "$N" -ge 4 ]; then
     grep -E "^faults-suite: (PASS|FAIL)|all [0-9]+ cases|failed" $D/faults_lamport.log | cut -c1-170
 fi
 unset INTRANODE_REQUIRE_GPUS
+for w in 4 2; do
+    [ "$N" -ge $w ] || continue
+    CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((w - 1))) run 60 $w "" $D/intranode-bench hop >$D/hop_w$w.log 2>&1
+    echo "== hop, world $w rc=$? ($SECONDS s)"
+    grep -E "0<->|hop:" $D/hop_w$w.log | cut -c1-250
+done
 for turn in 1 2; do
     for w in 4 2; do
         [ "$N" -ge $w ] || continue
