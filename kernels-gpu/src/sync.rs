@@ -447,9 +447,10 @@ pub unsafe fn start_lamport_call(own_pad: *mut u32) -> u32 {
             epoch = ((old >> 32) as u32).wrapping_add(1);
             let grid = ptx::grid_dim_x();
             if (old as u32).wrapping_add(1) == grid {
-                // No old value wanted: a `red`, which the thread does not
-                // wait for (an `atom` held the last block's stores back by
-                // one more L2 round trip).
+                // No old value wanted: a `red`, which returns nothing to
+                // wait for (an `atom`'s unused answer may still hold the
+                // thread at the block barrier right after, for one more L2
+                // round trip before the block's first store).
                 ptx::red_add_relaxed_gpu_u64(word, (1u64 << 32).wrapping_sub(grid as u64));
             }
         }
