@@ -111,7 +111,8 @@ for turn in 1 2; do
     CUDA_VISIBLE_DEVICES=0,1,2,3 run 60 4 "" $D/intranode-bench decode --batches 1,8,64 \
         --variants none,nccl,ours,fused,fused-prefetch --out $D/d >$D/decode_$turn.log 2>&1
     echo "== decode TP4, turn $turn rc=$? ($SECONDS s) (model batch: none us/layer; nccl ours fused fused-prefetch over none)"
-    grep -E "^\| llama" $D/d/decode_w4.md | head -6
+    cp $D/d/decode_w4.md $D/decode_w4_$turn.md 2>/dev/null
+    grep -E "^\| llama" $D/decode_w4_$turn.md 2>/dev/null | head -6
 done
 if [ "$N" -ge 4 ] && [ $SECONDS -lt 420 ]; then
     export INTRANODE_REQUIRE_GPUS=4
@@ -124,4 +125,4 @@ if [ "$N" -ge 4 ] && [ $SECONDS -lt 420 ]; then
 fi
 echo "== done ($SECONDS s)"
 } 2>&1 | tee $OUT/summary.txt
-tar czf $OUT/logs.tgz -C $D $(cd $D && ls *.log) d/decode_w4.md 2>/dev/null
+tar czf $OUT/logs.tgz -C $D $(cd $D && ls *.log *.md 2>/dev/null)
