@@ -759,11 +759,34 @@ mod table {
         /// `fill_uniform_<e>(out, n, seed, std)`: the decode benchmark's
         /// random fill.
         FillUniform(Elem),
+        /// `probe_lamport_phases_w<n>(AllReduceParams, stamps)` (one-shot)
+        /// or `probe_lamport2_phases_w<n>` (two-shot): bf16 sum with its
+        /// phases stamped, for `n` in [`TestKernel::PHASE_WORLDS`]
+        /// (`world_slot` indexes it; [`TestKernel::phases`] makes them).
+        Phases {
+            /// The two-shot (`lamport2`) rather than the one-shot.
+            two_shot: bool,
+            /// Index into [`TestKernel::PHASE_WORLDS`].
+            world_slot: u8,
+        },
     }
 
     impl TestKernel {
         /// Launchable kernels of the test PTX: the size of the host's table.
-        pub const COUNT: usize = 3 * Elem::ALL.len() + 5;
+        pub const COUNT: usize = 3 * Elem::ALL.len() + 5 + 2 * Self::PHASE_WORLDS.len();
+
+        /// The world sizes the phase probes are built for.
+        pub const PHASE_WORLDS: [usize; 3] = [2, 4, 8];
+
+        /// The phase probe of the one-shot or the two-shot on `world`
+        /// ranks, if built for it.
+        pub fn phases(two_shot: bool, world: usize) -> Option<TestKernel> {
+            let slot = Self::PHASE_WORLDS.iter().position(|&w| w == world)?;
+            Some(TestKernel::Phases {
+                two_shot,
+                world_slot: slot as u8,
+            })
+        }
 
         /// The kernel's place in the host's table, `0..COUNT`.
         pub const fn index(self) -> usize {
@@ -776,6 +799,15 @@ mod table {
                 TestKernel::PingPong => 2 * Elem::ALL.len() + 3,
                 TestKernel::StoreExit => 2 * Elem::ALL.len() + 4,
                 TestKernel::FillUniform(e) => 2 * Elem::ALL.len() + 5 + e.index(),
+                TestKernel::Phases {
+                    two_shot,
+                    world_slot,
+                } => {
+                    3 * Elem::ALL.len()
+                        + 5
+                        + two_shot as usize * Self::PHASE_WORLDS.len()
+                        + world_slot as usize
+                }
             }
         }
 
@@ -793,6 +825,12 @@ mod table {
                     TestKernel::StoreExit,
                 ])
                 .chain(Elem::ALL.into_iter().map(TestKernel::FillUniform))
+                .chain([false, true].into_iter().flat_map(|two_shot| {
+                    (0..Self::PHASE_WORLDS.len()).map(move |slot| TestKernel::Phases {
+                        two_shot,
+                        world_slot: slot as u8,
+                    })
+                }))
         }
     }
 
@@ -808,6 +846,18 @@ mod table {
                 TestKernel::PingPong => f.write_str("probe_ping_pong"),
                 TestKernel::StoreExit => f.write_str("probe_store_exit"),
                 TestKernel::FillUniform(e) => write!(f, "fill_uniform_{}", e.name()),
+                TestKernel::Phases {
+                    two_shot,
+                    world_slot,
+                } => write!(
+                    f,
+                    "probe_lamport{}_phases_w{}",
+                    if two_shot { "2" } else { "" },
+                    Self::PHASE_WORLDS
+                        .get(world_slot as usize)
+                        .copied()
+                        .unwrap_or(0)
+                ),
             }
         }
     }

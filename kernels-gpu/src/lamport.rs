@@ -61,7 +61,7 @@
 use crate::elem::{Element, load_vec, store_vec};
 use crate::layout::{
     AllReduceParams, FORM_ALL_GATHER, FORM_LAMPORT, FORM_LAMPORT_TWO_SHOT, FORM_REDUCE_SCATTER,
-    lamport_stride_bytes,
+    PHASE_COUNTED, PHASE_END, PHASE_REDUCED, PHASE_START, PHASE_STORED, lamport_stride_bytes,
 };
 use crate::prims::grid::{self, unroll};
 use crate::prims::slots::{
@@ -70,12 +70,40 @@ use crate::prims::slots::{
 };
 use crate::sync::pick;
 
+/// Where a phase probe marks the end of each phase of a call
+/// (`layout::PHASE_*`; `timing::probe_lamport_phases_w*`). The production
+/// kernels pass `()`, which marks nothing and compiles to nothing.
+pub(crate) trait Marks {
+    /// Phase `phase` of this block is over. Called by every thread of the
+    /// block together.
+    fn mark(&self, phase: usize);
+}
+
+impl Marks for () {
+    #[inline(always)]
+    fn mark(&self, _phase: usize) {}
+}
+
 /// # Safety
 /// `p.pads` must hold the mapped pads of W ranks (`rank < W`), the caller
 /// buffers `p.elems` elements with `p.elems * T::BYTES` at most
 /// `lamport_slot_bytes(W)`; every rank passes the same `p.elems`.
 #[inline(always)]
 pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+    // SAFETY: forwarded from the caller.
+    unsafe { lamport_marked::<T, W, OP, ()>(p, &()) }
+}
+
+/// [`lamport`], marking its phases with `marks`.
+///
+/// # Safety
+/// As for [`lamport`].
+#[inline(always)]
+pub(crate) unsafe fn lamport_marked<T: Element, const W: usize, const OP: u32, M: Marks>(
+    p: &AllReduceParams,
+    marks: &M,
+) {
+    marks.mark(PHASE_START);
     let elems = p.elems as usize;
     let vecs = crate::math::div_ceil(elems, T::LANES);
     let slot_bytes = lamport_stride_bytes(vecs) as u64;
@@ -88,6 +116,7 @@ pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllR
     // promise).
     let call = unsafe { push_slots::<T, W>(p, slot_bytes, vecs, aligned, tid, stride) };
     let buffer_off = call.buffer_off;
+    marks.mark(PHASE_STORED);
 
     // Poll our own buffer, reduce in rank order, zero what was read.
     let own = pick(&p.pads, p.rank) + buffer_off;
@@ -98,6 +127,7 @@ pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllR
     };
     // SAFETY: our buffer's slots hold `vecs` vectors (caller's promise).
     unsafe { take_each::<W, FORM_LAMPORT>(own, slot_bytes, tid, stride, vecs, p, reduce_out) };
+    marks.mark(PHASE_END);
 }
 
 /// # Safety
@@ -106,6 +136,20 @@ pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllR
 /// `lamport2_slot_bytes(W) / 16`; every rank passes the same `p.elems`.
 #[inline(always)]
 pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+    // SAFETY: forwarded from the caller.
+    unsafe { lamport2_marked::<T, W, OP, ()>(p, &()) }
+}
+
+/// [`lamport2`], marking its phases with `marks`.
+///
+/// # Safety
+/// As for [`lamport2`].
+#[inline(always)]
+pub(crate) unsafe fn lamport2_marked<T: Element, const W: usize, const OP: u32, M: Marks>(
+    p: &AllReduceParams,
+    marks: &M,
+) {
+    marks.mark(PHASE_START);
     let elems = p.elems as usize;
     let vecs = crate::math::div_ceil(elems, T::LANES);
     let shard = crate::math::div_ceil(vecs, W);
@@ -153,6 +197,7 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
     // SAFETY: the host passes this rank's mapped pad; every thread of the
     // block starts here (the loads above touch no pad).
     let call = unsafe { LamportCall::begin(&p.pads, p.rank) };
+    marks.mark(PHASE_COUNTED);
     let scatter_off = call.buffer_off;
     let gather_off = scatter_off + W as u64 * slot_bytes;
     let dst = slot_on_every_rank::<W>(p, scatter_off, slot_bytes);
@@ -177,6 +222,7 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
             load_group!(0, j);
         }
     }
+    marks.mark(PHASE_STORED);
 
     // Reduce our shard; write it out and store it into our slot of every
     // rank's gather area (ours too, so the gather polls all W alike).
@@ -218,6 +264,7 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
             reduce_share,
         )
     };
+    marks.mark(PHASE_REDUCED);
 
     // Gather the other shards from our gather area.
     let own_gather = pick(&p.pads, p.rank) + gather_off;
@@ -241,6 +288,7 @@ pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &All
             own_gather, slot_bytes, tid, stride, shard, p, write_out,
         )
     };
+    marks.mark(PHASE_END);
 }
 
 /// What the reduce-scatter and the all-gather derive alike from their

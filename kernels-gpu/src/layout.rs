@@ -534,6 +534,25 @@ pub struct StoreExitParams {
     pub value: u32,
 }
 
+/// The phases a Lamport phase probe stamps (`timing::probe_lamport_phases_w*`
+/// and `probe_lamport2_phases_w*`, `intranode-bench phases`): each block
+/// writes `%globaltimer` at the end of each, after a block barrier, to
+/// `stamps[block * PHASES + phase]`.
+pub const PHASES: usize = 5;
+/// The block started (after the entry's prologue).
+pub const PHASE_START: usize = 0;
+/// The call is counted and the buffer known (two-shot only: the one-shot
+/// counts inside its push).
+pub const PHASE_COUNTED: usize = 1;
+/// Every store of this rank's data into the peers is issued (one-shot:
+/// the push; two-shot: the scatter).
+pub const PHASE_STORED: usize = 2;
+/// Two-shot only: this rank's shard is reduced and stored into every
+/// rank's gather area.
+pub const PHASE_REDUCED: usize = 3;
+/// The output is written: the block ends.
+pub const PHASE_END: usize = 4;
+
 /// Whether `flag` has reached `epoch`: it holds `epoch`, or `epoch + 1`
 /// (a peer may already have passed this barrier and reached the next one;
 /// it cannot get further without this rank). Anything else is stale, at

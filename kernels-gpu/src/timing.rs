@@ -7,7 +7,11 @@
 //! waits] in `sync.rs`), and `probe_ping_pong`, the latency of one NVLink
 //! hop as a Lamport wait sees it (a store into a peer, polled there).
 
-use crate::layout::{MAX_RANKS, PingPongParams, PollStormParams, StoreExitParams};
+use crate::elem::Bf16;
+use crate::lamport::{Marks, lamport_marked, lamport2_marked};
+use crate::layout::{
+    AllReduceParams, MAX_RANKS, OP_SUM, PHASES, PingPongParams, PollStormParams, StoreExitParams,
+};
 use crate::ptx;
 use crate::sync::{ERROR_POLL_AFTER_NS, ERROR_POLL_INTERVAL_NS, Wait, pick, poll_until};
 
@@ -165,3 +169,62 @@ pub unsafe extern "ptx-kernel" fn probe_store_exit(p: StoreExitParams) {
         unsafe { ptx::st_relaxed_sys_v4_u32(pick(&p.dst, t) as *mut [u32; 4], [p.value; 4]) }
     }
 }
+
+/// The phase probes' marks: at the end of each phase, after a block
+/// barrier (so the stamp is the block's last thread's), thread 0 writes
+/// `%globaltimer` to `stamps[block * PHASES + phase]`. The barrier costs
+/// each phase a few dozen ns, which the production kernels do not pay.
+struct BlockMarks {
+    /// `PHASES` u64 per block of the grid (the probes' contract).
+    stamps: *mut u64,
+}
+
+impl Marks for BlockMarks {
+    #[inline(always)]
+    fn mark(&self, phase: usize) {
+        ptx::sync_threads();
+        if ptx::thread_idx_x() == 0 && phase < PHASES {
+            let at = ptx::block_idx_x() as usize * PHASES + phase;
+            // SAFETY: `stamps` holds PHASES words per block of the grid
+            // (the probe's contract), and phase < PHASES.
+            unsafe { *self.stamps.add(at) = ptx::globaltimer_ns() };
+        }
+    }
+}
+
+/// The phase probes of `intranode-bench phases`: the production Lamport
+/// one-shot and two-shot (bf16 sum), every phase stamped per block
+/// ([`BlockMarks`], `layout::PHASE_*`). Launched by the host with the
+/// parameters and grid of a real call (`IntraNodeComm::probe_launch`),
+/// so a probe counts itself and leaves the buffers as a call does.
+macro_rules! phase_probes {
+    ($($one:ident $two:ident $w:literal),*) => {$(
+        /// The Lamport one-shot with its phases stamped.
+        ///
+        /// # Safety
+        /// As for `lamport::lamport` with `p` of bf16 elements on this
+        /// many ranks; `stamps` must hold `PHASES` u64 per block.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $one(p: AllReduceParams, stamps: *mut u64) {
+            // SAFETY: forwarded from the caller.
+            unsafe { lamport_marked::<Bf16, $w, OP_SUM, _>(&p, &BlockMarks { stamps }) }
+        }
+
+        /// The Lamport two-shot with its phases stamped.
+        ///
+        /// # Safety
+        /// As for `lamport::lamport2` with `p` of bf16 elements on this
+        /// many ranks; `stamps` must hold `PHASES` u64 per block.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $two(p: AllReduceParams, stamps: *mut u64) {
+            // SAFETY: forwarded from the caller.
+            unsafe { lamport2_marked::<Bf16, $w, OP_SUM, _>(&p, &BlockMarks { stamps }) }
+        }
+    )*};
+}
+
+phase_probes!(
+    probe_lamport_phases_w2 probe_lamport2_phases_w2 2,
+    probe_lamport_phases_w4 probe_lamport2_phases_w4 4,
+    probe_lamport_phases_w8 probe_lamport2_phases_w8 8
+);

@@ -466,7 +466,7 @@ impl IntraNodeComm {
     /// least, rings inside the buffer and at least 32 threads
     /// (`push_launch`); the Lamport forms and the push form get no more
     /// than `most_bytes`.
-    fn all_reduce_launch(
+    pub(super) fn all_reduce_launch(
         &self,
         algo: AllReduceAlgo,
         input: u64,

@@ -8,6 +8,8 @@ pub mod broadcast;
 pub mod debug;
 pub mod fused_norm;
 pub mod hcm;
+#[cfg(feature = "test-kernels")]
+pub mod probe;
 pub mod scatter_gather;
 pub(crate) mod tracked;
 

@@ -71,6 +71,7 @@ impl TestKernelModule {
             TestKernel::PingPong => "cuLaunchKernel(probe_ping_pong)",
             TestKernel::StoreExit => "cuLaunchKernel(probe_store_exit)",
             TestKernel::FillUniform(_) => "cuLaunchKernel(fill_uniform)",
+            TestKernel::Phases { .. } => "cuLaunchKernel(probe_lamport_phases)",
         };
         // SAFETY: forwarded from the caller; `f` is `kernel`'s entry point
         // (the table is in `TestKernel::index` order).

@@ -6,7 +6,9 @@
 
 use cudarc::driver::{CudaStream, DevicePtrMut};
 use intranode_kernels_gpu::entries::TestKernel;
-use intranode_kernels_gpu::layout::{MAX_RANKS, PingPongParams, PollStormParams, StoreExitParams};
+use intranode_kernels_gpu::layout::{
+    AllReduceParams, MAX_RANKS, PingPongParams, PollStormParams, StoreExitParams,
+};
 
 use super::TestKernelModule;
 use super::launch::Grid;
@@ -138,5 +140,46 @@ impl TestKernelModule {
         // SAFETY: `probe_store_exit(p: StoreExitParams)`: one store per
         // address, `count` of them, each valid (caller's promise).
         unsafe { self.launch(TestKernel::StoreExit, ONE_WARP, stream, (p,)) }
+    }
+
+    /// Enqueues the phase probe of the Lamport one-shot or two-shot
+    /// (`probe_lamport{,2}_phases_w<world>`, bf16 sum) with the parameter
+    /// block and grid of a real call (`IntraNodeComm::lamport_probe_launch`):
+    /// each block stamps `layout::PHASES` `%globaltimer` values into
+    /// `stamps` (`stamps[block * PHASES + phase]`).
+    ///
+    /// # Safety
+    /// `params`, `blocks` and `threads` must come from
+    /// `IntraNodeComm::lamport_probe_launch` with the same form on a
+    /// communicator of `world` ranks, whose buffers and the call's input
+    /// and output stay valid until the stream passes the kernel, with
+    /// every rank launching its probe of the same call; `stamps` must be
+    /// `blocks * PHASES` u64 of this context's device memory.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn lamport_phases(
+        &self,
+        stream: &CudaStream,
+        two_shot: bool,
+        world: usize,
+        params: AllReduceParams,
+        blocks: u32,
+        threads: u32,
+        stamps: u64,
+    ) -> Result<()> {
+        let kernel = TestKernel::phases(two_shot, world).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "lamport_phases: no phase probe for {world} ranks (built for {:?})",
+                TestKernel::PHASE_WORLDS
+            ))
+        })?;
+        let grid = Grid {
+            blocks,
+            threads,
+            shared_bytes: 0,
+        };
+        // SAFETY: `probe_lamport{,2}_phases_w<n>(p: AllReduceParams,
+        // stamps: *mut u64)`; the call's parameters, grid and stamps are
+        // the caller's promise.
+        unsafe { self.launch(kernel, grid, stream, (params, stamps)) }
     }
 }
