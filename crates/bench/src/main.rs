@@ -16,7 +16,11 @@
 //!   ceiling of the large-message forms.
 //! - `hop`: one NVLink hop as a Lamport wait sees it (a ping-pong between
 //!   rank 0 and each peer) and the launch floor of a graph of empty
-//!   kernels: the fixed costs under the Lamport forms.
+//!   kernels: the fixed costs under the Lamport forms; and the store floor
+//!   of kernels that store into this GPU or into peers.
+//! - `phases`: the Lamport one-shot and two-shot with every phase stamped
+//!   on the GPU's clock, and the gap from a call's end to the next one's
+//!   start: where a call's time goes.
 //! - `decode`: a Llama-shaped tensor-parallel decode layer stack (cuBLAS
 //!   GEMMs, our norms, two all-reduces per layer) in one CUDA graph: no
 //!   communication against NCCL against ours, checked.
@@ -28,6 +32,7 @@ mod elem;
 mod graph;
 mod hop;
 mod link;
+mod phases;
 mod plot;
 mod poll_storm;
 mod results;
@@ -62,9 +67,13 @@ enum Cmd {
     /// Every rank moving data to (or from) every peer at once, copy
     /// engines or SM stores, no collective: what NVLink carries.
     Link(link::LinkArgs),
-    /// One NVLink hop as a Lamport wait sees it (rank 0 with each peer)
-    /// and the launch floor of a graph of empty kernels.
+    /// One NVLink hop as a Lamport wait sees it (rank 0 with each peer),
+    /// the launch floor of a graph of empty kernels and the store floor
+    /// of kernels that store into this GPU or into peers.
     Hop(hop::HopArgs),
+    /// The Lamport forms' phases stamped on each GPU's clock, and the gap
+    /// from a call's end to the next one's start.
+    Phases(phases::PhasesArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -121,6 +130,7 @@ fn main() {
         Cmd::Decode(args) => decode::run(&args),
         Cmd::Link(args) => link::run(&args),
         Cmd::Hop(args) => hop::run(&args),
+        Cmd::Phases(args) => phases::run(&args),
     };
     if let Err(e) = result {
         eprintln!("intranode-bench: {e:#}");

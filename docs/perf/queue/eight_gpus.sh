@@ -13,7 +13,9 @@
 #      peer at once, the ceiling of the large-message forms, and
 #      `intranode-bench hop` (v21): one NVLink hop from rank 0 to each
 #      peer and the launch floor of a graph of empty kernels, the fixed
-#      costs of the Lamport forms (both appended to topo.txt).
+#      costs of the Lamport forms, with v23's store floor, and v23's
+#      `intranode-bench phases`, the Lamport forms' phases on each GPU's
+#      clock (all appended to topo.txt).
 # Usage, from the repo root with the bundle (`cargo xtask device-bundle`)
 # in bundle/, on an 8-GPU machine:  OUT=DIR docs/perf/queue/eight_gpus.sh
 # Writes 8 files into $OUT (no folders): topo.txt, bench_w8.{log,json,csv,png},
@@ -41,7 +43,10 @@ echo "rc=$?"
 grep -E "^\[[0-9]\] \[[0-9]\] +(ce|sm)" "$OUT/topo.txt" | sort -k3,3 -k4,4n -s | cut -c5- | head -72
 timeout 40 $R 35 -- "$D/intranode-bench" hop >>"$OUT/topo.txt" 2>&1
 echo "hop rc=$?"
-grep -E "0<->|hop:" "$OUT/topo.txt" | head -16
+grep -E "0<->|hop:" "$OUT/topo.txt" | head -24
+timeout 40 $R 35 -- "$D/intranode-bench" phases --bytes 1024,65536,1048576 >>"$OUT/topo.txt" 2>&1
+echo "phases rc=$?"
+grep -E "phases" "$OUT/topo.txt" | grep -E "phases:|rank 0:" | head -8
 
 echo "== 1. sweep at world 8, graph of 16 free-running, 1 KiB-1 GiB, NCCL beside"
 timeout 245 $R 240 -- "$D/intranode-bench" bench --max-bytes 1073741824 --no-decode --no-skew \

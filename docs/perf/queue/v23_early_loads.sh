@@ -30,7 +30,10 @@
 # into the next rank, into every rank: what a kernel's end costs after
 # stores into peers). Prediction: the peer stores cost 0.5-1.3 us more
 # a kernel than the local one (the acknowledgment's way back), which
-# would account for the one-shot's ~1 us beyond launch and hop.
+# would account for the one-shot's ~1 us beyond launch and hop. Then
+# `intranode-bench phases` at world 4 and 2: the Lamport one-shot and
+# two-shot with each phase stamped on the GPU's clock (1 KiB-4 MiB), and
+# the gap from a call's end to the next call's start.
 # Writes summary.txt and logs.tgz; about 5 minutes on 4 GPUs.
 set -u
 : "${OUT:?set OUT}"
@@ -94,6 +97,10 @@ for w in 4 2; do
     CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((w - 1))) run 60 $w "" $D/intranode-bench hop >$D/hop_w$w.log 2>&1
     echo "== hop, world $w rc=$? ($SECONDS s)"
     grep -E "0<->|hop:" $D/hop_w$w.log | cut -c1-250
+    CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((w - 1))) run 60 $w "" $D/intranode-bench phases \
+        --bytes 1024,16384,65536,262144,1048576,4194304 >$D/phases_w$w.log 2>&1
+    echo "== phases, world $w rc=$? ($SECONDS s)"
+    grep -E "phases" $D/phases_w$w.log | cut -c1-250
 done
 for turn in 1 2; do
     for w in 4 2; do
