@@ -4,8 +4,11 @@
 //! length (the stand-in for a GEMM in the decode-like mode, and the skew
 //! of the skewed mode), `probe_poll_storm`, which measures what a wait
 //! that polls a word costs when every thread polls it (NOTE [abandoned
-//! waits] in `sync.rs`), and `probe_ping_pong`, the latency of one NVLink
-//! hop as a Lamport wait sees it (a store into a peer, polled there).
+//! waits] in `sync.rs`), `probe_ping_pong`, the latency of one NVLink
+//! hop as a Lamport wait sees it (a store into a peer, polled there),
+//! `probe_store_exit`, a kernel that stores 16 bytes and ends (`hop`'s
+//! store floor), and the phase probes of `intranode-bench phases`: the
+//! collectives' own Lamport code with each phase stamped.
 
 use crate::elem::Bf16;
 use crate::lamport::{Marks, lamport_marked, lamport2_marked};
@@ -195,8 +198,9 @@ impl Marks for BlockMarks {
 /// The phase probes of `intranode-bench phases`: the production Lamport
 /// one-shot and two-shot (bf16 sum), every phase stamped per block
 /// ([`BlockMarks`], `layout::PHASE_*`). Launched by the host with the
-/// parameters and grid of a real call (`IntraNodeComm::probe_launch`),
-/// so a probe counts itself and leaves the buffers as a call does.
+/// parameters and grid of a real call
+/// (`IntraNodeComm::lamport_probe_launch`), so a probe counts itself and
+/// leaves the buffers as a call does.
 macro_rules! phase_probes {
     ($($one:ident $two:ident $w:literal),*) => {$(
         /// The Lamport one-shot with its phases stamped.
