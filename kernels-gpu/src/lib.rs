@@ -106,7 +106,7 @@ pub mod lamport;
 pub mod norm;
 // The primitives the production kernels are made of, below them.
 #[cfg(target_arch = "nvptx64")]
-#[cfg_attr(feature = "test-kernels", allow(dead_code))]
+#[cfg_attr(feature = "test-kernels", allow(dead_code, unused_imports))]
 pub mod prims;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod push;
