@@ -4,7 +4,9 @@
 # gave ~360 GB/s there). The fault suite has not run on 4 H200 (v22 call
 # G ran `recreate` there: no leak). `intranode-bench hop`: one NVLink hop
 # and the launch floor (v22: 0.66-0.74 us and 0.58-0.63 us on 4 H200,
-# docs/perf/v22/NOTES.md). The link probe,
+# docs/perf/v22/NOTES.md), with v23's store floor, and v23's
+# `intranode-bench phases` (never run yet: docs/perf/v23/NOTES.md). The
+# link probe,
 # new in v19, has only H100 figures (docs/perf/v19/NOTES.md: 365 GB/s at
 # most from one GPU). From the repo root with intranode-run.gz,
 # intranode-bench.gz and intranode-suite.gz (`cargo xtask device-bundle`)
@@ -33,6 +35,10 @@ timeout 40 $D/intranode-run --failure-wait-secs 5 --timeout 35 --nproc-per-node 
     $D/intranode-bench hop >$L/hop_w$N.log 2>&1
 echo "== hop, world $N rc=$? ($SECONDS s)"
 grep -E "0<->|hop:" $L/hop_w$N.log
+timeout 40 $D/intranode-run --failure-wait-secs 5 --timeout 35 --nproc-per-node $N -- \
+    $D/intranode-bench phases --bytes 1024,65536,1048576,4194304 >$L/phases_w$N.log 2>&1
+echo "== phases, world $N rc=$? ($SECONDS s)"
+grep -E "phases" $L/phases_w$N.log | cut -c1-250
 timeout 100 $D/intranode-run --nproc-per-node $N --timeout 95 -- $D/intranode-suite recreate --cycles 10 \
     --pieces 3 --stream-cycles 5 --memory-slack-mib 2 --fd-slack 0 --thread-slack 0 >$L/recreate_w$N.log 2>&1
 echo "== recreate, world $N rc=$? ($SECONDS s)"
