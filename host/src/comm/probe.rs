@@ -28,14 +28,18 @@ impl IntraNodeComm {
     ) -> Result<(AllReduceParams, u32, u32)> {
         if !matches!(algo, AllReduceAlgo::Lamport | AllReduceAlgo::LamportTwoShot) {
             return Err(Error::InvalidArgument(format!(
-                "lamport_probe_launch: {} is not a Lamport form",
+                "lamport_probe_launch on rank {}: {} is not a Lamport form",
+                self.rank(),
                 algo.name()
             )));
         }
         let launch = self
             .all_reduce_launch(algo, input, output, elems, ElemType::Bf16, ReduceOp::Sum)?
             .ok_or_else(|| {
-                Error::InvalidArgument("lamport_probe_launch: an empty call".to_owned())
+                Error::InvalidArgument(format!(
+                    "lamport_probe_launch on rank {}: an empty call",
+                    self.rank()
+                ))
             })?;
         self.check_all_reduce_call(elems, ElemType::Bf16, ReduceOp::Sum, algo)?;
         let (params,) = launch.args;

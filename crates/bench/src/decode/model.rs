@@ -379,31 +379,6 @@ impl Step<'_> {
             Op::Qkv => self.gemm(acts, l, Matrix::Qkv)?,
             Op::O => self.gemm(acts, l, Matrix::O)?,
             Op::AllReduceO => self.all_reduce(&mut acts.o)?,
-            Op::ResidualNorm1 if self.variant == Variant::Fused => {
-                r.comm.all_reduce_residual_rmsnorm_with(
-                    &mut acts.o,
-                    &mut acts.x,
-                    norm,
-                    EPS,
-                    &mut acts.h,
-                    Some(NormPath::Fused),
-                )?;
-            }
-            Op::ResidualNorm1 if self.variant == Variant::FusedPrefetch => {
-                r.comm.all_reduce_residual_rmsnorm_prefetch(
-                    &mut acts.o,
-                    &mut acts.x,
-                    norm,
-                    EPS,
-                    &mut acts.h,
-                    self.next_weights(l, op),
-                    Some(NormPath::Fused),
-                )?;
-            }
-            Op::ResidualNorm1 => {
-                r.comm
-                    .residual_rmsnorm(&acts.o, &mut acts.x, norm, EPS, &mut acts.h)?;
-            }
             Op::GateUp => self.gemm(acts, l, Matrix::GateUp)?,
             Op::SiluMul => {
                 r.comm
@@ -411,30 +386,40 @@ impl Step<'_> {
             }
             Op::Down => self.gemm(acts, l, Matrix::Down)?,
             Op::AllReduceDown => self.all_reduce(&mut acts.m)?,
-            Op::ResidualNorm2 if self.variant == Variant::Fused => {
-                r.comm.all_reduce_residual_rmsnorm_with(
-                    &mut acts.m,
-                    &mut acts.x,
-                    norm,
-                    EPS,
-                    &mut acts.h,
-                    Some(NormPath::Fused),
-                )?;
-            }
-            Op::ResidualNorm2 if self.variant == Variant::FusedPrefetch => {
-                r.comm.all_reduce_residual_rmsnorm_prefetch(
-                    &mut acts.m,
-                    &mut acts.x,
-                    norm,
-                    EPS,
-                    &mut acts.h,
-                    self.next_weights(l, op),
-                    Some(NormPath::Fused),
-                )?;
-            }
-            Op::ResidualNorm2 => {
-                r.comm
-                    .residual_rmsnorm(&acts.m, &mut acts.x, norm, EPS, &mut acts.h)?;
+            Op::ResidualNorm1 | Op::ResidualNorm2 => {
+                // The partial sums of the all-reduce this tail follows.
+                let partial = if op == Op::ResidualNorm1 {
+                    &mut acts.o
+                } else {
+                    &mut acts.m
+                };
+                let (x, h) = (&mut acts.x, &mut acts.h);
+                match self.variant {
+                    Variant::Fused => {
+                        r.comm.all_reduce_residual_rmsnorm_with(
+                            partial,
+                            x,
+                            norm,
+                            EPS,
+                            h,
+                            Some(NormPath::Fused),
+                        )?;
+                    }
+                    Variant::FusedPrefetch => {
+                        r.comm.all_reduce_residual_rmsnorm_prefetch(
+                            partial,
+                            x,
+                            norm,
+                            EPS,
+                            h,
+                            self.next_weights(l, op),
+                            Some(NormPath::Fused),
+                        )?;
+                    }
+                    _ => {
+                        r.comm.residual_rmsnorm(partial, x, norm, EPS, h)?;
+                    }
+                }
             }
         }
         Ok(())
