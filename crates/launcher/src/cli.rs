@@ -110,6 +110,12 @@ pub struct Args {
     #[arg(long, alias = "no_python")]
     pub no_python: bool,
 
+    /// Start a CUDA MPS control daemon for this job (fresh pipe and log
+    /// folders, stopped at the end), so that ranks sharing a GPU run side
+    /// by side rather than time-sliced (`mps` module).
+    #[arg(long)]
+    pub mps: bool,
+
     /// The command each rank runs, with its arguments: after `--`, or from
     /// the first word that is not an option on.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]

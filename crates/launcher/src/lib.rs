@@ -19,6 +19,7 @@
 pub mod cli;
 mod exit;
 mod leftovers;
+pub mod mps;
 pub mod output;
 pub mod rank_env;
 pub mod supervise;

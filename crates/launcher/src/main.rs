@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
+use intranode_launcher::mps::MpsServer;
 use intranode_launcher::{Args, JobConfig, launch};
 
 fn main() -> ExitCode {
@@ -41,8 +42,23 @@ fn init_logging() {
 
 fn try_main() -> anyhow::Result<u8> {
     let args = Args::parse();
+    let mps = args.mps;
     let job = JobConfig::from_args(args).context("invalid arguments")?;
+    // Started before any rank and stopped (its drop) after the last one.
+    let server = if mps {
+        let server = MpsServer::start().context("--mps")?;
+        for (name, value) in server.env() {
+            // SAFETY: no other thread runs yet (the store server and the
+            // ranks' threads start in `launch`), so nothing reads the
+            // environment while it changes; the ranks inherit it.
+            unsafe { std::env::set_var(name, value) };
+        }
+        Some(server)
+    } else {
+        None
+    };
     let report = launch(&job).context("cannot run the job")?;
+    drop(server);
     for line in report.summary() {
         eprintln!("intranode-run: {line}");
     }

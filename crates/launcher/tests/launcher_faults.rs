@@ -41,6 +41,7 @@ fn request(rank: usize, world: usize) -> RendezvousRequest {
         backend: intranode::internals::symm_mem::Backend::Vmm,
         debug: intranode::internals::comm::debug::DebugLevel::Off,
         push_shape: intranode::config::PushShape::default(),
+        sms: 132,
     }
 }
 

@@ -170,10 +170,14 @@ fn blocks_for(algo: AllReduceAlgo, vecs: usize, world: usize) -> usize {
 /// thread busy with one vector rather than a few threads looping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LamportLaunch {
-    /// SMs of this rank's GPU.
+    /// SMs the launch spreads over: the GPU's, or the rank's share of it
+    /// where ranks share one (`residency::Residency::launch_sms`).
     pub sms: usize,
     /// Shapes fixed by `config::LAMPORT_LAUNCH_ENV`.
     pub fixed: LamportShapes,
+    /// Blocks at most, fixed shapes included
+    /// (`residency::Residency::max_blocks`).
+    pub max_blocks: usize,
 }
 
 impl LamportLaunch {
@@ -182,6 +186,16 @@ impl LamportLaunch {
         LamportLaunch {
             sms: sms.max(1),
             fixed,
+            max_blocks: usize::MAX,
+        }
+    }
+
+    /// The same rule, never above `max_blocks` blocks (NOTE
+    /// [co-residency] in `residency.rs`).
+    pub fn capped(self, max_blocks: usize) -> Self {
+        LamportLaunch {
+            max_blocks: max_blocks.max(1),
+            ..self
         }
     }
 
@@ -204,7 +218,8 @@ impl LamportLaunch {
                 .clamp(64, THREADS),
         });
         (
-            work.div_ceil(shape.threads).clamp(1, shape.max_blocks),
+            work.div_ceil(shape.threads)
+                .clamp(1, shape.max_blocks.clamp(1, self.max_blocks)),
             shape.threads,
         )
     }
@@ -222,7 +237,12 @@ fn launch_shape(
         AllReduceAlgo::Lamport | AllReduceAlgo::LamportTwoShot => {
             lamport.shape_for(algo, vecs, world)
         }
-        _ => (blocks_for(algo, vecs, world), THREADS),
+        // The barrier forms walk their vectors with the grid's stride, so
+        // fewer blocks only loop more (NOTE [co-residency]).
+        _ => (
+            blocks_for(algo, vecs, world).min(lamport.max_blocks),
+            THREADS,
+        ),
     }
 }
 
@@ -332,7 +352,10 @@ impl IntraNodeComm {
     /// [`push_ring_bytes`](Self::push_ring_bytes). `None` where they do
     /// not fit.
     pub(crate) fn push_launch_for(&self, what: PushUse, vecs: usize) -> Option<PushLaunch> {
-        let shape = self.push_shape.for_use(what, self.world());
+        let mut shape = self.push_shape.for_use(what, self.world());
+        // The push kernels take their tiles and rings from the grid they
+        // get, so a shared GPU's cap only means more tiles per block.
+        shape.max_blocks = shape.max_blocks.min(self.max_blocks());
         let ring_bytes = self.push_ring_bytes(&shape);
         match what {
             PushUse::AllReduce => push_launch(&shape, vecs, self.world(), ring_bytes),

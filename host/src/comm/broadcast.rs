@@ -124,7 +124,10 @@ impl IntraNodeComm {
             self.increment_usage_counter();
             let launch = (bytes > 0).then(|| Launch {
                 key: kernel,
-                grid: Grid::new(blocks_for(bytes.min(half_bytes)), THREADS),
+                grid: Grid::new(
+                    blocks_for(bytes.min(half_bytes)).min(self.max_blocks()),
+                    THREADS,
+                ),
                 args: (self.broadcast_params(buf, bytes, root),),
             });
             Ok(launch)

@@ -10,6 +10,7 @@ pub mod fused_norm;
 pub mod hcm;
 #[cfg(feature = "test-kernels")]
 pub mod probe;
+pub mod residency;
 pub mod scatter_gather;
 pub(crate) mod tracked;
 
@@ -75,6 +76,9 @@ pub struct IntraNodeComm {
     pub(crate) crossovers: crate::algo::Crossovers,
     /// Launch shapes of the Lamport kernels (`config::LAMPORT_LAUNCH_ENV`).
     pub(crate) lamport_launch: LamportLaunch,
+    /// The most blocks a launch may have (NOTE [co-residency] in
+    /// `residency.rs`).
+    pub(crate) residency: residency::Residency,
     /// The push form's launch shape (`config::PUSH_LAUNCH_ENV`), the same
     /// on every rank (the rendezvous checks).
     pub(crate) push_shape: crate::config::PushShape,
@@ -243,6 +247,18 @@ impl IntraNodeComm {
         stream: &Arc<CudaStream>,
     ) -> Result<crate::work::Work> {
         if let Some(l) = launch {
+            // Every builder sizes its grid within the cap (NOTE
+            // [co-residency]); one that did not would deadlock ranks
+            // sharing a GPU, so it is refused here, loudly, not launched.
+            if l.grid.blocks as usize > self.residency.max_blocks() {
+                return Err(Error::InvalidArgument(format!(
+                    "rank {}: a launch of {} blocks exceeds the {} this rank may hold resident ({} ranks share its GPU); this is a bug in intranode",
+                    self.rank,
+                    l.grid.blocks,
+                    self.residency.max_blocks(),
+                    self.residency.ranks_per_gpu
+                )));
+            }
             // SAFETY: forwarded from the caller.
             unsafe { self.kernels.launch(l.key, l.grid, stream, l.args) }?;
         }
@@ -281,6 +297,17 @@ impl IntraNodeComm {
     /// Launch shapes of the Lamport kernels.
     pub(crate) fn lamport_launch(&self) -> &LamportLaunch {
         &self.lamport_launch
+    }
+
+    /// Where the group's ranks run, as far as block residency goes (NOTE
+    /// [co-residency] in `residency.rs`).
+    pub fn residency(&self) -> residency::Residency {
+        self.residency
+    }
+
+    /// The most blocks one launch of this communicator may have.
+    pub(crate) fn max_blocks(&self) -> usize {
+        self.residency.max_blocks()
     }
 
     /// The call-fingerprint checker, under `INTRANODE_DEBUG=detail`.

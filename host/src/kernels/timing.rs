@@ -56,6 +56,21 @@ impl TestKernelModule {
         unsafe { self.launch(TestKernel::TimingSpin, ONE_WARP, stream, (ns,)) }
     }
 
+    /// Enqueues a "hog": `blocks` blocks of `threads` threads that each
+    /// spin `ns` nanoseconds, holding the SMs they land on the way other
+    /// work (a GEMM on another stream, another process) holds them while
+    /// a collective starts.
+    pub fn hog(&self, stream: &CudaStream, ns: u64, blocks: u32, threads: u32) -> Result<()> {
+        let grid = Grid {
+            blocks: blocks.max(1),
+            threads: threads.clamp(32, 1024),
+            shared_bytes: 0,
+        };
+        // SAFETY: `timing_spin(ns: u64)` touches no memory, whatever the
+        // grid.
+        unsafe { self.launch(TestKernel::TimingSpin, grid, stream, (ns,)) }
+    }
+
     /// Enqueues the poll-storm probe: `lag_ns.len()` threads in blocks of
     /// `block_threads` each wait `wait_ns` while polling the word at
     /// `word` as the collectives' waits poll their abort word, and write

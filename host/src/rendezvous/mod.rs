@@ -29,7 +29,8 @@ pub use request::{
     push_shape_mismatch,
 };
 pub use validate::{
-    BUFFER_GRANULARITY_BYTES, MAX_WORLD, MIN_WORLD, Unsupported, ValidatedGroup, validate,
+    BUFFER_GRANULARITY_BYTES, MAX_WORLD, MIN_WORLD, Unsupported, ValidatedGroup, residency,
+    validate,
 };
 
 use std::ffi::CString;
@@ -253,16 +254,20 @@ pub fn run_timed(
         RendezvousError,
     > = match validate(&requests, &mesh, config) {
         Err(u) => Err(u.into()),
-        Ok(group) => multiprocessors(ctx)
-            .map(|sms| LamportLaunch::new(sms, config.lamport_shapes))
-            .and_then(|l| {
-                KernelModule::load_with(ctx, config.launch_overlap, config.kernel_image)
-                    .map(|k| (k, l))
-            })
+        Ok(group) => {
+            let lamport = LamportLaunch::new(group.residency.launch_sms(), config.lamport_shapes)
+                .capped(group.residency.max_blocks());
+            KernelModule::load_with(
+                ctx,
+                group.residency.launch_overlap(config.launch_overlap),
+                config.kernel_image,
+            )
+            .map(|k| (k, lamport))
             .and_then(|(k, l)| {
                 HostErrorWord::new(ctx, config.barrier_timeout()).map(|h| (group, k, h, l))
             })
-            .map_err(RendezvousError::from),
+            .map_err(RendezvousError::from)
+        }
     };
     if let Ok((_, kernels, _, _)) = &local {
         let load = kernels.load_report();
@@ -370,6 +375,7 @@ pub fn run_timed(
         call_checker,
         crossovers: config.crossovers.clone(),
         lamport_launch,
+        residency: group.residency,
         push_shape: requests[rank].push_shape,
         l2_prefetch: config.l2_prefetch,
         capture_side: std::sync::OnceLock::new(),

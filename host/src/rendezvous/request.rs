@@ -16,7 +16,7 @@ use crate::topology::PciAddress;
 
 /// Version of [`RendezvousRequest`] and of the rendezvous sequence; ranks
 /// of different versions refuse each other.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// The first failing rank of an all-gathered list of requests, and why.
 pub(super) fn first_failed_request(
@@ -91,6 +91,11 @@ pub struct RendezvousRequest {
     /// ranks that differ would wait for each other's missing blocks or
     /// read each other's chunks at the wrong places.
     pub push_shape: PushShape,
+    /// SMs of the device as the sender's context sees them (under MPS
+    /// with an active-thread percentage, its share): launch shapes spread
+    /// over the fewest any rank sees (NOTE [co-residency] in
+    /// `comm/residency.rs`).
+    pub sms: usize,
 }
 
 impl RendezvousRequest {
@@ -112,6 +117,7 @@ impl RendezvousRequest {
             .ctx("cuDeviceGetUuid", Some(device))?
             .bytes
             .map(|c| c as u8);
+        let sms = super::multiprocessors(ctx)?;
         Ok(Self {
             protocol_version: PROTOCOL_VERSION,
             hostname: hostname(),
@@ -124,7 +130,8 @@ impl RendezvousRequest {
             buffer_bytes: config.buffer_bytes,
             backend: config.backend,
             debug: config.debug,
-            push_shape: config.push_shape.for_sms(super::multiprocessors(ctx)?),
+            push_shape: config.push_shape.for_sms(sms),
+            sms,
         })
     }
 

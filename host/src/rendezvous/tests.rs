@@ -3,6 +3,7 @@
 
 use super::request::first_failed_request;
 use super::*;
+use crate::comm::residency::Residency;
 use crate::config::*;
 use crate::error::Error;
 use crate::symm_mem::{Backend, DEFAULT_BUFFER_BYTES};
@@ -22,6 +23,7 @@ fn req(rank: usize, world: usize, bus: u32) -> RendezvousRequest {
         backend: Backend::Vmm,
         debug: DebugLevel::Off,
         push_shape: PushShape::default(),
+        sms: 132,
     }
 }
 
@@ -102,6 +104,7 @@ fn fully_connected_group_is_accepted() {
         assert_eq!(g.topology, Topology::FullyConnected);
         assert_eq!(g.hcm_neighbors, None);
         assert!(!g.overlapping_devices);
+        assert_eq!(g.residency, Residency::dedicated(132));
         assert_eq!(g.buffer_bytes, DEFAULT_BUFFER_BYTES);
         assert_eq!(g.backend, Backend::Vmm);
     }
@@ -318,6 +321,28 @@ fn all_ranks_on_one_gpu_allowed_are_fully_connected() {
     assert_eq!(v.topology, Topology::FullyConnected);
     assert!(v.overlapping_devices);
     assert!(v.to_string().contains("overlapping devices"), "{v}");
+    // Four grids side by side: a quarter of the SMs each, no overlap.
+    assert_eq!(v.residency.ranks_per_gpu, 4);
+    assert_eq!(v.residency.max_blocks(), 33);
+    assert!(!v.residency.launch_overlap(true));
+}
+
+#[test]
+fn the_fewest_sms_and_the_most_ranks_on_a_gpu_set_the_residency() {
+    // Ranks 0-2 on one GPU, rank 3 alone on another; rank 1 is an MPS
+    // client held to a share of the SMs.
+    let g: Vec<_> = (0..4)
+        .map(|r| RendezvousRequest {
+            sms: if r == 1 { 66 } else { 132 },
+            ..req(r, 4, if r < 3 { 0x10 } else { 0x20 })
+        })
+        .collect();
+    let r = residency(&g);
+    assert_eq!(r.ranks_per_gpu, 3);
+    assert_eq!(r.sms, 66);
+    assert_eq!(r.max_blocks(), 22);
+    // A GPU each: no cap, whatever the SMs.
+    assert_eq!(residency(&group(8)), Residency::dedicated(132));
 }
 
 #[test]

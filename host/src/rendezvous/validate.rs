@@ -8,6 +8,7 @@
 use std::fmt;
 
 use super::request::RendezvousRequest;
+use crate::comm::residency::Residency;
 pub use crate::config::BUFFER_GRANULARITY_BYTES;
 use crate::config::{ALLOW_OVERLAPPING_ENV, CommConfig, ENABLE_ENV, TEST_ENV};
 use crate::symm_mem::Backend;
@@ -189,10 +190,28 @@ pub struct ValidatedGroup {
     pub hcm_neighbors: Option<[[usize; 4]; MAX_DEVICES]>,
     /// Whether some ranks share a GPU.
     pub overlapping_devices: bool,
+    /// How many blocks a launch may have so that every rank's launch is
+    /// resident at once (NOTE [co-residency] in `comm/residency.rs`).
+    pub residency: Residency,
     /// Bytes of each rank's symmetric buffer.
     pub buffer_bytes: usize,
     /// The symmetric-memory backend all ranks use.
     pub backend: Backend,
+}
+
+/// The residency of the ranks that sent `requests`: the most ranks on one
+/// GPU and the fewest SMs any rank sees.
+pub fn residency(requests: &[RendezvousRequest]) -> Residency {
+    let ranks_per_gpu = requests
+        .iter()
+        .map(|a| requests.iter().filter(|b| a.same_device(b)).count())
+        .max()
+        .unwrap_or(1);
+    let sms = requests.iter().map(|r| r.sms).min().unwrap_or(1).max(1);
+    Residency {
+        sms,
+        ranks_per_gpu: ranks_per_gpu.max(1),
+    }
 }
 
 /// The first `world` rows and columns of `mesh`, one row per line.
@@ -354,6 +373,7 @@ pub fn validate(
         mesh: effective,
         hcm_neighbors,
         overlapping_devices: overlapping,
+        residency: residency(requests),
         buffer_bytes: first.buffer_bytes,
         backend: first.backend,
     })

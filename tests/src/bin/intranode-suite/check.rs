@@ -28,6 +28,18 @@ pub struct CheckArgs {
     /// Run only the free-running stresses.
     #[arg(long)]
     pub only_free: bool,
+    /// Rounds of the hog stage per form (eager, then as many graph
+    /// replays): every call started while a kernel on another stream holds
+    /// the SMs (0 skips the stage).
+    #[arg(long, default_value_t = 20)]
+    pub hog_rounds: usize,
+    /// How long the hog holds the SMs, in microseconds (each rank's hog
+    /// lasts 1 to 2 times this).
+    #[arg(long, default_value_t = 2000)]
+    pub hog_us: u64,
+    /// Run only the hog stage.
+    #[arg(long)]
+    pub only_hog: bool,
     /// Run only the back-to-back calls of mixed sizes, types, ops and
     /// algorithms (`--stress-calls`, then 60 of up to four buffers), in
     /// batches of 50 with no host step between calls, every call checked.
@@ -71,7 +83,7 @@ pub struct CheckArgs {
     /// (for a world of 8 on 4 GPUs, two ranks per GPU).
     #[arg(
         long,
-        conflicts_with_all = ["algos", "only_free", "only_stress", "only_graph", "only_norm", "only_scatter_gather", "only_types", "only_symmetric", "only_barriers"]
+        conflicts_with_all = ["algos", "only_free", "only_hog", "only_stress", "only_graph", "only_norm", "only_scatter_gather", "only_types", "only_symmetric", "only_barriers"]
     )]
     pub require_forms: bool,
 }
@@ -411,6 +423,14 @@ fn graph<T: DType + NcclType>(
     Ok(())
 }
 
+/// The hog stage's summary line.
+fn hog_line(h: &crate::check_hog::Report, hog_us: u64) -> String {
+    format!(
+        "{} eager calls and {} graph replays of 3 all-reduces, each started while a {hog_us}-us hog on another stream held the SMs, every element checked",
+        h.eager_calls, h.graph_replays
+    )
+}
+
 /// The symmetric checks' summary line.
 fn symm_line(s: &crate::check_symm::SymmReport, took: std::time::Duration) -> String {
     format!(
@@ -440,8 +460,26 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     let Some(mut r) = Rank::setup("intranode-suite check")? else {
         return Ok(());
     };
+    run_stages(&mut r, args).map_err(|e| with_gpu_report(&r, e))
+}
+
+/// `e`, with what the GPU reported first where it did: a wait of ours that
+/// ran out (a peer that never came) leaves the call's output unfinished,
+/// so a check that reads the output before the error word would report a
+/// wrong value for what was a reported timeout.
+fn with_gpu_report(r: &Rank, e: anyhow::Error) -> anyhow::Error {
+    match r.comm.intra().map(|c| c.health().check()) {
+        Some(Err(reported)) => e.context(format!(
+            "the GPU had reported a wait that ran out: {reported}"
+        )),
+        _ => e,
+    }
+}
+
+/// The stages `args` selects, on rank `r`.
+fn run_stages(r: &mut Rank, args: &CheckArgs) -> Result<()> {
     if args.only_norm {
-        return only(&mut r, "all-reduce + residual + RMSNorm", |r| {
+        return only(r, "all-reduce + residual + RMSNorm", |r| {
             let n = crate::check_norm::run(r, args.seed)?;
             Ok(format!(
                 "{} calls ({} fused; {} CUDA-graph replays), every element against the f64 reference, bitwise identical across ranks",
@@ -450,25 +488,25 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         });
     }
     if args.only_types {
-        return only(&mut r, "element types", |r| {
+        return only(r, "element types", |r| {
             let (calls, how) = crate::check_types::run(r)?;
             Ok(format!("{calls} calls, {how}, every element checked"))
         });
     }
     if args.only_scatter_gather {
-        return only(&mut r, "reduce-scatter and all-gather", |r| {
+        return only(r, "reduce-scatter and all-gather", |r| {
             let cases = crate::check_sg::run(r, args.seed)?;
             Ok(format!("{cases} calls, every element checked"))
         });
     }
-    let algos = algos(&r, args)?;
+    let algos = algos(r, args)?;
     let forms = if args.require_forms {
-        Some(require_forms(&mut r, &algos)?)
+        Some(require_forms(r, &algos)?)
     } else {
         None
     };
     if args.only_stress {
-        return only(&mut r, "back-to-back calls", |r| {
+        return only(r, "back-to-back calls", |r| {
             let mut rng = args.seed;
             let big = stress_all(r, args, &algos, &mut 0u64, &mut rng)?;
             Ok(format!(
@@ -483,7 +521,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         });
     }
     if args.only_graph {
-        return only(&mut r, "CUDA-graph replays", |r| {
+        return only(r, "CUDA-graph replays", |r| {
             graph::<bf16>(r, args, &algos, &mut 0u64)?;
             Ok(format!(
                 "{} replays x 10 all-reduces, every result checked",
@@ -493,7 +531,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     }
     if args.only_symmetric {
         let t0 = std::time::Instant::now();
-        let s = crate::check_symm::run(&mut r, &algos, args.seed)?;
+        let s = crate::check_symm::run(r, &algos, args.seed)?;
         println!(
             "check rank {}/{} ok (symmetric buffers only): {}",
             r.rank(),
@@ -503,10 +541,16 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         return Ok(());
     }
     if args.only_barriers {
-        return only(&mut r, "barriers", crate::check_barriers::run);
+        return only(r, "barriers", crate::check_barriers::run);
+    }
+    if args.only_hog {
+        return only(r, "hog on another stream", |r| {
+            let h = crate::check_hog::run(r, &algos, args.seed, args.hog_rounds, args.hog_us)?;
+            Ok(hog_line(&h, args.hog_us))
+        });
     }
     if args.only_free {
-        return only(&mut r, "free-running stress", |r| {
+        return only(r, "free-running stress", |r| {
             let f = crate::check_free::run(r, &algos, args.seed, args.free_replays.max(1))?;
             Ok(format!(
                 "{} configurations, {} calls back to back with skew checked exact on the GPU, {} timed: the slowest call {:.1} x its median (limit {} x)",
@@ -527,9 +571,9 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         3 * sweep_cases(&algos),
         r.rank() == 0,
     );
-    cases += sweep::<bf16>(&mut r, args, &algos, &mut call, &mut progress)?;
-    cases += sweep::<f16>(&mut r, args, &algos, &mut call, &mut progress)?;
-    cases += sweep::<f32>(&mut r, args, &algos, &mut call, &mut progress)?;
+    cases += sweep::<bf16>(r, args, &algos, &mut call, &mut progress)?;
+    cases += sweep::<f16>(r, args, &algos, &mut call, &mut progress)?;
+    cases += sweep::<f32>(r, args, &algos, &mut call, &mut progress)?;
     progress.finish();
     let t_sweep = t0.elapsed();
     // Each stage starts with the ranks lined up on the host: the sweep's
@@ -546,7 +590,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         r.rank(),
         t_sweep.as_secs_f64()
     );
-    stress_all(&mut r, args, &algos, &mut call, &mut rng)?;
+    stress_all(r, args, &algos, &mut call, &mut rng)?;
     let t_stress = t0.elapsed() - t_sweep;
     println!(
         "check rank {}: back-to-back calls passed ({:.1} s)",
@@ -554,17 +598,28 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         t_stress.as_secs_f64()
     );
     r.store_barrier()?;
-    graph::<bf16>(&mut r, args, &algos, &mut call)?;
+    graph::<bf16>(r, args, &algos, &mut call)?;
     let t_graph = t0.elapsed() - t_sweep - t_stress;
     println!(
         "check rank {}: graph replays passed ({:.1} s)",
         r.rank(),
         t_graph.as_secs_f64()
     );
+    if args.hog_rounds > 0 {
+        r.store_barrier()?;
+        let t_hog = std::time::Instant::now();
+        let h = crate::check_hog::run(r, &algos, args.seed, args.hog_rounds, args.hog_us)?;
+        println!(
+            "check rank {}: {} ({:.1} s)",
+            r.rank(),
+            hog_line(&h, args.hog_us),
+            t_hog.elapsed().as_secs_f64()
+        );
+    }
     r.store_barrier()?;
     let free_report = if args.free_replays > 0 {
         Some(crate::check_free::run(
-            &mut r,
+            r,
             &algos,
             args.seed,
             args.free_replays,
@@ -574,7 +629,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     };
     let t_free = t0.elapsed() - t_sweep - t_stress - t_graph;
     r.store_barrier()?;
-    let n = crate::check_norm::run(&mut r, args.seed)?;
+    let n = crate::check_norm::run(r, args.seed)?;
     let norm_fused = n.fused;
     println!(
         "check rank {}: all-reduce + residual + RMSNorm: {} calls ({} fused; {} CUDA-graph replays; every type, hidden 777 to 16384, 1 to 64 rows, as decided and each path forced), every element against the f64 reference, bitwise identical across ranks",
@@ -584,25 +639,25 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         n.replays
     );
     r.store_barrier()?;
-    let sg_cases = crate::check_sg::run(&mut r, args.seed)?;
+    let sg_cases = crate::check_sg::run(r, args.seed)?;
     println!(
         "check rank {}: reduce-scatter and all-gather: {sg_cases} calls (every type, op and shard length, ours forced and as decided), every element checked",
         r.rank()
     );
     r.store_barrier()?;
-    let (type_calls, how) = crate::check_types::run(&mut r)?;
+    let (type_calls, how) = crate::check_types::run(r)?;
     println!(
         "check rank {}: element types: {type_calls} calls, {how}, every element checked",
         r.rank()
     );
     let t_symm = std::time::Instant::now();
-    let s = crate::check_symm::run(&mut r, &algos, args.seed)?;
+    let s = crate::check_symm::run(r, &algos, args.seed)?;
     println!(
         "check rank {}: symmetric buffers: {}",
         r.rank(),
         symm_line(&s, t_symm.elapsed())
     );
-    let barrier_report = crate::check_barriers::run(&mut r)?;
+    let barrier_report = crate::check_barriers::run(r)?;
     let intra = match r.comm.intra() {
         Some(c) => format!("intra-node {:?}", c.topology()),
         None => format!(
@@ -648,6 +703,5 @@ pub fn run(args: &CheckArgs) -> Result<()> {
             norm_fused
         );
     }
-    let _ = &r.ctx;
     Ok(())
 }
