@@ -43,6 +43,11 @@ const EMBED_PTX_ENV: &str = "INTRANODE_EMBED_PTX";
 /// A cfg rather than a feature: a feature would be published, and any
 /// crate in a user's graph could turn it on.
 const INTERNALS_ENV: &str = "INTRANODE_INTERNALS";
+/// Env switch: `1` embeds the production kernels built from source with
+/// the schedule fuzzer (`KernelSet::ScheduleFuzz`: random delays where
+/// blocks meet their peers), for the suite's fuzz runs; never a build to
+/// ship. Needs the nightly tool chain, as any build from source.
+const SCHEDULE_FUZZ_ENV: &str = "INTRANODE_SCHEDULE_FUZZ";
 
 fn main() {
     if let Err(e) = try_main() {
@@ -66,6 +71,7 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-env-changed={REBUILD_ENV}");
     println!("cargo:rerun-if-env-changed={EMBED_PTX_ENV}");
     println!("cargo:rerun-if-env-changed={INTERNALS_ENV}");
+    println!("cargo:rerun-if-env-changed={SCHEDULE_FUZZ_ENV}");
     println!("cargo::rustc-check-cfg=cfg(intranode_internals)");
     if std::env::var(INTERNALS_ENV).is_ok_and(|v| v.trim() == "1") {
         println!("cargo:rustc-cfg=intranode_internals");
@@ -86,7 +92,8 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
     let arch =
         std::env::var(ARCH_ENV).unwrap_or_else(|_| intranode_ptx_builder::DEFAULT_ARCH.into());
     intranode_ptx_builder::validate_arch(&arch)?;
-    let forced = std::env::var(REBUILD_ENV).is_ok_and(|v| v == "1");
+    let fuzz = std::env::var(SCHEDULE_FUZZ_ENV).is_ok_and(|v| v.trim() == "1");
+    let forced = fuzz || std::env::var(REBUILD_ENV).is_ok_and(|v| v == "1");
     let stale = stale_reason(&workspace_root, &committed_dir);
     let mut warned = false;
     let mut sets = vec![(KernelSet::Production, "INTRANODE_EMBEDDED_PTX")];
@@ -97,7 +104,18 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
     let mut production_ptx = None;
     for (set, env) in sets {
         let committed = committed_dir.join(set.committed_file_name(&arch));
-        let embedded = if forced {
+        let embedded = if fuzz && set == KernelSet::Production {
+            from_source = true;
+            println!(
+                "cargo:warning={SCHEDULE_FUZZ_ENV}=1: the kernels carry the schedule fuzzer's delays; not a build to ship"
+            );
+            build_from_source(
+                &workspace_root,
+                &arch,
+                KernelSet::ScheduleFuzz,
+                &format!("{SCHEDULE_FUZZ_ENV}=1"),
+            )?
+        } else if forced {
             from_source |= set == KernelSet::Production;
             build_from_source(&workspace_root, &arch, set, &format!("{REBUILD_ENV}=1"))?
         } else if !committed.exists() {
@@ -134,6 +152,10 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     println!("cargo:rustc-env=INTRANODE_EMBEDDED_PTX_ARCH={arch}");
+    println!(
+        "cargo:rustc-env=INTRANODE_EMBEDDED_SCHEDULE_FUZZ={}",
+        u8::from(fuzz)
+    );
 
     // The machine code of the embedded PTX, where it is committed and is
     // that PTX's (not when the PTX came from source: the cubin would hold

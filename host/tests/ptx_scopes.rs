@@ -116,6 +116,17 @@ fn production_ptx() -> Option<String> {
 }
 
 #[test]
+fn the_schedule_fuzzer_never_ships() {
+    let Some(production) = production_ptx() else {
+        return;
+    };
+    // `schedule::delay` is empty outside feature `schedule-fuzz`.
+    for op in ["nanosleep", "%smid"] {
+        assert!(!production.contains(op), "the production PTX holds {op}");
+    }
+}
+
+#[test]
 fn no_out_of_line_calls() {
     let Some(production) = production_ptx() else {
         return;

@@ -213,6 +213,7 @@ mod instances {
         (overlapped) => {
             ptx::griddepcontrol_wait();
             ptx::griddepcontrol_launch_dependents();
+            crate::schedule::delay(crate::schedule::SITE_START);
         };
         (plain) => {};
     }

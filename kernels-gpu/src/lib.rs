@@ -14,6 +14,9 @@
 //!   widened to f32 for arithmetic.
 //! - `sync`: the peer barriers and flags over signal pads, with bounded
 //!   waits.
+//! - `schedule`: under feature `schedule-fuzz` only, random delays at the
+//!   points where a block's progress meets its peers' (the schedule
+//!   fuzzer); nothing in the shipped PTX.
 //! - `prims`: the device primitives the collectives are made of (the
 //!   rank-order reduction, the 4-in-flight strided copy, the Lamport
 //!   buffers' call set-up, push, wait and zeroing, the norm's row ops):
@@ -80,6 +83,9 @@ pub mod pattern;
 pub mod elem;
 #[cfg(target_arch = "nvptx64")]
 pub mod ptx;
+// The schedule fuzzer's delays (nothing outside feature `schedule-fuzz`).
+#[cfg(target_arch = "nvptx64")]
+pub mod schedule;
 // The test PTX uses only the wait constants of `sync`.
 #[cfg(target_arch = "nvptx64")]
 #[cfg_attr(feature = "test-kernels", allow(dead_code))]

@@ -269,6 +269,24 @@ pub fn globaltimer_ns() -> u64 {
     t
 }
 
+/// `%smid`: the SM this thread runs on (it may change under preemption;
+/// a hint, for the schedule fuzzer's randomness).
+#[inline(always)]
+pub fn sm_id() -> u32 {
+    let s: u32;
+    // SAFETY: reads a special register; no memory is touched.
+    unsafe { asm!("mov.u32 {s}, %smid;", s = out(reg32) s, options(nostack, nomem)) }
+    s
+}
+
+/// `nanosleep.u32`: suspends the thread for about `ns` nanoseconds (at
+/// most 1 ms; the hardware picks the exact time). Orders nothing.
+#[inline(always)]
+pub fn nanosleep(ns: u32) {
+    // SAFETY: a pause; no register or memory of ours changes.
+    unsafe { asm!("nanosleep.u32 {n};", n = in(reg32) ns, options(nostack, nomem)) }
+}
+
 /// `shfl.sync.bfly.b32` over the whole warp: this lane gets the value of
 /// lane `lane ^ mask`. A butterfly of masks 16, 8, 4, 2, 1 sums a warp.
 ///

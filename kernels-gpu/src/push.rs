@@ -561,6 +561,7 @@ pub(crate) unsafe fn signal<const W: usize>(
     ag_ready: u32,
     ag_free: u32,
 ) {
+    crate::schedule::delay(crate::schedule::SITE_ARRIVE);
     let k = ptx::thread_idx_x();
     // SAFETY: this rank's abort word or 0 (the host's promise). Read
     // before the barrier, whose wait hides the load.

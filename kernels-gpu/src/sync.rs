@@ -207,6 +207,7 @@ pub(crate) unsafe fn poll_until<P>(
     abort: u64,
     mut poll: impl FnMut() -> Option<P>,
 ) -> Wait<P> {
+    crate::schedule::delay(crate::schedule::SITE_WAIT);
     let start = ptx::globaltimer_ns();
     let mut next_poll_ns = ERROR_POLL_AFTER_NS;
     loop {
@@ -332,6 +333,7 @@ unsafe fn arrive_with(
     n: u32,
     peer_of: &impl Fn(u32) -> u32,
 ) {
+    crate::schedule::delay(crate::schedule::SITE_ARRIVE);
     let t = ptx::thread_idx_x();
     // SAFETY: this rank's abort word or 0 (the caller's `peers`).
     let gave_up = t < n && unsafe { aborted(peers.to.abort) };

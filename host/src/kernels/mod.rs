@@ -69,6 +69,13 @@ const CUBIN_IMAGE: &[u8] = include_bytes!(env!("INTRANODE_EMBEDDED_CUBIN"));
 /// Architecture of the embedded cubin (`""` when there is none).
 pub const CUBIN_ARCH: &str = env!("INTRANODE_EMBEDDED_CUBIN_ARCH");
 
+/// Whether the embedded kernels carry the schedule fuzzer's random delays
+/// (a build with `INTRANODE_SCHEDULE_FUZZ=1`, for the suite: timing
+/// means nothing there).
+pub fn schedule_fuzz() -> bool {
+    env!("INTRANODE_EMBEDDED_SCHEDULE_FUZZ") == "1"
+}
+
 /// Whether this build embeds the production PTX (not when built with
 /// `INTRANODE_EMBED_PTX=0`: machine code only, as the device bundle).
 pub fn embeds_ptx() -> bool {

@@ -134,6 +134,11 @@ pub enum KernelSet {
     /// small PTX the host crate embeds only under its feature
     /// `test-kernels`.
     Test,
+    /// The library's kernels with the schedule fuzzer's random delays
+    /// (feature `schedule-fuzz` of `intranode-kernels-gpu`): embedded in
+    /// place of [`Production`](Self::Production) only by a host build with
+    /// `INTRANODE_SCHEDULE_FUZZ=1`, never committed.
+    ScheduleFuzz,
 }
 
 impl KernelSet {
@@ -146,6 +151,7 @@ impl KernelSet {
         match self {
             KernelSet::Production => format!("kernels-{arch}.ptx"),
             KernelSet::Test => format!("test-kernels-{arch}.ptx"),
+            KernelSet::ScheduleFuzz => format!("kernels-schedule-fuzz-{arch}.ptx"),
         }
     }
 
@@ -154,6 +160,7 @@ impl KernelSet {
         match self {
             KernelSet::Production => "production kernels",
             KernelSet::Test => "test kernels",
+            KernelSet::ScheduleFuzz => "production kernels with the schedule fuzzer",
         }
     }
 
@@ -162,6 +169,7 @@ impl KernelSet {
         match self {
             KernelSet::Production => &[],
             KernelSet::Test => &["--features", "test-kernels"],
+            KernelSet::ScheduleFuzz => &["--features", "schedule-fuzz"],
         }
     }
 
@@ -172,7 +180,7 @@ impl KernelSet {
     pub fn committed_file_name(self, arch: &str) -> String {
         match self {
             KernelSet::Production => format!("kernels-{arch}.ptx.gz"),
-            KernelSet::Test => self.file_name(arch),
+            KernelSet::Test | KernelSet::ScheduleFuzz => self.file_name(arch),
         }
     }
 
@@ -183,6 +191,7 @@ impl KernelSet {
         match self {
             KernelSet::Production => arch.to_owned(),
             KernelSet::Test => format!("{arch}-test-kernels"),
+            KernelSet::ScheduleFuzz => format!("{arch}-schedule-fuzz"),
         }
     }
 }

@@ -478,6 +478,23 @@ fn with_gpu_report(r: &Rank, e: anyhow::Error) -> anyhow::Error {
 
 /// The stages `args` selects, on rank `r`.
 fn run_stages(r: &mut Rank, args: &CheckArgs) -> Result<()> {
+    if r.rank() == 0 && intranode::kernels::schedule_fuzz() {
+        println!(
+            "check rank 0: the kernels carry the schedule fuzzer's delays (INTRANODE_SCHEDULE_FUZZ=1)"
+        );
+    }
+    if let (0, Some(c)) = (r.rank(), r.comm.intra()) {
+        let res = c.residency();
+        println!(
+            "check rank 0: {} rank(s) per GPU at most, {} SMs, at most {} blocks a launch",
+            res.ranks_per_gpu,
+            res.sms,
+            match res.max_blocks() {
+                usize::MAX => "any number of".to_owned(),
+                n => n.to_string(),
+            }
+        );
+    }
     if args.only_norm {
         return only(r, "all-reduce + residual + RMSNorm", |r| {
             let n = crate::check_norm::run(r, args.seed)?;
