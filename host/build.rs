@@ -162,7 +162,13 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
     // the old kernels); otherwise an empty file, and every device JIT
     // compiles the PTX.
     let cubin = committed_dir.join(intranode_ptx_builder::cubin_file_name(&arch));
-    let (cubin, cubin_arch) = if !from_source
+    let fuzz_cubin = match (&production_ptx, fuzz) {
+        (Some((_, ptx)), true) => assemble_fuzz_cubin(&workspace_root, ptx, &arch)?,
+        _ => None,
+    };
+    let (cubin, cubin_arch) = if let Some(fuzz_cubin) = fuzz_cubin {
+        (fuzz_cubin, arch.as_str())
+    } else if !from_source
         && intranode_ptx_builder::CUBIN_ARCHS.contains(&arch.as_str())
         && cubin.exists()
     {
@@ -199,6 +205,45 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
     };
     println!("cargo:rustc-env={env}={}", ptx.display());
     Ok(())
+}
+
+/// The schedule fuzzer's PTX (`ptx`) assembled for `arch` by the pinned
+/// ptxas (`$PTXAS`, else `.cache/ptxas/ptxas`, which `cargo xtask
+/// build-ptx` fetches), or `None` with a warning where there is none: the
+/// device then JIT compiles about 20 MB of PTX at every rank's start,
+/// minutes.
+fn assemble_fuzz_cubin(
+    workspace_root: &Path,
+    ptx: &Path,
+    arch: &str,
+) -> Result<Option<PathBuf>, Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-env-changed=PTXAS");
+    let ptxas = std::env::var_os("PTXAS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root.join(".cache/ptxas/ptxas"));
+    if !ptxas.is_file() {
+        println!(
+            "cargo:warning={SCHEDULE_FUZZ_ENV}=1 without ptxas ({}; `cargo xtask build-ptx` fetches it): the device will JIT compile the PTX, minutes per rank",
+            ptxas.display()
+        );
+        return Ok(None);
+    }
+    let cubin =
+        PathBuf::from(std::env::var("OUT_DIR")?).join(format!("schedule-fuzz-{arch}.cubin"));
+    let status = std::process::Command::new(&ptxas)
+        .arg(format!("-arch={arch}"))
+        .arg(ptx)
+        .arg("-o")
+        .arg(&cubin)
+        .status()?;
+    if !status.success() {
+        return Err(format!(
+            "{} failed on the schedule fuzzer's PTX ({status})",
+            ptxas.display()
+        )
+        .into());
+    }
+    Ok(Some(cubin))
 }
 
 /// Why the committed PTX does not match the kernel sources, or `None` when
