@@ -28,6 +28,7 @@ mod bad_input;
 mod check;
 mod check_barriers;
 mod check_free;
+mod check_graph;
 mod check_hog;
 mod check_norm;
 mod check_sg;
