@@ -37,30 +37,45 @@ impl MpsServer {
     /// Starts the daemon with fresh folders under the temporary folder and
     /// waits until its control pipe exists.
     pub fn start() -> std::io::Result<Self> {
+        Self::start_with(Path::new(CONTROL))
+    }
+
+    /// [`start`](Self::start) with the control program at `control_program`.
+    fn start_with(control_program: &Path) -> std::io::Result<Self> {
         let root = std::env::temp_dir().join(format!("intranode-mps-{}", std::process::id()));
         let pipe = root.join("pipe");
         let log = root.join("log");
         std::fs::create_dir_all(&pipe)?;
         std::fs::create_dir_all(&log)?;
-        let server = MpsServer { root, pipe, log };
-        let status = Command::new(CONTROL)
+        let started = Command::new(control_program)
             .arg("-d")
-            .env(PIPE_ENV, &server.pipe)
-            .env(LOG_ENV, &server.log)
+            .env(PIPE_ENV, &pipe)
+            .env(LOG_ENV, &log)
             .stdin(Stdio::null())
-            .status()
-            .map_err(|e| {
-                std::io::Error::new(
+            .status();
+        // No daemon to stop unless it started: only then does the server
+        // exist (its drop asks the daemon to quit).
+        match started {
+            Ok(status) if status.success() => {}
+            Ok(status) => {
+                return Err(std::io::Error::other(format!(
+                    "{} -d exited with {status}; its log is in {}",
+                    control_program.display(),
+                    log.display()
+                )));
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&root);
+                return Err(std::io::Error::new(
                     e.kind(),
-                    format!("cannot start {CONTROL} (is the CUDA driver's MPS installed, are we root?): {e}"),
-                )
-            })?;
-        if !status.success() {
-            return Err(std::io::Error::other(format!(
-                "{CONTROL} -d exited with {status}; its log is in {}",
-                server.log.display()
-            )));
+                    format!(
+                        "cannot start {} (the CUDA driver's MPS; it needs root or the GPU's owner): {e}",
+                        control_program.display()
+                    ),
+                ));
+            }
         }
+        let server = MpsServer { root, pipe, log };
         let control = server.pipe.join("control");
         let deadline = Instant::now() + READY_TIMEOUT;
         while !control.exists() {
@@ -121,5 +136,22 @@ impl Drop for MpsServer {
         if !self.pipe.join("control").exists() {
             let _ = std::fs::remove_dir_all(&self.root);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_control_program_is_a_clear_error() {
+        let e = MpsServer::start_with(Path::new("/nonexistent/nvidia-cuda-mps-control"))
+            .expect_err("no such program");
+        let text = e.to_string();
+        assert!(
+            text.contains("cannot start /nonexistent/nvidia-cuda-mps-control"),
+            "{text}"
+        );
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
     }
 }
