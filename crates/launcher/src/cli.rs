@@ -38,7 +38,9 @@ exit); either way the first failure decides the exit status.
 
 Exit status: 0 when every rank exits 0; the exit code of the first failing
 rank (128+N when it was killed by signal N); 124 on --timeout; 128+N when the
-launcher got signal N (SIGINT, SIGTERM, SIGHUP, SIGQUIT; also during start-up);
+launcher got signal N (SIGINT, SIGTERM, SIGHUP, SIGQUIT, forwarded to the
+ranks; SIGUSR1, SIGUSR2, SIGALRM, the ranks getting SIGTERM; also during
+start-up);
 1 when the ranks succeeded but /proc could not be read to look for what they
 left running; 127 when the command cannot be found;
 2 when the launcher cannot run the job at all (bad arguments, store address in

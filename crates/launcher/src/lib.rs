@@ -4,7 +4,9 @@
 //! starts `--nproc-per-node` copies of a command with the torchrun variables
 //! set ([`rank_env`]), prefixes every line they print with `[rank]`
 //! ([`output`]), and stops the whole job as soon as one rank fails, the
-//! timeout passes or the launcher itself is interrupted ([`supervise`]).
+//! timeout passes or the launcher itself gets a signal that would end it
+//! (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM:
+//! [`supervise`]).
 //!
 //! Main types: [`cli::Args`] (the command line), [`JobConfig`] (validated
 //! job), [`Report`] (what happened, with the summary and exit code).
@@ -74,7 +76,9 @@ pub enum LaunchError {
         #[source]
         source: intranode_store::StoreError,
     },
-    #[error("cannot install the signal handlers (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD)")]
+    #[error(
+        "cannot install the signal handlers (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD)"
+    )]
     Signals(#[source] io::Error),
     #[error("cannot start the signal-handling thread")]
     SignalThread(#[source] io::Error),

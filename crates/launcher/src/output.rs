@@ -7,9 +7,13 @@
 //!
 //! NOTE [batched forwarding]: the lines already read from a rank's pipe
 //! go out together, in one write and one flush, up to [`MAX_BATCH_BYTES`];
-//! a batch ends as soon as the pipe has nothing more buffered, so a rank
-//! that prints a line now and then still shows it at once. One write and
-//! one flush per line took 9 minutes of a full core for a billion lines.
+//! a batch ends as soon as what is buffered holds no complete line, that
+//! is before any read that may wait for the rank. So a rank that prints a
+//! line now and then still shows it at once, and so do the complete lines
+//! read together with the start of a line not finished yet (`"A\npartial"`):
+//! only that partial line waits, for its newline, the end of the stream or
+//! [`MAX_LINE_BYTES`]. One write and one flush per line took 9 minutes of
+//! a full core for a billion lines.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 
@@ -76,14 +80,24 @@ where
         if batch.last() != Some(&b'\n') {
             batch.push(b'\n');
         }
-        // Nothing more buffered: the next read may wait, so show what we
-        // have now.
-        if reader.buffer().is_empty() || batch.len() >= MAX_BATCH_BYTES {
+        // No complete line buffered: the next read may wait for the rank,
+        // maybe for ever, so show what we have now. A buffered partial line
+        // is not enough to go on: reading it to its end waits too.
+        if !holds_complete_line(reader.buffer()) || batch.len() >= MAX_BATCH_BYTES {
             send(&mut batch);
         }
     }
     send(&mut batch);
     write_error.map_or(Ok(()), Err)
+}
+
+/// Whether the next line can be read from `buffered` alone, without a
+/// read from the pipe that may block: a newline ends it there, or the
+/// [`MAX_LINE_BYTES`] cap does before it. (Without a newline the batch
+/// goes out even when the cap would end the line within the buffer; that
+/// costs one write, never a wait.)
+fn holds_complete_line(buffered: &[u8]) -> bool {
+    buffered.contains(&b'\n')
 }
 
 /// Where [`forward_lines`] puts whole prefixed lines.
@@ -104,6 +118,9 @@ pub fn stderr_sink(line: &[u8]) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::mpsc;
+    use std::thread;
+
     use super::*;
 
     fn collect(input: &[u8], rank: usize) -> (Vec<Vec<u8>>, io::Result<()>) {
@@ -138,38 +155,73 @@ mod tests {
         assert!(writes <= lines / 1000, "{writes} writes for {lines} lines");
     }
 
+    /// A pipe whose writer sends chunks down a channel: a read returns
+    /// (part of) one chunk, and waits, as a pipe does, while none is there.
+    struct Pipe(mpsc::Receiver<Vec<u8>>, Vec<u8>);
+
+    impl Read for Pipe {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.1.is_empty() {
+                match self.0.recv() {
+                    Ok(chunk) => self.1 = chunk,
+                    Err(_) => return Ok(0),
+                }
+            }
+            let n = self.1.len().min(buf.len());
+            buf[..n].copy_from_slice(&self.1[..n]);
+            self.1.drain(..n);
+            Ok(n)
+        }
+    }
+
+    /// The thread running [`forward_lines`] on a [`Pipe`] (no prefix).
+    type Forwarder = thread::JoinHandle<io::Result<()>>;
+
+    /// [`forward_lines`] on a [`Pipe`] on a thread: the pipe's writer, the
+    /// batches as they are written, and the thread.
+    fn forward_pipe() -> (mpsc::Sender<Vec<u8>>, mpsc::Receiver<Vec<u8>>, Forwarder) {
+        let (tx, rx) = mpsc::channel::<Vec<u8>>();
+        let (seen_tx, seen_rx) = mpsc::channel::<Vec<u8>>();
+        let forwarder = thread::spawn(move || {
+            forward_lines(Pipe(rx, Vec::new()), b"", |batch| {
+                seen_tx
+                    .send(batch.to_vec())
+                    .map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))
+            })
+        });
+        (tx, seen_rx, forwarder)
+    }
+
     /// A line that arrives alone is written at once, not held for company.
     #[test]
     fn a_lone_line_is_written_before_the_next_arrives() {
-        let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
-        struct Pipe(std::sync::mpsc::Receiver<Vec<u8>>, Vec<u8>);
-        impl Read for Pipe {
-            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-                if self.1.is_empty() {
-                    match self.0.recv() {
-                        Ok(chunk) => self.1 = chunk,
-                        Err(_) => return Ok(0),
-                    }
-                }
-                let n = self.1.len().min(buf.len());
-                buf[..n].copy_from_slice(&self.1[..n]);
-                self.1.drain(..n);
-                Ok(n)
-            }
-        }
-        let (seen_tx, seen_rx) = std::sync::mpsc::channel::<Vec<u8>>();
-        let forwarder = std::thread::spawn(move || {
-            forward_lines(Pipe(rx, Vec::new()), b"", |batch| {
-                seen_tx.send(batch.to_vec()).unwrap();
-                Ok(())
-            })
-        });
+        let (tx, seen_rx, forwarder) = forward_pipe();
         tx.send(b"first\n".to_vec()).unwrap();
         // The pipe stays open: the line must come out while it does.
         assert_eq!(seen_rx.recv().unwrap(), b"first\n");
         tx.send(b"second\n".to_vec()).unwrap();
         assert_eq!(seen_rx.recv().unwrap(), b"second\n");
         drop(tx);
+        forwarder.join().unwrap().unwrap();
+    }
+
+    /// Complete lines read together with the start of an unfinished line
+    /// are written at once; only the unfinished line waits for its end.
+    #[test]
+    fn complete_lines_before_a_partial_line_are_written_at_once() {
+        let (tx, seen_rx, forwarder) = forward_pipe();
+        tx.send(b"A\nB\npartial".to_vec()).unwrap();
+        // The pipe stays open and the partial line unfinished; a bound, not
+        // a timing: a forwarder that holds the lines never sends them.
+        let seen = seen_rx.recv_timeout(std::time::Duration::from_secs(10));
+        assert_eq!(seen.as_deref(), Ok(&b"A\nB\n"[..]));
+        tx.send(b" line\n".to_vec()).unwrap();
+        assert_eq!(seen_rx.recv().unwrap(), b"partial line\n");
+        // A partial line at the end of the stream gets its newline.
+        tx.send(b"C\nlast".to_vec()).unwrap();
+        drop(tx);
+        let rest: Vec<u8> = seen_rx.iter().flatten().collect();
+        assert_eq!(rest, b"C\nlast\n");
         forwarder.join().unwrap().unwrap();
     }
 

@@ -10,11 +10,12 @@
 //!
 //! - every rank exits 0: [`Outcome::Success`];
 //! - something goes wrong first (a rank fails or cannot start, the timeout
-//!   passes, the launcher gets SIGINT, SIGTERM, SIGHUP or SIGQUIT, during
-//!   start-up too, which then stops starting ranks): every rank still running
-//!   gets SIGTERM (after a rank failure, only once `--failure-wait-secs`
-//!   has passed without them all exiting by themselves: NOTE [failure
-//!   wait]) (or the launcher's own signal, forwarded) to its process
+//!   passes, the launcher gets SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1,
+//!   SIGUSR2 or SIGALRM, during start-up too, which then stops starting
+//!   ranks): every rank still running gets SIGTERM (after a rank failure,
+//!   only once `--failure-wait-secs` has passed without them all exiting
+//!   by themselves: NOTE [failure wait]) (or the launcher's own SIGINT,
+//!   SIGHUP or SIGQUIT, forwarded: `signal_for_ranks`) to its process
 //!   group, and SIGKILL when it is still there after the grace period;
 //! - a second such signal during that grace period sends SIGKILL at once.
 //!
@@ -45,7 +46,7 @@ pub use crate::exit::{RankExit, signal_name};
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+use signal_hook::consts::{SIGALRM, SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 
 use crate::leftovers::{self, Scan};
@@ -81,10 +82,34 @@ fn deadline_in(after: Duration) -> Instant {
     now.checked_add(after.min(cap)).unwrap_or(now)
 }
 
-/// The signals that end a job: each is forwarded to the ranks, and the
-/// launcher exits with 128 + its number. SIGHUP (the terminal went away)
-/// and SIGQUIT (Ctrl-\\) ended the launcher without any cleanup before.
-const STOP_SIGNALS: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
+/// The signals that end a job and are forwarded to the ranks as they came:
+/// each means "stop" to any program (SIGHUP: the terminal went away;
+/// SIGQUIT: Ctrl-\\).
+const FORWARDED_SIGNALS: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
+
+/// The signals that end a job, the ranks getting SIGTERM instead: their
+/// default action ends a process, so left unhandled they would end the
+/// launcher with no sweep, but a rank may give them another meaning (a
+/// checkpoint on SIGUSR1, which Slurm's `--signal` sends before a time
+/// limit; its own timer on SIGALRM) and keep running, to be SIGKILLed
+/// after the grace period with no chance to clean up.
+const STOPPED_AS_SIGTERM: [i32; 3] = [SIGUSR1, SIGUSR2, SIGALRM];
+
+/// Every signal that ends a job: the launcher stops the ranks, sweeps
+/// their groups and exits with 128 + the signal's number.
+fn stop_signals() -> impl Iterator<Item = i32> {
+    FORWARDED_SIGNALS.into_iter().chain(STOPPED_AS_SIGTERM)
+}
+
+/// What the ranks get first when the launcher got `signal` (or `None`: the
+/// job ends for another reason): the signal itself when it is one of
+/// [`FORWARDED_SIGNALS`], SIGTERM otherwise.
+fn signal_for_ranks(signal: Option<i32>) -> Signal {
+    signal
+        .filter(|s| FORWARDED_SIGNALS.contains(s))
+        .and_then(|s| Signal::try_from(s).ok())
+        .unwrap_or(Signal::SIGTERM)
+}
 
 /// Pids of the ranks started so far. Held while a rank is being started,
 /// so the orphan reaper never takes a rank that exits at once for an
@@ -114,7 +139,8 @@ pub enum Outcome {
     },
     /// The job ran past `--timeout`.
     Timeout { after: Duration },
-    /// The launcher got this signal and forwarded it.
+    /// The launcher got this signal and stopped the ranks with it or with
+    /// SIGTERM (`signal_for_ranks`).
     Interrupted { signal: i32 },
 }
 
@@ -293,8 +319,8 @@ pub fn run_ranks(job: &JobConfig, master_port: u16, token: &str) -> Result<Repor
     // Installed before the first rank starts, so a Ctrl-C at any time
     // reaches the ranks that exist. SIGCHLD reaps orphans while the job
     // runs (NOTE [leftover processes]).
-    let mut signals = Signals::new(STOP_SIGNALS.iter().copied().chain([SIGCHLD]))
-        .map_err(LaunchError::Signals)?;
+    let mut signals =
+        Signals::new(stop_signals().chain([SIGCHLD])).map_err(LaunchError::Signals)?;
     let signal_handle = signals.handle();
     let signal_tx = tx.clone();
     let reaper_pids = rank_pids.clone();
@@ -439,7 +465,7 @@ impl Supervisor<'_> {
     /// leave them `--failure-wait-secs` to exit by themselves; exits in
     /// that window are recorded, the first failure stays the outcome, and
     /// the job timeout or a signal to the launcher ends the wait early; that
-    /// signal is returned, to be forwarded to the ranks.
+    /// signal is returned, to be passed on to the ranks ([`signal_for_ranks`]).
     fn wait_after_failure(
         &mut self,
         outcome: &Outcome,
@@ -473,16 +499,15 @@ impl Supervisor<'_> {
     }
 
     /// Stops every running rank: the first signal (SIGTERM, or the one the
-    /// launcher got, as the outcome or during the failure wait), then
-    /// SIGKILL after the grace period.
+    /// launcher got, as the outcome or during the failure wait, where
+    /// [`signal_for_ranks`] forwards it), then SIGKILL after the grace
+    /// period.
     fn shut_down(&mut self, outcome: &Outcome, forwarded: Option<i32>) {
         let got = match outcome {
             Outcome::Interrupted { signal } => Some(*signal),
             _ => forwarded,
         };
-        let first = got
-            .and_then(|s| Signal::try_from(s).ok())
-            .unwrap_or(Signal::SIGTERM);
+        let first = signal_for_ranks(got);
         let ranks = if self.running == 1 { "rank" } else { "ranks" };
         log(&format!(
             "{outcome}; sending {} to the {} running {ranks}, SIGKILL after {} s",
@@ -889,6 +914,23 @@ mod tests {
         assert_eq!(
             report(spawn(io::ErrorKind::PermissionDenied)).exit_code(),
             126
+        );
+    }
+
+    #[test]
+    fn what_the_ranks_get_for_each_stop_signal() {
+        for signal in FORWARDED_SIGNALS {
+            assert_eq!(signal_for_ranks(Some(signal)) as i32, signal);
+        }
+        for signal in STOPPED_AS_SIGTERM {
+            assert_eq!(signal_for_ranks(Some(signal)), Signal::SIGTERM);
+        }
+        assert_eq!(signal_for_ranks(None), Signal::SIGTERM);
+        let usr1 = Outcome::Interrupted { signal: SIGUSR1 };
+        assert_eq!(i32::from(report(usr1.clone()).exit_code()), 128 + SIGUSR1);
+        assert_eq!(
+            usr1.to_string(),
+            format!("the launcher was interrupted by SIGUSR1 ({SIGUSR1})")
         );
     }
 

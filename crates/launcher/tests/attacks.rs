@@ -178,10 +178,12 @@ fn orphans_are_reaped_while_the_job_runs() {
     assert_eq!(status.code(), Some(0));
 }
 
-/// Attack 3: SIGHUP and SIGQUIT ended the launcher (129, 131) with no
-/// cleanup, and the ranks' children survived. They are handled like
-/// SIGINT and SIGTERM now: forwarded, the groups swept, 128 + signal.
-fn stop_signal_cleans_up(sent: Signal) {
+/// Attack 3: a signal whose default action ends the launcher (SIGHUP,
+/// SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM) ended it with no cleanup, and the
+/// ranks' children survived. Each must stop the job like SIGINT and
+/// SIGTERM: the ranks stopped, their groups swept, exit 128 + signal.
+/// The ranks get `to_ranks`: the signal itself, or SIGTERM.
+fn stop_signal_cleans_up(sent: Signal, to_ranks: Signal) {
     let mut child = launcher(&[
         "--nproc-per-node",
         "2",
@@ -216,6 +218,10 @@ fn stop_signal_cleans_up(sent: Signal) {
         stderr.contains(&format!("the launcher was interrupted by {sent}")),
         "{stderr}"
     );
+    assert!(
+        stderr.contains(&format!("sending {to_ranks} to the 2 running ranks")),
+        "{stderr}"
+    );
     assert_eq!(pids.len(), 2, "{stdout}");
     for pid in pids {
         assert_dead_soon(pid);
@@ -224,12 +230,82 @@ fn stop_signal_cleans_up(sent: Signal) {
 
 #[test]
 fn sighup_stops_the_job_and_its_children() {
-    stop_signal_cleans_up(Signal::SIGHUP);
+    stop_signal_cleans_up(Signal::SIGHUP, Signal::SIGHUP);
 }
 
 #[test]
 fn sigquit_stops_the_job_and_its_children() {
-    stop_signal_cleans_up(Signal::SIGQUIT);
+    stop_signal_cleans_up(Signal::SIGQUIT, Signal::SIGQUIT);
+}
+
+/// Slurm's `--signal` sends SIGUSR1 before a time limit.
+#[test]
+fn sigusr1_stops_the_job_and_its_children() {
+    stop_signal_cleans_up(Signal::SIGUSR1, Signal::SIGTERM);
+}
+
+#[test]
+fn sigusr2_stops_the_job_and_its_children() {
+    stop_signal_cleans_up(Signal::SIGUSR2, Signal::SIGTERM);
+}
+
+#[test]
+fn sigalrm_stops_the_job_and_its_children() {
+    stop_signal_cleans_up(Signal::SIGALRM, Signal::SIGTERM);
+}
+
+/// Complete lines read together with the start of a line the rank has
+/// not finished (`"A\npartial"`, then a long sleep) must be forwarded at
+/// once, not when the line completes or the rank exits: a launcher
+/// SIGKILLed in between would never forward them. The rank prints only
+/// once the test has seen it ready, so that the bound counts from the
+/// write, not from a slow start-up.
+#[test]
+fn lines_before_a_partial_line_are_forwarded_at_once() {
+    // Far below the rank's sleep, far above a prompt forward on a loaded
+    // machine: a launcher that holds the lines misses it by seconds.
+    const PROMPT: Duration = Duration::from_secs(2);
+    const RANK_SLEEP_SECS: u64 = 6;
+    let go = go_file("partial");
+    let script = format!(
+        "echo ready; while [ ! -e {} ]; do sleep 0.05; done; \
+         printf 'A\\nB\\npartial'; sleep {RANK_SLEEP_SECS}; echo ' line'",
+        go.display()
+    );
+    let mut child = launcher(&["--nproc-per-node", "1", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    let stderr = read_all(child.stderr.take().unwrap());
+    let (lines, reader) = watch(child.stdout.take().unwrap());
+    wait_for_line(&lines, "[0] ready");
+    std::fs::write(&go, b"").unwrap();
+    let written = Instant::now();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let left = PROMPT.saturating_sub(written.elapsed());
+        match lines.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => break,
+        }
+    }
+    let after = written.elapsed();
+    // The job runs to its end either way, so the partial line's fate is
+    // checked too and no launcher is left behind.
+    let status = wait_exit(&mut child);
+    let _ = std::fs::remove_file(&go);
+    let (stdout, stderr) = (reader.join().unwrap(), stderr.join().unwrap());
+    eprintln!("--- stdout\n{stdout}--- stderr\n{stderr}---");
+    assert_eq!(
+        seen,
+        ["[0] A", "[0] B"],
+        "within {PROMPT:?} of the write (the rank sleeps {RANK_SLEEP_SECS} s); \
+         {after:?} passed"
+    );
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stdout.ends_with("[0] A\n[0] B\n[0] partial line\n"),
+        "{stdout}"
+    );
 }
 
 /// Attack 4: with its descriptors exhausted (here by a flood of

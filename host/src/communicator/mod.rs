@@ -176,6 +176,14 @@ struct GroupState {
 /// same order).
 static CHECKER_COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Communicators built by this process: each one's NCCL exchange gets a
+/// prefix of its own, so a fast rank's next communicator never writes a
+/// key a slow rank of the last one has still to read (the exchange refuses
+/// a key that is taken: NOTE [one group per prefix] in
+/// `intranode_store`'s `exchange.rs`). Every rank builds its communicators
+/// in the same order, so they agree on the number.
+static NCCL_EXCHANGE_COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 impl std::fmt::Debug for Communicator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Communicator")
@@ -242,7 +250,8 @@ impl Communicator {
             Err(RendezvousError::Failed(e)) => return Err(e),
         };
         let nccl_started = Instant::now();
-        let mut exchange = StoreExchange::new("intranode/nccl");
+        let instance = NCCL_EXCHANGE_COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut exchange = StoreExchange::new(format!("intranode/nccl/{instance}"));
         let nccl = crate::nccl::nccl_comm(&stream, store.as_ref(), &mut exchange, rank, world)
             .map_err(|e| e.to_string());
         times.record("nccl", nccl_started.elapsed());

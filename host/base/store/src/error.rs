@@ -169,6 +169,25 @@ pub enum StoreError {
         root: usize,
     },
 
+    /// An exchange's key holds another group's contribution: two groups
+    /// of ranks use one store under the same prefix (NOTE [one group per
+    /// prefix] in `exchange.rs`).
+    #[error(
+        "exchange key {key:?} (rank {rank} of a world of {world}) was written by another group ({theirs}); two groups share the prefix {prefix:?} on one store: give each group a PrefixStore of its own (PrefixStore::new(\"group-name\", store))"
+    )]
+    ForeignContribution {
+        /// The key.
+        key: String,
+        /// The rank the key belongs to.
+        rank: usize,
+        /// The world this rank expects.
+        world: usize,
+        /// What the other writer said of itself (process, world).
+        theirs: String,
+        /// The exchange's prefix.
+        prefix: String,
+    },
+
     /// A value could not be serialized for an exchange.
     #[error("could not encode the value of rank {rank} for exchange {key:?}: {source}")]
     Encode {

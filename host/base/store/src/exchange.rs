@@ -29,11 +29,130 @@ use crate::store::Store;
 /// of a list of keys. Every rank's contribution is a key of its own (the
 /// barrier too), which is what makes the absentees visible.
 ///
+/// NOTE [one group per prefix]: an exchange's keys are its prefix and a
+/// sequence number, so two groups of ranks that share a store and a prefix
+/// (two tensor-parallel groups on one torchrun store, each built with the
+/// same default prefix) would read each other's contributions as their
+/// own. Every contribution is therefore an envelope (world, nonces,
+/// writer's process, value) written only where
+/// its key is absent (`compare_set` from empty): the second writer of a
+/// key fails at once with [`StoreError::ForeignContribution`], naming the
+/// first. An all-gather's envelopes also carry the world and a nonce that
+/// rank 0 draws (the other ranks read rank 0's key first and copy it), and
+/// every reader checks both: a contribution made for another world or
+/// under another rank 0 is refused on read. That catches groups that meet
+/// at the same keys at the same time. It cannot catch everything: no key
+/// says which group a rank belongs to, so a rank may pair with the other
+/// group's rank 0, and a group that comes after the other deleted its
+/// keys, or a broadcast's reader, sees nothing wrong. Groups that share a
+/// store need prefixes of their own: a [`PrefixStore`](crate::PrefixStore)
+/// per group.
+///
 /// Values are encoded with bincode 2 (`config::standard()`, serde).
 #[derive(Debug, Clone)]
 pub struct StoreExchange {
     prefix: String,
     seq: u64,
+}
+
+/// One rank's contribution to a collective (NOTE [one group per prefix]).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Envelope {
+    /// The world the writer expects.
+    world: u64,
+    /// The collective's nonce: rank 0's in an all-gather, the writer's own
+    /// in a broadcast or barrier.
+    group: u64,
+    /// The writer's process, for the error that names it.
+    pid: u32,
+    /// The writer's own nonce: no two writers' envelopes are equal, which
+    /// is how `compare_set` tells ours from theirs.
+    writer: u64,
+    /// The encoded value.
+    payload: Vec<u8>,
+}
+
+/// A fresh 64-bit nonce: `RandomState`'s per-process random keys over the
+/// clock and the process id.
+fn nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    h.write_u128(now);
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// `payload` in an envelope for a world of `world` and nonce `group`,
+/// encoded for `key`.
+fn seal(
+    payload: Vec<u8>,
+    world: usize,
+    group: u64,
+    key: &str,
+    rank: usize,
+) -> Result<Vec<u8>, StoreError> {
+    let envelope = Envelope {
+        world: world as u64,
+        group,
+        pid: std::process::id(),
+        writer: nonce(),
+        payload,
+    };
+    encode(&envelope, key, rank)
+}
+
+/// The error for `key` (rank `rank`'s) holding `theirs`, another group's
+/// bytes.
+fn foreign(prefix: &str, key: &str, rank: usize, world: usize, theirs: &[u8]) -> StoreError {
+    let theirs = match decode::<Envelope>(theirs, key, rank) {
+        Ok(e) => format!("process {} expecting a world of {}", e.pid, e.world),
+        Err(_) => format!("{} bytes that are no exchange contribution", theirs.len()),
+    };
+    StoreError::ForeignContribution {
+        key: key.to_owned(),
+        rank,
+        world,
+        theirs,
+        prefix: prefix.to_owned(),
+    }
+}
+
+/// Writes `bytes` at `key` unless the key exists (NOTE [one group per
+/// prefix]).
+fn put_exclusive(
+    store: &dyn Store,
+    prefix: &str,
+    key: &str,
+    rank: usize,
+    world: usize,
+    bytes: &[u8],
+) -> Result<(), StoreError> {
+    let stored = store.compare_set(key, &[], bytes)?;
+    if stored == bytes {
+        Ok(())
+    } else {
+        Err(foreign(prefix, key, rank, world, &stored))
+    }
+}
+
+/// The envelope at `key` (rank `rank`'s), checked against `world` and,
+/// where given, the collective's nonce `group`.
+fn open(
+    prefix: &str,
+    bytes: &[u8],
+    key: &str,
+    rank: usize,
+    world: usize,
+    group: Option<u64>,
+) -> Result<Envelope, StoreError> {
+    let envelope: Envelope = decode(bytes, key, rank)?;
+    if envelope.world != world as u64 || group.is_some_and(|g| g != envelope.group) {
+        return Err(foreign(prefix, key, rank, world, bytes));
+    }
+    Ok(envelope)
 }
 
 fn check_world(rank: usize, world: usize) -> Result<(), StoreError> {
@@ -166,7 +285,26 @@ impl StoreExchange {
         check_world(rank, world)?;
         let base = self.next_base();
         let keys: Vec<String> = (0..world).map(|r| format!("{base}/{r}")).collect();
-        store.set(&keys[rank], &encode(value, &keys[rank], rank)?)?;
+        // Rank 0 draws the nonce; the others take it from rank 0's key
+        // (NOTE [one group per prefix]).
+        let group = if rank == 0 {
+            nonce()
+        } else {
+            let first = store.get(&keys[0]).map_err(|e| {
+                name_missing(
+                    store,
+                    "all_gather",
+                    &base,
+                    world,
+                    &[(0, keys[0].as_str())],
+                    e,
+                )
+            })?;
+            open(&self.prefix, &first, &keys[0], 0, world, None)?.group
+        };
+        let payload = encode(value, &keys[rank], rank)?;
+        let mine = seal(payload, world, group, &keys[rank], rank)?;
+        put_exclusive(store, &self.prefix, &keys[rank], rank, world, &mine)?;
         let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         let values = store.multi_get(&key_refs).map_err(|e| {
             let expected: Vec<(usize, &str)> = key_refs.iter().copied().enumerate().collect();
@@ -176,7 +314,10 @@ impl StoreExchange {
             .iter()
             .zip(&keys)
             .enumerate()
-            .map(|(r, (bytes, key))| decode(bytes, key, r))
+            .map(|(r, (bytes, key))| {
+                let envelope = open(&self.prefix, bytes, key, r, world, Some(group))?;
+                decode(&envelope.payload, key, r)
+            })
             .collect::<Result<Vec<T>, _>>()?;
         Self::finish(store, &base, world, &keys)?;
         Ok(out)
@@ -209,13 +350,15 @@ impl StoreExchange {
         let out = if rank == root {
             let value = value.ok_or(StoreError::MissingRootValue { root })?;
             let bytes = encode(value, &key, root)?;
-            store.set(&key, &bytes)?;
+            let sealed = seal(bytes.clone(), world, nonce(), &key, root)?;
+            put_exclusive(store, &self.prefix, &key, root, world, &sealed)?;
             decode(&bytes, &key, root)?
         } else {
             let bytes = store.get(&key).map_err(|e| {
                 name_missing(store, "broadcast", &base, world, &[(root, key.as_str())], e)
             })?;
-            decode(&bytes, &key, root)?
+            let envelope = open(&self.prefix, &bytes, &key, root, world, None)?;
+            decode(&envelope.payload, &key, root)?
         };
         Self::finish(store, &base, world, &[key])?;
         Ok(out)
@@ -235,7 +378,8 @@ impl StoreExchange {
         // One key per rank rather than a counter: a timeout can then say
         // who is missing (NOTE [missing ranks]).
         let keys: Vec<String> = (0..world).map(|r| format!("{base}/in/{r}")).collect();
-        store.set(&keys[rank], b"")?;
+        let mine = seal(Vec::new(), world, nonce(), &keys[rank], rank)?;
+        put_exclusive(store, &self.prefix, &keys[rank], rank, world, &mine)?;
         let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         store.wait(&key_refs, None).map_err(|e| {
             let expected: Vec<(usize, &str)> = key_refs.iter().copied().enumerate().collect();
@@ -330,6 +474,47 @@ mod tests {
             matches!(&err, StoreError::MissingRanks { op: "barrier", missing, .. } if missing == &[2]),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_second_group_on_the_prefix_fails_at_once() {
+        use std::time::Duration;
+        let store = std::sync::Arc::new(HashStore::with_timeout(Duration::from_secs(30)));
+        // Group A's rank 0 and group B's rank 0 both on prefix "g".
+        let mut a0 = StoreExchange::new("g");
+        let mut b0 = StoreExchange::new("g");
+        let store2 = store.clone();
+        let a = std::thread::spawn(move || a0.all_gather(&*store2, 0, 2, &1u32));
+        // Let A's rank 0 write first, then B's rank 0 must fail at once
+        // (not after the 30 s timeout) naming the key.
+        while store.num_keys().unwrap() == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let started = std::time::Instant::now();
+        let err = b0.all_gather(&*store, 0, 2, &2u32).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(
+            matches!(&err, StoreError::ForeignContribution { key, rank: 0, .. } if key == "g/0/0"),
+            "{err}"
+        );
+        // A's own rank 1 still completes A's all-gather.
+        let mut a1 = StoreExchange::new("g");
+        assert_eq!(a1.all_gather(&*store, 1, 2, &10u32).unwrap(), vec![1, 10]);
+        assert_eq!(a.join().unwrap().unwrap(), vec![1, 10]);
+        // A different world on the same key is refused on read.
+        let mut c0 = StoreExchange::new("w");
+        let mut c1 = StoreExchange::new("w");
+        let store3 = store.clone();
+        let c = std::thread::spawn(move || c0.all_gather(&*store3, 0, 3, &1u32));
+        while !store.check(&["w/0/0"]).unwrap() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let err = c1.all_gather(&*store, 1, 2, &2u32).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::ForeignContribution { world: 2, .. }),
+            "{err}"
+        );
+        drop(c);
     }
 
     #[test]
