@@ -173,19 +173,17 @@ pub enum StoreError {
     /// of ranks use one store under the same prefix (NOTE [one group per
     /// prefix] in `exchange.rs`).
     #[error(
-        "exchange key {key:?} (rank {rank} of a world of {world}) was written by another group ({theirs}); two groups share the prefix {prefix:?} on one store: give each group a PrefixStore of its own (PrefixStore::new(\"group-name\", store))"
+        "exchange key {key:?} (rank {rank} of a world of {world}) was written by another group ({theirs}); two groups share this exchange's prefix on one store: give each group a PrefixStore of its own (PrefixStore::new(\"group-name\", store))"
     )]
     ForeignContribution {
-        /// The key.
+        /// The key (the exchange's prefix, the call's number, the rank).
         key: String,
         /// The rank the key belongs to.
-        rank: usize,
+        rank: u32,
         /// The world this rank expects.
-        world: usize,
+        world: u32,
         /// What the other writer said of itself (process, world).
         theirs: String,
-        /// The exchange's prefix.
-        prefix: String,
     },
 
     /// A value could not be serialized for an exchange.

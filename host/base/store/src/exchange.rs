@@ -106,17 +106,17 @@ fn seal(
 
 /// The error for `key` (rank `rank`'s) holding `theirs`, another group's
 /// bytes.
-fn foreign(prefix: &str, key: &str, rank: usize, world: usize, theirs: &[u8]) -> StoreError {
+fn foreign(key: &str, rank: usize, world: usize, theirs: &[u8]) -> StoreError {
     let theirs = match decode::<Envelope>(theirs, key, rank) {
         Ok(e) => format!("process {} expecting a world of {}", e.pid, e.world),
         Err(_) => format!("{} bytes that are no exchange contribution", theirs.len()),
     };
+    let small = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     StoreError::ForeignContribution {
         key: key.to_owned(),
-        rank,
-        world,
+        rank: small(rank),
+        world: small(world),
         theirs,
-        prefix: prefix.to_owned(),
     }
 }
 
@@ -124,7 +124,6 @@ fn foreign(prefix: &str, key: &str, rank: usize, world: usize, theirs: &[u8]) ->
 /// prefix]).
 fn put_exclusive(
     store: &dyn Store,
-    prefix: &str,
     key: &str,
     rank: usize,
     world: usize,
@@ -134,14 +133,13 @@ fn put_exclusive(
     if stored == bytes {
         Ok(())
     } else {
-        Err(foreign(prefix, key, rank, world, &stored))
+        Err(foreign(key, rank, world, &stored))
     }
 }
 
 /// The envelope at `key` (rank `rank`'s), checked against `world` and,
 /// where given, the collective's nonce `group`.
 fn open(
-    prefix: &str,
     bytes: &[u8],
     key: &str,
     rank: usize,
@@ -150,7 +148,7 @@ fn open(
 ) -> Result<Envelope, StoreError> {
     let envelope: Envelope = decode(bytes, key, rank)?;
     if envelope.world != world as u64 || group.is_some_and(|g| g != envelope.group) {
-        return Err(foreign(prefix, key, rank, world, bytes));
+        return Err(foreign(key, rank, world, bytes));
     }
     Ok(envelope)
 }
@@ -300,11 +298,11 @@ impl StoreExchange {
                     e,
                 )
             })?;
-            open(&self.prefix, &first, &keys[0], 0, world, None)?.group
+            open(&first, &keys[0], 0, world, None)?.group
         };
         let payload = encode(value, &keys[rank], rank)?;
         let mine = seal(payload, world, group, &keys[rank], rank)?;
-        put_exclusive(store, &self.prefix, &keys[rank], rank, world, &mine)?;
+        put_exclusive(store, &keys[rank], rank, world, &mine)?;
         let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         let values = store.multi_get(&key_refs).map_err(|e| {
             let expected: Vec<(usize, &str)> = key_refs.iter().copied().enumerate().collect();
@@ -315,7 +313,7 @@ impl StoreExchange {
             .zip(&keys)
             .enumerate()
             .map(|(r, (bytes, key))| {
-                let envelope = open(&self.prefix, bytes, key, r, world, Some(group))?;
+                let envelope = open(bytes, key, r, world, Some(group))?;
                 decode(&envelope.payload, key, r)
             })
             .collect::<Result<Vec<T>, _>>()?;
@@ -351,13 +349,13 @@ impl StoreExchange {
             let value = value.ok_or(StoreError::MissingRootValue { root })?;
             let bytes = encode(value, &key, root)?;
             let sealed = seal(bytes.clone(), world, nonce(), &key, root)?;
-            put_exclusive(store, &self.prefix, &key, root, world, &sealed)?;
+            put_exclusive(store, &key, root, world, &sealed)?;
             decode(&bytes, &key, root)?
         } else {
             let bytes = store.get(&key).map_err(|e| {
                 name_missing(store, "broadcast", &base, world, &[(root, key.as_str())], e)
             })?;
-            let envelope = open(&self.prefix, &bytes, &key, root, world, None)?;
+            let envelope = open(&bytes, &key, root, world, None)?;
             decode(&envelope.payload, &key, root)?
         };
         Self::finish(store, &base, world, &[key])?;
@@ -379,7 +377,7 @@ impl StoreExchange {
         // who is missing (NOTE [missing ranks]).
         let keys: Vec<String> = (0..world).map(|r| format!("{base}/in/{r}")).collect();
         let mine = seal(Vec::new(), world, nonce(), &keys[rank], rank)?;
-        put_exclusive(store, &self.prefix, &keys[rank], rank, world, &mine)?;
+        put_exclusive(store, &keys[rank], rank, world, &mine)?;
         let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         store.wait(&key_refs, None).map_err(|e| {
             let expected: Vec<(usize, &str)> = key_refs.iter().copied().enumerate().collect();
