@@ -11,7 +11,9 @@
 //!   versioned, length-prefixed protocol of [`wire`], optionally guarded by
 //!   a shared token ([`TOKEN_ENV`]). The server's memory stays within the
 //!   bounds of [`ServerLimits`] whatever its clients send (NOTE [memory
-//!   budget]; `docs/SECURITY.md` for the threat model).
+//!   budget]; `docs/SECURITY.md` for the threat model). Every client call
+//!   has one deadline, its reconnect included, and a parked call past it
+//!   ends with its own [`StoreError::Timeout`] (NOTE [late replies]).
 //! - [`TorchStore`]: a client of PyTorch's `TCPStore` (its wire protocol,
 //!   NOTE [torch store protocol]), for ranks started by torchrun.
 //! - [`connect_env`]: the store of this rank's job, [`TcpStore`] or

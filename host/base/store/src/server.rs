@@ -23,12 +23,118 @@ use crate::wire::{self, DecodeLimits, PROTOCOL_VERSION, Request, Response, WireE
 /// Environment variable holding the shared secret of server and clients.
 pub const TOKEN_ENV: &str = "INTRANODE_STORE_TOKEN";
 
-/// Pause after `accept` fails for a reason other than an empty queue
-/// (out of descriptors, mostly), so the acceptor does not spin on a
-/// listener that stays readable. Only that error path sleeps: the acceptor
-/// otherwise blocks in `poll(2)` until a client connects or shutdown wakes
-/// it, so a login never waits on a timer.
+/// Pause after `accept` fails for a reason other than an empty queue, and
+/// the spare descriptor could not turn it into a refusal (NOTE [out of
+/// descriptors]), so the acceptor does not spin on a listener that stays
+/// readable. Only that error path sleeps: the acceptor otherwise blocks in
+/// `poll(2)` until a client connects or shutdown wakes it, so a login
+/// never waits on a timer.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
+
+/// How a refusal for want of file descriptors starts; the client retries
+/// on it (within its connect timeout), as on [`TOO_MANY_CONNECTIONS`].
+pub(crate) const OUT_OF_DESCRIPTORS: &str = "server busy: out of file descriptors";
+
+/// Most reads, of up to 4 KiB each, of what a client sent before it is
+/// refused for want of descriptors: its hello (at most `max_hello_bytes`,
+/// 4 KiB by default, and a frame header) takes one or two.
+const OUT_OF_DESCRIPTORS_READS: usize = 4;
+
+/// NOTE [out of descriptors]: when the process runs out of file
+/// descriptors (`ulimit -n`, EMFILE; or the system, ENFILE), `accept`
+/// fails and the connection stays in the listen backlog. Its client's
+/// connect has already succeeded there and its hello is sent; left there,
+/// it waits for an answer that never comes and fails for good after its
+/// handshake timeout, as if another kind of server were listening (under
+/// `ulimit -n 64` with 100 idle clients: after 5.06 s, "is another kind of
+/// server listening there?"). So the acceptor holds one spare descriptor. On
+/// EMFILE or ENFILE it closes the spare, accepts the waiting connection
+/// into the freed slot, reads what the client sent, answers
+/// `Refused("server busy: out of file descriptors ...")`, closes it and
+/// takes the spare again, all without blocking (the answer is a small
+/// frame into an empty send buffer), so the backlog drains. The client
+/// retries that refusal with backoff within its connect timeout, and gets
+/// in once descriptors free up, or its connect fails with the server's
+/// reason. When the spare cannot be had (another thread took the slot),
+/// the acceptor counts the failure and tries again after
+/// [`ACCEPT_ERROR_PAUSE`]. Tested by `tests/limits.rs`
+/// `a_store_out_of_descriptors_refuses_clients_and_lets_them_in_once_freed`.
+#[derive(Debug)]
+struct SpareDescriptor(Option<std::os::fd::OwnedFd>);
+
+impl SpareDescriptor {
+    /// A descriptor held only to be given up: a duplicate of `listener`'s,
+    /// which needs no file system and stays harmless while held.
+    fn take(listener: &TcpListener) -> Self {
+        use std::os::fd::AsFd;
+        Self(listener.as_fd().try_clone_to_owned().ok())
+    }
+
+    /// Whether `e` is running out of descriptors, which the spare helps
+    /// with.
+    fn helps_with(e: &io::Error) -> bool {
+        matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+    }
+
+    /// Frees the spare's slot, accepts one waiting connection into it and
+    /// refuses that connection, then takes the spare again. Whether a
+    /// connection was refused.
+    fn refuse_one(&mut self, shared: &Shared, listener: &TcpListener, cause: &io::Error) -> bool {
+        let Some(spare) = self.0.take() else {
+            *self = Self::take(listener);
+            return false;
+        };
+        drop(spare);
+        let refused = match listener.accept() {
+            Ok((stream, peer)) => {
+                refuse_out_of_descriptors(shared, &stream, peer, cause);
+                true
+            }
+            Err(_) => false,
+        };
+        *self = Self::take(listener);
+        refused
+    }
+}
+
+/// Answers a connection accepted into the spare descriptor's slot (NOTE
+/// [out of descriptors]), on the acceptor, never blocking: drops what the
+/// client has sent (closing with unread input would reset the connection
+/// and could destroy the answer), answers, closes.
+fn refuse_out_of_descriptors(
+    shared: &Shared,
+    stream: &TcpStream,
+    peer: SocketAddr,
+    cause: &io::Error,
+) {
+    let message = format!(
+        "{OUT_OF_DESCRIPTORS} (accept: {cause}); retry shortly, or raise the server's open-file \
+         limit (ulimit -n)"
+    );
+    // On the acceptor: counted, never written (NOTE [refusal log]).
+    shared
+        .refusal_log
+        .record(refusal_kind(&message), peer, &message);
+    if stream.set_nonblocking(true).is_err() {
+        return;
+    }
+    let mut sink = [0u8; 4096];
+    for _ in 0..OUT_OF_DESCRIPTORS_READS {
+        match (&*stream).read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
+    let Ok(body) = wire::encode_response(&Response::Refused(message)) else {
+        return;
+    };
+    let mut frame = Vec::with_capacity(wire::FRAME_HEADER_BYTES + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&body);
+    // A short frame into a fresh socket's empty send buffer: one write.
+    let _ = (&*stream).write(&frame);
+    let _ = stream.shutdown(Shutdown::Write);
+}
 
 /// After an error reply, how long the server keeps reading (and
 /// discarding) what the client still sends before closing. Closing a
@@ -170,6 +276,8 @@ fn refusal_kind(message: &str) -> &'static str {
         "malformed request"
     } else if message.starts_with(TOO_MANY_CONNECTIONS) {
         TOO_MANY_CONNECTIONS
+    } else if message.starts_with(OUT_OF_DESCRIPTORS) {
+        "out of descriptors"
     } else if message.starts_with("server busy") {
         "server busy"
     } else if message.contains("exceeds") {
@@ -458,11 +566,14 @@ impl TcpStoreServer {
             refusers: AtomicUsize::new(0),
             refusal_log: RefusalLog::default(),
         });
+        // Taken here, not on the acceptor: a server counts it among its
+        // descriptors from the moment it is bound.
+        let spare = SpareDescriptor::take(&listener);
         let acceptor = {
             let shared = Arc::clone(&shared);
             thread::Builder::new()
                 .name(format!("store-accept-{}", local_addr.port()))
-                .spawn(move || accept_loop(&shared, &listener, &woken))
+                .spawn(move || accept_loop(&shared, &listener, &woken, spare))
                 .map_err(bind_err)?
         };
         tracing::debug!(%local_addr, "store server listening");
@@ -543,7 +654,13 @@ fn poll_fds(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> io::Result<()>
     }
 }
 
-fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, woken: &UnixStream) {
+/// Accepts clients until shutdown; `spare` is NOTE [out of descriptors].
+fn accept_loop(
+    shared: &Arc<Shared>,
+    listener: &TcpListener,
+    woken: &UnixStream,
+    mut spare: SpareDescriptor,
+) {
     use std::os::fd::AsRawFd;
     while !shared.is_shutting_down() {
         match listener.accept() {
@@ -553,10 +670,13 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, woken: &UnixStream)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if SpareDescriptor::helps_with(&e) && spare.refuse_one(shared, listener, &e) => {
+                continue;
+            }
             Err(e) => {
-                // E.g. out of file descriptors: keep serving the clients we
-                // have and try again shortly. Counted, not written: NOTE
-                // [refusal log].
+                // Out of descriptors with no spare to refuse with, or
+                // another failure: keep serving the clients we have and try
+                // again shortly. Counted, not written: NOTE [refusal log].
                 let unknown = SocketAddr::from(([0, 0, 0, 0], 0));
                 let message = format!("accept failed: {e}");
                 shared

@@ -48,17 +48,32 @@
 //! [`PING_TIMEOUT`] (or the connect timeout, if shorter), naming the
 //! address, instead of holding the rank for the whole store timeout.
 //! A blocking `wait` that times out sends CANCEL_WAIT, as PyTorch's client
-//! does, so the connection stays usable.
+//! does, so the connection stays usable; if the server does not answer the
+//! cancel within the grace either, the call still ends with its own
+//! [`StoreError::Timeout`] and the connection, out of step, is dropped
+//! (`tests/hostile_server.rs`
+//! `torch_store_wait_on_a_server_slow_to_cancel_is_a_timeout`).
+//!
+//! Every call has one deadline (NOTE [client trusts no server] in
+//! `client.rs`), the reconnect after an earlier error included: a
+//! `get_with_timeout(1 s)` to a store that went away returns in about a
+//! second, not after the store timeout (`tests/torch_fake.rs`
+//! `a_calls_own_timeout_bounds_its_reconnect_to_a_gone_store`). A value is
+//! at most PyTorch's 8 MiB, and a `multi_get`'s whole reply at most
+//! [`crate::DEFAULT_MAX_REPLY_BYTES`] (32 MiB, as [`crate::TcpStore`]'s;
+//! [`TorchStore::with_max_reply_bytes`] raises it), each refused from its
+//! length before it is read (`tests/torch_fake.rs`
+//! `multi_get_caps_the_whole_reply`).
 
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::client::{Attempt, DeadlineStream, dial};
+use crate::client::{Attempt, DeadlineStream, IO_GRACE, dial};
 use crate::store::{Store, TimeoutCell, owned_keys};
-use crate::{ClientConfig, StoreError, WireError};
+use crate::{ClientConfig, DEFAULT_MAX_REPLY_BYTES, StoreError, WireError};
 
 /// The query types of NOTE [torch store protocol].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,21 +133,20 @@ pub const TORCH_MAX_KEYS: usize = 128 * 1024;
 /// store timeout.
 pub const PING_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Extra time a reply may take beyond a request's own timeout, as in
-/// [`crate::TcpStore`].
-const IO_GRACE: Duration = Duration::from_secs(5);
-
 /// A [`Store`] backed by PyTorch's `TCPStore` (NOTE [torch store protocol]).
 ///
 /// One connection behind a mutex, as [`crate::TcpStore`]: calls from
 /// several threads are serialized. After an I/O or protocol error the
 /// connection is dropped and the next call reconnects (validate and ping
-/// again); the failed call is never retried by itself.
+/// again), within that call's own deadline: for at most the smaller of
+/// the connect timeout and the call's own timeout. The failed call is
+/// never retried by itself.
 pub struct TorchStore {
     addr: String,
     resolved: Vec<SocketAddr>,
     connect_timeout: Duration,
     timeout: TimeoutCell,
+    max_reply_bytes: usize,
     conn: Mutex<Option<TcpStream>>,
 }
 
@@ -241,6 +255,12 @@ fn check_value(value: &[u8]) -> Result<(), WireError> {
 /// sent without end, was buffered up to 2 GiB before); below it the buffer
 /// grows only as bytes arrive.
 fn read_bytes(stream: &mut impl Read) -> io::Result<Vec<u8>> {
+    let len = read_value_len(stream)?;
+    read_value(stream, len)
+}
+
+/// The length of a byte vector, refused over [`TORCH_MAX_VALUE_BYTES`].
+fn read_value_len(stream: &mut impl Read) -> io::Result<u64> {
     let len = read_u64(stream)?;
     if len > TORCH_MAX_VALUE_BYTES as u64 {
         return Err(io::Error::new(
@@ -251,6 +271,11 @@ fn read_bytes(stream: &mut impl Read) -> io::Result<Vec<u8>> {
             ),
         ));
     }
+    Ok(len)
+}
+
+/// The `len` bytes of a byte vector whose length was read.
+fn read_value(stream: &mut impl Read, len: u64) -> io::Result<Vec<u8>> {
     let mut value = Vec::new();
     stream.take(len).read_to_end(&mut value)?;
     if (value.len() as u64) < len {
@@ -306,11 +331,14 @@ fn is_timeout(e: &io::Error) -> bool {
 }
 
 /// What went wrong in one call; turned into a [`StoreError`] with the
-/// address and operation.
+/// address and operation. Each drops the connection.
 enum Failure {
     Io(io::Error),
     /// The reply did not follow the protocol.
     Reply(String),
+    /// The call's own deadline passed with the connection out of step:
+    /// this error (a [`StoreError::Timeout`]) for the caller.
+    Late(StoreError),
 }
 
 impl From<io::Error> for Failure {
@@ -348,6 +376,7 @@ impl TorchStore {
             resolved,
             connect_timeout: config.connect_timeout,
             timeout: TimeoutCell::new(config.timeout),
+            max_reply_bytes: DEFAULT_MAX_REPLY_BYTES,
             conn: Mutex::new(Some(stream)),
         })
     }
@@ -355,6 +384,17 @@ impl TorchStore {
     /// The address as given to [`TorchStore::connect`].
     pub fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// Reads `multi_get` replies of up to `bytes` in all, values and their
+    /// 8-byte lengths (default [`DEFAULT_MAX_REPLY_BYTES`], as
+    /// [`crate::TcpStore`]); a longer one fails the call, and the
+    /// connection is dropped, before the value that would pass the limit
+    /// is read. Each value is within PyTorch's 8 MiB, but without a cap on
+    /// the whole, 128 keys of 8 MiB would be 1 GiB buffered.
+    pub fn with_max_reply_bytes(mut self, bytes: usize) -> Self {
+        self.max_reply_bytes = bytes;
+        self
     }
 
     fn conn(&self) -> MutexGuard<'_, Option<TcpStream>> {
@@ -372,18 +412,23 @@ impl TorchStore {
     }
 
     /// Runs `body` on the connection (reconnecting first if an earlier
-    /// error dropped it); any failure drops the connection, since it may
-    /// stop mid-reply.
+    /// error dropped it), giving it what is left of `limit`, the call's
+    /// own timeout; any failure drops the connection, since it may stop
+    /// mid-reply. NOTE [client trusts no server]: the reconnect is part of
+    /// the call's one deadline, so it lasts at most `limit`, not the store
+    /// timeout, whatever the call's own.
     fn with_conn<T>(
         &self,
         op: &'static str,
-        body: impl FnOnce(&TcpStream) -> Result<T, Failure>,
+        limit: Duration,
+        body: impl FnOnce(&TcpStream, Duration) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
         let mut guard = self.conn();
+        let started = Instant::now();
         let stream = match &mut *guard {
             Some(stream) => stream,
             slot @ None => {
-                let window = self.connect_timeout.min(self.timeout());
+                let window = self.connect_timeout.min(limit);
                 let resolved = self.resolved.clone();
                 let (stream, _) =
                     open(&self.addr, || Ok(resolved.clone()), window).map_err(|e| {
@@ -395,7 +440,8 @@ impl TorchStore {
                 slot.insert(stream)
             }
         };
-        match body(stream) {
+        let left = limit.saturating_sub(started.elapsed());
+        match body(stream, left) {
             Ok(value) => Ok(value),
             Err(failure) => {
                 *guard = None;
@@ -410,6 +456,7 @@ impl TorchStore {
                         op,
                         message,
                     },
+                    Failure::Late(e) => e,
                 })
             }
         }
@@ -423,21 +470,21 @@ impl TorchStore {
         req: Request,
         read: impl FnOnce(&mut DeadlineStream<'_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
-        self.call_within(op, req, self.timeout().saturating_add(IO_GRACE), read)
+        self.call_within(op, req, self.timeout(), read)
     }
 
-    /// [`TorchStore::call`] within `budget`: one deadline for the whole
-    /// call (NOTE [client trusts no server]), so a server trickling its
-    /// reply cannot hold the caller past it.
+    /// [`TorchStore::call`] within `limit` plus the grace: one deadline
+    /// for the whole call (NOTE [client trusts no server]), so a server
+    /// trickling its reply cannot hold the caller past it.
     fn call_within<T>(
         &self,
         op: &'static str,
         req: Request,
-        budget: Duration,
+        limit: Duration,
         read: impl FnOnce(&mut DeadlineStream<'_>) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
-        self.with_conn(op, |stream| {
-            let mut io = DeadlineStream::new(stream, budget);
+        self.with_conn(op, limit, |stream, left| {
+            let mut io = DeadlineStream::new(stream, left.saturating_add(IO_GRACE));
             io.write_all(&req.0)?;
             read(&mut io)
         })
@@ -453,12 +500,20 @@ impl TorchStore {
     ) -> Result<(), StoreError> {
         check_keys(keys).map_err(|e| self.limit_error(op, e))?;
         let req = keys_request(TorchQuery::Wait, keys);
-        let arrived = self.with_conn(op, |stream| {
-            // The request within the grace, the answer within `timeout`,
-            // and a cancel within the grace again: `timeout` plus two
-            // graces at most, whatever the server does.
+        // NOTE [late replies] in `client.rs`: past its own deadline a wait
+        // ends with its own error, whatever the server still owes.
+        let late = || {
+            Failure::Late(StoreError::Timeout {
+                keys: owned_keys(keys),
+                waited: timeout,
+            })
+        };
+        let arrived = self.with_conn(op, timeout, |stream, left| {
+            // The request within the grace, the answer within what is left
+            // of `timeout`, and a cancel within the grace again: `timeout`
+            // plus two graces at most, whatever the server does.
             DeadlineStream::new(stream, IO_GRACE).write_all(&req.0)?;
-            let mut io = DeadlineStream::new(stream, timeout);
+            let mut io = DeadlineStream::new(stream, left);
             match read_u8(&mut io) {
                 Ok(TORCH_STOP_WAITING) => return Ok(true),
                 Ok(other) => {
@@ -471,11 +526,18 @@ impl TorchStore {
             }
             let mut io = DeadlineStream::new(stream, IO_GRACE);
             io.write_all(&[TorchQuery::CancelWait as u8])?;
-            match read_u8(&mut io)? {
+            // A server too slow to answer the cancel in the grace leaves
+            // the connection out of step (it owes one or two bytes), so it
+            // is dropped; the caller gets its timeout, not an i/o error.
+            let mut answer = || match read_u8(&mut io) {
+                Err(e) if is_timeout(&e) => Err(late()),
+                other => Ok(other?),
+            };
+            match answer()? {
                 TORCH_WAIT_CANCELED => Ok(false),
                 // The keys arrived just before the cancel: the server
                 // answers the wait, then the cancel.
-                TORCH_STOP_WAITING => match read_u8(&mut io)? {
+                TORCH_STOP_WAITING => match answer()? {
                     TORCH_WAIT_CANCELED => Ok(true),
                     other => Err(Failure::Reply(format!(
                         "reply {other:#04x} to CANCEL_WAIT, expected WAIT_CANCELED (1)"
@@ -569,10 +631,13 @@ impl Store for TorchStore {
     }
 
     fn get_with_timeout(&self, key: &str, timeout: Duration) -> Result<Vec<u8>, StoreError> {
+        let started = Instant::now();
         self.wait_keys("get", &[key], timeout)?;
-        // The key exists: its value is due at once.
+        // The key exists: its value is due at once, within what is left of
+        // the call's deadline.
         let req = Request::new(TorchQuery::Get).key(key);
-        self.call_within("get", req, IO_GRACE, |s| Ok(read_bytes(s)?))
+        let left = timeout.saturating_sub(started.elapsed());
+        self.call_within("get", req, left, |s| Ok(read_bytes(s)?))
     }
 
     fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
@@ -636,11 +701,33 @@ impl Store for TorchStore {
     }
 
     fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.wait_keys("multi_get", keys, self.timeout())?;
-        self.call("multi_get", keys_request(TorchQuery::MultiGet, keys), |s| {
+        let started = Instant::now();
+        let timeout = self.timeout();
+        self.wait_keys("multi_get", keys, timeout)?;
+        let left = timeout.saturating_sub(started.elapsed());
+        let req = keys_request(TorchQuery::MultiGet, keys);
+        let max = self.max_reply_bytes as u64;
+        self.call_within("multi_get", req, left, |s| {
             let mut values = Vec::with_capacity(keys.len());
+            // NOTE [client trusts no server]: the whole reply is capped as
+            // TcpStore's is, each value refused from its length.
+            let mut reply_bytes = 0u64;
             for _ in keys {
-                values.push(read_bytes(s)?);
+                let len = read_value_len(s)?;
+                reply_bytes = reply_bytes.saturating_add(8 + len);
+                if reply_bytes > max {
+                    return Err(Failure::Io(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "the store's MULTI_GET reply for {} keys exceeds the client's limit \
+                             of {max} bytes ({} values read, the next announces {len} bytes): \
+                             not read; raise the limit with TorchStore::with_max_reply_bytes",
+                            keys.len(),
+                            values.len()
+                        ),
+                    )));
+                }
+                values.push(read_value(s, len)?);
             }
             Ok(values)
         })

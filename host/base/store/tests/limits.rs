@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use intranode_store::wire::{self, PROTOCOL_VERSION, Request, Response};
 use intranode_store::{
-    ClientConfig, ServerConfig, ServerLimits, Store, StoreError, TOKEN_ENV, TcpStore,
-    TcpStoreServer,
+    ClientConfig, DEFAULT_HANDSHAKE_TIMEOUT, ServerConfig, ServerLimits, Store, StoreError,
+    TOKEN_ENV, TcpStore, TcpStoreServer,
 };
 use rand::{Rng, SeedableRng};
 
@@ -70,6 +70,40 @@ fn limits_from(spec: &str) -> ServerLimits {
     limits
 }
 
+/// Splits `open_files=N` (the server process's `ulimit -n`, not a
+/// [`ServerLimits`] field) off a limits spec.
+fn open_files_from(spec: &str) -> (Option<u64>, String) {
+    let mut open_files = None;
+    let rest: Vec<&str> = spec
+        .split(',')
+        .filter(|pair| match pair.strip_prefix("open_files=") {
+            Some(n) => {
+                open_files = Some(n.parse().expect("number"));
+                false
+            }
+            None => true,
+        })
+        .collect();
+    (open_files, rest.join(","))
+}
+
+/// Lowers this process's soft limit on open files to `n`, as `ulimit -n`
+/// would.
+fn lower_open_files_limit(n: u64) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a live, exclusive rlimit that getrlimit only
+    // writes.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    assert_eq!(rc, 0, "getrlimit: {}", std::io::Error::last_os_error());
+    limit.rlim_cur = limit.rlim_max.min(n as libc::rlim_t);
+    // SAFETY: `limit` is a live rlimit that setrlimit only reads.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+    assert_eq!(rc, 0, "setrlimit: {}", std::io::Error::last_os_error());
+}
+
 /// The server of these tests, in a process of its own; a no-op unless a
 /// test started this process. Lives until its stdin closes (the parent is
 /// done or gone).
@@ -78,6 +112,10 @@ fn server_child() {
     let Ok(spec) = std::env::var(SERVER_CHILD_ENV) else {
         return;
     };
+    let (open_files, spec) = open_files_from(&spec);
+    if let Some(n) = open_files {
+        lower_open_files_limit(n);
+    }
     let server = TcpStoreServer::bind(ServerConfig {
         limits: limits_from(&spec),
         ..ServerConfig::default()
@@ -1050,6 +1088,83 @@ fn tiny_keys_stay_within_max_stored_bytes() {
         after <= idle + max_stored / 4,
         "RSS {after} after deleting every key, {idle} idle"
     );
+}
+
+/// A store out of file descriptors (`ulimit -n 64` and 100 idle clients):
+/// a new client's connect succeeds into the listen backlog, but the
+/// acceptor could not take it, so its hello went unread and it failed for
+/// good after its handshake timeout, "is another kind of server listening
+/// there?" (5.06 s; with a 30 s handshake timeout it got in after 6.75 s).
+/// Now the acceptor keeps a spare descriptor to take such a connection
+/// and refuse it (NOTE [out of descriptors] in `src/server.rs`): a client
+/// that runs out of time is told the server is out of descriptors, and one
+/// with time left retries and gets in once descriptors free up.
+#[test]
+fn a_store_out_of_descriptors_refuses_clients_and_lets_them_in_once_freed() {
+    if std::env::var_os(SERVER_CHILD_ENV).is_some() {
+        return;
+    }
+    let open_files = 64;
+    let server = ServerProcess::start(&format!("open_files={open_files}"));
+    // Idle clients, more than the server has descriptors for; their
+    // replies are never read.
+    let idle: Vec<Raw> = (0..100)
+        .map(|_| {
+            let mut raw = Raw::connect(server.addr);
+            raw.send(&Request::Hello {
+                version: PROTOCOL_VERSION,
+                token: None,
+            });
+            raw
+        })
+        .collect();
+    assert!(
+        server.settles(|s| s.fds() + 2 >= open_files),
+        "the server holds {} descriptors of {open_files}",
+        server.fds()
+    );
+    // The default handshake timeout, shorter than the time the server is
+    // out of descriptors below: a client must not take a full backlog for
+    // a silent server.
+    let handshake_timeout = DEFAULT_HANDSHAKE_TIMEOUT;
+    let err = TcpStore::connect(
+        server.addr,
+        ClientConfig {
+            connect_timeout: Duration::from_secs(2),
+            handshake_timeout,
+            ..client_config()
+        },
+    )
+    .expect_err("no descriptor to serve it");
+    assert!(matches!(err, StoreError::Connect { .. }), "{err}");
+    assert!(err.to_string().contains("out of file descriptors"), "{err}");
+    println!("out of descriptors, a client with 2 s to connect: {err}");
+
+    let addr = server.addr;
+    let start = Instant::now();
+    let waiting = thread::spawn(move || {
+        TcpStore::connect(
+            addr,
+            ClientConfig {
+                connect_timeout: Duration::from_secs(60),
+                handshake_timeout,
+                ..client_config()
+            },
+        )
+    });
+    let out_of_descriptors = handshake_timeout + Duration::from_secs(1);
+    thread::sleep(out_of_descriptors);
+    drop(idle);
+    let store = waiting
+        .join()
+        .expect("thread")
+        .expect("gets in once descriptors free up");
+    println!(
+        "out of descriptors for {out_of_descriptors:?}: the client got in after {:?}",
+        start.elapsed()
+    );
+    store.set("k", b"v").expect("set");
+    assert_eq!(store.get("k").expect("get"), b"v");
 }
 
 /// Issue 30, attack 9: a burst of clients against a small connection cap

@@ -1,8 +1,11 @@
 //! Faults across processes: a store server that dies mid-call (SIGKILL of
-//! the process hosting it), clients without the job's token, malformed
-//! timeout settings, and ranks that never arrive at a collective over a
-//! real TCP store. Bounds on elapsed time only guard against hangs: they
-//! are far looser than the timeouts involved.
+//! the process hosting it), a call that must reconnect to a server that
+//! went away, clients without the job's token, malformed timeout settings,
+//! and ranks that never arrive at a collective over a real TCP store.
+//! Bounds on elapsed time only guard against hangs, far looser than the
+//! timeouts involved, except where the bound is the promise (a call's own
+//! timeout bounds its reconnect: a few seconds of slack, against a 30 s
+//! store timeout).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -128,6 +131,47 @@ fn server_killed_mid_call_fails_fast() {
         let err = idle.set("k", b"w").expect_err("no server");
         assert!(err.to_string().contains(&addr), "{err}");
         assert!(start.elapsed() < Duration::from_secs(30), "reconnect hung");
+    }
+}
+
+/// A call's own timeout bounds its reconnect: once the connection dropped
+/// and the server went away, `get_with_timeout(1 s)` and `wait(.., 1 s)`
+/// return within their own timeout and a little slack, saying the
+/// reconnect failed, not after the store's (30 s here, 300 s by default).
+#[test]
+fn a_calls_own_timeout_bounds_its_reconnect_to_a_gone_server() {
+    let server = TcpStoreServer::bind(ServerConfig::default()).expect("bind");
+    let addr = server.local_addr().to_string();
+    let long = Duration::from_secs(30);
+    let store = TcpStore::connect(addr.as_str(), config(None, long)).expect("connect");
+    store.set("k", b"v").expect("set");
+    drop(server);
+    // The connection is gone: the next call learns it at once.
+    let start = Instant::now();
+    store.check(&["k"]).expect_err("the server is gone");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+
+    let timeout = Duration::from_secs(1);
+    // The timeout, the handshake's floor of a second, and a loaded machine.
+    let bound = timeout + Duration::from_secs(3);
+    for op in ["get", "wait"] {
+        let start = Instant::now();
+        let err = match op {
+            "get" => store.get_with_timeout("k", timeout).map(drop),
+            _ => store.wait(&["k"], Some(timeout)),
+        }
+        .expect_err("the server is gone");
+        let took = start.elapsed();
+        assert!(
+            took < bound,
+            "{op} took {took:?} (store timeout {long:?}): {err}"
+        );
+        assert!(matches!(err, StoreError::Broken { .. }), "{op}: {err}");
+        assert!(err.to_string().contains(&addr), "{op}: {err}");
     }
 }
 

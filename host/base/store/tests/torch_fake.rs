@@ -20,7 +20,8 @@ use intranode_store::torch::{
     TorchQuery,
 };
 use intranode_store::{
-    ClientConfig, ServerConfig, Store, StoreError, TcpStoreServer, TorchStore, connect,
+    ClientConfig, DEFAULT_MAX_REPLY_BYTES, ServerConfig, Store, StoreError, TcpStoreServer,
+    TorchStore, connect,
 };
 
 #[derive(Default)]
@@ -422,6 +423,83 @@ fn over_limit_requests_are_refused_before_sending() {
     store.set(&key, &big[1..]).unwrap();
     assert_eq!(store.get(&key).unwrap().len(), TORCH_MAX_VALUE_BYTES);
     assert_eq!(fake.rejected(), Vec::<String>::new());
+}
+
+/// A call's own timeout bounds its reconnect: once the store went away, a
+/// `get_with_timeout(1 s)` or `wait(.., 1 s)` returns within its own
+/// timeout and a little slack, not after the store's (30 s here, 300 s by
+/// default).
+#[test]
+fn a_calls_own_timeout_bounds_its_reconnect_to_a_gone_store() {
+    // Answers VALIDATE and PING on one connection, then goes away:
+    // listener and connection closed.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut hello = [0u8; 10];
+        s.read_exact(&mut hello).unwrap();
+        s.write_all(&hello[6..10]).unwrap();
+        s
+    });
+    let long = Duration::from_secs(30);
+    let store = TorchStore::connect(
+        addr.as_str(),
+        ClientConfig {
+            timeout: long,
+            connect_timeout: long,
+            ..config(0)
+        },
+    )
+    .unwrap();
+    drop(server.join().unwrap());
+    // The connection is gone: the next call learns it at once.
+    store.check(&["k"]).unwrap_err();
+
+    let timeout = Duration::from_secs(1);
+    // The timeout, the ping's floor of a second, and a loaded machine.
+    let bound = timeout + Duration::from_secs(3);
+    for op in ["get", "wait"] {
+        let started = Instant::now();
+        let err = match op {
+            "get" => store.get_with_timeout("k", timeout).map(drop),
+            _ => store.wait(&["k"], Some(timeout)),
+        }
+        .unwrap_err();
+        let took = started.elapsed();
+        assert!(
+            took < bound,
+            "{op} took {took:?} (store timeout {long:?}): {err}"
+        );
+        assert!(matches!(err, StoreError::Broken { .. }), "{op}: {err}");
+        assert!(err.to_string().contains(&addr), "{op}: {err}");
+    }
+}
+
+/// `multi_get` caps its whole reply as `TcpStore` does (32 MiB,
+/// `DEFAULT_MAX_REPLY_BYTES`): each value is within PyTorch's 8 MiB, but
+/// 128 keys of 8 MiB made the client buffer 1 GiB. Five here: the fifth
+/// value is refused from its length, with an error naming the limit.
+#[test]
+fn multi_get_caps_the_whole_reply() {
+    let fake = FakeTorchStore::start();
+    let store = client(&fake);
+    let big = vec![7u8; TORCH_MAX_VALUE_BYTES];
+    store.set("big", &big).unwrap();
+    let err = store.multi_get(&["big"; 5]).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&DEFAULT_MAX_REPLY_BYTES.to_string())
+            && text.contains("with_max_reply_bytes"),
+        "{text}"
+    );
+    println!("{text}");
+    // Within the cap (and on a new connection: the refused reply was not
+    // read to its end), all is well.
+    assert_eq!(store.multi_get(&["big"; 3]).unwrap(), vec![big.clone(); 3]);
+    // A raised cap takes all five.
+    let store = client(&fake).with_max_reply_bytes(64 << 20);
+    assert_eq!(store.multi_get(&["big"; 5]).unwrap(), vec![big; 5]);
 }
 
 #[test]
