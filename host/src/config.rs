@@ -294,6 +294,11 @@ pub struct CommConfig {
     pub kernel_image: KernelImage,
     /// Whether to print the set-up times to stderr (`INTRANODE_TIMING`).
     pub print_setup_times: bool,
+    /// The group's name (`INTRANODE_GROUP`): the communicator's store keys
+    /// live under `intranode/group/<name>/` ([`key_prefix`](Self::key_prefix)).
+    /// Every rank of a group passes the same name; groups sharing a store
+    /// pass different ones. `None`: keys under `intranode/`.
+    pub group: Option<String>,
 }
 
 impl Default for CommConfig {
@@ -316,6 +321,7 @@ impl Default for CommConfig {
             launch_overlap: true,
             kernel_image: KernelImage::Auto,
             print_setup_times: false,
+            group: None,
         }
     }
 }
@@ -363,6 +369,14 @@ fn parse_positive<T: std::str::FromStr + PartialOrd + Default>(
 }
 
 /// A switch that names one of a set of values.
+/// Whether `name` may name a group (`INTRANODE_GROUP`).
+fn valid_group(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
 fn parse_named<T>(
     var: &'static str,
     value: Option<String>,
@@ -489,7 +503,24 @@ impl CommConfig {
             )?
             .unwrap_or(default.kernel_image),
             print_setup_times: parse_bool(TIMING_ENV, var(TIMING_ENV), default.print_setup_times)?,
+            group: parse_named(
+                GROUP_ENV,
+                var(GROUP_ENV),
+                |v| valid_group(v.trim()).then(|| v.trim().to_owned()),
+                "a group name of 1 to 64 letters, digits, '.', '_' or '-'",
+            )?,
         })
+    }
+
+    /// Where this communicator's store keys live: `intranode`, or
+    /// `intranode/group/<name>` for a named group (`INTRANODE_GROUP`).
+    /// A name that is no valid group name (set in code) is used as it is,
+    /// with its `/` replaced, so keys stay one level deep.
+    pub fn key_prefix(&self) -> String {
+        match &self.group {
+            None => "intranode".to_owned(),
+            Some(name) => format!("intranode/group/{}", name.replace('/', "_")),
+        }
     }
 
     /// [`barrier_timeout_ms`](Self::barrier_timeout_ms) as a duration.

@@ -251,7 +251,7 @@ impl Communicator {
         };
         let nccl_started = Instant::now();
         let instance = NCCL_EXCHANGE_COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut exchange = StoreExchange::new(format!("intranode/nccl/{instance}"));
+        let mut exchange = StoreExchange::new(format!("{}/nccl/{instance}", config.key_prefix()));
         let nccl = crate::nccl::nccl_comm(&stream, store.as_ref(), &mut exchange, rank, world)
             .map_err(|e| e.to_string());
         times.record("nccl", nccl_started.elapsed());
@@ -271,7 +271,7 @@ impl Communicator {
             let n = CHECKER_COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             CallChecker::new(
                 store,
-                format!("intranode/communicator/{n}/debug"),
+                format!("{}/communicator/{n}/debug", config.key_prefix()),
                 rank,
                 world,
             )

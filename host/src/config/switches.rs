@@ -107,6 +107,14 @@ pub const KERNEL_IMAGE_ENV: &str = "INTRANODE_KERNEL_IMAGE";
 /// `Communicator::setup_times`).
 pub const TIMING_ENV: &str = "INTRANODE_TIMING";
 
+/// The name of this rank's group (`tp0`, `dp1`): every store key a
+/// communicator writes lives under `intranode/group/<name>/`, so groups
+/// that share one store (a tensor-parallel and a data-parallel group on
+/// one torchrun store) never meet at a key. Letters, digits, `.`, `_` and
+/// `-`, at most 64; unset: keys under `intranode/`, fine for one group
+/// per store.
+pub const GROUP_ENV: &str = "INTRANODE_GROUP";
+
 /// Turns a GPU test's skip into a failure: the number of GPUs a device
 /// run promises (`INTRANODE_REQUIRE_GPUS=4`). Read by [`required_gpus`].
 pub const REQUIRE_GPUS_ENV: &str = "INTRANODE_REQUIRE_GPUS";

@@ -26,6 +26,7 @@ fn config_from_vars() {
                 LAUNCH_OVERLAP_ENV => "off",
                 KERNEL_IMAGE_ENV => " PTX ",
                 TIMING_ENV => "1",
+                GROUP_ENV => " tp0 ",
                 _ => return None,
             }
             .to_owned(),
@@ -66,8 +67,11 @@ fn config_from_vars() {
             launch_overlap: false,
             kernel_image: KernelImage::Ptx,
             print_setup_times: true,
+            group: Some("tp0".to_owned()),
         }
     );
+    assert_eq!(c.key_prefix(), "intranode/group/tp0");
+    assert_eq!(CommConfig::default().key_prefix(), "intranode");
     // Empty values mean unset.
     let empty = |_: &str| Some(String::new());
     assert_eq!(
@@ -415,4 +419,29 @@ fn l2_prefetch_parses_off_and_both_parts() {
     ] {
         assert!(L2Prefetch::parse(bad).is_err(), "{bad}");
     }
+}
+
+#[test]
+fn group_names_are_one_key_level() {
+    let with = |v: &'static str| move |name: &str| (name == GROUP_ENV).then(|| v.to_owned());
+    for good in ["dp1", "tp-0", "a.b_c", &"x".repeat(64)] {
+        let g = good.to_owned();
+        let c =
+            CommConfig::from_vars(|name: &str| (name == GROUP_ENV).then(|| g.clone())).expect(good);
+        assert_eq!(c.group.as_deref(), Some(good));
+    }
+    for bad in ["a/b", "tp 0", "tp0:1"] {
+        let e = CommConfig::from_vars(with(bad)).expect_err(bad);
+        assert!(e.to_string().contains(GROUP_ENV), "{e}");
+    }
+    let long = "x".repeat(65);
+    let e = CommConfig::from_vars(|name: &str| (name == GROUP_ENV).then(|| long.clone()))
+        .expect_err("65 characters");
+    assert!(e.to_string().contains("64"), "{e}");
+    // Set in code, a slash cannot add a key level.
+    let c = CommConfig {
+        group: Some("a/b".to_owned()),
+        ..CommConfig::default()
+    };
+    assert_eq!(c.key_prefix(), "intranode/group/a_b");
 }

@@ -205,7 +205,7 @@ pub fn run_timed(
     }
     let device = ctx.ordinal();
     let instance = COMM_COUNT.fetch_add(1, Ordering::Relaxed);
-    let mut exchange = StoreExchange::new(format!("intranode/comm/{instance}"));
+    let mut exchange = StoreExchange::new(format!("{}/comm/{instance}", config.key_prefix()));
     let s: &dyn Store = &*store;
     let store_err = |op: &'static str| move |source| Error::Store { op, rank, source };
 

@@ -173,7 +173,7 @@ pub enum StoreError {
     /// of ranks use one store under the same prefix (NOTE [one group per
     /// prefix] in `exchange.rs`).
     #[error(
-        "exchange key {key:?} (rank {rank} of a world of {world}) was written by another group ({theirs}); two groups share this exchange's prefix on one store: give each group a PrefixStore of its own (PrefixStore::new(\"group-name\", store))"
+        "exchange key {key:?} (rank {rank} of a world of {world}) was written by another group ({theirs}); two groups share this exchange's prefix on one store: give each group a prefix of its own (intranode: INTRANODE_GROUP=<name> on every rank of the group; or a PrefixStore per group)"
     )]
     ForeignContribution {
         /// The key (the exchange's prefix, the call's number, the rank).
