@@ -96,11 +96,6 @@ impl MpsServer {
         [(PIPE_ENV, &self.pipe), (LOG_ENV, &self.log)]
     }
 
-    /// The daemon's log folder (`control.log`, `server.log`).
-    pub fn log_dir(&self) -> &Path {
-        &self.log
-    }
-
     /// Asks the daemon to quit (`quit` on its control) and waits until its
     /// pipe is gone or [`READY_TIMEOUT`] passes.
     fn quit(&self) -> std::io::Result<()> {

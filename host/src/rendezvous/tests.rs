@@ -103,7 +103,7 @@ fn fully_connected_group_is_accepted() {
         assert_eq!(g.world, world);
         assert_eq!(g.topology, Topology::FullyConnected);
         assert_eq!(g.hcm_neighbors, None);
-        assert!(!g.overlapping_devices);
+        assert!(!g.overlapping_devices());
         assert_eq!(g.residency, Residency::dedicated(132));
         assert_eq!(g.buffer_bytes, DEFAULT_BUFFER_BYTES);
         assert_eq!(g.backend, Backend::Vmm);
@@ -319,7 +319,7 @@ fn all_ranks_on_one_gpu_allowed_are_fully_connected() {
     };
     let v = validate(&g, &NvlMesh::zero(), &config).expect("overlap allowed");
     assert_eq!(v.topology, Topology::FullyConnected);
-    assert!(v.overlapping_devices);
+    assert!(v.overlapping_devices());
     assert!(v.to_string().contains("overlapping devices"), "{v}");
     // Four grids side by side: a quarter of the SMs each, no overlap.
     assert_eq!(v.residency.ranks_per_gpu, 4);

@@ -188,8 +188,6 @@ pub struct ValidatedGroup {
     pub mesh: NvlMesh,
     /// The hybrid-cube-mesh neighbour table, for [`Topology::HybridCubeMesh`].
     pub hcm_neighbors: Option<[[usize; 4]; MAX_DEVICES]>,
-    /// Whether some ranks share a GPU.
-    pub overlapping_devices: bool,
     /// How many blocks a launch may have so that every rank's launch is
     /// resident at once (NOTE [co-residency] in `comm/residency.rs`).
     pub residency: Residency,
@@ -315,7 +313,6 @@ pub fn validate(
     // Pairs of ranks on one GPU: refused unless allowed; when allowed they
     // count as linked (the same GPU reaches its own memory).
     let mut effective = *mesh;
-    let mut overlapping = false;
     for a in 0..world {
         for b in a + 1..world {
             if !requests[a].same_device(&requests[b]) {
@@ -329,7 +326,6 @@ pub fn validate(
                     device: requests[a].device_label(),
                 });
             }
-            overlapping = true;
             effective.0[a][b] = effective.0[a][b].max(1);
             effective.0[b][a] = effective.0[b][a].max(1);
         }
@@ -372,11 +368,17 @@ pub fn validate(
         topology,
         mesh: effective,
         hcm_neighbors,
-        overlapping_devices: overlapping,
         residency: residency(requests),
         buffer_bytes: first.buffer_bytes,
         backend: first.backend,
     })
+}
+
+impl ValidatedGroup {
+    /// Whether some ranks share a GPU.
+    pub fn overlapping_devices(&self) -> bool {
+        self.residency.shared()
+    }
 }
 
 impl fmt::Display for ValidatedGroup {
@@ -386,7 +388,7 @@ impl fmt::Display for ValidatedGroup {
             "{} ranks, {}{}, {} bytes per rank, backend {}",
             self.world,
             self.topology,
-            if self.overlapping_devices {
+            if self.overlapping_devices() {
                 " (overlapping devices)"
             } else {
                 ""
