@@ -55,6 +55,14 @@ impl Proc {
         // protocol decision] in intranode_dist_env).
         let store = intranode_store::connect(&addr, &env.store, config)
             .with_context(|| format!("joining the rendezvous store at {addr}"))?;
+        // A named group (INTRANODE_GROUP) keeps the harness's own keys
+        // apart too, so several groups of ranks can share one store.
+        let exchange_prefix = match std::env::var(intranode::internals::switches::GROUP_ENV) {
+            Ok(name) if !name.trim().is_empty() => {
+                format!("{exchange_prefix}/group/{}", name.trim().replace('/', "_"))
+            }
+            _ => exchange_prefix.to_owned(),
+        };
         let mut exchange = StoreExchange::new(exchange_prefix);
         if !job_gpus_or_skip(store.as_ref(), &mut exchange, &env, what)? {
             return Ok(None);

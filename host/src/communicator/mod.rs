@@ -252,8 +252,19 @@ impl Communicator {
         let nccl_started = Instant::now();
         let instance = NCCL_EXCHANGE_COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut exchange = StoreExchange::new(format!("{}/nccl/{instance}", config.key_prefix()));
-        let nccl = crate::nccl::nccl_comm(&stream, store.as_ref(), &mut exchange, rank, world)
-            .map_err(|e| e.to_string());
+        // NCCL refuses ranks that share a GPU ("Duplicate GPU detected",
+        // ncclInvalidUsage), and an init that fails that way leaves its
+        // sockets and device memory behind: where the rendezvous saw
+        // shared GPUs, NCCL is not tried. Every rank sees the same
+        // residency, so all skip together and none waits on the store.
+        let nccl = match &intra {
+            Some(c) if c.residency().shared() => Err(format!(
+                "rank {rank}: NCCL not started: {} ranks share a GPU (INTRANODE_ALLOW_OVERLAPPING_DEVICES), which NCCL refuses",
+                c.residency().ranks_per_gpu
+            )),
+            _ => crate::nccl::nccl_comm(&stream, store.as_ref(), &mut exchange, rank, world)
+                .map_err(|e| e.to_string()),
+        };
         times.record("nccl", nccl_started.elapsed());
         tracing::debug!("rank {rank}: communicator set up: {times}");
         if config.print_setup_times {
