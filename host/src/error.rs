@@ -3,7 +3,14 @@
 use cudarc::driver::{CudaContext, DriverError};
 
 /// Everything that can go wrong in the GPU entry points of the library.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` prints the message and its causes, as `io::Error` and anyhow
+/// do, so `fn main() -> Result<(), intranode::Error>` reads like the
+/// troubleshooting table. It converts from cudarc's `DriverError` and
+/// `NcclError` (so `?` works on cudarc calls in the same function) and
+/// into `NcclError` (for code written against `cudarc::nccl`; see
+/// [`Error::last_message`] for what that loses).
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// `libcuda` could not be loaded: no NVIDIA driver on this machine.
@@ -199,6 +206,105 @@ pub enum Error {
         /// NCCL's result code.
         code: NcclCode,
     },
+    /// An NCCL call made outside this crate failed (converted from
+    /// cudarc's `NcclError` by `?`).
+    #[error("nccl call failed: {0}")]
+    NcclResult(NcclCode),
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")?;
+        let mut cause = std::error::Error::source(self);
+        if cause.is_some() {
+            write!(f, "\n\nCaused by:")?;
+        }
+        while let Some(c) = cause {
+            write!(f, "\n    {c}")?;
+            cause = c.source();
+        }
+        Ok(())
+    }
+}
+
+impl From<DriverError> for Error {
+    fn from(source: DriverError) -> Self {
+        Error::Driver {
+            op: "a CUDA driver call",
+            device: None,
+            source,
+        }
+    }
+}
+
+impl From<cudarc::nccl::result::NcclError> for Error {
+    fn from(e: cudarc::nccl::result::NcclError) -> Self {
+        Error::NcclResult((&e).into())
+    }
+}
+
+thread_local! {
+    /// The message of the last [`Error`] this thread turned into an
+    /// `NcclError`, which keeps only a code.
+    static LAST_MESSAGE: std::cell::RefCell<Option<String>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+impl Error {
+    /// The message of the last error this thread converted into cudarc's
+    /// `NcclError` (by `?` or `into()`), which carries only a result code:
+    /// the same role as NCCL's `ncclGetLastError`. The conversion also
+    /// logs the message at `warn` through `tracing`.
+    pub fn last_message() -> Option<String> {
+        LAST_MESSAGE.with(|m| m.borrow().clone())
+    }
+
+    /// The NCCL result code closest to this error, for code that expects
+    /// cudarc's `NcclError`.
+    pub fn nccl_code(&self) -> NcclCode {
+        match self {
+            Error::Nccl { code, .. } | Error::NcclResult(code) => *code,
+            Error::BufferLength { .. }
+            | Error::RankOutOfWorld { .. }
+            | Error::MissingRootBuffer { .. }
+            | Error::InvalidArgument(_)
+            | Error::OutOfBounds { .. } => NcclCode::InvalidArgument,
+            Error::NcclUnavailable(_)
+            | Error::Config(_)
+            | Error::Capture { .. }
+            | Error::CallMismatch { .. } => NcclCode::InvalidUsage,
+            Error::PeerFailed { .. } | Error::PeerTimeout { .. } => NcclCode::RemoteError,
+            Error::NoDriver
+            | Error::TooFewGpus { .. }
+            | Error::Driver { .. }
+            | Error::MissingKernel { .. }
+            | Error::KernelImage(_) => NcclCode::UnhandledCudaError,
+            Error::Store { .. } | Error::Ipc(_) => NcclCode::SystemError,
+        }
+    }
+}
+
+impl From<Error> for cudarc::nccl::result::NcclError {
+    fn from(e: Error) -> Self {
+        use cudarc::nccl::sys::ncclResult_t as R;
+        let message = e.to_string();
+        tracing::warn!("intranode error reported as an NcclError: {message}");
+        LAST_MESSAGE.with(|m| *m.borrow_mut() = Some(message));
+        // cudarc's result enum, by number: a value outside it cannot be
+        // made, so codes NCCL may add later become an internal error.
+        let code = match e.nccl_code() {
+            NcclCode::UnhandledCudaError => R::ncclUnhandledCudaError,
+            NcclCode::SystemError => R::ncclSystemError,
+            NcclCode::InvalidArgument => R::ncclInvalidArgument,
+            NcclCode::InvalidUsage => R::ncclInvalidUsage,
+            NcclCode::RemoteError => R::ncclRemoteError,
+            NcclCode::InProgress => R::ncclInProgress,
+            NcclCode::InternalError | NcclCode::Timeout | NcclCode::Other(_) => {
+                R::ncclInternalError
+            }
+        };
+        cudarc::nccl::result::NcclError(code)
+    }
 }
 
 /// NCCL's result code (`ncclResult_t`) of a failed call, as

@@ -50,7 +50,7 @@ pub fn context(ordinal: usize) -> Result<Arc<CudaContext>> {
 }
 
 use crate::config::REQUIRE_GPUS_ENV;
-pub use crate::nccl::nccl_available;
+pub use crate::nccl_comm::nccl_available;
 
 /// Gate for GPU tests: `Ok(true)` when `needed` GPUs are present;
 /// `Ok(false)` after printing a visible skip message when they are not;

@@ -6,7 +6,7 @@
 //! store ([`store`]); every method of `cudarc::nccl::Comm` with the same
 //! arguments, our kernels where they win and NCCL elsewhere, each call
 //! returning a [`Work`]. Around it: [`CommConfig`] (every setting, from
-//! the environment or by hand), [`types`] ([`ReduceOp`], [`DType`],
+//! the environment or by hand), [`ReduceOp`] (cudarc's), [`types`] ([`DType`],
 //! [`AllReduceAlgo`]), [`Error`] (with NCCL's result code as
 //! [`NcclCode`]), [`dist_env::DistEnv`] (rank and world from the
 //! launcher's environment), [`SymmetricBuffer`] (memory every peer maps),
@@ -25,7 +25,9 @@ pub mod config;
 pub mod ddp;
 pub mod error;
 pub mod gpu;
+pub mod id;
 pub mod kernels;
+pub mod nccl;
 pub mod setup_times;
 pub mod symmetric;
 pub mod topology;
@@ -47,7 +49,7 @@ pub(crate) mod algo;
 pub(crate) mod comm;
 /// The NCCL communicator built through the store.
 #[cfg_attr(not(intranode_internals), allow(dead_code, unused_imports))]
-pub(crate) mod nccl;
+pub(crate) mod nccl_comm;
 /// How the ranks meet and decide on the fast path.
 #[cfg_attr(not(intranode_internals), allow(dead_code, unused_imports))]
 pub(crate) mod rendezvous;
@@ -73,8 +75,8 @@ pub mod internals {
         pub use crate::comm::*;
     }
     /// The NCCL communicator built through the store.
-    pub mod nccl {
-        pub use crate::nccl::*;
+    pub mod nccl_comm {
+        pub use crate::nccl_comm::*;
     }
     /// How the ranks meet and decide on the fast path.
     pub mod rendezvous {
@@ -113,8 +115,12 @@ pub use intranode_store as store;
 pub use communicator::{Communicator, Group, RankIndex};
 
 pub use config::CommConfig;
+/// The op every collective takes: cudarc's, as `cudarc::nccl::Comm`'s
+/// methods take it (the kernels' own subset is [`types::ReduceOp`]).
+pub use cudarc::nccl::ReduceOp;
 pub use error::{Error, NcclCode, Result};
+pub use id::Id;
 pub use setup_times::SetupTimes;
 pub use symmetric::{SymmetricBuffer, SymmetricView, SymmetricViewMut};
-pub use types::{AllReduceAlgo, BroadcastAlgo, DType, ElemType, NormPath, ReduceOp};
+pub use types::{AllReduceAlgo, BroadcastAlgo, DType, ElemType, NormPath};
 pub use work::Work;

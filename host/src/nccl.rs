@@ -1,156 +1,422 @@
-//! The NCCL fallback: a `cudarc::nccl::Comm` built through our store (the
-//! 128-byte unique id broadcast with bincode), or the reason there is none.
+//! `cudarc::nccl`'s names, served by intranode: code written against
+//! cudarc's NCCL moves here by changing its `use cudarc::nccl::...` lines
+//! to `use intranode::nccl::...` (docs/PARITY.md, "Porting").
+//!
+//! [`Comm`] has `cudarc::nccl::Comm`'s constructors and methods with the
+//! same arguments and the same results (`Result<NcclStatus, NcclError>`);
+//! each call goes where [`Communicator`] sends it (our kernels where they
+//! win, NCCL elsewhere). [`Id`] is carried in the same 128 bytes.
+//! [`group_start`] / [`group_end`] are NCCL's, with our calls made inside
+//! a group going to NCCL too, so they keep their place among the grouped
+//! calls.
+//!
+//! `NcclError` keeps only a result code: the message of an error of ours
+//! turned into one is logged (`tracing`, at `warn`) and kept for
+//! [`last_error`]. [`Comm`] dereferences to the [`Communicator`] it wraps,
+//! whose methods return [`Work`](crate::Work) and [`Error`](crate::Error)
+//! and add what NCCL has not (the fused norm, symmetric buffers).
 
+use std::cell::Cell;
 use std::sync::Arc;
 
-use cudarc::driver::CudaStream;
-use cudarc::nccl::result::NcclError;
-use cudarc::nccl::{Comm, Id};
-use intranode_store::{Store, StoreExchange};
+use cudarc::driver::{CudaContext, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut};
 
-use crate::error::{Error, Result};
+pub use crate::id::Id;
+pub use cudarc::nccl::{NcclType, ReduceOp};
 
-/// Whether `libnccl` can be loaded on this machine (linked by the
-/// application without the `dynamic-loading` feature).
-pub fn nccl_available() -> bool {
-    #[cfg(feature = "dynamic-loading")]
-    // SAFETY: only tries to dlopen the library by name.
-    let present = unsafe { cudarc::nccl::sys::is_culib_present() };
-    #[cfg(not(feature = "dynamic-loading"))]
-    let present = true;
-    present
+use crate::communicator::Communicator;
+use crate::error::Error;
+
+/// cudarc's result types, under the path cudarc gives them.
+pub mod result {
+    pub use cudarc::nccl::result::{NcclError, NcclStatus};
 }
 
-/// Creates the NCCL communicator of `rank` on `stream`. Every rank calls it
-/// at the same point (it is a collective on the store); `Err` on every rank
-/// when NCCL cannot be loaded on any of them, so none waits forever.
-pub fn nccl_comm(
-    stream: &Arc<CudaStream>,
-    store: &dyn Store,
-    exchange: &mut StoreExchange,
-    rank: usize,
-    world: usize,
-) -> Result<Comm> {
-    let here = nccl_available();
-    let everywhere = exchange
-        .all_gather(store, rank, world, &here)
-        .map_err(|e| {
-            Error::NcclUnavailable(format!("rank {rank}: exchanging nccl availability: {e}"))
+use result::{NcclError, NcclStatus};
+
+thread_local! {
+    /// Depth of [`group_start`] calls on this thread not yet ended.
+    static GROUP_DEPTH: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The message of the last intranode error this thread returned as an
+/// `NcclError` (which carries only a code), like NCCL's
+/// `ncclGetLastError`.
+pub fn last_error() -> Option<String> {
+    Error::last_message()
+}
+
+/// NCCL's `ncclGroupStart`, as `cudarc::nccl::group_start`; until the
+/// matching [`group_end`], this thread's calls on any [`Comm`] go to NCCL,
+/// so that they are enqueued with the group's other calls, in order.
+///
+/// cudarc's own `group_start` cannot be seen from here: around our calls
+/// it groups only those that go to NCCL, while ours run at once. Use this
+/// one.
+pub fn group_start() -> Result<NcclStatus, NcclError> {
+    let status = cudarc::nccl::group_start()?;
+    GROUP_DEPTH.with(|d| d.set(d.get() + 1));
+    Ok(status)
+}
+
+/// NCCL's `ncclGroupEnd`, as `cudarc::nccl::group_end`.
+pub fn group_end() -> Result<NcclStatus, NcclError> {
+    GROUP_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    cudarc::nccl::group_end()
+}
+
+fn in_group() -> bool {
+    GROUP_DEPTH.with(|d| d.get() > 0)
+}
+
+/// `cudarc::nccl::Comm`'s interface over a [`Communicator`].
+///
+/// Like cudarc's (and NCCL's) communicators, one is used from one thread
+/// at a time: it is `Send` (build it on one thread, use it on another) but
+/// not `Sync`.
+#[derive(Debug)]
+pub struct Comm {
+    inner: Communicator,
+}
+
+impl std::ops::Deref for Comm {
+    type Target = Communicator;
+    fn deref(&self) -> &Communicator {
+        &self.inner
+    }
+}
+
+impl From<Communicator> for Comm {
+    fn from(inner: Communicator) -> Self {
+        Comm { inner }
+    }
+}
+
+/// A collective's result as cudarc gives it: enqueued, or the error as a
+/// code (its message kept for [`last_error`]).
+fn status(r: crate::Result<crate::Work>) -> Result<NcclStatus, NcclError> {
+    r.map(|_| NcclStatus::Success).map_err(NcclError::from)
+}
+
+impl Comm {
+    /// As `cudarc::nccl::Comm::from_rank`; see [`Communicator::from_rank`].
+    pub fn from_rank(
+        stream: Arc<CudaStream>,
+        rank: usize,
+        world_size: usize,
+        id: Id,
+    ) -> Result<Self, NcclError> {
+        Ok(Communicator::from_rank(stream, rank, world_size, id)?.into())
+    }
+
+    /// As `cudarc::nccl::Comm::from_devices`; see
+    /// [`Communicator::from_devices`].
+    pub fn from_devices(streams: Vec<Arc<CudaStream>>) -> Result<Vec<Self>, NcclError> {
+        Ok(Communicator::from_devices(streams)?
+            .into_iter()
+            .map(Comm::from)
+            .collect())
+    }
+
+    /// The [`Communicator`] behind this one.
+    pub fn communicator(&self) -> &Communicator {
+        &self.inner
+    }
+
+    /// The stream every call is enqueued on.
+    pub fn stream(&self) -> Arc<CudaStream> {
+        self.inner.stream()
+    }
+
+    /// The stream's context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        self.inner.context()
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.inner.ordinal()
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.inner.world_size()
+    }
+
+    /// See `cudarc::nccl::Comm::send`.
+    pub fn send<S: DevicePtr<T>, T: NcclType>(&self, data: &S, peer: i32) -> Result<(), NcclError> {
+        self.inner
+            .send(data, peer)
+            .map(|_| ())
+            .map_err(NcclError::from)
+    }
+
+    /// See `cudarc::nccl::Comm::recv`.
+    pub fn recv<R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        buff: &mut R,
+        peer: i32,
+    ) -> Result<NcclStatus, NcclError> {
+        status(self.inner.recv(buff, peer))
+    }
+
+    /// See `cudarc::nccl::Comm::broadcast`.
+    pub fn broadcast<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: Option<&S>,
+        recvbuff: &mut R,
+        root: i32,
+    ) -> Result<NcclStatus, NcclError> {
+        status(self.inner.broadcast(sendbuff, recvbuff, root))
+    }
+
+    /// See `cudarc::nccl::Comm::broadcast_in_place`.
+    pub fn broadcast_in_place<R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        recvbuff: &mut R,
+        root: i32,
+    ) -> Result<NcclStatus, NcclError> {
+        if in_group() {
+            return status(self.nccl_call(|c| c.broadcast_in_place(recvbuff, root)));
+        }
+        status(self.inner.broadcast_in_place(recvbuff, root))
+    }
+
+    /// See `cudarc::nccl::Comm::all_gather`.
+    pub fn all_gather<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: &S,
+        recvbuff: &mut R,
+    ) -> Result<NcclStatus, NcclError> {
+        if in_group() {
+            return status(self.nccl_call(|c| c.all_gather(sendbuff, recvbuff)));
+        }
+        status(self.inner.all_gather(sendbuff, recvbuff))
+    }
+
+    /// See `cudarc::nccl::Comm::all_reduce`.
+    pub fn all_reduce<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: &S,
+        recvbuff: &mut R,
+        reduce_op: &ReduceOp,
+    ) -> Result<NcclStatus, NcclError> {
+        if in_group() {
+            return status(self.nccl_call(|c| c.all_reduce(sendbuff, recvbuff, reduce_op)));
+        }
+        status(self.inner.all_reduce(sendbuff, recvbuff, reduce_op))
+    }
+
+    /// See `cudarc::nccl::Comm::all_reduce_in_place`.
+    pub fn all_reduce_in_place<R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        buff: &mut R,
+        reduce_op: &ReduceOp,
+    ) -> Result<NcclStatus, NcclError> {
+        if in_group() {
+            return status(self.nccl_call(|c| c.all_reduce_in_place(buff, reduce_op)));
+        }
+        status(self.inner.all_reduce_in_place(buff, reduce_op))
+    }
+
+    /// See `cudarc::nccl::Comm::reduce`.
+    pub fn reduce<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: &S,
+        recvbuff: Option<&mut R>,
+        reduce_op: &ReduceOp,
+        root: i32,
+    ) -> Result<NcclStatus, NcclError> {
+        status(self.inner.reduce(sendbuff, recvbuff, reduce_op, root))
+    }
+
+    /// See `cudarc::nccl::Comm::reduce_in_place`.
+    pub fn reduce_in_place<R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        recvbuff: &mut R,
+        reduce_op: &ReduceOp,
+        root: i32,
+    ) -> Result<NcclStatus, NcclError> {
+        status(self.inner.reduce_in_place(recvbuff, reduce_op, root))
+    }
+
+    /// See `cudarc::nccl::Comm::reduce_scatter`.
+    pub fn reduce_scatter<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: &S,
+        recvbuff: &mut R,
+        reduce_op: &ReduceOp,
+    ) -> Result<NcclStatus, NcclError> {
+        if in_group() {
+            return status(self.nccl_call(|c| c.reduce_scatter(sendbuff, recvbuff, reduce_op)));
+        }
+        status(self.inner.reduce_scatter(sendbuff, recvbuff, reduce_op))
+    }
+
+    /// As `cudarc::nccl::Comm::group`: the returned [`Group`]'s calls are
+    /// enqueued together when it is dropped.
+    pub fn group(&self) -> Group<'_> {
+        Group {
+            inner: self.inner.group(),
+        }
+    }
+
+    /// A call inside [`group_start`]..[`group_end`]: NCCL's, so it joins
+    /// the group (the checks of our own path still apply first).
+    fn nccl_call(
+        &self,
+        call: impl FnOnce(&cudarc::nccl::Comm) -> Result<NcclStatus, NcclError>,
+    ) -> crate::Result<crate::Work> {
+        self.inner.check()?;
+        let comm = self.inner.nccl().map_err(|why| {
+            Error::NcclUnavailable(format!(
+                "rank {}: a call inside group_start/group_end needs NCCL: {why}",
+                self.inner.rank()
+            ))
         })?;
-    if let Some(missing) = everywhere.iter().position(|ok| !ok) {
-        return Err(Error::NcclUnavailable(format!(
-            "rank {missing}: {}",
-            load_failure()
-        )));
-    }
-    let id_bytes: Option<Vec<u8>> = if rank == 0 {
-        let id = Id::new().map_err(|e| nccl_error(rank, "ncclGetUniqueId", &e))?;
-        Some(id.internal().iter().map(|&c| c as u8).collect())
-    } else {
-        None
-    };
-    let id_bytes: Vec<u8> = exchange
-        .broadcast(store, rank, world, 0, id_bytes.as_ref())
-        .map_err(|e| Error::NcclUnavailable(format!("rank {rank}: receiving the nccl id: {e}")))?;
-    let mut internal = [0 as std::ffi::c_char; 128];
-    if id_bytes.len() != internal.len() {
-        return Err(Error::NcclUnavailable(format!(
-            "rank {rank}: the NCCL unique id from rank 0 has {} bytes, want 128",
-            id_bytes.len()
-        )));
-    }
-    for (dst, src) in internal.iter_mut().zip(&id_bytes) {
-        *dst = *src as std::ffi::c_char;
-    }
-    Comm::from_rank(stream.clone(), rank, world, Id::uninit(internal))
-        .map_err(|e| nccl_error(rank, "ncclCommInitRank", &e))
-}
-
-/// The crate's error for a failed NCCL call, every call's the same way
-/// (`NcclError`'s own `Debug` says only "NcclError": the code is in its
-/// field, which [`NcclCode`](crate::error::NcclCode) keeps).
-pub(crate) fn nccl_error(rank: usize, op: &'static str, e: &NcclError) -> Error {
-    Error::Nccl {
-        op,
-        rank,
-        code: e.into(),
+        call(comm)
+            .map_err(|e| crate::nccl_comm::nccl_error(self.inner.rank(), "a grouped call", &e))?;
+        Ok(self.inner.work())
     }
 }
 
-/// The file names cudarc tries for NCCL, in its order, each once. cudarc
-/// 0.19 never asks for `libnccl.so.2`, the only name NCCL's runtime
-/// packages (`libnccl2`, pip's `nvidia-nccl-cu*`) install: the
-/// unversioned `libnccl.so` comes with `libnccl-dev`.
-#[cfg(feature = "dynamic-loading")]
-pub(crate) fn nccl_file_names() -> Vec<String> {
-    let mut names = cudarc::get_lib_name_candidates("nccl");
-    let mut seen = std::collections::HashSet::new();
-    names.retain(|n| seen.insert(n.clone()));
-    names
+/// `cudarc::nccl::Group`'s interface over a [`crate::Group`].
+#[derive(Debug)]
+pub struct Group<'g> {
+    inner: crate::Group<'g>,
 }
 
-/// Why NCCL did not load and what to do about it, for
-/// [`Error::NcclUnavailable`].
-pub(crate) fn load_failure() -> String {
-    #[cfg(feature = "dynamic-loading")]
-    let tried = format!(
-        "cudarc found none of {} on the library path",
-        nccl_file_names().join(", ")
-    );
-    #[cfg(not(feature = "dynamic-loading"))]
-    let tried = "the application links NCCL itself".to_string();
-    format!(
-        "NCCL could not be loaded: {tried}. NCCL's runtime packages (libnccl2, \
-         pip's nvidia-nccl-cu12/-cu13) install only libnccl.so.2, which cudarc does not \
-         try: install libnccl-dev (it adds libnccl.so), or link the runtime under the \
-         name cudarc asks for and put that folder on the path, e.g. \
-         `ln -s /usr/lib/x86_64-linux-gnu/libnccl.so.2 ~/nccl/libnccl.so` (pip: \
-         `$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))')/lib/libnccl.so.2`) \
-         and `export LD_LIBRARY_PATH=~/nccl:$LD_LIBRARY_PATH`"
-    )
+fn unit(r: crate::Result<()>) -> Result<NcclStatus, NcclError> {
+    r.map(|()| NcclStatus::Success).map_err(NcclError::from)
+}
+
+impl<'g> Group<'g> {
+    /// See `cudarc::nccl::Group::send`.
+    pub fn send<'s: 'g, T: NcclType>(
+        &mut self,
+        data: CudaView<'s, T>,
+        peer: i32,
+    ) -> Result<(), NcclError> {
+        self.inner.send(data, peer).map_err(NcclError::from)
+    }
+
+    /// See `cudarc::nccl::Group::recv`.
+    pub fn recv<'r: 'g, T: NcclType>(
+        &mut self,
+        buff: CudaViewMut<'r, T>,
+        peer: i32,
+    ) -> Result<NcclStatus, NcclError> {
+        unit(self.inner.recv(buff, peer))
+    }
+
+    /// See `cudarc::nccl::Group::broadcast`.
+    pub fn broadcast<'s: 'g, 'r: 'g, T: NcclType>(
+        &mut self,
+        sendbuff: Option<CudaView<'s, T>>,
+        recvbuff: CudaViewMut<'r, T>,
+        root: i32,
+    ) -> Result<NcclStatus, NcclError> {
+        unit(self.inner.broadcast(sendbuff, recvbuff, root))
+    }
+
+    /// See `cudarc::nccl::Group::broadcast_in_place`.
+    pub fn broadcast_in_place<'r: 'g, T: NcclType>(
+        &mut self,
+        recvbuff: CudaViewMut<'r, T>,
+        root: i32,
+    ) -> Result<NcclStatus, NcclError> {
+        unit(self.inner.broadcast_in_place(recvbuff, root))
+    }
+
+    /// See `cudarc::nccl::Group::all_gather`.
+    pub fn all_gather<'s: 'g, 'r: 'g, T: NcclType>(
+        &mut self,
+        sendbuff: CudaView<'s, T>,
+        recvbuff: CudaViewMut<'r, T>,
+    ) -> Result<NcclStatus, NcclError> {
+        unit(self.inner.all_gather(sendbuff, recvbuff))
+    }
+
+    /// See `cudarc::nccl::Group::all_reduce`.
+    pub fn all_reduce<'s: 'g, 'r: 'g, T: NcclType>(
+        &mut self,
+        sendbuff: CudaView<'s, T>,
+        recvbuff: CudaViewMut<'r, T>,
+        reduce_op: &ReduceOp,
+    ) -> Result<NcclStatus, NcclError> {
+        unit(self.inner.all_reduce(sendbuff, recvbuff, reduce_op))
+    }
+
+    /// See `cudarc::nccl::Group::all_reduce_in_place`.
+    pub fn all_reduce_in_place<'r: 'g, T: NcclType>(
+        &mut self,
+        buff: CudaViewMut<'r, T>,
+        reduce_op: &ReduceOp,
+    ) -> Result<NcclStatus, NcclError> {
+        unit(self.inner.all_reduce_in_place(buff, reduce_op))
+    }
+
+    /// See `cudarc::nccl::Group::reduce`.
+    pub fn reduce<'s: 'g, 'r: 'g, T: NcclType>(
+        &mut self,
+        sendbuff: CudaView<'s, T>,
+        recvbuff: Option<CudaViewMut<'r, T>>,
+        reduce_op: &ReduceOp,
+        root: i32,
+    ) -> Result<NcclStatus, NcclError> {
+        unit(self.inner.reduce(sendbuff, recvbuff, reduce_op, root))
+    }
+
+    /// See `cudarc::nccl::Group::reduce_in_place`.
+    pub fn reduce_in_place<'s: 'g, T: NcclType>(
+        &mut self,
+        recvbuff: CudaViewMut<'s, T>,
+        reduce_op: &ReduceOp,
+        root: i32,
+    ) -> Result<NcclStatus, NcclError> {
+        unit(self.inner.reduce_in_place(recvbuff, reduce_op, root))
+    }
+
+    /// See `cudarc::nccl::Group::reduce_scatter`.
+    pub fn reduce_scatter<'s: 'g, 'r: 'g, T: NcclType>(
+        &mut self,
+        sendbuff: CudaView<'s, T>,
+        recvbuff: CudaViewMut<'r, T>,
+        reduce_op: &ReduceOp,
+    ) -> Result<NcclStatus, NcclError> {
+        unit(self.inner.reduce_scatter(sendbuff, recvbuff, reduce_op))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::NcclCode;
-    use cudarc::nccl::sys::ncclResult_t;
 
-    #[cfg(feature = "dynamic-loading")]
     #[test]
-    fn load_failure_names_the_files_cudarc_tries_and_the_fix() {
-        let names = nccl_file_names();
-        assert_eq!(names[0], "libnccl.so", "cudarc's first choice");
-        assert!(!names.iter().any(|n| n == "libnccl.so.2"));
-        let text = load_failure();
-        for name in &names {
-            assert!(text.contains(name.as_str()), "{name} missing from: {text}");
-        }
-        assert!(text.contains("libnccl-dev"), "{text}");
-        assert!(text.contains("LD_LIBRARY_PATH"), "{text}");
+    fn our_errors_become_nccl_codes_keeping_the_message() {
+        let e: NcclError = Error::InvalidArgument("seven is not a rank".into()).into();
+        assert_eq!(e.0, cudarc::nccl::sys::ncclResult_t::ncclInvalidArgument);
+        assert_eq!(
+            last_error().as_deref(),
+            Some("invalid argument: seven is not a rank")
+        );
+        let back: Error = e.into();
+        assert!(matches!(
+            back,
+            Error::NcclResult(crate::NcclCode::InvalidArgument)
+        ));
     }
 
     #[test]
-    fn nccl_errors_keep_the_result_code() {
-        let e = nccl_error(
-            3,
-            "ncclAllReduce",
-            &NcclError(ncclResult_t::ncclRemoteError),
-        );
-        assert!(matches!(
-            e,
-            Error::Nccl {
-                op: "ncclAllReduce",
-                rank: 3,
-                code: NcclCode::RemoteError
-            }
-        ));
+    fn debug_of_an_error_is_its_message() {
         assert_eq!(
-            e.to_string(),
-            "nccl ncclAllReduce failed on rank 3: ncclRemoteError (6)"
+            format!("{:?}", Error::NoDriver),
+            "no CUDA driver: libcuda.so could not be loaded on this machine"
         );
-        for raw in 0..12 {
-            assert_eq!(NcclCode::from_raw(raw).raw(), raw);
-        }
     }
 }

@@ -12,10 +12,10 @@
 use anyhow::{Context, Result, bail};
 use cudarc::driver::{CudaSlice, DevicePtr};
 use half::{bf16, f16};
-use intranode::ReduceOp;
 use intranode::internals::algo::{AllReduceAlgo, scatter_gather_uses_ours};
 use intranode::internals::comm::scatter_gather::{ScatterGather, ScatterGatherForm};
 use intranode::kernels::ElemType;
+use intranode::types::ReduceOp;
 use intranode_harness::data;
 use intranode_harness::free::{self, Dist, Timer};
 use intranode_harness::progress::Progress;

@@ -11,9 +11,9 @@ use std::hash::Hasher;
 use anyhow::{Result, bail};
 use fnv::FnvHasher;
 use half::{bf16, f16};
-use intranode::ReduceOp;
 use intranode::internals::comm::scatter_gather::ScatterGather;
 use intranode::kernels::{DType, ElemType};
+use intranode::types::ReduceOp;
 
 use crate::rank::Rank;
 

@@ -12,7 +12,7 @@ use intranode::dist_env::DistEnv;
 use intranode::internals::algo::AllReduceAlgo;
 use intranode::internals::comm::IntraNodeComm;
 use intranode::kernels::DType;
-use intranode::{Communicator, ReduceOp};
+use intranode::{Communicator, types::ReduceOp};
 use intranode_store::{ClientConfig, Store, StoreExchange};
 
 /// One rank's process state, before any communicator: what the fault and

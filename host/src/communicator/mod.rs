@@ -37,6 +37,7 @@
 //! below.)
 
 mod args;
+mod construct;
 mod group;
 mod layer;
 mod nccl_only;
@@ -68,7 +69,7 @@ use crate::comm::tracked::{CallBuffers, CaptureSide};
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::kernels::{KernelImage, KernelModule};
-use crate::nccl::nccl_error;
+use crate::nccl_comm::nccl_error;
 use crate::rendezvous::RendezvousError;
 use crate::setup_times::SetupTimes;
 use crate::topology::Topology;
@@ -161,6 +162,31 @@ pub struct Communicator {
     /// Whether a [`Group`] is open, and the failure of a dropped group's
     /// `ncclGroupEnd`, for the next call.
     group_state: Mutex<GroupState>,
+    /// The store an [`Id`](crate::Id) started in this process, kept by
+    /// rank 0 while it lives (last: dropped after the paths that used it).
+    id_store: Option<Arc<intranode_store::TcpStoreServer>>,
+}
+
+// SAFETY: the one member that is not `Send` is cudarc's NCCL `Comm`, a
+// raw `ncclComm_t`. NCCL ties a communicator to no thread: any thread may
+// use it, one at a time (NCCL's "thread safety": re-entrant, not
+// thread-safe), which `Send` without `Sync` allows and `&self` methods
+// cannot break, because `Communicator` is not `Sync`. The rest (contexts,
+// streams, mapped device addresses, loaded modules) is process-wide and
+// already `Send`.
+unsafe impl Send for Communicator {}
+
+/// Whose numbering a communicator's store keys follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyScope {
+    /// A store shared with the process's other communicators: each gets
+    /// the next number of this process's counters.
+    Process,
+    /// A store of this group alone (an [`Id`](crate::Id)'s, or
+    /// `from_devices`' own): every rank uses number 0, whatever else the
+    /// process built (ranks that are threads of one process would each
+    /// draw a different number from the process's counters).
+    Fresh,
 }
 
 /// See [`Communicator::group`].
@@ -210,7 +236,15 @@ impl Communicator {
         let config = CommConfig::from_env()?;
         let mut times = SetupTimes::default();
         times.record("config", started.elapsed());
-        Self::build(stream, store, rank, world, &config, times)
+        Self::build(
+            stream,
+            store,
+            rank,
+            world,
+            &config,
+            times,
+            KeyScope::Process,
+        )
     }
 
     /// [`Communicator::new`] with settings made by hand instead of read
@@ -223,7 +257,15 @@ impl Communicator {
         world: usize,
         config: &CommConfig,
     ) -> Result<Self> {
-        Self::build(stream, store, rank, world, config, SetupTimes::default())
+        Self::build(
+            stream,
+            store,
+            rank,
+            world,
+            config,
+            SetupTimes::default(),
+            KeyScope::Process,
+        )
     }
 
     /// [`Communicator::with_config`], adding its phases to `times`.
@@ -234,23 +276,28 @@ impl Communicator {
         world: usize,
         config: &CommConfig,
         mut times: SetupTimes,
+        scope: KeyScope,
     ) -> Result<Self> {
         let config = config.clone();
         let ctx = stream.context().clone();
-        let (intra, intra_reason) = match crate::rendezvous::run_timed(
+        let fresh = (scope == KeyScope::Fresh).then_some(0);
+        let (intra, intra_reason) = match crate::rendezvous::run_scoped(
             &ctx,
             store.clone(),
             rank,
             world,
             &config,
             &mut times,
+            fresh,
         ) {
             Ok(c) => (Some(c), None),
             Err(RendezvousError::Unsupported(why)) => (None, Some(why.to_string())),
             Err(RendezvousError::Failed(e)) => return Err(e),
         };
         let nccl_started = Instant::now();
-        let instance = NCCL_EXCHANGE_COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let instance = fresh.unwrap_or_else(|| {
+            NCCL_EXCHANGE_COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        });
         let mut exchange = StoreExchange::new(format!("{}/nccl/{instance}", config.key_prefix()));
         // NCCL refuses ranks that share a GPU ("Duplicate GPU detected",
         // ncclInvalidUsage), and an init that fails that way leaves its
@@ -262,7 +309,7 @@ impl Communicator {
                 "rank {rank}: NCCL not started: {} ranks share a GPU (INTRANODE_ALLOW_OVERLAPPING_DEVICES), which NCCL refuses",
                 c.residency().ranks_per_gpu
             )),
-            _ => crate::nccl::nccl_comm(&stream, store.as_ref(), &mut exchange, rank, world)
+            _ => crate::nccl_comm::nccl_comm(&stream, store.as_ref(), &mut exchange, rank, world)
                 .map_err(|e| e.to_string()),
         };
         times.record("nccl", nccl_started.elapsed());
@@ -279,7 +326,9 @@ impl Communicator {
             )));
         }
         let call_checker = (config.debug == DebugLevel::Detail && intra.is_none()).then(|| {
-            let n = CHECKER_COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let n = fresh.unwrap_or_else(|| {
+                CHECKER_COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            });
             CallChecker::new(
                 store,
                 format!("{}/communicator/{n}/debug", config.key_prefix()),
@@ -304,6 +353,7 @@ impl Communicator {
             kernels: std::sync::OnceLock::new(),
             capture_side: std::sync::OnceLock::new(),
             group_state: Mutex::new(GroupState::default()),
+            id_store: None,
         })
     }
 
@@ -786,7 +836,7 @@ impl Communicator {
         })
     }
 
-    fn work(&self) -> Work {
+    pub(crate) fn work(&self) -> Work {
         Work::new(
             self.stream.clone(),
             self.intra.as_ref().map(IntraNodeComm::health_arc),

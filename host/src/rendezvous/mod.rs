@@ -197,6 +197,21 @@ pub fn run_timed(
     config: &CommConfig,
     times: &mut SetupTimes,
 ) -> Result<IntraNodeComm, RendezvousError> {
+    run_scoped(ctx, store, rank, world, config, times, None)
+}
+
+/// [`run_timed`] with the number of its store keys given (`Some`: a store
+/// of this group alone, where every rank uses the same number) or drawn
+/// from this process's count (`None`).
+pub(crate) fn run_scoped(
+    ctx: &Arc<CudaContext>,
+    store: Arc<dyn Store>,
+    rank: usize,
+    world: usize,
+    config: &CommConfig,
+    times: &mut SetupTimes,
+    instance: Option<u64>,
+) -> Result<IntraNodeComm, RendezvousError> {
     let mut since = Instant::now();
     if world == 0 || rank >= world {
         return Err(
@@ -204,7 +219,7 @@ pub fn run_timed(
         );
     }
     let device = ctx.ordinal();
-    let instance = COMM_COUNT.fetch_add(1, Ordering::Relaxed);
+    let instance = instance.unwrap_or_else(|| COMM_COUNT.fetch_add(1, Ordering::Relaxed));
     let mut exchange = StoreExchange::new(format!("{}/comm/{instance}", config.key_prefix()));
     let s: &dyn Store = &*store;
     let store_err = |op: &'static str| move |source| Error::Store { op, rank, source };

@@ -23,12 +23,12 @@ use anyhow::{Result, bail};
 use cudarc::driver::CudaSlice;
 use cudarc::nccl::ReduceOp as NcclOp;
 use half::{bf16, f16};
-use intranode::ReduceOp;
 use intranode::config::{CommConfig, DebugLevel};
 use intranode::internals::algo::AllReduceAlgo;
 use intranode::internals::rendezvous::RendezvousError;
 use intranode::internals::rendezvous::Unsupported;
 use intranode::internals::switches::{ALLOW_OVERLAPPING_ENV, DEBUG_ENV};
+use intranode::types::ReduceOp;
 use intranode_harness::data;
 use intranode_harness::rank::{Proc, Rank};
 

@@ -15,9 +15,9 @@
 use anyhow::{Result, bail};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use half::bf16;
-use intranode::ReduceOp;
 use intranode::internals::algo::AllReduceAlgo;
 use intranode::kernels::{SoakCall, TestKernelModule};
+use intranode::types::ReduceOp;
 
 use intranode_harness::data;
 use intranode_harness::free::{self, Dist, Timer};

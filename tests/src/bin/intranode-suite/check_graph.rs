@@ -4,9 +4,9 @@
 
 use anyhow::{Context, Result};
 use cudarc::nccl::NcclType;
-use intranode::ReduceOp;
 use intranode::internals::algo::AllReduceAlgo;
 use intranode::kernels::DType;
+use intranode::types::ReduceOp;
 use intranode_harness::data;
 use intranode_harness::rank::Rank;
 

@@ -13,9 +13,9 @@ use anyhow::{Context, Result, anyhow};
 use cudarc::driver::CudaSlice;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use half::bf16;
-use intranode::ReduceOp;
 use intranode::internals::algo::AllReduceAlgo;
 use intranode::kernels::TestKernelModule;
+use intranode::types::ReduceOp;
 use intranode_harness::data;
 use intranode_harness::rank::Rank;
 

@@ -13,8 +13,8 @@ use cudarc::driver::CudaSlice;
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
 use intranode::NormPath;
-use intranode::ReduceOp;
 use intranode::kernels::{DType, ElemType};
+use intranode::types::ReduceOp;
 use intranode_harness::data;
 use intranode_harness::rank::Rank;
 

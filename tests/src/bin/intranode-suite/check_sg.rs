@@ -8,9 +8,9 @@
 use anyhow::Result;
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
-use intranode::ReduceOp;
 use intranode::internals::comm::scatter_gather::{ScatterGather, ScatterGatherForm};
 use intranode::kernels::DType;
+use intranode::types::ReduceOp;
 use intranode_harness::data;
 use intranode_harness::rank::Rank;
 

@@ -44,7 +44,7 @@ use intranode::ddp::{
 use intranode::internals::algo::AllReduceAlgo;
 use intranode::internals::comm::broadcast::BroadcastAlgo;
 use intranode::kernels::{DType, ElemType};
-use intranode::{Communicator, ReduceOp};
+use intranode::{Communicator, types::ReduceOp};
 use intranode_harness::data::{self, mix};
 use intranode_harness::rank::Rank;
 use intranode_store::{Store, StoreExchange};

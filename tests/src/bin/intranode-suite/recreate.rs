@@ -20,7 +20,7 @@ use cudarc::driver::CudaSlice;
 use intranode::config::CommConfig;
 use intranode::internals::algo::AllReduceAlgo;
 use intranode::kernels::KernelModule;
-use intranode::{Communicator, ReduceOp};
+use intranode::{Communicator, types::ReduceOp};
 use intranode_harness::rank::Proc;
 use intranode_store::StoreExchange;
 use intranode_tests::{open_fd_count, thread_count};
@@ -154,7 +154,7 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
             ("nccl comm", &|p: &mut Proc| {
                 let (rank, world) = (p.rank(), p.world());
                 let mut exchange = StoreExchange::new("intranode/recreate/nccl");
-                let c = intranode::internals::nccl::nccl_comm(
+                let c = intranode::internals::nccl_comm::nccl_comm(
                     &p.stream,
                     p.store.as_ref(),
                     &mut exchange,
