@@ -4,8 +4,8 @@ use cudarc::driver::{CudaContext, DriverError};
 
 /// Everything that can go wrong in the GPU entry points of the library.
 ///
-/// `Debug` prints the message and its causes, as `io::Error` and anyhow
-/// do, so `fn main() -> Result<(), intranode::Error>` reads like the
+/// `Debug` prints the message (which holds its causes), as `io::Error`
+/// does, so `fn main() -> Result<(), intranode::Error>` reads like the
 /// troubleshooting table. It converts from cudarc's `DriverError` and
 /// `NcclError` (so `?` works on cudarc calls in the same function) and
 /// into `NcclError` (for code written against `cudarc::nccl`; see
@@ -214,16 +214,8 @@ pub enum Error {
 
 impl std::fmt::Debug for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{self}")?;
-        let mut cause = std::error::Error::source(self);
-        if cause.is_some() {
-            write!(f, "\n\nCaused by:")?;
-        }
-        while let Some(c) = cause {
-            write!(f, "\n    {c}")?;
-            cause = c.source();
-        }
-        Ok(())
+        // The messages already carry their sources' text.
+        write!(f, "{self}")
     }
 }
 

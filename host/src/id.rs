@@ -136,6 +136,13 @@ impl Id {
         &self.internal
     }
 
+    /// Whether these bytes are an id made by [`Id::new`] of this format:
+    /// `Err` names what is wrong (the same check
+    /// [`Communicator::from_rank`](crate::Communicator::from_rank) makes).
+    pub fn validate(&self) -> Result<()> {
+        self.fields().map(|_| ())
+    }
+
     fn bytes(&self) -> [u8; ID_BYTES] {
         self.internal.map(|c| c as u8)
     }

@@ -413,6 +413,13 @@ mod tests {
     }
 
     #[test]
+    fn communicators_move_between_threads() {
+        fn send<T: Send>() {}
+        send::<Comm>();
+        send::<Communicator>();
+    }
+
+    #[test]
     fn debug_of_an_error_is_its_message() {
         assert_eq!(
             format!("{:?}", Error::NoDriver),

@@ -100,6 +100,16 @@ use retype::{AsElem, AsElemMut, elem_of, nccl_type_name};
 /// `INTRANODE_BARRIER_TIMEOUT_MS` as [`Error::PeerTimeout`]; the
 /// communicator is unusable after that.
 ///
+/// Like `cudarc::nccl::Comm` it is used from one thread at a time: it is
+/// `Send` (build it on one thread, use it on another: see
+/// [`from_devices`](Self::from_devices)) but not `Sync`, so two threads
+/// never call it at once.
+///
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<intranode::Communicator>();
+/// ```
+///
 /// Beyond `Comm`'s methods: [`alloc_symmetric`](Self::alloc_symmetric)
 /// (buffers every peer maps), [`all_reduce_residual_rmsnorm`](Self::all_reduce_residual_rmsnorm)
 /// (a tensor-parallel layer's tail in one call), and [`group`](Self::group)

@@ -15,9 +15,21 @@ impl Communicator {
     /// instead of copying the input first. The memory starts zero-filled.
     /// See [`crate::symmetric`] for the contract, drop included.
     ///
+    /// `T` is a type the device can hold as plain bytes (cudarc's
+    /// `DeviceRepr`): `alloc_symmetric::<String>` does not compile.
+    ///
+    /// ```compile_fail
+    /// fn strings(comm: &intranode::Communicator) {
+    ///     let _ = comm.alloc_symmetric::<String>(4);
+    /// }
+    /// ```
+    ///
     /// Needs the intra-node path: a group that runs on NCCL alone gets an
     /// error naming why it has none.
-    pub fn alloc_symmetric<T>(&self, len: usize) -> Result<SymmetricBuffer<T>> {
+    pub fn alloc_symmetric<T: cudarc::driver::DeviceRepr>(
+        &self,
+        len: usize,
+    ) -> Result<SymmetricBuffer<T>> {
         let intra = self.intra.as_ref().ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "alloc_symmetric on rank {}: symmetric buffers need the intra-node path, which is unavailable: {}",

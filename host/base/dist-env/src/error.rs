@@ -2,8 +2,9 @@
 
 use crate::EnvSource;
 
-/// Why the environment does not describe a valid rank.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why the environment does not describe a valid rank. `Debug` prints
+/// the message, so `main` returning this error says what to do.
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DistEnvError {
     #[error(
         "no launcher variables found: set RANK and WORLD_SIZE (torchrun, intranode-run), \
@@ -102,4 +103,10 @@ pub enum DistEnvError {
         /// The variable's value.
         value: String,
     },
+}
+
+impl std::fmt::Debug for DistEnvError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")
+    }
 }

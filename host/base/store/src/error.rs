@@ -6,12 +6,20 @@ use std::time::Duration;
 
 use crate::wire::WireError;
 
+impl std::fmt::Debug for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The messages already carry their sources' text.
+        write!(f, "{self}")
+    }
+}
+
 /// Everything that can go wrong in a store, a server or an exchange.
 ///
 /// Each variant carries the context needed to act on it without a debugger:
 /// the keys waited for, the address that could not be reached, the rank
-/// whose value would not decode.
-#[derive(Debug, thiserror::Error)]
+/// whose value would not decode. `Debug` prints the message (which holds its
+/// causes), so `main` returning this error reads like the message.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// A blocking `get`/`wait`/`multi_get` gave up.
