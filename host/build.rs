@@ -3,9 +3,9 @@
 //! `test-kernels`, `src/kernels/test_kernels.rs` also the test kernels'
 //! PTX named in `INTRANODE_EMBEDDED_TEST_PTX`).
 //!
-//! Normally that is the committed `ptx/kernels-<arch>.ptx.gz` (and
+//! Normally that is the committed `ptx/kernels-<arch>.ptx.xz` (and
 //! `ptx/test-kernels-<arch>.ptx`), and beside it the machine code
-//! assembled from it, `ptx/kernels-<arch>.cubin.gz`, named in
+//! assembled from it, `ptx/kernels-<arch>.cubin.xz`, named in
 //! `INTRANODE_EMBEDDED_CUBIN` (an empty file where there is none): no
 //! nightly tool chain and no ptxas are needed, so the crate builds on
 //! stable Rust. The kernels are
@@ -32,7 +32,7 @@ const ARCH_ENV: &str = "INTRANODE_PTX_ARCH";
 /// PTX is current.
 const REBUILD_ENV: &str = "INTRANODE_PTX_REBUILD";
 /// Env switch: `0` leaves the PTX fallback out where machine code for the
-/// architecture is embedded (about 3.7 MB less per binary; devices the
+/// architecture is embedded (the xz-compressed PTX, 2.1 MB less per binary; devices the
 /// machine code does not run on then get an error instead of a JIT). The
 /// device bundle builds this way to fit what a device run carries.
 const EMBED_PTX_ENV: &str = "INTRANODE_EMBED_PTX";

@@ -1,5 +1,5 @@
-//! The committed kernels (`host/ptx/`: the PTX, gzipped for the
-//! production set, and the production cubins): `build-ptx --write`
+//! The committed kernels (`host/ptx/`: the PTX, xz-compressed for the
+//! production set, and the production cubins, xz-compressed): `build-ptx --write`
 //! regenerates them, `check-committed-ptx` (part of `ci`) fails when the
 //! PTX differs from what the kernel source emits now, and `check-ptx`
 //! when a committed cubin differs from what the pinned ptxas makes of
@@ -16,8 +16,9 @@ use intranode_ptx_builder::KernelSet;
 pub const REGENERATE: &str = "cargo xtask build-ptx --write";
 
 /// Builds both kernel sets for every committed architecture and writes
-/// their PTX (the production PTX gzipped), the production cubins
-/// (`intranode_ptx_builder::CUBIN_ARCHS`, assembled by the pinned ptxas, gzipped)
+/// their PTX (the production PTX xz-compressed), the production cubins
+/// (`intranode_ptx_builder::CUBIN_ARCHS`, assembled by the pinned ptxas,
+/// xz-compressed)
 /// and the source stamp under `host/ptx/`; returns the paths written.
 pub fn write(root: &Path) -> Result<Vec<PathBuf>> {
     let dir = root.join(intranode_ptx_builder::COMMITTED_DIR);
@@ -29,17 +30,13 @@ pub fn write(root: &Path) -> Result<Vec<PathBuf>> {
             let dest = dir.join(set.committed_file_name(arch));
             let text =
                 std::fs::read(&built).with_context(|| format!("reading {}", built.display()))?;
-            let bytes = if is_gzip_name(&dest) {
-                gzip(&text)?
-            } else {
-                text
-            };
+            let bytes = if is_xz_name(&dest) { xz(&text)? } else { text };
             std::fs::write(&dest, bytes).with_context(|| format!("writing {}", dest.display()))?;
             written.push(dest);
             if set == KernelSet::Production && intranode_ptx_builder::CUBIN_ARCHS.contains(arch) {
                 let cubin = crate::ptxas::assemble(root, &built, arch)?;
                 let dest = dir.join(intranode_ptx_builder::cubin_file_name(arch));
-                std::fs::write(&dest, gzip(&cubin)?)
+                std::fs::write(&dest, xz(&cubin)?)
                     .with_context(|| format!("writing {}", dest.display()))?;
                 written.push(dest);
             }
@@ -73,7 +70,9 @@ pub fn check_cubin(root: &Path, arch: &str, fresh_cubin: &Path) -> Result<()> {
         .join(intranode_ptx_builder::cubin_file_name(arch));
     let committed = std::fs::read(&path)
         .with_context(|| format!("reading {} (run `{REGENERATE}`)", path.display()))
-        .and_then(|gz| gunzip(&gz).with_context(|| format!("unpacking {}", path.display())))?;
+        .and_then(|packed| {
+            unxz(&packed).with_context(|| format!("unpacking {}", path.display()))
+        })?;
     let fresh =
         std::fs::read(fresh_cubin).with_context(|| format!("reading {}", fresh_cubin.display()))?;
     if committed != fresh {
@@ -142,20 +141,47 @@ pub fn check(root: &Path, mut built: impl FnMut(&str, KernelSet) -> Result<PathB
     Ok(())
 }
 
-/// Whether a committed file is stored gzipped (by its name).
-fn is_gzip_name(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "gz")
+/// Whether a committed file is stored xz-compressed (by its name).
+fn is_xz_name(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "xz")
 }
 
-/// A committed PTX file's text, unpacked where it is stored gzipped.
+/// A committed PTX file's text, unpacked where it is stored xz-compressed.
 fn read_committed_text(path: &Path) -> Result<String> {
     let bytes = std::fs::read(path)?;
-    let bytes = if is_gzip_name(path) {
-        gunzip(&bytes)?
+    let bytes = if is_xz_name(path) {
+        unxz(&bytes)?
     } else {
         bytes
     };
     String::from_utf8(bytes).context("not UTF-8")
+}
+
+/// Largest dictionary [`xz`] uses (`xz -9`'s): the decoder allocates the
+/// dictionary the stream names.
+const XZ_DICT_MAX_BYTES: u32 = 64 << 20;
+
+/// `bytes` xz-compressed as `xz -9e` does (its longest match length and
+/// search depth), with a dictionary no larger than the input (up to
+/// [`XZ_DICT_MAX_BYTES`]) and a CRC64 check. One thread, so the same input
+/// gives the same file.
+pub fn xz(bytes: &[u8]) -> Result<Vec<u8>> {
+    let mut options = lzma_rust2::XzOptions::with_preset(9);
+    options.lzma_options.nice_len = lzma_rust2::LzmaOptions::NICE_LEN_MAX;
+    options.lzma_options.depth_limit = 512;
+    let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+    options.lzma_options.dict_size = len.clamp(lzma_rust2::DICT_SIZE_MIN, XZ_DICT_MAX_BYTES);
+    options.check_type = lzma_rust2::CheckType::Crc64;
+    let mut writer = lzma_rust2::XzWriter::new(Vec::new(), options)?;
+    writer.write_all(bytes)?;
+    Ok(writer.finish()?)
+}
+
+/// The contents of an xz stream (its check verified).
+pub fn unxz(packed: &[u8]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    lzma_rust2::XzReader::new(packed, false).read_to_end(&mut out)?;
+    Ok(out)
 }
 
 /// `bytes` gzipped at the best compression, with no name and time in the
@@ -166,13 +192,6 @@ pub fn gzip(bytes: &[u8]) -> Result<Vec<u8>> {
         .write(Vec::new(), flate2::Compression::best());
     encoder.write_all(bytes)?;
     Ok(encoder.finish()?)
-}
-
-/// The contents of a gzip stream.
-pub fn gunzip(gz: &[u8]) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    flate2::read::GzDecoder::new(gz).read_to_end(&mut out)?;
-    Ok(out)
 }
 
 fn current_stamp(root: &Path) -> Result<String> {
@@ -198,6 +217,30 @@ fn first_difference(committed: &str, fresh: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The contents of a gzip stream.
+    fn gunzip(gz: &[u8]) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(gz).read_to_end(&mut out)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn xz_round_trip_is_deterministic() {
+        let text = b"//\n.version 8.7\n.target sm_90\n".repeat(1000);
+        let a = xz(&text).unwrap();
+        assert_eq!(a, xz(&text).unwrap());
+        assert!(a.len() < text.len() / 10);
+        assert!(a.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]));
+        assert_eq!(unxz(&a).unwrap(), text);
+        assert!(unxz(b"not xz").is_err());
+        // A flipped byte inside the stream fails its check or its
+        // decoding, never unpacks to other bytes.
+        let mut damaged = a.clone();
+        let mid = damaged.len() / 2;
+        damaged[mid] ^= 0x55;
+        assert!(unxz(&damaged).is_err());
+    }
 
     #[test]
     fn gzip_round_trip_is_deterministic() {

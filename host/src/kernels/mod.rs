@@ -1,12 +1,12 @@
 //! The embedded GPU kernels and their typed launches.
 //!
 //! The production kernels are embedded twice (`build.rs` picks the
-//! files): as PTX ([`ptx`], gzipped: the committed PTX of the current
-//! `kernels-gpu` source) and as machine code for [`CUBIN_ARCH`] (a cubin
-//! that the pinned ptxas assembled from that PTX, gzipped). A device that
-//! can run the cubin loads it in milliseconds; any other gets the PTX,
-//! which the driver JIT compiles (about 50 s for the production kernels
-//! on an H200, or its cache's copy: issue 26).
+//! files): as PTX ([`ptx`], xz-compressed: the committed PTX of the
+//! current `kernels-gpu` source) and as machine code for [`CUBIN_ARCH`] (a
+//! cubin that the pinned ptxas assembled from that PTX, xz-compressed). A
+//! device that can run the cubin loads it in milliseconds; any other gets
+//! the PTX, which the driver JIT compiles (about 50 s for the production
+//! kernels on an H200, or its cache's copy).
 //! [`KernelModule`] loads one of them into one device's context and resolves every
 //! entry point of `intranode_kernels_gpu::entries::Kernel` (the one list of the
 //! kernels) once, into a table indexed by that key: a launch formats and
@@ -51,7 +51,7 @@ pub use soak::SoakCall;
 pub use test_kernels::{TEST_PTX, TestKernelModule};
 
 /// The production kernels' PTX as embedded: the committed
-/// `host/ptx/kernels-<arch>.ptx.gz` (CI checks that it equals what the
+/// `host/ptx/kernels-<arch>.ptx.xz` (CI checks that it equals what the
 /// kernel source emits), or the text built from source where `build.rs`
 /// says why. [`ptx`] unpacks it.
 const PTX_IMAGE: &[u8] = include_bytes!(env!("INTRANODE_EMBEDDED_PTX"));
@@ -60,8 +60,8 @@ const PTX_IMAGE: &[u8] = include_bytes!(env!("INTRANODE_EMBEDDED_PTX"));
 /// time, default `sm_90`.
 pub const PTX_ARCH: &str = env!("INTRANODE_EMBEDDED_PTX_ARCH");
 
-/// The machine code of the embedded PTX for [`CUBIN_ARCH`], gzipped
-/// (`host/ptx/kernels-<arch>.cubin.gz`, assembled by the pinned ptxas;
+/// The machine code of the embedded PTX for [`CUBIN_ARCH`], xz-compressed
+/// (`host/ptx/kernels-<arch>.cubin.xz`, assembled by the pinned ptxas;
 /// CI checks it against the PTX); empty where the PTX was built from
 /// source or no cubin is committed for its architecture.
 const CUBIN_IMAGE: &[u8] = include_bytes!(env!("INTRANODE_EMBEDDED_CUBIN"));
@@ -83,7 +83,7 @@ pub fn embeds_ptx() -> bool {
 }
 
 /// The production kernels' PTX text (unpacked from the embedded image:
-/// about 21 MB; an error in a build that left it out, `INTRANODE_EMBED_PTX=0`).
+/// about 34 MB; an error in a build that left it out, `INTRANODE_EMBED_PTX=0`).
 pub fn ptx() -> Result<String> {
     if PTX_IMAGE.is_empty() {
         return Err(Error::KernelImage(format!(
@@ -124,14 +124,20 @@ pub fn entry_names(ptx: &str) -> Vec<&str> {
         .collect()
 }
 
-/// `image` unpacked where it is gzipped (by its magic bytes; PTX text
-/// never starts with them), else as it is.
+/// The magic bytes that open an xz stream (PTX text and an ELF cubin never
+/// start with them).
+const XZ_MAGIC: &[u8] = &[0xfd, b'7', b'z', b'X', b'Z', 0];
+
+/// `image` unpacked where it is xz-compressed (by its magic bytes), else as
+/// it is (the PTX built from source is embedded as text). The decoder
+/// checks the stream's CRC64, so a damaged image is an error, never a
+/// kernel with other bytes.
 fn unpack(image: &[u8], what: &str) -> Result<Vec<u8>> {
-    if !image.starts_with(&[0x1f, 0x8b]) {
+    if !image.starts_with(XZ_MAGIC) {
         return Ok(image.to_vec());
     }
     let mut out = Vec::new();
-    flate2::read::GzDecoder::new(image)
+    lzma_rust2::XzReader::new(image, false)
         .read_to_end(&mut out)
         .map_err(|e| Error::KernelImage(format!("unpacking {what}: {e}")))?;
     Ok(out)
@@ -670,6 +676,19 @@ mod tests {
             let name = k.to_string();
             assert!(text.contains(&name), "{name} missing from the cubin");
         }
+    }
+
+    /// Text passes through; a damaged image is an error, not other bytes.
+    #[test]
+    fn unpack_checks_the_image() {
+        assert_eq!(unpack(b"// PTX", "text").unwrap(), b"// PTX");
+        if CUBIN_IMAGE.is_empty() {
+            return;
+        }
+        let mut damaged = CUBIN_IMAGE.to_vec();
+        let mid = damaged.len() / 2;
+        damaged[mid] ^= 0x55;
+        assert!(unpack(&damaged, "damaged cubin").is_err());
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! (feature `test-kernels` of `intranode-kernels-gpu`), which only the test suites
 //! and the benchmark load (feature `test-kernels` of the host crate).
 //!
-//! The PTX users build against is committed (`host/ptx/kernels-<arch>.ptx.gz`
+//! The PTX users build against is committed (`host/ptx/kernels-<arch>.ptx.xz`
 //! and `host/ptx/test-kernels-<arch>.ptx`, one pair per
 //! [`COMMITTED_ARCHS`], and the production cubin per [`CUBIN_ARCHS`],
 //! written by `cargo xtask build-ptx --write`), so
@@ -37,7 +37,7 @@ pub const TARGET: &str = "nvptx64-nvidia-cuda";
 
 /// Architectures whose PTX is committed under `host/ptx/` and embedded
 /// without a nightly tool chain. Only the default: its production PTX is
-/// about 19 MB (3.3 MB gzipped). Any other (`INTRANODE_PTX_ARCH=sm_80`) is
+/// about 34 MB (2.1 MB xz-compressed). Any other (`INTRANODE_PTX_ARCH=sm_80`) is
 /// built from source by the host's build script, which needs the
 /// workspace's nightly.
 pub const COMMITTED_ARCHS: &[&str] = &[DEFAULT_ARCH];
@@ -46,7 +46,7 @@ pub const COMMITTED_ARCHS: &[&str] = &[DEFAULT_ARCH];
 /// `ptxas` from the committed production PTX of the same architecture) is
 /// committed beside the PTX and embedded, so a device of that
 /// architecture loads kernels without the driver's JIT compile (about 50 s
-/// for the production PTX on an H200, issue 26). A cubin for `sm_90` runs
+/// for the production PTX on an H200). A cubin for `sm_90` runs
 /// on every device of compute capability 9.x.
 pub const CUBIN_ARCHS: &[&str] = &[DEFAULT_ARCH];
 
@@ -112,10 +112,10 @@ fn push_bound(out: &mut String, next: Option<&str>) {
     }
 }
 
-/// File name of the committed production cubin for `arch` (gzip), in
-/// [`COMMITTED_DIR`].
+/// File name of the committed production cubin for `arch`
+/// (xz-compressed), in [`COMMITTED_DIR`].
 pub fn cubin_file_name(arch: &str) -> String {
-    format!("kernels-{arch}.cubin.gz")
+    format!("kernels-{arch}.cubin.xz")
 }
 
 /// Directory of the committed PTX, relative to the workspace root.
@@ -174,12 +174,12 @@ impl KernelSet {
     }
 
     /// File name of the set's committed PTX for `arch`, in
-    /// [`COMMITTED_DIR`]: the production PTX gzipped (about 19 MB as
-    /// text, embedded in every binary that uses the host crate), the test
-    /// PTX as text (about 40 KB).
+    /// [`COMMITTED_DIR`]: the production PTX xz-compressed (about 34 MB
+    /// as text, embedded in every binary that uses the host crate), the
+    /// test PTX as text (about 300 KB).
     pub fn committed_file_name(self, arch: &str) -> String {
         match self {
-            KernelSet::Production => format!("kernels-{arch}.ptx.gz"),
+            KernelSet::Production => format!("kernels-{arch}.ptx.xz"),
             KernelSet::Test | KernelSet::ScheduleFuzz => self.file_name(arch),
         }
     }
