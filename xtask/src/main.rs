@@ -4,7 +4,7 @@
 //!   production kernels and the test kernels (`intranode_ptx_builder::KernelSet`),
 //!   and prints the files' paths. `build-ptx --write` regenerates the
 //!   committed kernels the host crate embeds (`host/ptx/`: both PTX sets
-//!   for every committed architecture, the production PTX gzipped, the
+//!   for every committed architecture, the production PTX xz-compressed, the
 //!   production cubins assembled by the pinned ptxas, and the source
 //!   stamp): run it after changing the kernels.
 //! - `check-committed-ptx`: fails when `host/ptx/` differs from what the
@@ -19,15 +19,15 @@
 //!   build and run of a crate that depends on `intranode = "0.1.0"`
 //!   patched to the unpacked packages (`tests/stable-embed`'s program).
 //! - `doc`: `cargo doc --no-deps` of the published crates (intranode, its
-//!   store, dist-env and ipc, the kernels' crate and the PTX builder) with
-//!   warnings denied; each denies `missing_docs`.
+//!   store, dist-env and ipc, the kernels' crate, the PTX builder and the
+//!   launcher) with warnings denied; each denies `missing_docs`.
 //! - `check-ptx [--arch sm_90]`: assembles both PTX files with `ptxas -v`
 //!   (fetched from PyPI into `.cache/` when absent) and fails on assembler
 //!   errors, out-of-line calls (`.extern .func`), spills or stack frames
 //!   (beyond the few `ptxas::ALLOWED_SPILLS` lists for sm_80), a kernel
 //!   over 128 registers (a 512-thread block's share), a PTX for a JIT-only
 //!   architecture without `.maxnreg` on every entry,
-//!   or a committed production cubin (`host/ptx/kernels-<arch>.cubin.gz`)
+//!   or a committed production cubin (`host/ptx/kernels-<arch>.cubin.xz`)
 //!   that differs from the machine code ptxas made; prints registers per
 //!   kernel.
 //! - `long-files`: fails, naming them, when a `.rs` file git tracks is
@@ -273,7 +273,8 @@ pub(crate) fn run_env(
 const AS_USERS_BUILD: &[(&str, &str)] = &[("INTRANODE_INTERNALS", "0")];
 
 /// `cargo doc -p intranode --no-deps` (and the CUDA-free crates it
-/// re-exports, and the kernels' crate and PTX builder it is built from),
+/// re-exports, the kernels' crate and PTX builder it is built from, and
+/// the launcher: every published crate),
 /// every rustdoc warning an error: the public API as users see it, then
 /// with `internals` (the suites' and benchmark's API, whose links into
 /// crate-private modules break otherwise unseen). The kernels' crate is
@@ -297,6 +298,8 @@ fn doc(root: &Path) -> Result<()> {
             "intranode-kernels-gpu",
             "-p",
             "intranode-ptx-builder",
+            "-p",
+            "intranode-launcher",
             "--no-deps",
             "--locked",
         ];

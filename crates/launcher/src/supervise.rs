@@ -5,7 +5,7 @@
 //!
 //! Every rank gets a waiter thread (blocked in `wait`) and two output
 //! threads (see [`crate::output`]); waiters and the signal thread send
-//! [`Event`]s down one channel, and the launcher's main thread is the only
+//! `Event`s down one channel, and the launcher's main thread is the only
 //! one that decides anything. The job ends in one of three ways:
 //!
 //! - every rank exits 0: [`Outcome::Success`];
@@ -130,18 +130,32 @@ pub enum Outcome {
     /// Every rank exited 0.
     Success,
     /// This rank was the first to exit non-zero or be killed.
-    RankFailed { rank: usize, exit: RankExit },
+    RankFailed {
+        /// The rank.
+        rank: usize,
+        /// How it ended.
+        exit: RankExit,
+    },
     /// This rank could not be started (the ranks before it were stopped).
     SpawnFailed {
+        /// The rank.
         rank: usize,
+        /// The kind of the error starting it.
         kind: io::ErrorKind,
+        /// The error starting it.
         error: String,
     },
     /// The job ran past `--timeout`.
-    Timeout { after: Duration },
+    Timeout {
+        /// The timeout that passed.
+        after: Duration,
+    },
     /// The launcher got this signal and stopped the ranks with it or with
     /// SIGTERM (`signal_for_ranks`).
-    Interrupted { signal: i32 },
+    Interrupted {
+        /// The signal's number (`SIGINT` is 2).
+        signal: i32,
+    },
 }
 
 impl fmt::Display for Outcome {
@@ -183,7 +197,9 @@ pub struct RankRecord {
 /// The result of a job: its [`Outcome`] and every rank's [`RankRecord`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
+    /// How the job ended.
     pub outcome: Outcome,
+    /// Every rank's record, indexed by rank.
     pub ranks: Vec<RankRecord>,
     /// Orphaned processes outside every rank's group (they made a group of
     /// their own) that the launcher stopped when the job ended.
