@@ -31,15 +31,13 @@ pub fn run(root: &Path, out: Option<&Path>, bench_args: &[String]) -> Result<()>
     {
         bail!("give the output directory as `cargo xtask bench --out DIR`, before `--`");
     }
-    let count = crate::local_gpu_count();
-    let worlds = world_sizes(*count.as_ref().unwrap_or(&0));
-    if worlds.is_empty() {
+    let Some(gpus) = crate::gpus::for_task("bench", 2)? else {
         println!(
-            "intranode bench: {}; the all-reduce benchmark needs at least 2 GPUs of one machine. Nothing to run. (Saved results plot anywhere: `cargo run -p intranode-bench -- plot --json FILE --out FILE.png`.)",
-            crate::gpu_shortage(&count)
+            "(Saved results plot anywhere: `cargo run -p intranode-bench -- plot --json FILE --out FILE.png`.)"
         );
         return Ok(());
-    }
+    };
+    let worlds = world_sizes(gpus);
     let out = crate::job_out_dir(root, out, "bench-out")?;
     let out_str = out.to_str().context("output path is not UTF-8")?;
     crate::build_launcher_and_bench(root)?;

@@ -17,16 +17,8 @@ pub fn run(root: &Path, out: Option<&Path>, decode_args: &[String]) -> Result<()
     {
         bail!("give the output directory as `cargo xtask decode --out DIR`, before `--`");
     }
-    let count = crate::local_gpu_count();
-    let gpus = match count {
-        Ok(gpus) if gpus >= 1 => gpus,
-        _ => {
-            println!(
-                "intranode decode: {}; the decode benchmark needs at least one. Nothing to run.",
-                crate::gpu_shortage(&count)
-            );
-            return Ok(());
-        }
+    let Some(gpus) = crate::gpus::for_task("decode", 1)? else {
+        return Ok(());
     };
     let out = crate::job_out_dir(root, out, "decode-out")?;
     let out_str = out.to_str().context("output path is not UTF-8")?;

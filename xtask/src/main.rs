@@ -40,8 +40,12 @@
 //!   package).
 //! - `device-bundle [--out DIR]`: release binaries and test executables,
 //!   stripped, for a GPU machine that has no Rust tool chain.
-//! - `demo`: the main job: one process per local GPU under `intranode-run`,
-//!   a short all-reduce sweep of ours against NCCL, checked, as a table.
+//! - `demo`: the main job: one process per visible GPU (`nvidia-smi -L`
+//!   narrowed by `CUDA_VISIBLE_DEVICES`) under `intranode-run`, a short
+//!   all-reduce sweep of ours against NCCL, checked, as a table. Exits 0
+//!   without running only where the machine has no GPU; GPUs that cannot
+//!   be used, or fewer than 2 visible, are an error (so are they for
+//!   `bench`, and fewer than 1 for `decode`).
 //! - `bench [--out DIR] [-- BENCH ARGS]`: the full benchmark under
 //!   `intranode-run` at every world size the local GPUs allow, results and
 //!   one plot of all of them in `DIR` (default `target/bench-out`).
@@ -69,6 +73,7 @@ mod candle;
 mod committed;
 mod decode;
 mod figures;
+mod gpus;
 mod long_files;
 mod ptxas;
 mod stable;
@@ -437,49 +442,12 @@ fn ci(opts: &Opts) -> Result<()> {
     Ok(())
 }
 
-/// GPUs on this machine, from `nvidia-smi -L`; `Err` says why they could
-/// not be counted (no `nvidia-smi`, or it failed), which is not the same
-/// as counting none.
-pub(crate) fn local_gpu_count() -> Result<usize, String> {
-    let out = Command::new("nvidia-smi")
-        .arg("-L")
-        .output()
-        .map_err(|e| format!("cannot run nvidia-smi: {e}"))?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        return Err(format!(
-            "nvidia-smi -L failed ({}): {}",
-            out.status,
-            stderr.trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with("GPU "))
-        .count())
-}
-
-/// What a job that needs `needed` GPUs says before it runs nothing:
-/// how many were found, or why they could not be counted.
-pub(crate) fn gpu_shortage(count: &Result<usize, String>) -> String {
-    match count {
-        Ok(gpus) => format!("{gpus} NVIDIA GPU(s) found (nvidia-smi -L)"),
-        Err(why) => format!("could not count the NVIDIA GPUs ({why})"),
-    }
-}
-
+/// The demo: exits 0 without running anything only where the machine has
+/// no GPU; GPUs that cannot be used, or fewer than 2 visible, fail it.
 fn demo() -> Result<()> {
     let root = root()?;
-    let count = local_gpu_count();
-    let gpus = match count {
-        Ok(gpus) if gpus >= 2 => gpus,
-        _ => {
-            println!(
-                "intranode demo: {}; the all-reduce demo needs at least 2 GPUs of one machine. Nothing to run.",
-                gpu_shortage(&count)
-            );
-            return Ok(());
-        }
+    let Some(gpus) = gpus::for_task("demo", 2)? else {
+        return Ok(());
     };
     build_launcher_and_bench(&root)?;
     let n = gpus.to_string();
