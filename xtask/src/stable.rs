@@ -4,7 +4,7 @@
 //! `rust-toolchain.toml` nor `.cargo/config.toml` is in effect. It fails
 //! if any part of the build the users get needs nightly.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
@@ -167,47 +167,107 @@ pub fn msrv_toolchain(root: &Path) -> Result<String> {
     })
 }
 
-/// Removes the sources cargo unpacked from earlier dry runs' overlay
-/// registries: `$CARGO_HOME/registry/src/-HASH/NAME-0.1.0` for each
-/// published NAME.
-///
-/// `cargo publish --workspace --dry-run` serves the workspace's packages
-/// from a local registry under the target folder and unpacks each into
-/// `$CARGO_HOME/registry/src/`, in a folder named after a hash of that
-/// registry's path (no host, hence the leading `-`). Cargo unpacks a
-/// package only once: where the folder exists it builds what is there. CI
-/// clones to the same path every run with the same `CARGO_HOME`, so the
-/// dry run on 0236d23 built an `intranode-kernels-gpu 0.1.0` unpacked by
-/// an earlier run, without the fused norm's prefetch fields, and failed.
-/// Clones at a new path each time never hit it.
-fn clear_unpacked_overlay() -> Result<()> {
-    let home = match std::env::var_os("CARGO_HOME") {
-        Some(home) => std::path::PathBuf::from(home),
-        None => match std::env::var_os("HOME") {
-            Some(home) => Path::new(&home).join(".cargo"),
-            None => return Ok(()),
-        },
-    };
-    let src = home.join("registry").join("src");
-    let Ok(registries) = std::fs::read_dir(&src) else {
-        return Ok(());
-    };
-    for registry in registries {
-        let registry = registry.with_context(|| format!("listing {}", src.display()))?;
-        // crates.io's folder is `index.crates.io-HASH`; only local
-        // registries (the dry runs' overlays) have no host.
-        if !registry.file_name().to_string_lossy().starts_with('-') {
-            continue;
-        }
-        for p in PUBLISHED {
-            let unpacked = registry.path().join(format!("{p}-0.1.0"));
-            if unpacked.exists() {
-                std::fs::remove_dir_all(&unpacked)
-                    .with_context(|| format!("clearing {}", unpacked.display()))?;
+/// A `.crate` over this size gets a warning: room is left for kernel
+/// families to come before [`CRATE_FAIL_BYTES`].
+const CRATE_WARN_BYTES: u64 = 6 << 20;
+
+/// A `.crate` over this size fails the run, a margin under
+/// [`CRATES_IO_LIMIT_BYTES`], so that publishing never meets the limit.
+const CRATE_FAIL_BYTES: u64 = 9 << 20;
+
+/// A folder of this run's own under the system's temporary folder,
+/// removed with everything in it when dropped: two runs on one machine
+/// (two CI clones, say) never meet in it.
+#[derive(Debug)]
+struct RunDir(PathBuf);
+
+impl RunDir {
+    fn new(what: &str) -> Result<Self> {
+        let base = std::env::temp_dir();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        for attempt in 0..100u32 {
+            let dir = base.join(format!(
+                "intranode-{what}-{}-{nanos}-{attempt}",
+                std::process::id()
+            ));
+            // `create_dir`, not `create_dir_all`: it fails where the
+            // folder exists, so no two runs share one.
+            match std::fs::create_dir(&dir) {
+                Ok(()) => return Ok(Self(dir)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
             }
         }
+        bail!("no fresh folder for {what} under {}", base.display())
     }
-    Ok(())
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            eprintln!("xtask: leaving {} ({e})", self.0.display());
+        }
+    }
+}
+
+/// The `CARGO_HOME` a plain cargo command uses.
+fn shared_cargo_home() -> Result<PathBuf> {
+    if let Some(home) = std::env::var_os("CARGO_HOME") {
+        return Ok(PathBuf::from(home));
+    }
+    let home = std::env::var_os("HOME").context("neither CARGO_HOME nor HOME is set")?;
+    Ok(Path::new(&home).join(".cargo"))
+}
+
+/// A `CARGO_HOME` of this run's own inside `run_dir` for the dry run,
+/// with the shared home's downloads: its `registry/index` and
+/// `registry/cache` (and `git/`) as links, its configuration copied.
+///
+/// `cargo publish --workspace --dry-run` serves the workspace's packages
+/// from a registry of its own and unpacks each into
+/// `$CARGO_HOME/registry/src/`, in a folder named after a hash of that
+/// registry's path, and cargo unpacks a package only once: a run at the
+/// same path with the same `CARGO_HOME` as an earlier one would build the
+/// earlier run's `intranode-* 0.1.0` sources. Unpacked into a home of its
+/// own, each run builds its own sources and touches nothing another run
+/// reads. The run is offline (everything is fetched into the shared home
+/// first), so nothing writes through the links.
+fn private_cargo_home(run_dir: &Path) -> Result<PathBuf> {
+    let shared = shared_cargo_home()?;
+    let home = run_dir.join("cargo-home");
+    let registry = home.join("registry");
+    std::fs::create_dir_all(&registry)
+        .with_context(|| format!("creating {}", registry.display()))?;
+    for (from, to) in [
+        (
+            shared.join("registry").join("index"),
+            registry.join("index"),
+        ),
+        (
+            shared.join("registry").join("cache"),
+            registry.join("cache"),
+        ),
+        (shared.join("git"), home.join("git")),
+    ] {
+        if from.exists() {
+            std::os::unix::fs::symlink(&from, &to)
+                .with_context(|| format!("linking {} to {}", to.display(), from.display()))?;
+        }
+    }
+    for name in ["config.toml", "config"] {
+        let from = shared.join(name);
+        if from.is_file() {
+            std::fs::copy(&from, home.join(name))
+                .with_context(|| format!("copying {}", from.display()))?;
+        }
+    }
+    Ok(home)
 }
 
 /// `cargo xtask package`:
@@ -253,19 +313,28 @@ pub fn run_packaged(root: &Path) -> Result<()> {
         std::fs::remove_dir_all(&dry_run_dir)
             .with_context(|| format!("clearing {}", dry_run_dir.display()))?;
     }
-    clear_unpacked_overlay()?;
     let dry_run_dir = dry_run_dir
         .to_str()
         .context("the target folder's path is not UTF-8")?;
+    let run_dir = RunDir::new("package")?;
+    // Every dependency's package into the shared home, under its lock:
+    // the packaging below runs offline in a home of its own.
+    crate::run(root, cargo, &["fetch", "--locked"])?;
+    let cargo_home = private_cargo_home(run_dir.path())?;
+    let cargo_home = cargo_home.to_str().context("path is not UTF-8")?;
     crate::run_env(
         root,
-        &[("CARGO_TARGET_DIR", dry_run_dir)],
+        &[
+            ("CARGO_TARGET_DIR", dry_run_dir),
+            ("CARGO_HOME", cargo_home),
+        ],
         cargo,
         &[
             "publish",
             "--workspace",
             "--dry-run",
             "--locked",
+            "--offline",
             "--allow-dirty",
         ],
     )?;
@@ -282,18 +351,17 @@ pub fn run_packaged(root: &Path) -> Result<()> {
     for p in PUBLISHED {
         args.extend(["-p", p]);
     }
-    crate::run(root, cargo, &args)?;
+    crate::run_env(root, &[("CARGO_HOME", cargo_home)], cargo, &args)?;
     let work = root.join("target").join("stable-packaged");
+    if work.exists() {
+        std::fs::remove_dir_all(&work).with_context(|| format!("clearing {}", work.display()))?;
+    }
     // The packages unpacked outside the repository: cargo run inside one
     // must find neither the workspace's manifest (it would take the
     // package for a stray member) nor its `.cargo/config.toml`.
-    let unpacked = std::env::temp_dir().join("intranode-packaged-crates");
-    for dir in [&work, &unpacked] {
-        if dir.exists() {
-            std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
-        }
-    }
-    std::fs::create_dir_all(&unpacked)?;
+    let unpacked = run_dir.path().join("crates");
+    std::fs::create_dir_all(&unpacked)
+        .with_context(|| format!("creating {}", unpacked.display()))?;
     let mut patch = String::from("[patch.crates-io]\n");
     let mut patch_args = Vec::new();
     for p in PUBLISHED {
@@ -309,12 +377,7 @@ pub fn run_packaged(root: &Path) -> Result<()> {
             file.display(),
             bytes as f64 / f64::from(1u32 << 20)
         );
-        if bytes > CRATES_IO_LIMIT_BYTES {
-            bail!(
-                "{} is {bytes} bytes, over crates.io's 10 MiB limit",
-                file.display()
-            );
-        }
+        check_crate_size(&file, bytes)?;
         let crate_file =
             std::fs::File::open(&file).with_context(|| format!("opening {}", file.display()))?;
         tar::Archive::new(flate2::read::GzDecoder::new(crate_file))
@@ -403,6 +466,32 @@ pub fn run_packaged(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Fails above [`CRATE_FAIL_BYTES`] and warns above [`CRATE_WARN_BYTES`]
+/// for the `.crate` `file` of `bytes` bytes.
+fn check_crate_size(file: &Path, bytes: u64) -> Result<()> {
+    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+    if bytes > CRATE_FAIL_BYTES {
+        bail!(
+            "{} is {:.2} MiB, over the {:.0} MiB this task allows (crates.io refuses {:.0} MiB): \
+             shrink the embedded kernels (docs/USING.md, \"What a binary carries\")",
+            file.display(),
+            mib(bytes),
+            mib(CRATE_FAIL_BYTES),
+            mib(CRATES_IO_LIMIT_BYTES)
+        );
+    }
+    if bytes > CRATE_WARN_BYTES {
+        eprintln!(
+            "xtask: warning: {} is {:.2} MiB, over {:.0} MiB; the run fails above {:.0} MiB",
+            file.display(),
+            mib(bytes),
+            mib(CRATE_WARN_BYTES),
+            mib(CRATE_FAIL_BYTES)
+        );
+    }
+    Ok(())
+}
+
 /// `rustup ARGS` in `dir` (an unpacked package, outside the workspace's
 /// `.cargo/config.toml` and tool chain file) with the workspace's cargo
 /// variables scrubbed; fails with `what`.
@@ -446,4 +535,32 @@ fn cargo_run_on_stable(
     cmd.args(&args).current_dir(&outside);
     scrub(&mut cmd);
     cmd.status().context("starting rustup")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crate_sizes_warn_then_fail() {
+        let file = Path::new("intranode-0.1.0.crate");
+        assert!(check_crate_size(file, 4 << 20).is_ok());
+        assert!(check_crate_size(file, CRATE_WARN_BYTES + 1).is_ok());
+        assert!(check_crate_size(file, CRATE_FAIL_BYTES).is_ok());
+        let err = check_crate_size(file, CRATE_FAIL_BYTES + 1).unwrap_err();
+        assert!(err.to_string().contains("over the 9 MiB"), "{err}");
+        const { assert!(CRATE_FAIL_BYTES < CRATES_IO_LIMIT_BYTES) };
+    }
+
+    #[test]
+    fn run_dirs_are_distinct_and_removed() {
+        let a = RunDir::new("xtask-test").unwrap();
+        let b = RunDir::new("xtask-test").unwrap();
+        assert_ne!(a.path(), b.path());
+        std::fs::write(a.path().join("f"), b"x").unwrap();
+        let kept = a.path().to_owned();
+        drop(a);
+        assert!(!kept.exists());
+        assert!(b.path().is_dir());
+    }
 }
