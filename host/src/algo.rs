@@ -1,9 +1,9 @@
+// (Over 700 lines: about half is the decision's unit tests, kept beside
+// the rules they pin down.)
+
 //! The one place that decides which all-reduce runs: ours (the Lamport
 //! one-shot and two-shot, one-shot, two-shot, HCM, and the push form
 //! when forced) or NCCL's.
-//!
-//! (Over 700 lines: about half is the decision's unit tests, kept beside
-//! the rules they pin down.)
 //!
 //! [`decide_all_reduce`] makes the whole decision, from one
 //! [`AllReduceCall`] (element type, size, world, the intra-node path's

@@ -31,7 +31,7 @@
 //!   that differs from the machine code ptxas made; prints registers per
 //!   kernel.
 //! - `long-files`: fails, naming them, when a `.rs` file git tracks is
-//!   over 700 lines without a `//! (Over 700 lines: ...)` reason among its
+//!   over 700 lines without a `// (Over 700 lines: ...)` reason among its
 //!   first 60 lines (`ci` runs it too).
 //! - `ci`: everything CI checks (fmt, the reason atop every tracked `.rs`
 //!   file over 700 lines (`long_files`), committed PTX, clippy for host and

@@ -1,7 +1,7 @@
+// (Over 700 lines: the waiter, reader and stopper threads share one
+// state machine; a fifth of the file is its tests.)
+
 //! Starting the ranks, watching them, and stopping them all when one fails.
-//!
-//! (Over 700 lines: the waiter, reader and stopper threads share one
-//! state machine; a fifth of the file is its tests.)
 //!
 //! Every rank gets a waiter thread (blocked in `wait`) and two output
 //! threads (see [`crate::output`]); waiters and the signal thread send

@@ -1,7 +1,7 @@
+// (Over 700 lines: one end-to-end case per launcher behaviour, each
+// short; splitting them would only spread the shared rank scripts.)
+
 //! End-to-end tests of the `intranode-run` binary with `sh` as the rank.
-//!
-//! (Over 700 lines: one end-to-end case per launcher behaviour, each
-//! short; splitting them would only spread the shared rank scripts.)
 //!
 //! No test asserts tight timings: the bounds only keep a broken launcher
 //! from hanging the suite, so they hold on a loaded two-core machine.

@@ -1,3 +1,8 @@
+// (Over 700 lines: a quarter of them are tests; the launch shapes (push,
+// Lamport, block counts) and the launches that use them are one
+// decision, and the tests pin the two together. If it grows, the shapes
+// (up to `most_bytes`) are the seam for a `launch_shape.rs`.)
+
 //! `IntraNodeComm::all_reduce` and `barrier`: typed launches of the Rust
 //! kernels on the caller's stream.
 //!
@@ -7,11 +12,6 @@
 //! and cost the host one launch each. The kernels keep their own call
 //! count in the signal pad (NOTE [double buffering] in
 //! `kernels-gpu/src/all_reduce.rs`).
-//!
-//! (Over 700 lines: a quarter of them are tests; the launch shapes (push,
-//! Lamport, block counts) and the launches that use them are one
-//! decision, and the tests pin the two together. If it grows, the shapes
-//! (up to `most_bytes`) are the seam for a `launch_shape.rs`.)
 
 use std::sync::Arc;
 

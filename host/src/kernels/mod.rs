@@ -129,9 +129,8 @@ pub fn entry_names(ptx: &str) -> Vec<&str> {
 const XZ_MAGIC: &[u8] = &[0xfd, b'7', b'z', b'X', b'Z', 0];
 
 /// `image` unpacked where it is xz-compressed (by its magic bytes), else as
-/// it is (the PTX built from source is embedded as text). The decoder
-/// checks the stream's CRC64, so a damaged image is an error, never a
-/// kernel with other bytes.
+/// it is (PTX built from source is text). The decoder checks the stream's
+/// CRC64: a damaged image is an error, never a kernel with other bytes.
 fn unpack(image: &[u8], what: &str) -> Result<Vec<u8>> {
     if !image.starts_with(XZ_MAGIC) {
         return Ok(image.to_vec());

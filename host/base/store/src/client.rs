@@ -1,10 +1,10 @@
+// (Over 700 lines: one client type whose every call shares the
+// connection, the login and the one per-call deadline that bounds it
+// (reconnect, handshake, request, reply, the replies owed to earlier
+// calls: NOTE [late replies]). Split, each half would need the other's
+// private connection state.)
+
 //! [`TcpStore`]: the client side of the TCP store.
-//!
-//! (Over 700 lines: one client type whose every call shares the
-//! connection, the login and the one per-call deadline that bounds it
-//! (reconnect, handshake, request, reply, the replies owed to earlier
-//! calls: NOTE [late replies]). Split, each half would need the other's
-//! private connection state.)
 
 use std::fmt;
 use std::io::{self, Read, Write};

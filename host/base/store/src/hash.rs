@@ -1,10 +1,10 @@
+// (Over 700 lines: the table, its memory accounting (what every value,
+// key and parked waiter is charged, and when freed bytes count toward the
+// trim) and the waits on it are one lock's worth of invariants; about a
+// fifth is their unit tests.)
+
 //! [`HashStore`]: an in-process store for threads and tests, and the
 //! [`MemTable`] that also backs [`crate::TcpStoreServer`].
-//!
-//! (Over 700 lines: the table, its memory accounting (what every value,
-//! key and parked waiter is charged, and when freed bytes count toward the
-//! trim) and the waits on it are one lock's worth of invariants; about a
-//! fifth is their unit tests.)
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};

@@ -1,9 +1,9 @@
+// (Over 700 lines: the accept loop, the per-client thread and the
+// limits they enforce belong together; the last part is tests.)
+
 //! [`TcpStoreServer`]: serves a [`MemTable`] over the [`crate::wire`]
 //! protocol, one thread per client, within the bounds of
 //! [`ServerLimits`] (NOTE [memory budget] in `limits.rs`).
-//!
-//! (Over 700 lines: the accept loop, the per-client thread and the
-//! limits they enforce belong together; the last part is tests.)
 
 use std::collections::HashMap;
 use std::fmt;

@@ -1,11 +1,11 @@
+// (Over 700 lines: PyTorch's protocol has no frames, so every query's
+// encoding and reply parsing, the handshake and the per-call deadline
+// live in one reader; a tenth is unit tests. NOTE [torch store protocol]
+// below is the map.)
+
 //! [`TorchStore`]: a client of PyTorch's `TCPStore`, speaking its wire
 //! protocol, so a rank started by torchrun rendezvouses through the store
 //! torchrun's agent hosts.
-//!
-//! (Over 700 lines: PyTorch's protocol has no frames, so every query's
-//! encoding and reply parsing, the handshake and the per-call deadline
-//! live in one reader; a tenth is unit tests. NOTE [torch store protocol]
-//! below is the map.)
 //!
 //! NOTE [torch store protocol]: what PyTorch's client
 //! (`torch/csrc/distributed/c10d/TCPStore.cpp`) sends and its servers

@@ -1,9 +1,9 @@
+// (Over 700 lines: every request and response of the protocol with its
+// encoding, one table to read when the version changes; a quarter is
+// tests.)
+
 //! The TCP store's wire protocol: length-prefixed frames carrying one
 //! [`Request`] or [`Response`] each.
-//!
-//! (Over 700 lines: every request and response of the protocol with its
-//! encoding, one table to read when the version changes; a quarter is
-//! tests.)
 //!
 //! ```text
 //! frame    = len:u32le body[len]            len <= max_frame_bytes

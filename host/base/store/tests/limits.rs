@@ -1,11 +1,11 @@
+// (Over 700 lines: one attack per test against a real server process,
+// sharing the process and measurement helpers at the bottom.)
+
 //! The server against hostile and careless clients (issue 22): each attack
 //! runs against a server in a process of its own, and the test asserts the
 //! bounded outcome (peak RSS from `/proc/<pid>/status`, descriptor and
 //! thread counts, the refusal message), never a time. Waits for the server
 //! to settle are bounded only to keep a broken server from hanging CI.
-//!
-//! (Over 700 lines: one attack per test against a real server process,
-//! sharing the process and measurement helpers at the bottom.)
 //!
 //! NOTE [rss bound]: the server's peak RSS (`VmHWM`) must stay within
 //! `idle + max_buffered_bytes + stored + connections x

@@ -1,8 +1,8 @@
+// (Over 700 lines: 22 tests, each a whole exchange between real sockets
+// and processes, sharing the helpers at the top.)
+
 //! Unit tests: threads as ranks, forked and spawned processes as ranks
 //! and as intruders.
-//!
-//! (Over 700 lines: 22 tests, each a whole exchange between real sockets
-//! and processes, sharing the helpers at the top.)
 
 use std::fs::{DirBuilder, File};
 use std::io::{self, Read, Write};
