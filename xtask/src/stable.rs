@@ -226,8 +226,10 @@ fn shared_cargo_home() -> Result<PathBuf> {
 }
 
 /// A `CARGO_HOME` of this run's own inside `run_dir` for the dry run,
-/// with the shared home's downloads: its `registry/index` and
-/// `registry/cache` (and `git/`) as links, its configuration copied.
+/// with the shared home's downloaded packages (`registry/cache`, and
+/// `git/`) as links and its configuration copied; the index it reads
+/// afresh (the dry run asks the registry about the packages' versions, so
+/// it cannot run offline).
 ///
 /// `cargo publish --workspace --dry-run` serves the workspace's packages
 /// from a registry of its own and unpacks each into
@@ -236,8 +238,8 @@ fn shared_cargo_home() -> Result<PathBuf> {
 /// same path with the same `CARGO_HOME` as an earlier one would build the
 /// earlier run's `intranode-* 0.1.0` sources. Unpacked into a home of its
 /// own, each run builds its own sources and touches nothing another run
-/// reads. The run is offline (everything is fetched into the shared home
-/// first), so nothing writes through the links.
+/// reads. Every package is fetched into the shared home first (under its
+/// lock), so nothing is written through the links.
 fn private_cargo_home(run_dir: &Path) -> Result<PathBuf> {
     let shared = shared_cargo_home()?;
     let home = run_dir.join("cargo-home");
@@ -245,10 +247,6 @@ fn private_cargo_home(run_dir: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(&registry)
         .with_context(|| format!("creating {}", registry.display()))?;
     for (from, to) in [
-        (
-            shared.join("registry").join("index"),
-            registry.join("index"),
-        ),
         (
             shared.join("registry").join("cache"),
             registry.join("cache"),
@@ -318,7 +316,7 @@ pub fn run_packaged(root: &Path) -> Result<()> {
         .context("the target folder's path is not UTF-8")?;
     let run_dir = RunDir::new("package")?;
     // Every dependency's package into the shared home, under its lock:
-    // the packaging below runs offline in a home of its own.
+    // the packaging below, in a home of its own, finds them there.
     crate::run(root, cargo, &["fetch", "--locked"])?;
     let cargo_home = private_cargo_home(run_dir.path())?;
     let cargo_home = cargo_home.to_str().context("path is not UTF-8")?;
@@ -334,7 +332,6 @@ pub fn run_packaged(root: &Path) -> Result<()> {
             "--workspace",
             "--dry-run",
             "--locked",
-            "--offline",
             "--allow-dirty",
         ],
     )?;
