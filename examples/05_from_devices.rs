@@ -8,9 +8,11 @@
 //! ```text
 //! cargo build --release -p intranode-examples --example 05_from_devices
 //! target/release/examples/05_from_devices --gpus 0,1,2,3
-//! # several ranks on one GPU (development):
-//! INTRANODE_ALLOW_OVERLAPPING_DEVICES=1 target/release/examples/05_from_devices --gpus 0,0,0,0
 //! ```
+//!
+//! A GPU per rank: two ranks of one process on one GPU are refused (see
+//! `Communicator::from_devices`); 04_from_rank runs several ranks on one
+//! GPU, a process each.
 //!
 //! Exits 0 with a message and runs nothing where there is no GPU.
 
@@ -24,8 +26,7 @@ use intranode::nccl::{Comm, ReduceOp};
 #[derive(Parser, Debug)]
 #[command(about = "one process, a thread per GPU: Comm::from_devices, graph-captured all-reduces")]
 struct Args {
-    /// The GPU of each rank, e.g. `0,1,2,3` (a GPU may repeat with
-    /// INTRANODE_ALLOW_OVERLAPPING_DEVICES=1).
+    /// The GPU of each rank, e.g. `0,1,2,3`, a GPU each.
     #[arg(long, value_delimiter = ',', default_value = "0,1")]
     gpus: Vec<usize>,
     /// Decoder layers in the captured step (two all-reduces each).
@@ -37,6 +38,12 @@ struct Args {
     /// Hidden size: elements per all-reduce.
     #[arg(long, default_value_t = 8192)]
     hidden: usize,
+    /// Eager all-reduces (each checked) before the capture.
+    #[arg(long, default_value_t = 1)]
+    eager: usize,
+    /// Turn cudarc's event tracking off (on by default, as users have it).
+    #[arg(long)]
+    no_event_tracking: bool,
 }
 
 fn main() -> Result<()> {
@@ -50,7 +57,12 @@ fn main() -> Result<()> {
     }
     let mut streams = Vec::with_capacity(world);
     for &gpu in &args.gpus {
-        streams.push(intranode::gpu::context(gpu)?.new_stream()?);
+        let ctx = intranode::gpu::context(gpu)?;
+        if args.no_event_tracking {
+            // SAFETY: each rank's buffers are used on its own stream only.
+            unsafe { ctx.disable_event_tracking() };
+        }
+        streams.push(ctx.new_stream()?);
     }
     let comms = Comm::from_devices(streams).map_err(|e| {
         anyhow::anyhow!(

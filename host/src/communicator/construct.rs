@@ -67,8 +67,12 @@ impl Communicator {
     /// handles as file descriptors, passed over a Unix socket pair within
     /// the process), so the kernels and their checks are the same as with
     /// a process per rank; NCCL's communicators are made with
-    /// `ncclCommInitRank`, one per thread. Streams on one GPU need
-    /// `INTRANODE_ALLOW_OVERLAPPING_DEVICES=1`, as ranks do.
+    /// `ncclCommInitRank`, one per thread. Give each stream a GPU of its
+    /// own: two ranks of one process on one GPU are refused (the fast path
+    /// returned wrong sums that way on an H200; NOTE [one process, one
+    /// GPU] in `rendezvous/validate.rs`), and NCCL refuses ranks that share
+    /// a GPU. To test several ranks on one GPU, run a process per rank
+    /// ([`from_rank`](Self::from_rank) or `intranode-run`).
     ///
     /// Fails with every rank's communicator dropped if any rank fails
     /// (the error of the lowest failing rank).
