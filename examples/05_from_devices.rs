@@ -1,13 +1,21 @@
 //! 05_from_devices: one process, a thread per GPU, as single-process
 //! tensor-parallel servers run: `Comm::from_devices(streams)` makes every
 //! rank's communicator at once, each thread takes its own (a `Comm` is
-//! `Send`), warms up with one all-reduce, then captures a decode step's
+//! `Send`), warms up with eager all-reduces, then captures a decode step's
 //! in-place bf16 all-reduces (two per layer) into a CUDA graph on its
 //! compute stream and replays it, checking every element of every replay.
+//!
+//! Each replay's GPU time is measured with events around the graph, and
+//! reported per all-reduce (median, p99, max over replays). `--backend
+//! cudarc` runs the same loop on `cudarc::nccl::Comm::from_devices` in
+//! the same program, for the comparison (with cudarc's event tracking
+//! off there: its NCCL calls cannot be captured with it on, as buffers
+//! written before the capture carry events recorded outside it).
 //!
 //! ```text
 //! cargo build --release -p intranode-examples --example 05_from_devices
 //! target/release/examples/05_from_devices --gpus 0,1,2,3
+//! target/release/examples/05_from_devices --gpus 0,1,2,3 --backend cudarc
 //! ```
 //!
 //! A GPU per rank: two ranks of one process on one GPU are refused (see
@@ -16,12 +24,14 @@
 //!
 //! Exits 0 with a message and runs nothing where there is no GPU.
 
+use std::sync::Arc;
+
 use anyhow::{Context, Result, ensure};
-use clap::Parser;
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use clap::{Parser, ValueEnum};
+use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
-// The port: this line was `use cudarc::nccl::{Comm, ReduceOp};`.
-use intranode::nccl::{Comm, ReduceOp};
+use intranode::nccl::result::NcclError;
 
 #[derive(Parser, Debug)]
 #[command(about = "one process, a thread per GPU: Comm::from_devices, graph-captured all-reduces")]
@@ -41,9 +51,77 @@ struct Args {
     /// Eager all-reduces (each checked) before the capture.
     #[arg(long, default_value_t = 1)]
     eager: usize,
-    /// Turn cudarc's event tracking off (on by default, as users have it).
+    /// Turn cudarc's event tracking off (on by default, as users have it;
+    /// always off for `--backend cudarc`).
     #[arg(long)]
     no_event_tracking: bool,
+    /// Whose communicators run the loop.
+    #[arg(long, value_enum, default_value_t = Backend::Intranode)]
+    backend: Backend,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    /// `intranode::nccl::Comm`.
+    Intranode,
+    /// `cudarc::nccl::Comm` (NCCL).
+    Cudarc,
+}
+
+/// What the loop needs of a communicator: the calls the client makes.
+trait TpComm: Send {
+    fn rank(&self) -> usize;
+    fn world_size(&self) -> usize;
+    fn stream(&self) -> Arc<CudaStream>;
+    fn all_reduce_in_place(&self, buf: &mut CudaSlice<bf16>) -> Result<(), NcclError>;
+    fn check(&self) -> Result<()>;
+}
+
+impl TpComm for intranode::nccl::Comm {
+    fn rank(&self) -> usize {
+        intranode::nccl::Comm::rank(self)
+    }
+    fn world_size(&self) -> usize {
+        intranode::nccl::Comm::world_size(self)
+    }
+    fn stream(&self) -> Arc<CudaStream> {
+        intranode::nccl::Comm::stream(self)
+    }
+    fn all_reduce_in_place(&self, buf: &mut CudaSlice<bf16>) -> Result<(), NcclError> {
+        intranode::nccl::Comm::all_reduce_in_place(self, buf, &intranode::nccl::ReduceOp::Sum)?;
+        Ok(())
+    }
+    fn check(&self) -> Result<()> {
+        Ok(self.communicator().synchronize()?)
+    }
+}
+
+/// cudarc's NCCL communicator, moved to its rank's thread.
+struct CudarcComm(cudarc::nccl::Comm);
+
+// SAFETY: NCCL ties a communicator to no thread; this one is moved to one
+// thread and used only there (cudarc's `Comm` is not `Send` because it
+// holds a raw `ncclComm_t`).
+unsafe impl Send for CudarcComm {}
+
+impl TpComm for CudarcComm {
+    fn rank(&self) -> usize {
+        self.0.rank()
+    }
+    fn world_size(&self) -> usize {
+        self.0.world_size()
+    }
+    fn stream(&self) -> Arc<CudaStream> {
+        self.0.stream()
+    }
+    fn all_reduce_in_place(&self, buf: &mut CudaSlice<bf16>) -> Result<(), NcclError> {
+        self.0
+            .all_reduce_in_place(buf, &cudarc::nccl::ReduceOp::Sum)?;
+        Ok(())
+    }
+    fn check(&self) -> Result<()> {
+        Ok(self.0.stream().synchronize()?)
+    }
 }
 
 fn main() -> Result<()> {
@@ -58,25 +136,41 @@ fn main() -> Result<()> {
     let mut streams = Vec::with_capacity(world);
     for &gpu in &args.gpus {
         let ctx = intranode::gpu::context(gpu)?;
-        if args.no_event_tracking {
+        if args.no_event_tracking || args.backend == Backend::Cudarc {
             // SAFETY: each rank's buffers are used on its own stream only.
             unsafe { ctx.disable_event_tracking() };
         }
         streams.push(ctx.new_stream()?);
     }
-    let comms = Comm::from_devices(streams).map_err(|e| {
-        anyhow::anyhow!(
-            "Comm::from_devices: {e:?}: {:?}",
-            intranode::nccl::last_error()
-        )
-    })?;
+    let lines = match args.backend {
+        Backend::Intranode => {
+            let comms = intranode::nccl::Comm::from_devices(streams)
+                .map_err(|e| failure("Comm::from_devices", e))?;
+            run_all(&args, comms)?
+        }
+        Backend::Cudarc => {
+            let comms = cudarc::nccl::Comm::from_devices(streams)
+                .map_err(|e| anyhow::anyhow!("cudarc Comm::from_devices: {:?}", e.0))?;
+            run_all(&args, comms.into_iter().map(CudarcComm).collect())?
+        }
+    };
+    for line in lines {
+        println!("{line}");
+    }
+    println!(
+        "05_from_devices ({:?}): all {world} ranks passed",
+        args.backend
+    );
+    Ok(())
+}
+
+/// Runs every rank on a thread of its own; the lines of all, or the
+/// failures.
+fn run_all<C: TpComm>(args: &Args, comms: Vec<C>) -> Result<Vec<String>> {
     let results: Vec<Result<String>> = std::thread::scope(|s| {
         let handles: Vec<_> = comms
             .into_iter()
-            .map(|comm| {
-                let args = &args;
-                s.spawn(move || run_rank(args, comm))
-            })
+            .map(|comm| s.spawn(move || run_rank(args, comm)))
             .collect();
         handles
             .into_iter()
@@ -86,10 +180,11 @@ fn main() -> Result<()> {
             })
             .collect()
     });
+    let mut lines = Vec::new();
     let mut failed = false;
     for r in results {
         match r {
-            Ok(line) => println!("{line}"),
+            Ok(line) => lines.push(line),
             Err(e) => {
                 eprintln!("05_from_devices: {e:#}");
                 failed = true;
@@ -97,15 +192,20 @@ fn main() -> Result<()> {
         }
     }
     ensure!(!failed, "a rank failed");
-    println!("05_from_devices: all {world} ranks passed");
-    Ok(())
+    Ok(lines)
 }
 
-fn run_rank(args: &Args, comm: Comm) -> Result<String> {
+/// An `NcclError` (a code) with the message intranode kept for it.
+fn failure(what: &str, e: NcclError) -> anyhow::Error {
+    let why = intranode::nccl::last_error().unwrap_or_default();
+    anyhow::anyhow!("{what}: {:?}: {why}", e.0)
+}
+
+fn run_rank<C: TpComm>(args: &Args, comm: C) -> Result<String> {
     let (rank, world) = (comm.rank(), comm.world_size());
     let stream = comm.stream();
     stream.context().bind_to_thread()?;
-    let nccl = |e| anyhow::anyhow!("rank {rank}: {e:?}: {:?}", intranode::nccl::last_error());
+    let ar = |what: &str, e| failure(&format!("rank {rank}: {what}"), e);
     let n = args.hidden;
     let calls = 2 * args.layers;
     // One buffer per all-reduce of the step, in place, as the model's
@@ -115,16 +215,19 @@ fn run_rank(args: &Args, comm: Comm) -> Result<String> {
         bufs.push(stream.alloc_zeros::<bf16>(n)?);
     }
     // Warm-up outside the capture (the client does one per batch size).
-    let mut warm = stream.clone_htod(&pattern(rank, n, 0))?;
-    comm.all_reduce_in_place(&mut warm, &ReduceOp::Sum)
-        .map_err(nccl)?;
-    check(&stream.clone_dtoh(&warm)?, world, 0, "warm-up")
-        .with_context(|| format!("rank {rank}"))?;
+    for call in 0..args.eager {
+        let seed = 100_000 + call as u32;
+        let mut warm = stream.clone_htod(&pattern(rank, n, seed))?;
+        comm.all_reduce_in_place(&mut warm)
+            .map_err(|e| ar("warm-up", e))?;
+        check(&stream.clone_dtoh(&warm)?, world, seed, "warm-up")
+            .with_context(|| format!("rank {rank}, eager call {call}"))?;
+    }
 
     stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
     let captured = (|| -> Result<()> {
         for b in bufs.iter_mut() {
-            comm.all_reduce_in_place(b, &ReduceOp::Sum).map_err(nccl)?;
+            comm.all_reduce_in_place(b).map_err(|e| ar("capture", e))?;
         }
         Ok(())
     })();
@@ -133,11 +236,14 @@ fn run_rank(args: &Args, comm: Comm) -> Result<String> {
     captured.context("capturing the step")?;
     let graph = graph?.context("the capture made no graph")?;
 
+    let mut per_call_us = Vec::with_capacity(args.replays);
     for replay in 0..args.replays {
         for (j, b) in bufs.iter_mut().enumerate() {
             stream.memcpy_htod(&pattern(rank, n, seed(replay, j)), b)?;
         }
+        let start = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         graph.launch()?;
+        let end = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         for (j, b) in bufs.iter().enumerate() {
             check(
                 &stream.clone_dtoh(b)?,
@@ -147,17 +253,24 @@ fn run_rank(args: &Args, comm: Comm) -> Result<String> {
             )
             .with_context(|| format!("rank {rank}, replay {replay}, all-reduce {j}"))?;
         }
+        per_call_us.push(f64::from(start.elapsed_ms(&end)?) * 1000.0 / calls as f64);
     }
-    comm.synchronize()?;
-    let path = comm
-        .intra_reason()
-        .map_or("intranode kernels".to_string(), |why| {
-            format!("NCCL only ({why})")
-        });
+    comm.check()?;
+    per_call_us.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        per_call_us
+            .get(((per_call_us.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or(f64::NAN)
+    };
     Ok(format!(
-        "05_from_devices rank {rank}/{world} (GPU {}): warm-up + {} replays of {calls} in-place bf16 all-reduces of {n} checked exact, {path}",
-        comm.ordinal(),
-        args.replays
+        "05_from_devices rank {rank}/{world} ({:?}): warm-up {} + {} replays of {calls} in-place bf16 all-reduces of {n} checked exact; graph time per all-reduce median {:.2} us, p99 {:.2} us, max {:.2} us (the uploads and checks run between replays)",
+        args.backend,
+        args.eager,
+        args.replays,
+        at(0.5),
+        at(0.99),
+        at(1.0),
     ))
 }
 

@@ -20,8 +20,12 @@ const BINARIES: &[&str] = &[
     "symm_check",
 ];
 
-/// Examples the bundle carries and `run-tests.sh` runs.
+/// Examples the bundle carries and `run-tests.sh` runs under the launcher.
 const EXAMPLES: [&str; 3] = ["01_data_parallel", "02_cuda_graph", "03_symmetric"];
+
+/// Examples that start their ranks themselves (`--gpus 0,1,..`): the
+/// bundle carries them and `run-tests.sh` runs them on every local GPU.
+const SELF_STARTING_EXAMPLES: [&str; 2] = ["04_from_rank", "05_from_devices"];
 
 pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
     let out = out
@@ -57,7 +61,7 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
             copy_stripped_gz(&src, &out.join(bin))?;
         }
     }
-    for example in EXAMPLES {
+    for example in EXAMPLES.iter().chain(&SELF_STARTING_EXAMPLES) {
         let src = root
             .join("target")
             .join("release")
@@ -126,6 +130,12 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
     for example in EXAMPLES {
         script.push_str(&format!(
             "if [ \"$gpus\" -ge 2 ]; then echo \"== {example}\"; ./intranode-run --nproc-per-node \"$gpus\" -- ./{example} || fail=1; else echo \"SKIPPED {example}: $gpus GPU(s)\"; fi\n"
+        ));
+    }
+    script.push_str("list=$(seq -s, 0 $((gpus - 1)))\n");
+    for example in SELF_STARTING_EXAMPLES {
+        script.push_str(&format!(
+            "if [ \"$gpus\" -ge 2 ]; then echo \"== {example}\"; ./{example} --gpus \"$list\" || fail=1; else echo \"SKIPPED {example}: $gpus GPU(s)\"; fi\n"
         ));
     }
     script.push_str("exit $fail\n");

@@ -1,0 +1,52 @@
+#!/bin/bash
+# Queued in v25 (docs/perf/v25/NOTES.md) for a machine of 2, 4 or 8 GPUs
+# (H100 or H200). From the repo root with the bundle (`cargo xtask
+# device-bundle`: intranode-run.gz, 04_from_rank.gz, 05_from_devices.gz)
+# in bundle/:
+#   OUT=DIR bash docs/perf/queue/v25_from_devices.sh
+# 1. 05_from_devices (one process, a thread per GPU, in-place bf16
+#    all-reduces captured in a graph, every element checked, GPU time per
+#    all-reduce from events around each replay) on 2, 4 and 8 GPUs as
+#    there are, with intranode::nccl::Comm and with cudarc::nccl::Comm
+#    (NCCL) in the same call, at decode sizes (hidden 4096, 8192, 16384);
+#    one process on several GPUs has not run on any machine yet;
+# 2. 04_from_rank (a process per rank from an Id rank 0 ships: the sweep
+#    of sizes and the layer loop of out-of-place bf16 all-reduces into
+#    fresh outputs) on 2 and 4 GPUs.
+# Writes summary.txt and logs.tgz; about 4 minutes at 8 GPUs.
+set -u
+: "${OUT:?set OUT}"
+export NCCL_NVLS_ENABLE=0
+D=/tmp/v25-fd && mkdir -p $D/logs
+for f in bundle/intranode-run.gz bundle/04_from_rank.gz bundle/05_from_devices.gz; do
+    n=$(basename "$f" .gz)
+    gzip -dc "$f" >"$D/$n" && chmod +x "$D/$n" || exit 1
+done
+N=$(nvidia-smi -L | grep -c '^GPU ')
+L=$D/logs
+go() { # tag cmd...
+    local tag=$1
+    shift
+    [ $SECONDS -gt 480 ] && { echo "== $tag skipped: $SECONDS s gone"; return; }
+    local t0=$SECONDS
+    timeout 120 "$@" >$L/$tag.log 2>&1
+    echo "== $tag rc=$? $((SECONDS - t0))s"
+    grep -hE 'median|passed|rror|got ' $L/$tag.log | head -12
+}
+{
+    nvidia-smi -L
+    for w in 2 4 8; do
+        [ $w -le $N ] || continue
+        g=$(seq -s, 0 $((w - 1)))
+        for h in 4096 8192 16384; do
+            for b in intranode cudarc; do
+                go fd_w${w}_h${h}_$b $D/05_from_devices --gpus $g --hidden $h --layers 8 --replays 200 --eager 3 --backend $b
+            done
+        done
+    done
+    for w in 2 4; do
+        [ $w -le $N ] || continue
+        go fr_w$w $D/04_from_rank --gpus $(seq -s, 0 $((w - 1)))
+    done
+} 2>&1 | tee $OUT/summary.txt
+tar czf $OUT/logs.tgz -C $D logs
