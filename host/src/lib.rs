@@ -112,7 +112,7 @@ pub use intranode_dist_env as dist_env;
 /// protocol it speaks (`intranode-run`'s, or torchrun's `TCPStore`).
 pub use intranode_store as store;
 
-pub use communicator::{Communicator, Group, RankIndex};
+pub use communicator::{Communicator, Group, GroupInput, GroupOutput, RankIndex};
 
 pub use config::CommConfig;
 /// The op every collective takes: cudarc's, as `cudarc::nccl::Comm`'s

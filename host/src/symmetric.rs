@@ -379,6 +379,30 @@ fn wait_tracked(
     }
 }
 
+impl<'a, T> SymmetricView<'a, T> {
+    /// cudarc's `view_ptr` for a group call: waits on `stream` for the
+    /// last write, and the record of this read on `stream`.
+    pub(crate) fn read_record<'g>(self, stream: &'g CudaStream) -> SyncOnDrop<'g>
+    where
+        'a: 'g,
+    {
+        wait_tracked(stream, self.stream, self.read, self.write, false);
+        SyncOnDrop::record_event(self.read, stream)
+    }
+}
+
+impl<'a, T> SymmetricViewMut<'a, T> {
+    /// cudarc's `view_ptr_mut` for a group call: waits on `stream` for the
+    /// last read and write, and the record of this write on `stream`.
+    pub(crate) fn write_record<'g>(self, stream: &'g CudaStream) -> SyncOnDrop<'g>
+    where
+        'a: 'g,
+    {
+        wait_tracked(stream, self.stream, self.read, self.write, true);
+        SyncOnDrop::record_event(self.write, stream)
+    }
+}
+
 macro_rules! tracked_impls {
     ($ty:ident $(<$lt:lifetime>)?, $stream:expr, $read:expr, $write:expr) => {
         impl<$($lt,)? T> DeviceSlice<T> for $ty<$($lt,)? T> {

@@ -268,3 +268,21 @@ fn communicator_has_every_method_of_cudarc_nccl_comm() {
         types.join(", ")
     );
 }
+
+/// Views of symmetric buffers go into a group's calls as cudarc's views
+/// do (compiled, not run: the GPU suites run the group calls).
+#[allow(dead_code)]
+fn group_takes_symmetric_views(
+    comm: &intranode::Communicator,
+    a: &intranode::SymmetricBuffer<f32>,
+    b: &mut intranode::SymmetricBuffer<f32>,
+    c: &mut intranode::SymmetricBuffer<f32>,
+) -> intranode::Result<()> {
+    let op = cudarc::nccl::ReduceOp::Sum;
+    let (send, recv, in_place) = (a.slice(..)?, b.slice_mut(..)?, c.slice_mut(..)?);
+    let mut group = comm.group();
+    group.all_reduce(send, recv, &op)?;
+    group.all_reduce_in_place(in_place, &op)?;
+    group.end()?;
+    Ok(())
+}

@@ -150,28 +150,28 @@ impl<'g> Group<'g> {
     /// Grouped [`Communicator::send`].
     pub fn send<'s: 'g, T: NcclType>(
         &mut self,
-        data: CudaView<'s, T>,
+        data: impl GroupInput<'s, T>,
         peer: impl RankIndex,
     ) -> Result<()> {
         let c = self.comm;
         let peer = args::rank_in_world("send", c.rank, c.world, "peer", peer)?;
         let r = self.nccl()?.send(&data, nccl_rank(peer));
         self.done("ncclSend", r)?;
-        self.syncs.push(data.view_ptr(self.stream()).1);
+        self.syncs.push(data.into_read(self.stream()));
         Ok(())
     }
 
     /// Grouped [`Communicator::recv`].
     pub fn recv<'r: 'g, T: NcclType>(
         &mut self,
-        mut buff: CudaViewMut<'r, T>,
+        mut buff: impl GroupOutput<'r, T>,
         peer: impl RankIndex,
     ) -> Result<()> {
         let c = self.comm;
         let peer = args::rank_in_world("recv", c.rank, c.world, "peer", peer)?;
         let r = self.nccl()?.recv(&mut buff, nccl_rank(peer));
         self.done("ncclRecv", r)?;
-        self.syncs.push(buff.view_ptr_mut(self.stream()).1);
+        self.syncs.push(buff.into_write(self.stream()));
         Ok(())
     }
 
@@ -179,7 +179,7 @@ impl<'g> Group<'g> {
     pub fn broadcast<'s: 'g, 'r: 'g, T: NcclType>(
         &mut self,
         sendbuff: Option<CudaView<'s, T>>,
-        mut recvbuff: CudaViewMut<'r, T>,
+        mut recvbuff: impl GroupOutput<'r, T>,
         root: impl RankIndex,
     ) -> Result<()> {
         let c = self.comm;
@@ -199,16 +199,16 @@ impl<'g> Group<'g> {
             .broadcast(sendbuff.as_ref(), &mut recvbuff, nccl_rank(root));
         self.done("ncclBroadcast", r)?;
         if let Some(s) = sendbuff {
-            self.syncs.push(s.view_ptr(self.stream()).1);
+            self.syncs.push(s.into_read(self.stream()));
         }
-        self.syncs.push(recvbuff.view_ptr_mut(self.stream()).1);
+        self.syncs.push(recvbuff.into_write(self.stream()));
         Ok(())
     }
 
     /// Grouped [`Communicator::broadcast_in_place`] (NCCL).
     pub fn broadcast_in_place<'r: 'g, T: NcclType>(
         &mut self,
-        mut recvbuff: CudaViewMut<'r, T>,
+        mut recvbuff: impl GroupOutput<'r, T>,
         root: impl RankIndex,
     ) -> Result<()> {
         let c = self.comm;
@@ -217,57 +217,57 @@ impl<'g> Group<'g> {
             .nccl()?
             .broadcast_in_place(&mut recvbuff, nccl_rank(root));
         self.done("ncclBroadcast", r)?;
-        self.syncs.push(recvbuff.view_ptr_mut(self.stream()).1);
+        self.syncs.push(recvbuff.into_write(self.stream()));
         Ok(())
     }
 
     /// Grouped [`Communicator::all_gather`].
     pub fn all_gather<'s: 'g, 'r: 'g, T: NcclType>(
         &mut self,
-        sendbuff: CudaView<'s, T>,
-        mut recvbuff: CudaViewMut<'r, T>,
+        sendbuff: impl GroupInput<'s, T>,
+        mut recvbuff: impl GroupOutput<'r, T>,
     ) -> Result<()> {
         let c = self.comm;
         args::all_gather(c.rank, c.world, sendbuff.len(), recvbuff.len())?;
         let r = self.nccl()?.all_gather(&sendbuff, &mut recvbuff);
         self.done("ncclAllGather", r)?;
-        self.syncs.push(sendbuff.view_ptr(self.stream()).1);
-        self.syncs.push(recvbuff.view_ptr_mut(self.stream()).1);
+        self.syncs.push(sendbuff.into_read(self.stream()));
+        self.syncs.push(recvbuff.into_write(self.stream()));
         Ok(())
     }
 
     /// Grouped [`Communicator::all_reduce`] (NCCL).
     pub fn all_reduce<'s: 'g, 'r: 'g, T: NcclType>(
         &mut self,
-        sendbuff: CudaView<'s, T>,
-        mut recvbuff: CudaViewMut<'r, T>,
+        sendbuff: impl GroupInput<'s, T>,
+        mut recvbuff: impl GroupOutput<'r, T>,
         reduce_op: &NcclOp,
     ) -> Result<()> {
         let c = self.comm;
         args::same_len("all_reduce", c.rank, sendbuff.len(), recvbuff.len())?;
         let r = self.nccl()?.all_reduce(&sendbuff, &mut recvbuff, reduce_op);
         self.done("ncclAllReduce", r)?;
-        self.syncs.push(sendbuff.view_ptr(self.stream()).1);
-        self.syncs.push(recvbuff.view_ptr_mut(self.stream()).1);
+        self.syncs.push(sendbuff.into_read(self.stream()));
+        self.syncs.push(recvbuff.into_write(self.stream()));
         Ok(())
     }
 
     /// Grouped [`Communicator::all_reduce_in_place`] (NCCL).
     pub fn all_reduce_in_place<'r: 'g, T: NcclType>(
         &mut self,
-        mut buff: CudaViewMut<'r, T>,
+        mut buff: impl GroupOutput<'r, T>,
         reduce_op: &NcclOp,
     ) -> Result<()> {
         let r = self.nccl()?.all_reduce_in_place(&mut buff, reduce_op);
         self.done("ncclAllReduce", r)?;
-        self.syncs.push(buff.view_ptr_mut(self.stream()).1);
+        self.syncs.push(buff.into_write(self.stream()));
         Ok(())
     }
 
     /// Grouped [`Communicator::reduce`].
     pub fn reduce<'s: 'g, 'r: 'g, T: NcclType>(
         &mut self,
-        sendbuff: CudaView<'s, T>,
+        sendbuff: impl GroupInput<'s, T>,
         mut recvbuff: Option<CudaViewMut<'r, T>>,
         reduce_op: &NcclOp,
         root: impl RankIndex,
@@ -288,9 +288,9 @@ impl<'g> Group<'g> {
             .nccl()?
             .reduce(&sendbuff, recvbuff.as_mut(), reduce_op, nccl_rank(root));
         self.done("ncclReduce", r)?;
-        self.syncs.push(sendbuff.view_ptr(self.stream()).1);
+        self.syncs.push(sendbuff.into_read(self.stream()));
         if let Some(r) = recvbuff {
-            self.syncs.push(r.view_ptr_mut(self.stream()).1);
+            self.syncs.push(r.into_write(self.stream()));
         }
         Ok(())
     }
@@ -298,7 +298,7 @@ impl<'g> Group<'g> {
     /// Grouped [`Communicator::reduce_in_place`].
     pub fn reduce_in_place<'r: 'g, T: NcclType>(
         &mut self,
-        mut recvbuff: CudaViewMut<'r, T>,
+        mut recvbuff: impl GroupOutput<'r, T>,
         reduce_op: &NcclOp,
         root: impl RankIndex,
     ) -> Result<()> {
@@ -308,15 +308,15 @@ impl<'g> Group<'g> {
             .nccl()?
             .reduce_in_place(&mut recvbuff, reduce_op, nccl_rank(root));
         self.done("ncclReduce", r)?;
-        self.syncs.push(recvbuff.view_ptr_mut(self.stream()).1);
+        self.syncs.push(recvbuff.into_write(self.stream()));
         Ok(())
     }
 
     /// Grouped [`Communicator::reduce_scatter`].
     pub fn reduce_scatter<'s: 'g, 'r: 'g, T: NcclType>(
         &mut self,
-        sendbuff: CudaView<'s, T>,
-        mut recvbuff: CudaViewMut<'r, T>,
+        sendbuff: impl GroupInput<'s, T>,
+        mut recvbuff: impl GroupOutput<'r, T>,
         reduce_op: &NcclOp,
     ) -> Result<()> {
         let c = self.comm;
@@ -325,9 +325,77 @@ impl<'g> Group<'g> {
             .nccl()?
             .reduce_scatter(&sendbuff, &mut recvbuff, reduce_op);
         self.done("ncclReduceScatter", r)?;
-        self.syncs.push(sendbuff.view_ptr(self.stream()).1);
-        self.syncs.push(recvbuff.view_ptr_mut(self.stream()).1);
+        self.syncs.push(sendbuff.into_read(self.stream()));
+        self.syncs.push(recvbuff.into_write(self.stream()));
         Ok(())
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A buffer a [`Group`] call reads: cudarc's `CudaView`, or a
+/// [`SymmetricView`](crate::SymmetricView) of a symmetric buffer.
+pub trait GroupInput<'a, T>: DevicePtr<T> + sealed::Sealed {
+    /// Waits on `stream` for the buffer's last write (cudarc's event
+    /// tracking) and gives the record of this read, which the group keeps
+    /// until its calls are enqueued.
+    fn into_read<'g>(self, stream: &'g CudaStream) -> SyncOnDrop<'g>
+    where
+        'a: 'g;
+}
+
+/// A buffer a [`Group`] call writes: cudarc's `CudaViewMut`, or a
+/// [`SymmetricViewMut`](crate::SymmetricViewMut).
+pub trait GroupOutput<'a, T>: DevicePtrMut<T> + sealed::Sealed {
+    /// As [`GroupInput::into_read`], for a write (waits for the last read
+    /// and write).
+    fn into_write<'g>(self, stream: &'g CudaStream) -> SyncOnDrop<'g>
+    where
+        'a: 'g;
+}
+
+impl<T> sealed::Sealed for CudaView<'_, T> {}
+impl<T> sealed::Sealed for CudaViewMut<'_, T> {}
+impl<T> sealed::Sealed for crate::SymmetricView<'_, T> {}
+impl<T> sealed::Sealed for crate::SymmetricViewMut<'_, T> {}
+
+impl<'a, T> GroupInput<'a, T> for CudaView<'a, T> {
+    fn into_read<'g>(self, stream: &'g CudaStream) -> SyncOnDrop<'g>
+    where
+        'a: 'g,
+    {
+        let view: CudaView<'g, T> = self;
+        view.view_ptr(stream).1
+    }
+}
+
+impl<'a, T> GroupOutput<'a, T> for CudaViewMut<'a, T> {
+    fn into_write<'g>(self, stream: &'g CudaStream) -> SyncOnDrop<'g>
+    where
+        'a: 'g,
+    {
+        let view: CudaViewMut<'g, T> = self;
+        view.view_ptr_mut(stream).1
+    }
+}
+
+impl<'a, T> GroupInput<'a, T> for crate::SymmetricView<'a, T> {
+    fn into_read<'g>(self, stream: &'g CudaStream) -> SyncOnDrop<'g>
+    where
+        'a: 'g,
+    {
+        self.read_record(stream)
+    }
+}
+
+impl<'a, T> GroupOutput<'a, T> for crate::SymmetricViewMut<'a, T> {
+    fn into_write<'g>(self, stream: &'g CudaStream) -> SyncOnDrop<'g>
+    where
+        'a: 'g,
+    {
+        self.write_record(stream)
     }
 }
 

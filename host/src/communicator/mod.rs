@@ -45,7 +45,7 @@ mod norm;
 mod retype;
 mod symmetric;
 
-pub use group::Group;
+pub use group::{Group, GroupInput, GroupOutput};
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
