@@ -29,7 +29,9 @@
 //!   architecture without `.maxnreg` on every entry,
 //!   or a committed production cubin (`host/ptx/kernels-<arch>.cubin.xz`)
 //!   that differs from the machine code ptxas made; prints registers per
-//!   kernel.
+//!   kernel, and fails where the production kernels' spill table in
+//!   docs/RELEASE.md (for sm_80) is not what ptxas reports (`--write`
+//!   rewrites it).
 //! - `long-files`: fails, naming them, when a `.rs` file git tracks is
 //!   over 700 lines without a `// (Over 700 lines: ...)` reason among its
 //!   first 60 lines (`ci` runs it too).
@@ -106,8 +108,12 @@ fn try_main() -> Result<()> {
     if !opts.passthrough.is_empty() && task != "bench" && task != "decode" {
         bail!("only `bench` and `decode` take arguments after `--`\n{USAGE}");
     }
-    if opts.write && (task != "build-ptx" || opts.out.is_some()) {
-        bail!("--write belongs to `build-ptx` alone (it writes host/ptx/)\n{USAGE}");
+    if opts.write && (!["build-ptx", "check-ptx"].contains(&task) || opts.out.is_some()) {
+        bail!(
+            "--write belongs to `build-ptx` (it writes host/ptx/) and `check-ptx` (its spill \
+             table in {})\n{USAGE}",
+            ptxas::SPILL_DOC
+        );
     }
     match task {
         "build-ptx" if opts.write => {
@@ -133,9 +139,10 @@ fn try_main() -> Result<()> {
             let root = root()?;
             for set in KernelSet::ALL {
                 let path = build_ptx(&opts, set)?;
-                let cubin = ptxas::check(&root, &path, &opts.arch)?;
+                let (cubin, kernels) = ptxas::check(&root, &path, &opts.arch)?;
                 if set == KernelSet::Production {
                     committed::check_cubin(&root, &opts.arch, &cubin)?;
+                    ptxas::check_spill_table(&root, &opts.arch, &kernels, opts.write)?;
                 }
             }
         }
@@ -168,7 +175,7 @@ const HELP: &str = "\
 tasks:
   build-ptx [--write]   build the kernels to PTX (--write: regenerate host/ptx/)
   check-committed-ptx   fail when host/ptx/ differs from the kernel source
-  check-ptx             assemble the PTX with ptxas (fetched from PyPI when absent)
+  check-ptx [--write]   assemble the PTX with ptxas (fetched from PyPI when absent; --write: its spill table in docs/RELEASE.md)
   stable-embed          build and run a user's crate with the stable tool chain
   package               package the public crates, check size, build a stable user crate against them
   doc                   cargo doc of the public crates, warnings denied
@@ -201,7 +208,8 @@ struct Opts {
     /// candle-example).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// `build-ptx --write`: regenerate the committed PTX.
+    /// `build-ptx --write`: regenerate the committed PTX; `check-ptx
+    /// --write`: rewrite the spill table in docs/RELEASE.md.
     #[arg(long)]
     write: bool,
     /// What follows `--`, handed to `intranode-bench bench` or `decode`.
@@ -430,9 +438,10 @@ fn ci(opts: &Opts) -> Result<()> {
                 None => build_ptx_for(&root, arch, set, None)?,
             };
             println!("{}", path.display());
-            let cubin = ptxas::check(&root, &path, arch)?;
+            let (cubin, kernels) = ptxas::check(&root, &path, arch)?;
             if set == KernelSet::Production {
                 committed::check_cubin(&root, arch, &cubin)?;
+                ptxas::check_spill_table(&root, arch, &kernels, false)?;
             }
         }
     }

@@ -165,8 +165,9 @@ pub fn assemble(root: &Path, ptx: &Path, arch: &str) -> Result<Vec<u8>> {
 }
 
 /// Assembles `ptx` for `arch` and enforces the kernel rules; returns the
-/// path of the cubin it wrote (beside `ptx`).
-pub fn check(root: &Path, ptx: &Path, arch: &str) -> Result<PathBuf> {
+/// path of the cubin it wrote (beside `ptx`) and ptxas's report of each
+/// kernel.
+pub fn check(root: &Path, ptx: &Path, arch: &str) -> Result<(PathBuf, Vec<KernelReport>)> {
     let text =
         std::fs::read_to_string(ptx).with_context(|| format!("reading {}", ptx.display()))?;
     if let Some(line) = text.lines().find(|l| l.contains(".extern .func")) {
@@ -252,12 +253,104 @@ pub fn check(root: &Path, ptx: &Path, arch: &str) -> Result<PathBuf> {
             too_many.join(", ")
         );
     }
-    Ok(cubin)
+    Ok((cubin, kernels))
+}
+
+/// The file whose spill table [`check_spill_table`] keeps.
+pub const SPILL_DOC: &str = "docs/RELEASE.md";
+
+/// The lines that open and close the spill table of `arch` in [`SPILL_DOC`].
+fn spill_markers(arch: &str) -> (String, String) {
+    (
+        format!("<!-- spills {arch} (cargo xtask check-ptx --arch {arch} --write) -->"),
+        format!("<!-- spills {arch} end -->"),
+    )
+}
+
+/// The markdown table of the kernels that have a stack frame or spill on
+/// `arch`, in ptxas's order, between [`spill_markers`].
+fn spill_table(arch: &str, kernels: &[KernelReport]) -> String {
+    let (begin, end) = spill_markers(arch);
+    let mut out = format!(
+        "{begin}\n| kernel ({arch}) | registers | stack + spill bytes (stores + loads) |\n|---|---:|---:|\n"
+    );
+    for k in kernels {
+        let spills = k.spill_store_bytes + k.spill_load_bytes;
+        if k.stack_bytes + spills > 0 {
+            out.push_str(&format!(
+                "| `{}` | {} | {} + {spills} |\n",
+                k.name, k.registers, k.stack_bytes
+            ));
+        }
+    }
+    out.push_str(&end);
+    out
+}
+
+/// `doc` with the spill table of `arch` replaced by `table`, or `None`
+/// where `doc` has none for `arch`.
+fn replace_spill_table(doc: &str, arch: &str, table: &str) -> Option<String> {
+    let (begin, end) = spill_markers(arch);
+    let start = doc.find(&begin)?;
+    let stop = start + doc[start..].find(&end)? + end.len();
+    Some(format!("{}{table}{}", &doc[..start], &doc[stop..]))
+}
+
+/// Fails, naming the command that rewrites it, where [`SPILL_DOC`]'s spill
+/// table for `arch` is not the production kernels' `kernels` as ptxas
+/// reported them; with `write`, rewrites it instead. Nothing to do for an
+/// architecture without a table there.
+pub fn check_spill_table(
+    root: &Path,
+    arch: &str,
+    kernels: &[KernelReport],
+    write: bool,
+) -> Result<()> {
+    let path = root.join(SPILL_DOC);
+    let doc =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let table = spill_table(arch, kernels);
+    let Some(updated) = replace_spill_table(&doc, arch, &table) else {
+        return Ok(());
+    };
+    if updated == doc {
+        eprintln!("xtask: {SPILL_DOC}'s {arch} spill table is what ptxas reports");
+    } else if write {
+        std::fs::write(&path, updated).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("xtask: rewrote {SPILL_DOC}'s {arch} spill table");
+    } else {
+        bail!(
+            "{SPILL_DOC}'s {arch} spill table differs from what ptxas reports now:\n{table}\n\
+             run `cargo xtask check-ptx --arch {arch} --write` and commit {SPILL_DOC}"
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_spill_table_lists_only_what_spills() {
+        let k = |name: &str, registers, stack_bytes, spill_store_bytes, spill_load_bytes| {
+            KernelReport {
+                name: name.into(),
+                registers,
+                stack_bytes,
+                spill_store_bytes,
+                spill_load_bytes,
+            }
+        };
+        let kernels = [k("a", 90, 0, 0, 0), k("b", 128, 48, 176, 176)];
+        let table = spill_table("sm_80", &kernels);
+        assert!(table.contains("| `b` | 128 | 48 + 352 |"), "{table}");
+        assert!(!table.contains("`a`"));
+        let doc = format!("x\n{}\ny\n", spill_table("sm_80", &[]));
+        let updated = replace_spill_table(&doc, "sm_80", &table).unwrap();
+        assert_eq!(updated, format!("x\n{table}\ny\n"));
+        assert!(replace_spill_table(&doc, "sm_90", &table).is_none());
+    }
 
     #[test]
     fn parses_ptxas_report() {
