@@ -55,6 +55,11 @@ struct Args {
     /// always off for `--backend cudarc`).
     #[arg(long)]
     no_event_tracking: bool,
+    /// Read the results back before waiting for the collective (the
+    /// health check then follows the copy): shows the stall
+    /// `Communicator::from_devices` describes for ranks on one GPU.
+    #[arg(long)]
+    read_back_first: bool,
     /// Whose communicators run the loop.
     #[arg(long, value_enum, default_value_t = Backend::Intranode)]
     backend: Backend,
@@ -220,7 +225,18 @@ fn run_rank<C: TpComm>(args: &Args, comm: C) -> Result<String> {
         let mut warm = stream.clone_htod(&pattern(rank, n, seed))?;
         comm.all_reduce_in_place(&mut warm)
             .map_err(|e| ar("warm-up", e))?;
-        check(&stream.clone_dtoh(&warm)?, world, seed, "warm-up")
+        // A wait on a peer that ran out is reported before the data.
+        let got = if args.read_back_first {
+            let got = stream.clone_dtoh(&warm);
+            comm.check()
+                .with_context(|| format!("rank {rank}, eager call {call}"))?;
+            got?
+        } else {
+            comm.check()
+                .with_context(|| format!("rank {rank}, eager call {call}"))?;
+            stream.clone_dtoh(&warm)?
+        };
+        check(&got, world, seed, "warm-up")
             .with_context(|| format!("rank {rank}, eager call {call}"))?;
     }
 
@@ -244,6 +260,8 @@ fn run_rank<C: TpComm>(args: &Args, comm: C) -> Result<String> {
         let start = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         graph.launch()?;
         let end = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        comm.check()
+            .with_context(|| format!("rank {rank}, replay {replay}"))?;
         for (j, b) in bufs.iter().enumerate() {
             check(
                 &stream.clone_dtoh(b)?,

@@ -67,12 +67,18 @@ impl Communicator {
     /// handles as file descriptors, passed over a Unix socket pair within
     /// the process), so the kernels and their checks are the same as with
     /// a process per rank; NCCL's communicators are made with
-    /// `ncclCommInitRank`, one per thread. Give each stream a GPU of its
-    /// own: two ranks of one process on one GPU are refused (the fast path
-    /// returned wrong sums that way on an H200; NOTE [one process, one
-    /// GPU] in `rendezvous/validate.rs`), and NCCL refuses ranks that share
-    /// a GPU. To test several ranks on one GPU, run a process per rank
-    /// ([`from_rank`](Self::from_rank) or `intranode-run`).
+    /// `ncclCommInitRank`, one per thread.
+    ///
+    /// Streams on one GPU (a test of several ranks on one GPU, with
+    /// `INTRANODE_ALLOW_OVERLAPPING_DEVICES=1`) share one context. There,
+    /// a rank's thread that blocks in a copy to pageable host memory
+    /// (`clone_dtoh`) right behind its collective, while the other ranks'
+    /// threads still have copies and collectives to issue, was seen to
+    /// stall them until the collective's waits ran out (docs/perf/v25):
+    /// wait for the collective first ([`synchronize`](Self::synchronize)
+    /// or [`Work::synchronize`](crate::Work::synchronize)), which then
+    /// made every run exact. A GPU per stream, which `from_devices` is
+    /// for, gives each rank a context of its own.
     ///
     /// Fails with every rank's communicator dropped if any rank fails
     /// (the error of the lowest failing rank).

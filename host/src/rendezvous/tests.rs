@@ -328,44 +328,6 @@ fn all_ranks_on_one_gpu_allowed_are_fully_connected() {
 }
 
 #[test]
-fn threads_of_one_process_on_one_gpu_are_refused() {
-    // Two ranks of `from_devices` on one GPU: one process, one device.
-    let g: Vec<_> = (0..2)
-        .map(|r| RendezvousRequest {
-            device: 0,
-            pid: 4242,
-            ..req(r, 2, 0x42)
-        })
-        .collect();
-    let config = CommConfig {
-        allow_overlapping_devices: true,
-        ..cfg()
-    };
-    let e = validate(&g, &NvlMesh::zero(), &config).expect_err("one process, one GPU");
-    assert!(
-        matches!(
-            e,
-            Unsupported::SharedGpuInOneProcess {
-                rank_a: 0,
-                rank_b: 1,
-                pid: 4242,
-                ..
-            }
-        ),
-        "{e}"
-    );
-    assert!(e.to_string().contains("processes of their own"), "{e}");
-    // One process on two GPUs is a group like any other.
-    let two: Vec<_> = (0..2)
-        .map(|r| RendezvousRequest {
-            pid: 4242,
-            ..req(r, 2, 0x10 + r as u32)
-        })
-        .collect();
-    validate(&two, &full_mesh(2, 18), &cfg()).expect("a GPU each");
-}
-
-#[test]
 fn the_fewest_sms_and_the_most_ranks_on_a_gpu_set_the_residency() {
     // Ranks 0-2 on one GPU, rank 3 alone on another; rank 1 is an MPS
     // client held to a share of the SMs.

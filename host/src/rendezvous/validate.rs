@@ -140,25 +140,6 @@ pub enum Unsupported {
         /// The GPU.
         device: String,
     },
-    /// Two ranks are threads of one process on one GPU (NOTE [one
-    /// process, one GPU]).
-    #[error(
-        "ranks {rank_a} and {rank_b} on host {host} are threads of one process (pid {pid}) on one \
-         GPU ({device}): intranode serves ranks that share a GPU only from processes of their own \
-         (several processes may share a GPU with {ALLOW_OVERLAPPING_ENV}=1)"
-    )]
-    SharedGpuInOneProcess {
-        /// The lower rank.
-        rank_a: usize,
-        /// The higher rank.
-        rank_b: usize,
-        /// Their host.
-        host: String,
-        /// Their process.
-        pid: u32,
-        /// The GPU.
-        device: String,
-    },
     /// The GPUs are neither fully connected nor a hybrid cube mesh.
     #[error(
         "the {world} GPUs on host {host} are neither fully NVLink-connected nor a hybrid cube mesh \
@@ -342,23 +323,6 @@ pub fn validate(
                     rank_a: a,
                     rank_b: b,
                     host: first.hostname.clone(),
-                    device: requests[a].device_label(),
-                });
-            }
-            // NOTE [one process, one GPU]: ranks that are threads of one
-            // process on one GPU map each other's blocks into a single
-            // address space, the same memory at two addresses of one
-            // context. On an H200 (docs/perf/v25, calls 3-5) such groups
-            // returned wrong sums from the first eager call at 3 and 4
-            // ranks, and at 2 ranks past 16 KiB, while the same forms
-            // were exact with a process per rank sharing the GPU. Until
-            // that is understood and tested, the fast path refuses them.
-            if requests[a].pid == requests[b].pid {
-                return Err(Unsupported::SharedGpuInOneProcess {
-                    rank_a: a,
-                    rank_b: b,
-                    host: first.hostname.clone(),
-                    pid: requests[a].pid,
                     device: requests[a].device_label(),
                 });
             }
