@@ -1,11 +1,11 @@
+// (Over 700 lines: the table and both sides made from it, the GPU's entry
+// points and the host's typed keys, are one contract and change together;
+// about 100 lines are the tests that hold the table and the names
+// together. If it grows, the host side (module `table`) is the seam for
+// a file of its own.)
+
 //! The one table of the kernels' entry points, compiled for the host and
 //! the GPU alike.
-//!
-//! (Over 700 lines: the table and both sides made from it, the GPU's entry
-//! points and the host's typed keys, are one contract and change together;
-//! about 100 lines are the tests that hold the table and the names
-//! together. If it grows, the host side (module `table`) is the seam for
-//! a file of its own.)
 //!
 //! [`kernel_table!`] names every kernel family of the production PTX once:
 //! its name (prefix and suffix), element types, world sizes, the argument
