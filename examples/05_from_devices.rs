@@ -18,9 +18,9 @@
 //! target/release/examples/05_from_devices --gpus 0,1,2,3 --backend cudarc
 //! ```
 //!
-//! A GPU per rank: two ranks of one process on one GPU are refused (see
-//! `Communicator::from_devices`); 04_from_rank runs several ranks on one
-//! GPU, a process each.
+//! Several ranks on one GPU (a test): `INTRANODE_ALLOW_OVERLAPPING_DEVICES=1
+//! ... --gpus 0,0,0,0`; each rank waits for its collective before it reads
+//! back (see `Communicator::from_devices`).
 //!
 //! Exits 0 with a message and runs nothing where there is no GPU.
 
@@ -36,7 +36,8 @@ use intranode::nccl::result::NcclError;
 #[derive(Parser, Debug)]
 #[command(about = "one process, a thread per GPU: Comm::from_devices, graph-captured all-reduces")]
 struct Args {
-    /// The GPU of each rank, e.g. `0,1,2,3`, a GPU each.
+    /// The GPU of each rank, e.g. `0,1,2,3` (a GPU may repeat with
+    /// INTRANODE_ALLOW_OVERLAPPING_DEVICES=1).
     #[arg(long, value_delimiter = ',', default_value = "0,1")]
     gpus: Vec<usize>,
     /// Decoder layers in the captured step (two all-reduces each).
