@@ -13,7 +13,7 @@
 //! `NcclError` keeps only a result code: the message of an error of ours
 //! turned into one is logged (`tracing`, at `warn`) and kept for
 //! [`last_error`]. [`Comm`] dereferences to the [`Communicator`] it wraps,
-//! whose methods return [`Work`](crate::Work) and [`Error`](crate::Error)
+//! whose methods return [`Work`](crate::Work) and [`Error`]
 //! and add what NCCL has not (the fused norm, symmetric buffers).
 
 use std::cell::Cell;

@@ -29,19 +29,22 @@ impl Communicator {
     /// (`INTRANODE_STORE_TIMEOUT_MS`), naming them.
     ///
     /// ```no_run
-    /// use intranode::nccl::{Comm, Id, ReduceOp};
+    /// use intranode::{Communicator, Id, ReduceOp};
     /// # fn send_to_other_ranks(_: &[std::ffi::c_char; 128]) {}
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let (rank, world) = (0, 2);
     /// let id = Id::new()?; // rank 0 only; the others: Id::uninit(bytes)
     /// send_to_other_ranks(id.internal());
     /// let stream = intranode::gpu::context(rank)?.new_stream()?;
-    /// let comm = Comm::from_rank(stream.clone(), rank, world, id)?;
+    /// let comm = Communicator::from_rank(stream.clone(), rank, world, id)?;
     /// let mut x = stream.alloc_zeros::<f32>(1024)?;
-    /// comm.all_reduce_in_place(&mut x, &ReduceOp::Sum)?;
+    /// comm.all_reduce_in_place(&mut x, &ReduceOp::Sum)?.synchronize()?;
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// `intranode::nccl::Comm::from_rank` is the same with cudarc's
+    /// signature (`NcclError`).
     pub fn from_rank(stream: Arc<CudaStream>, rank: usize, world: usize, id: Id) -> Result<Self> {
         let started = Instant::now();
         let config = CommConfig::from_env()?;
