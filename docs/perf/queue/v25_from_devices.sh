@@ -11,8 +11,9 @@
 #    (NCCL) in the same call, at decode sizes (hidden 4096, 8192, 16384);
 #    one process on several GPUs has not run on any machine yet;
 # 2. 04_from_rank (a process per rank from an Id rank 0 ships: the sweep
-#    of sizes and the layer loop of out-of-place bf16 all-reduces into
-#    fresh outputs) on 2 and 4 GPUs.
+#    of sizes, the layer loop of out-of-place bf16 all-reduces into fresh
+#    outputs, then that step captured in a graph, GPU time per
+#    all-reduce) on 2, 4 and 8 GPUs, intranode and cudarc's NCCL.
 # Writes summary.txt and logs.tgz; about 4 minutes at 8 GPUs.
 set -u
 : "${OUT:?set OUT}"
@@ -44,9 +45,11 @@ go() { # tag cmd...
             done
         done
     done
-    for w in 2 4; do
+    for w in 2 4 8; do
         [ $w -le $N ] || continue
-        go fr_w$w $D/04_from_rank --gpus $(seq -s, 0 $((w - 1)))
+        for b in intranode cudarc; do
+            go fr_w${w}_$b $D/04_from_rank --gpus $(seq -s, 0 $((w - 1))) --steps 5 --replays 200 --backend $b
+        done
     done
 } 2>&1 | tee $OUT/summary.txt
 tar czf $OUT/logs.tgz -C $D logs
