@@ -338,115 +338,171 @@ fn doc(root: &Path) -> Result<()> {
 }
 
 fn ci(opts: &Opts) -> Result<()> {
+    let mut steps = Steps::default();
+    let result = ci_steps(opts, &mut steps);
+    // Printed pass or fail, so a slow or failing step shows at once.
+    eprint!("{}", steps.table());
+    result
+}
+
+/// Each step of `ci` and its wall time.
+#[derive(Default)]
+struct Steps {
+    done: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl Steps {
+    /// Runs `step`, noting its time even when it fails.
+    fn time<T>(&mut self, name: &'static str, step: impl FnOnce() -> Result<T>) -> Result<T> {
+        let started = std::time::Instant::now();
+        let result = step();
+        self.done.push((name, started.elapsed()));
+        result
+    }
+
+    fn table(&self) -> String {
+        let total: std::time::Duration = self.done.iter().map(|(_, t)| *t).sum();
+        let mut out = String::from("xtask: ci steps (wall time)\n");
+        for (name, t) in &self.done {
+            out.push_str(&format!("xtask:   {:>7.1} s  {name}\n", t.as_secs_f64()));
+        }
+        out.push_str(&format!("xtask:   {:>7.1} s  total\n", total.as_secs_f64()));
+        out
+    }
+}
+
+fn ci_steps(opts: &Opts, steps: &mut Steps) -> Result<()> {
     let root = root()?;
     let cargo = intranode_ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
-    run(&root, cargo, &["fmt", "--all", "--", "--check"])?;
-    long_files::check(&root)?;
+    steps.time("fmt", || {
+        run(&root, cargo, &["fmt", "--all", "--", "--check"])
+    })?;
+    steps.time("long files", || long_files::check(&root))?;
     // Early, so a kernel change without `build-ptx --write` fails fast;
     // the builds are kept for check-ptx below.
     let mut built = std::collections::HashMap::new();
-    committed::check(&root, |arch, set| {
-        let path = build_ptx_for(&root, arch, set, None)?;
-        built.insert((arch.to_owned(), set), path.clone());
-        Ok(path)
+    steps.time("committed PTX (kernels built from source)", || {
+        committed::check(&root, |arch, set| {
+            let path = build_ptx_for(&root, arch, set, None)?;
+            built.insert((arch.to_owned(), set), path.clone());
+            Ok(path)
+        })
     })?;
-    run(
-        &root,
-        cargo,
-        &[
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--locked",
-            "--",
-            "-D",
-            "warnings",
-        ],
-    )?;
+    steps.time("clippy, workspace", || {
+        run(
+            &root,
+            cargo,
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--locked",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        )
+    })?;
     // The host crate as users build it: in the workspace, the suites turn
     // its `test-kernels` feature on for everyone, and `.cargo/config.toml`
     // its `internals`.
-    run_env(
-        &root,
-        AS_USERS_BUILD,
-        cargo,
-        &[
-            "clippy",
-            "-p",
-            "intranode",
-            "--all-targets",
-            "--locked",
-            "--",
-            "-D",
-            "warnings",
-        ],
-    )?;
+    steps.time("clippy, intranode as users build it", || {
+        run_env(
+            &root,
+            AS_USERS_BUILD,
+            cargo,
+            &[
+                "clippy",
+                "-p",
+                "intranode",
+                "--all-targets",
+                "--locked",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        )
+    })?;
     // The kernels as the GPU sees them, both sets (each PTX is built from
     // one of them alone).
-    for features in [&[][..], &["--features", "test-kernels"]] {
-        let mut args = vec![
-            "clippy",
-            "-p",
-            "intranode-kernels-gpu",
-            "--target",
-            intranode_ptx_builder::TARGET,
-            "-Zbuild-std=core",
-            "--target-dir",
-            "target/ptx-clippy",
-        ];
-        args.extend_from_slice(features);
-        args.extend_from_slice(&["--", "-D", "warnings"]);
-        run(&root, cargo, &args)?;
-    }
+    steps.time("clippy, kernels for the GPU", || {
+        for features in [&[][..], &["--features", "test-kernels"]] {
+            let mut args = vec![
+                "clippy",
+                "-p",
+                "intranode-kernels-gpu",
+                "--target",
+                intranode_ptx_builder::TARGET,
+                "-Zbuild-std=core",
+                "--target-dir",
+                "target/ptx-clippy",
+            ];
+            args.extend_from_slice(features);
+            args.extend_from_slice(&["--", "-D", "warnings"]);
+            run(&root, cargo, &args)?;
+        }
+        Ok(())
+    })?;
     // The examples alone, without `internals`: in the workspace, other
     // crates' features (the suites' `test-kernels`) and the internals would
     // hide an example that uses more than the public API.
-    run_env(
-        &root,
-        AS_USERS_BUILD,
-        cargo,
-        &[
-            "check",
-            "-p",
-            "intranode-examples",
-            "--examples",
-            "--locked",
-        ],
-    )?;
-    candle::check_lock(&root)?;
-    run(&root, cargo, &["test", "--workspace", "--locked"])?;
+    steps.time("examples as users build them", || {
+        run_env(
+            &root,
+            AS_USERS_BUILD,
+            cargo,
+            &[
+                "check",
+                "-p",
+                "intranode-examples",
+                "--examples",
+                "--locked",
+            ],
+        )
+    })?;
+    steps.time("candle example's lock", || candle::check_lock(&root))?;
+    steps.time("tests, workspace", || {
+        run(&root, cargo, &["test", "--workspace", "--locked"])
+    })?;
     // `intranode-kernels-gpu` keeps doctests out of the workspace run
     // (`doctest = false`); its few host-side examples, the typed kernel
     // keys' compile-fail one among them (`entries.rs`), run here.
-    run(
-        &root,
-        cargo,
-        &["test", "-p", "intranode-kernels-gpu", "--doc", "--locked"],
-    )?;
-    doc(&root)?;
+    steps.time("doc tests, kernels", || {
+        run(
+            &root,
+            cargo,
+            &["test", "-p", "intranode-kernels-gpu", "--doc", "--locked"],
+        )
+    })?;
+    steps.time("docs", || doc(&root))?;
     // The default architecture (or `--arch`), then the other one the
     // kernels promise to support.
     let mut archs = vec![opts.arch.clone()];
     if opts.arch != "sm_80" {
         archs.push("sm_80".into());
     }
-    for arch in &archs {
-        for set in KernelSet::ALL {
-            let path = match built.get(&(arch.clone(), set)) {
-                Some(path) => path.clone(),
-                None => build_ptx_for(&root, arch, set, None)?,
-            };
-            println!("{}", path.display());
-            let (cubin, kernels) = ptxas::check(&root, &path, arch)?;
-            if set == KernelSet::Production {
-                committed::check_cubin(&root, arch, &cubin)?;
-                ptxas::check_spill_table(&root, arch, &kernels, false)?;
+    steps.time("check-ptx (ptxas, spills, cubin)", || {
+        for arch in &archs {
+            for set in KernelSet::ALL {
+                let path = match built.get(&(arch.clone(), set)) {
+                    Some(path) => path.clone(),
+                    None => build_ptx_for(&root, arch, set, None)?,
+                };
+                println!("{}", path.display());
+                let (cubin, kernels) = ptxas::check(&root, &path, arch)?;
+                if set == KernelSet::Production {
+                    committed::check_cubin(&root, arch, &cubin)?;
+                    ptxas::check_spill_table(&root, arch, &kernels, false)?;
+                }
             }
         }
-    }
-    stable::run(&root)?;
-    stable::run_packaged(&root)?;
+        Ok(())
+    })?;
+    steps.time("a user's crate on stable", || stable::run(&root))?;
+    steps.time("the packaged crates (1.88.0)", || {
+        stable::run_packaged(&root)
+    })?;
     eprintln!("xtask: ci passed");
     Ok(())
 }
@@ -517,7 +573,24 @@ fn build_launcher_and_bench(root: &Path) -> Result<()> {
 mod tests {
     use clap::{CommandFactory, Parser};
 
-    use super::Opts;
+    use super::{Opts, Steps};
+
+    #[test]
+    fn the_step_table_names_every_step_and_the_total_even_after_a_failure() {
+        let mut steps = Steps::default();
+        steps.time("first", || Ok(())).unwrap();
+        assert!(
+            steps
+                .time("second", || -> anyhow::Result<()> { anyhow::bail!("no") })
+                .is_err()
+        );
+        let table = steps.table();
+        assert!(
+            table.contains("s  first\n") && table.contains("s  second\n"),
+            "{table}"
+        );
+        assert!(table.trim_end().ends_with("total"), "{table}");
+    }
 
     #[test]
     fn the_command_line_parses() {
