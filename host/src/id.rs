@@ -53,10 +53,8 @@ static SERVERS: Mutex<Vec<(u64, Arc<TcpStoreServer>)>> = Mutex::new(Vec::new());
 /// [`Id::new`] starts a small key-value store server (one thread, one
 /// loopback port) in the calling process; the rank-0 communicator built
 /// from the id in that process keeps it alive, so make the id in the
-/// process that will be rank 0. As with NCCL's, an id serves one
-/// communicator: make a new one for each (a second group on the same id
-/// fails at once, naming the keys it met). NOTE [what an Id carries] in
-/// `id.rs`.
+/// process that will be rank 0. As with NCCL's, make a new id for each
+/// communicator. NOTE [what an Id carries] in `id.rs`.
 #[derive(Clone, Copy)]
 pub struct Id {
     internal: [c_char; ID_BYTES],
