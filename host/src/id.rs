@@ -2,7 +2,7 @@
 //! 128 bytes of NCCL's unique id (`cudarc::nccl::Id`), so code that ships
 //! `id.internal()` between processes ships ours unchanged.
 //!
-//! NOTE [what an Id carries]: NCCL's id names its bootstrap root (an
+//! What an id carries: NCCL's id names its bootstrap root (an
 //! address the root's process listens on) and a magic number. Ours names a
 //! key-value store that [`Id::new`] starts in the calling process (a
 //! `TcpStoreServer` on loopback: every rank of an intra-node group runs on
@@ -54,7 +54,7 @@ static SERVERS: Mutex<Vec<(u64, Arc<TcpStoreServer>)>> = Mutex::new(Vec::new());
 /// loopback port) in the calling process; the rank-0 communicator built
 /// from the id in that process keeps it alive, so make the id in the
 /// process that will be rank 0. As with NCCL's, make a new id for each
-/// communicator. NOTE [what an Id carries] in `id.rs`.
+/// communicator. What the bytes carry: [`crate::id`].
 #[derive(Clone, Copy)]
 pub struct Id {
     internal: [c_char; ID_BYTES],

@@ -77,7 +77,7 @@ impl Communicator {
     /// a rank's thread that blocks in a copy to pageable host memory
     /// (`clone_dtoh`) right behind its collective, while the other ranks'
     /// threads still have copies and collectives to issue, was seen to
-    /// stall them until the collective's waits ran out (docs/perf/v25):
+    /// stall them until the collective's waits ran out (on an H200):
     /// wait for the collective first ([`synchronize`](Self::synchronize)
     /// or [`Work::synchronize`](crate::Work::synchronize)), which then
     /// made every run exact. A GPU per stream, which `from_devices` is
