@@ -34,6 +34,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail, ensure};
 use clap::{Parser, ValueEnum};
 use half::bf16;
+use intranode_examples::exact::{check, pattern, quantiles};
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "ranks made by Comm::from_rank from an Id rank 0 shipped to them")]
@@ -164,6 +165,35 @@ macro_rules! rank_main {
             Ok(())
         }
 
+        /// One checked call of the sweep: rank `rank`'s values of call
+        /// `seed` made into `T`, all-reduced in place or into a fresh
+        /// output, read back as f32.
+        #[allow(clippy::too_many_arguments)]
+        fn one_call<T: NcclType + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+            comm: &Comm,
+            rank: usize,
+            n: usize,
+            in_place: bool,
+            seed: u32,
+            what: &str,
+            make: impl Fn(f32) -> T,
+            back: impl Fn(T) -> f32,
+        ) -> Result<Vec<f32>> {
+            let stream = comm.stream();
+            let mut x = stream.clone_htod(&pattern(rank, n, seed, make))?;
+            let out = if in_place {
+                comm.all_reduce_in_place(&mut x, &ReduceOp::Sum)
+                    .map_err(|e| failure(rank, what, e))?;
+                x
+            } else {
+                let mut y = stream.alloc_zeros::<T>(n)?;
+                all_reduce(comm, &x, &mut y).map_err(|e| failure(rank, what, e))?;
+                y
+            };
+            settle(comm)?;
+            Ok(stream.clone_dtoh(&out)?.into_iter().map(back).collect())
+        }
+
         pub fn rank_main(
             args: &Args,
             rank: usize,
@@ -181,40 +211,14 @@ macro_rules! rank_main {
             let mut calls = 0;
             for n in [1usize, 7, 1000, 4096, 65_536, 1 << 20, (4 << 20) + 3] {
                 for in_place in [false, true] {
-                    for f32_too in [false, true] {
-                        let seed = calls as u32;
-                        let what = format!("{n} elements, in place {in_place}, f32 {f32_too}");
-                        let got: Vec<f32> = if f32_too {
-                            let mut x = stream.clone_htod(&pattern(rank, n, seed, |v| v))?;
-                            let mut y = stream.alloc_zeros::<f32>(n)?;
-                            if in_place {
-                                comm.all_reduce_in_place(&mut x, &ReduceOp::Sum)
-                                    .map_err(|e| failure(rank, &what, e))?;
-                                settle(&comm)?;
-                                stream.clone_dtoh(&x)?
-                            } else {
-                                all_reduce(&comm, &x, &mut y).map_err(|e| failure(rank, &what, e))?;
-                                settle(&comm)?;
-                                stream.clone_dtoh(&y)?
-                            }
-                        } else {
-                            let mut x = stream.clone_htod(&pattern(rank, n, seed, bf16::from_f32))?;
-                            let mut y = stream.alloc_zeros::<bf16>(n)?;
-                            let out = if in_place {
-                                comm.all_reduce_in_place(&mut x, &ReduceOp::Sum)
-                                    .map_err(|e| failure(rank, &what, e))?;
-                                settle(&comm)?;
-                                stream.clone_dtoh(&x)?
-                            } else {
-                                all_reduce(&comm, &x, &mut y).map_err(|e| failure(rank, &what, e))?;
-                                settle(&comm)?;
-                                stream.clone_dtoh(&y)?
-                            };
-                            out.iter().map(|v| v.to_f32()).collect()
-                        };
-                        check(&got, world, seed, &what).with_context(|| format!("rank {rank}"))?;
-                        calls += 1;
-                    }
+                    let seed = calls as u32;
+                    let what = format!("{n} bf16, in place {in_place}");
+                    let got = one_call(&comm, rank, n, in_place, seed, &what, bf16::from_f32, bf16::to_f32)?;
+                    check(&got, world, seed, &what).with_context(|| format!("rank {rank}"))?;
+                    let what = format!("{n} f32, in place {in_place}");
+                    let got = one_call(&comm, rank, n, in_place, seed + 1, &what, |v| v, |v| v)?;
+                    check(&got, world, seed + 1, &what).with_context(|| format!("rank {rank}"))?;
+                    calls += 2;
                 }
             }
 
@@ -348,44 +352,6 @@ mod with_cudarc {
     }
 
     rank_main!();
-}
-
-/// Rank `rank`'s element `i` of call `seed`: a small integer, so every
-/// partial sum is exact in bf16.
-fn value(rank: usize, i: usize, seed: u32) -> f32 {
-    ((i as u32)
-        .wrapping_mul(7)
-        .wrapping_add(seed.wrapping_mul(3).wrapping_add(rank as u32 * 5))
-        % 9) as f32
-        - 4.0
-}
-
-fn pattern<T>(rank: usize, n: usize, seed: u32, make: impl Fn(f32) -> T) -> Vec<T> {
-    (0..n).map(|i| make(value(rank, i, seed))).collect()
-}
-
-fn check(got: &[f32], world: usize, seed: u32, what: &str) -> Result<()> {
-    for (i, &g) in got.iter().enumerate() {
-        let want: f32 = (0..world).map(|r| value(r, i, seed)).sum();
-        ensure!(g == want, "{what}: element {i}: got {g}, want {want}");
-    }
-    Ok(())
-}
-
-/// Median, p99 and max of the per-all-reduce graph times.
-fn quantiles(mut us: Vec<f64>) -> String {
-    if us.is_empty() {
-        return "no graph replays".into();
-    }
-    us.sort_by(f64::total_cmp);
-    let at = |q: f64| us[((us.len() as f64 - 1.0) * q).round() as usize];
-    format!(
-        "graph time per all-reduce median {:.2} us, p99 {:.2} us, max {:.2} us over {} replays",
-        at(0.5),
-        at(0.99),
-        at(1.0),
-        us.len()
-    )
 }
 
 fn to_hex(bytes: &[c_char; 128]) -> String {

@@ -32,6 +32,7 @@ use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptu
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
 use intranode::nccl::result::NcclError;
+use intranode_examples::exact;
 
 #[derive(Parser, Debug)]
 #[command(about = "one process, a thread per GPU: Comm::from_devices, graph-captured all-reduces")]
@@ -275,21 +276,12 @@ fn run_rank<C: TpComm>(args: &Args, comm: C) -> Result<String> {
         per_call_us.push(f64::from(start.elapsed_ms(&end)?) * 1000.0 / calls as f64);
     }
     comm.check()?;
-    per_call_us.sort_by(f64::total_cmp);
-    let at = |q: f64| {
-        per_call_us
-            .get(((per_call_us.len() as f64 - 1.0) * q).round() as usize)
-            .copied()
-            .unwrap_or(f64::NAN)
-    };
     Ok(format!(
-        "05_from_devices rank {rank}/{world} ({:?}): warm-up {} + {} replays of {calls} in-place bf16 all-reduces of {n} checked exact; graph time per all-reduce median {:.2} us, p99 {:.2} us, max {:.2} us (the uploads and checks run between replays)",
+        "05_from_devices rank {rank}/{world} ({:?}): warm-up {} + {} replays of {calls} in-place bf16 all-reduces of {n} checked exact; {} (the uploads and checks run between replays)",
         args.backend,
         args.eager,
         args.replays,
-        at(0.5),
-        at(0.99),
-        at(1.0),
+        exact::quantiles(per_call_us),
     ))
 }
 
@@ -297,28 +289,13 @@ fn seed(replay: usize, j: usize) -> u32 {
     (replay * 1000 + j + 1) as u32
 }
 
-/// Small integers: every partial sum is exact in bf16.
-fn value(rank: usize, i: usize, seed: u32) -> f32 {
-    ((i as u32)
-        .wrapping_mul(7)
-        .wrapping_add(seed * 3 + rank as u32 * 5)
-        % 9) as f32
-        - 4.0
-}
-
+/// Rank `rank`'s bf16 input of call `seed`.
 fn pattern(rank: usize, n: usize, seed: u32) -> Vec<bf16> {
-    (0..n)
-        .map(|i| bf16::from_f32(value(rank, i, seed)))
-        .collect()
+    exact::pattern(rank, n, seed, bf16::from_f32)
 }
 
+/// Checks a bf16 result against the sum over `world` ranks.
 fn check(got: &[bf16], world: usize, seed: u32, what: &str) -> Result<()> {
-    for (i, g) in got.iter().enumerate() {
-        let want: f32 = (0..world).map(|r| value(r, i, seed)).sum();
-        ensure!(
-            g.to_f32() == want,
-            "{what}: element {i}: got {g}, want {want}"
-        );
-    }
-    Ok(())
+    let got: Vec<f32> = got.iter().map(|v| v.to_f32()).collect();
+    exact::check(&got, world, seed, what)
 }

@@ -1,8 +1,10 @@
 //! What the numbered examples share, kept apart so that the CPU tests
 //! cover it: [`mlp`], the small model of `01_data_parallel`, with its
-//! synthetic data, forward and backward passes on the host; and
+//! synthetic data, forward and backward passes on the host; [`exact`],
+//! the inputs and element checks of 04 and 05; and
 //! [`init_logging`], the log output every example installs.
 
+pub mod exact;
 pub mod mlp;
 
 use tracing_subscriber::EnvFilter;
