@@ -1,0 +1,17 @@
+#!/bin/bash
+# 1 H200, main at e1e72e4 (examples 04/05 on shared checks): 04_from_rank
+# at 4 ranks under MPS with its graph step, 05_from_devices at 4 ranks on
+# GPU 0, cudarc's defaults.
+set -u
+unpack() { mkdir -p $2; for f in $1/*.gz; do n=$(basename $f .gz); gzip -dc $f > $2/$n && chmod +x $2/$n; done; }
+unpack bundle2/new /tmp/new; unpack bundle2/ex /tmp/ex
+mkdir -p /tmp/l
+export INTRANODE_ALLOW_OVERLAPPING_DEVICES=1 NCCL_NVLS_ENABLE=0 INTRANODE_BARRIER_TIMEOUT_MS=5000
+go() { local tag=$1 to=$2; shift 2; local t0=$SECONDS
+  timeout $to "$@" > /tmp/l/$tag.log 2>&1; local rc=$?
+  pkill -f nvidia-cuda-mps >/dev/null 2>&1 && sleep 1
+  echo "$tag rc=$rc $((SECONDS-t0))s: $(grep -hE 'passed|checked|rror|got |never' /tmp/l/$tag.log | sed 's/\x1b\[[0-9;]*m//g' | head -5 | cut -c1-300)"; }
+{
+go fr4 160 /tmp/new/intranode-run --mps --timeout 150 --nproc-per-node 1 --gpus 0 -- /tmp/ex/04_from_rank --gpus 0,0,0,0 --steps 5 --replays 50
+go fd4 60 /tmp/ex/05_from_devices --gpus 0,0,0,0 --eager 20 --replays 50
+} 2>&1 | tee $OUT/summary.txt
