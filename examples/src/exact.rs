@@ -65,7 +65,10 @@ mod tests {
     #[test]
     fn quantiles_name_median_p99_and_max() {
         let line = quantiles(vec![3.0, 1.0, 2.0]);
-        assert!(line.contains("median 2.00 us") && line.contains("max 3.00 us"), "{line}");
+        assert!(
+            line.contains("median 2.00 us") && line.contains("max 3.00 us"),
+            "{line}"
+        );
         assert_eq!(quantiles(Vec::new()), "no timed replays");
     }
 }
