@@ -42,19 +42,14 @@ mod work;
 // intra-node communicator, symmetric memory and the rendezvous directly).
 // Without it, what only the suites use is unused.
 /// The all-reduce decision and the crossovers.
-#[cfg_attr(not(intranode_internals), allow(dead_code, unused_imports))]
 pub(crate) mod algo;
 /// The intra-node communicator and its collectives.
-#[cfg_attr(not(intranode_internals), allow(dead_code, unused_imports))]
 pub(crate) mod comm;
 /// The NCCL communicator built through the store.
-#[cfg_attr(not(intranode_internals), allow(dead_code, unused_imports))]
 pub(crate) mod nccl_comm;
 /// How the ranks meet and decide on the fast path.
-#[cfg_attr(not(intranode_internals), allow(dead_code, unused_imports))]
 pub(crate) mod rendezvous;
 /// Per-rank buffers every peer maps, and signal pads.
-#[cfg_attr(not(intranode_internals), allow(dead_code, unused_imports))]
 pub(crate) mod symm_mem;
 
 /// The crate's machinery and the hooks of its test suites and benchmark,

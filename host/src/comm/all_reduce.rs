@@ -16,13 +16,13 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
-use intranode_kernels_gpu::entries::{Barrier, Collective};
-use intranode_kernels_gpu::layout::{AllReduceParams, BarrierParams, MAX_BLOCKS, MAX_RANKS};
+use intranode_kernels_gpu::entries::Collective;
+use intranode_kernels_gpu::layout::{AllReduceParams, MAX_BLOCKS, MAX_RANKS};
 
 use super::{IntraNodeComm, Launch};
 use crate::algo::{
-    AllReduceAlgo, AllReduceCall, IntraPath, decide_all_reduce, lamport_max_message_bytes,
-    lamport_two_shot_max_message_bytes, push_max_message_bytes,
+    AllReduceAlgo, IntraPath, lamport_max_message_bytes, lamport_two_shot_max_message_bytes,
+    push_max_message_bytes,
 };
 use crate::config::{LamportShapes, LaunchShape, MAX_LAMPORT_BLOCKS, PushShape, PushUse};
 use crate::error::{Error, Result};
@@ -285,27 +285,6 @@ fn most_bytes(algo: AllReduceAlgo, world: usize) -> usize {
 }
 
 impl IntraNodeComm {
-    /// The decision for a call of `elems` elements of `elem` that names
-    /// `algo` (the entry points of this type that take an explicit
-    /// algorithm: tests and the benchmark): [`decide_all_reduce`] with
-    /// `algo` forced, so a Lamport form hands messages larger than its
-    /// buffers to its barrier twin. `Communicator` decides itself and
-    /// calls the `_decided` functions, which do not decide again.
-    pub fn resolve(&self, algo: AllReduceAlgo, elem: ElemType, elems: usize) -> AllReduceAlgo {
-        let call = AllReduceCall {
-            elem: Some(elem),
-            bytes: elems.saturating_mul(elem.bytes()),
-            world: self.world(),
-            intra: Some(self.intra_path()),
-            op_is_ours: true,
-            // Not consulted for a forced algorithm: this communicator has
-            // no NCCL of its own (`Communicator` holds it).
-            nccl_available: false,
-            forced: Some(algo),
-        };
-        decide_all_reduce(&call, &self.crossovers)
-    }
-
     /// This group's intra-node path, as [`decide_all_reduce`] sees it.
     pub(crate) fn intra_path(&self) -> IntraPath {
         IntraPath {
@@ -320,14 +299,6 @@ impl IntraNodeComm {
     /// a multiple of 16: the most one kernel launch reduces.
     pub fn half_buffer_bytes(&self) -> usize {
         (self.buffer_bytes / 2) & !15
-    }
-
-    /// Bytes of the symmetric buffer the configuration asked for
-    /// (`config::BUFFER_BYTES_ENV`), which every form but the push form
-    /// works in; the allocation (`symm().buffer_bytes()`) may be larger,
-    /// for the push form's rings (`config::PushShape::scratch_bytes`).
-    pub fn buffer_bytes(&self) -> usize {
-        self.buffer_bytes
     }
 
     /// Bytes a push launch in `shape` (a [`PushShape::for_use`] result)
@@ -365,25 +336,6 @@ impl IntraNodeComm {
         }
     }
 
-    /// `output = op(input of every rank)`, on `stream`, with `algo` as
-    /// [`resolve`](Self::resolve) decides it. `input` and `output` may be
-    /// the same buffer ([`all_reduce_in_place`]). Messages larger than
-    /// half the symmetric buffer run in one launch that walks them chunk
-    /// by chunk.
-    ///
-    /// [`all_reduce_in_place`]: Self::all_reduce_in_place
-    pub fn all_reduce<T: DType>(
-        &self,
-        input: &impl DevicePtr<T>,
-        output: &mut impl DevicePtrMut<T>,
-        op: ReduceOp,
-        algo: AllReduceAlgo,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Work> {
-        let algo = self.resolve(algo, T::ELEM, input.len());
-        self.all_reduce_decided(input, output, op, algo, stream)
-    }
-
     /// [`all_reduce`](Self::all_reduce) with `algo` as decided
     /// (`Communicator` decides once, through [`decide_all_reduce`]).
     pub(crate) fn all_reduce_decided<T: DType>(
@@ -413,19 +365,6 @@ impl IntraNodeComm {
             // `stream` (NOTE [capture and event tracking] in `tracked.rs`).
             |(i, o)| unsafe { self.all_reduce_raw(i, o, elems, T::ELEM, op, algo, stream) },
         )
-    }
-
-    /// In-place all-reduce of `buf` on `stream`, with `algo` as
-    /// [`resolve`](Self::resolve) decides it.
-    pub fn all_reduce_in_place<T: DType>(
-        &self,
-        buf: &mut impl DevicePtrMut<T>,
-        op: ReduceOp,
-        algo: AllReduceAlgo,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Work> {
-        let algo = self.resolve(algo, T::ELEM, buf.len());
-        self.all_reduce_in_place_decided(buf, op, algo, stream)
     }
 
     /// [`all_reduce_in_place`](Self::all_reduce_in_place) with `algo` as
@@ -584,7 +523,7 @@ impl IntraNodeComm {
     /// symmetric input in place (one-shot, two-shot) and `input` lies in a
     /// symmetric buffer the user allocated, 16-byte aligned (NOTE
     /// [symmetric input] in `kernels-gpu/src/all_reduce.rs`).
-    fn symmetric_input(
+    pub(super) fn symmetric_input(
         &self,
         algo: AllReduceAlgo,
         input: u64,
@@ -596,68 +535,6 @@ impl IntraNodeComm {
             }
             _ => None,
         }
-    }
-
-    /// Whether an all-reduce of `elems` elements of `elem` at `input` with
-    /// `algo` (as resolved) reads the peers' inputs in place.
-    pub fn reads_input_in_place(
-        &self,
-        algo: AllReduceAlgo,
-        input: u64,
-        elems: usize,
-        elem: ElemType,
-    ) -> bool {
-        let algo = self.resolve(algo, elem, elems);
-        self.symmetric_input(algo, input, elems.saturating_mul(elem.bytes()))
-            .is_some()
-    }
-
-    /// A GPU barrier among `ranks` (all ranks when `None`) on `stream`:
-    /// returns at once; the stream waits until every listed rank's stream
-    /// reached its barrier. A rank that never arrives turns into
-    /// [`Error::PeerTimeout`] on the next call, not a hung GPU.
-    pub fn barrier(&self, ranks: Option<&[usize]>, stream: &Arc<CudaStream>) -> Result<Work> {
-        self.health().check()?;
-        let mut mask = 0u32;
-        match ranks {
-            None => mask = (1u32 << self.world()) - 1,
-            Some(list) => {
-                for &r in list {
-                    if r >= self.world() {
-                        return Err(Error::InvalidArgument(format!(
-                            "barrier on rank {}: rank {r} is outside the world of {}",
-                            self.rank(),
-                            self.world()
-                        )));
-                    }
-                    mask |= 1 << r;
-                }
-                if mask & (1 << self.rank()) == 0 {
-                    return Err(Error::InvalidArgument(format!(
-                        "barrier on rank {}: the calling rank is not in {list:?}",
-                        self.rank()
-                    )));
-                }
-            }
-        }
-        let template = self.params_template();
-        let params = BarrierParams {
-            pads: template.pads,
-            rank_mask: mask,
-            rank: self.rank() as u32,
-            timeout_ns: template.timeout_ns,
-            error: template.error,
-            abort: template.abort,
-        };
-        let key = crate::kernels::present(Barrier::Barrier.key(), || "barrier".into())?;
-        let launch = Launch {
-            key,
-            grid: Grid::new(1, MAX_RANKS),
-            args: (params,),
-        };
-        // SAFETY: `barrier` takes one BarrierParams, one block of
-        // MAX_RANKS threads; the pads live as long as `self`.
-        unsafe { self.launch(Some(launch), stream) }
     }
 
     /// The parameters every launch shares: peers' buffers and pads, the

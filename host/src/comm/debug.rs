@@ -165,6 +165,7 @@ impl CallChecker {
     }
 
     /// Number of calls checked so far.
+    #[cfg(any(test, intranode_internals))]
     pub fn calls(&self) -> u64 {
         self.calls.load(Ordering::Relaxed)
     }

@@ -42,13 +42,6 @@ pub enum HcmUnavailable {
     BadRelay { rank: usize, relay: usize },
 }
 
-impl HcmPlan {
-    /// Ranks in this rank's group.
-    pub fn group_size(&self) -> usize {
-        self.group_mask.count_ones() as usize
-    }
-}
-
 /// The HCM plan of `rank`, if the group can run HCM:
 /// - on a [`Topology::HybridCubeMesh`], from its neighbour table (each
 ///   rank's three one-shot neighbours and itself must form a clique, as the
@@ -145,7 +138,7 @@ mod tests {
         let world = plans.len();
         for (r, p) in plans.iter().enumerate() {
             assert!(p.group_mask & (1 << r) != 0, "rank {r} in its own group");
-            assert_eq!(p.group_size() * 2, world);
+            assert_eq!(p.group_mask.count_ones() as usize * 2, world);
             for (m, q) in plans.iter().enumerate() {
                 if p.group_mask & (1 << m) != 0 {
                     assert_eq!(q.group_mask, p.group_mask, "{r} and {m}");

@@ -12,6 +12,8 @@ pub mod hcm;
 pub mod probe;
 pub mod residency;
 pub mod scatter_gather;
+#[cfg(intranode_internals)]
+mod suite;
 pub(crate) mod tracked;
 
 pub use crate::health::HostErrorWord;
@@ -23,10 +25,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use cudarc::driver::{CudaContext, CudaStream};
 use intranode_store::{Store, StoreExchange};
 
-use crate::error::{DriverContext, Error, Result};
+use crate::error::{Error, Result};
 use crate::kernels::{Grid, KernelArgs, KernelKey, KernelModule};
 use crate::symm_mem::SymmetricMemory;
-use crate::topology::{MAX_DEVICES, NvlMesh, Topology};
+use crate::topology::{MAX_DEVICES, Topology};
 use all_reduce::LamportLaunch;
 
 /// One launch of a collective of ours, decided: the kernel (typed by the
@@ -52,7 +54,9 @@ pub struct IntraNodeComm {
     pub(crate) world: usize,
     pub(crate) device: usize,
     pub(crate) topology: Topology,
-    pub(crate) mesh: NvlMesh,
+    /// Read only by the suites (the mesh's class is `topology`).
+    #[cfg(intranode_internals)]
+    pub(crate) mesh: crate::topology::NvlMesh,
     pub(crate) hcm_neighbors: Option<[[usize; 4]; MAX_DEVICES]>,
     /// This rank's part in HCM, or why the group cannot run it.
     pub(crate) hcm_plan: std::result::Result<hcm::HcmPlan, hcm::HcmUnavailable>,
@@ -117,26 +121,9 @@ impl IntraNodeComm {
         self.world
     }
 
-    /// CUDA ordinal of this rank's device (in this process).
-    pub fn device(&self) -> usize {
-        self.device
-    }
-
     /// How the ranks' GPUs are connected.
     pub fn topology(&self) -> Topology {
         self.topology
-    }
-
-    /// The NVLink mesh between the ranks (index = rank; pairs on one GPU
-    /// count as linked).
-    pub fn mesh(&self) -> &NvlMesh {
-        &self.mesh
-    }
-
-    /// The hybrid-cube-mesh neighbour table, for
-    /// [`Topology::HybridCubeMesh`] (see [`crate::topology::hcm_neighbors`]).
-    pub fn hcm_neighbors(&self) -> Option<&[[usize; 4]; MAX_DEVICES]> {
-        self.hcm_neighbors.as_ref()
     }
 
     /// This rank's part in the hybrid-cube-mesh all-reduce, or why the
@@ -153,22 +140,6 @@ impl IntraNodeComm {
     /// The kernels, loaded in this rank's context.
     pub fn kernels(&self) -> &KernelModule {
         &self.kernels
-    }
-
-    /// This rank's context.
-    pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
-    }
-
-    /// The store the group met through.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
-    }
-
-    /// How many collectives this communicator has run (seed
-    /// `getIntraNodeCommUsageCounter`).
-    pub fn usage_counter(&self) -> u64 {
-        self.usage_counter.load(Ordering::Relaxed)
     }
 
     /// Where this communicator's kernels report failed waits.
@@ -328,18 +299,6 @@ impl IntraNodeComm {
         f(&*self.store, &mut exchange)
     }
 
-    /// A host-side barrier of all ranks through the store (not ordered
-    /// with GPU work: synchronize first where that matters).
-    pub fn store_barrier(&self) -> Result<()> {
-        let (rank, world) = (self.rank, self.world);
-        self.with_exchange(|store, exchange| exchange.barrier(store, rank, world))
-            .map_err(|source| Error::Store {
-                op: "barrier",
-                rank,
-                source,
-            })
-    }
-
     /// Allocates `len` elements of `T` that every peer maps (collective:
     /// every rank calls it with the same `len`, in the same order), for
     /// work on `stream`. See [`crate::symmetric`].
@@ -370,12 +329,5 @@ impl IntraNodeComm {
             stream.clone(),
             self.user_buffers.clone(),
         )
-    }
-
-    /// Waits for all work in this rank's context (host side).
-    pub fn synchronize(&self) -> Result<()> {
-        self.ctx
-            .synchronize()
-            .ctx("cuCtxSynchronize", Some(self.device))
     }
 }

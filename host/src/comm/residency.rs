@@ -41,6 +41,7 @@ pub struct Residency {
 
 impl Residency {
     /// A GPU of `sms` SMs for every rank alone.
+    #[cfg(test)]
     pub fn dedicated(sms: usize) -> Self {
         Residency {
             sms: sms.max(1),

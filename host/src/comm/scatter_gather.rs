@@ -53,6 +53,7 @@ pub enum ScatterGatherForm {
 }
 
 impl ScatterGatherForm {
+    #[cfg(intranode_internals)]
     pub const fn name(self) -> &'static str {
         match self {
             ScatterGatherForm::Lamport => "lamport",
@@ -139,22 +140,6 @@ impl IntraNodeComm {
             // buffers.
             |(i, o)| unsafe { self.scatter_gather_raw(what, form, i, o, shard, elem, op, stream) },
         )
-    }
-
-    /// The form a call of `shard` elements of `elem` per rank takes: the
-    /// push form from `Crossovers::scatter_gather_push_min_bytes` (the
-    /// whole buffer, every shard) where its rings fit the buffer, else the
-    /// Lamport form.
-    pub fn scatter_gather_form(
-        &self,
-        what: ScatterGather,
-        shard: usize,
-        elem: ElemType,
-    ) -> ScatterGatherForm {
-        match self.sg_auto_push_launch(what, shard, elem) {
-            Some(_) => ScatterGatherForm::Push,
-            None => ScatterGatherForm::Lamport,
-        }
     }
 
     /// The push form's launch where auto takes the push form

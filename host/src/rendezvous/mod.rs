@@ -25,13 +25,14 @@ mod tests;
 mod validate;
 
 pub use request::{
-    PROTOCOL_VERSION, RendezvousRequest, debug_level_mismatch, exchange_requests, hostname,
-    push_shape_mismatch,
+    RendezvousRequest, debug_level_mismatch, exchange_requests, push_shape_mismatch,
 };
-pub use validate::{
-    BUFFER_GRANULARITY_BYTES, MAX_WORLD, MIN_WORLD, Unsupported, ValidatedGroup, residency,
-    validate,
-};
+pub use validate::{Unsupported, ValidatedGroup, validate};
+// What the suites check the rendezvous against.
+#[cfg(intranode_internals)]
+pub use request::{PROTOCOL_VERSION, hostname};
+#[cfg(intranode_internals)]
+pub use validate::{BUFFER_GRANULARITY_BYTES, MAX_WORLD, MIN_WORLD, residency};
 
 use std::ffi::CString;
 use std::sync::Arc;
@@ -61,6 +62,7 @@ impl IntraNodeComm {
     /// the device of `ctx`, meeting the others through `store`. Every rank
     /// of the group must call it (with the same `world`, in the same order
     /// relative to its other communicators). See the docs of this module (`rendezvous`).
+    #[cfg(intranode_internals)]
     pub fn rendezvous(
         ctx: &Arc<CudaContext>,
         store: Arc<dyn Store>,
@@ -68,7 +70,15 @@ impl IntraNodeComm {
         world: usize,
         config: &CommConfig,
     ) -> Result<IntraNodeComm, RendezvousError> {
-        crate::rendezvous::run(ctx, store, rank, world, config)
+        run_scoped(
+            ctx,
+            store,
+            rank,
+            world,
+            config,
+            &mut SetupTimes::default(),
+            None,
+        )
     }
 }
 
@@ -172,37 +182,14 @@ fn nvml_mesh(requests: &[RendezvousRequest]) -> NvlMesh {
     }
 }
 
-/// Builds the communicator of `rank` in a group of `world` ranks on
-/// the device of `ctx`, meeting the others through `store`. Every rank
-/// of the group must call it (with the same `world`, in the same order
-/// relative to its other communicators).
-pub fn run(
-    ctx: &Arc<CudaContext>,
-    store: Arc<dyn Store>,
-    rank: usize,
-    world: usize,
-    config: &CommConfig,
-) -> Result<IntraNodeComm, RendezvousError> {
-    run_timed(ctx, store, rank, world, config, &mut SetupTimes::default())
-}
-
-/// [`run`], recording the time of each step in `times` (the phases of
-/// `Communicator::setup_times`; a step's all-gather includes the wait for
-/// the slowest rank).
-pub fn run_timed(
-    ctx: &Arc<CudaContext>,
-    store: Arc<dyn Store>,
-    rank: usize,
-    world: usize,
-    config: &CommConfig,
-    times: &mut SetupTimes,
-) -> Result<IntraNodeComm, RendezvousError> {
-    run_scoped(ctx, store, rank, world, config, times, None)
-}
-
-/// [`run_timed`] with the number of its store keys given (`Some`: a store
-/// of this group alone, where every rank uses the same number) or drawn
-/// from this process's count (`None`).
+/// Builds the communicator of `rank` in a group of `world` ranks on the
+/// device of `ctx`, meeting the others through `store` (every rank of the
+/// group calls it, with the same `world`, in the same order relative to
+/// its other communicators), recording the time of each step in `times`
+/// (the phases of `Communicator::setup_times`; a step's all-gather
+/// includes the wait for the slowest rank). `key_instance` is the number
+/// of its store keys (`Some`: a store of this group alone, where every
+/// rank uses the same number) or drawn from this process's count (`None`).
 pub(crate) fn run_scoped(
     ctx: &Arc<CudaContext>,
     store: Arc<dyn Store>,
@@ -374,6 +361,7 @@ pub(crate) fn run_scoped(
         world,
         device,
         topology: group.topology,
+        #[cfg(intranode_internals)]
         mesh: group.mesh,
         hcm_neighbors: group.hcm_neighbors,
         hcm_plan: crate::comm::hcm::hcm_plan(

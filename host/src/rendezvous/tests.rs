@@ -1,12 +1,14 @@
 //! CPU tests of the request exchange and of [`validate`], on synthetic
 //! requests.
 
-use super::request::first_failed_request;
+use super::request::{PROTOCOL_VERSION, first_failed_request, hostname};
+use super::validate::residency;
 use super::*;
 use crate::comm::residency::Residency;
+use crate::config::DEFAULT_BUFFER_BYTES;
 use crate::config::*;
 use crate::error::Error;
-use crate::symm_mem::{Backend, DEFAULT_BUFFER_BYTES};
+use crate::symm_mem::Backend;
 use crate::topology::{MAX_DEVICES, NvlMesh, Topology};
 
 fn req(rank: usize, world: usize, bus: u32) -> RendezvousRequest {

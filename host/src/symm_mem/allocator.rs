@@ -1,19 +1,17 @@
 //! The allocator: block layout, the backend choice, this rank's block
 //! (phase 1 of the rendezvous) and the per-backend types that own the
-//! blocks (`vmm`, `cuda_ipc`); device memory for the pointer tables; the
-//! policy for errors met while releasing any of them (NOTE [drop errors] in
+//! blocks (`vmm`, `cuda_ipc`); the policy for errors met while releasing any of them (NOTE [drop errors] in
 //! `error.rs`).
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, result, sys};
+use cudarc::driver::CudaContext;
 use intranode_store::Store;
 use serde::{Deserialize, Serialize};
 
-pub(super) use super::block::DeviceAlloc;
-pub use super::block::{BlockLayout, SIGNAL_PAD_ALIGN, SIGNAL_PAD_BYTES, round_up};
+pub use super::block::BlockLayout;
 use super::{cuda_ipc, vmm};
-pub use crate::config::{Backend, DEFAULT_BUFFER_BYTES};
+pub use crate::config::Backend;
 use crate::error::{DriverContext, Error, Result};
 use intranode_ipc::IpcChannel;
 
@@ -99,29 +97,11 @@ pub(super) fn allocate_local(
     Ok((block, info, channel))
 }
 
-/// Whether `device` (a CUDA ordinal) supports multicast objects
-/// (`CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED`). Reads the attribute and
-/// nothing more: this library never creates multicast objects.
-pub fn device_has_multicast_support(device: usize) -> Result<bool> {
-    crate::gpu::require_devices(device + 1)?;
-    let ordinal = i32::try_from(device)
-        .map_err(|_| Error::InvalidArgument(format!("device {device} out of range")))?;
-    result::init().ctx("cuInit", Some(device))?;
-    let dev = result::device::get(ordinal).ctx("cuDeviceGet", Some(device))?;
-    // SAFETY: the driver is initialised and `dev` is a valid device handle.
-    let value = unsafe {
-        result::device::get_attribute(
-            dev,
-            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED,
-        )
-    }
-    .ctx("cuDeviceGetAttribute(MULTICAST_SUPPORTED)", Some(device))?;
-    Ok(value != 0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::DEFAULT_BUFFER_BYTES;
+    use crate::symm_mem::block::{SIGNAL_PAD_ALIGN, SIGNAL_PAD_BYTES, round_up};
 
     #[test]
     fn round_up_math() {
@@ -194,16 +174,5 @@ mod tests {
         for b in [Backend::Vmm, Backend::CudaIpc] {
             assert_eq!(Backend::parse(b.as_str()), Some(b));
         }
-    }
-
-    #[test]
-    fn no_gpu_gives_an_error_not_a_panic() {
-        if crate::gpu::driver_available() {
-            return;
-        }
-        assert!(matches!(
-            device_has_multicast_support(0),
-            Err(Error::NoDriver)
-        ));
     }
 }

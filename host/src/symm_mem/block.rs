@@ -48,6 +48,7 @@ pub struct BlockLayout {
 impl BlockLayout {
     /// The layout for a buffer of `buffer_bytes` and a pad of
     /// [`SIGNAL_PAD_BYTES`], allocated in multiples of `granularity`.
+    #[cfg(test)]
     pub fn new(buffer_bytes: usize, granularity: usize) -> Result<Self> {
         Self::with_signal_pad(buffer_bytes, SIGNAL_PAD_BYTES, granularity)
     }

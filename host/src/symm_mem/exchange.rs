@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cudarc::driver::{CudaContext, result};
+use cudarc::driver::CudaContext;
 use intranode_store::{Store, StoreExchange};
 
-use super::allocator::{self, Backend, Blocks, DeviceAlloc, LocalBlock, LocalInfo};
+use super::allocator::{self, Backend, Blocks, LocalBlock, LocalInfo};
 use super::{SymmetricMemory, cuda_ipc, vmm};
-use crate::error::{DriverContext, Error, Result};
+use crate::error::{Error, Result};
 use intranode_ipc::IpcChannel;
 
 /// The first rank whose entry is an error, with its text.
@@ -59,7 +59,7 @@ impl SymmetricMemory {
             rank,
             world,
             buffer_bytes,
-            allocator::SIGNAL_PAD_BYTES,
+            super::block::SIGNAL_PAD_BYTES,
             backend,
         )
     }
@@ -158,8 +158,7 @@ impl SymmetricMemory {
             }
         }
 
-        // Phase 2: import and map the peers' blocks; publish the pointer
-        // tables on the device.
+        // Phase 2: import and map the peers' blocks.
         let mapped = Self::map_peers(ctx, local_block, channel, &infos, rank, world);
         let outcome = match &mapped {
             Ok(_) => Ok(()),
@@ -168,7 +167,7 @@ impl SymmetricMemory {
         let outcomes: Vec<std::result::Result<(), String>> = exchange
             .all_gather(store, rank, world, &outcome)
             .map_err(store_err("all-gather of symmetric-memory mappings"))?;
-        let (blocks, buffer_ptrs_dev, signal_pad_ptrs_dev, buffer_ptrs, signal_pad_ptrs) = mapped?;
+        let (blocks, buffer_ptrs, signal_pad_ptrs) = mapped?;
         if let Some((r, reason)) = first_failure(&outcomes) {
             return Err(Error::PeerFailed {
                 rank: r,
@@ -189,14 +188,12 @@ impl SymmetricMemory {
             layout: own_info.layout,
             buffer_ptrs,
             signal_pad_ptrs,
-            buffer_ptrs_dev,
-            signal_pad_ptrs_dev,
             blocks,
         })
     }
 
-    /// Phase 2: the peers' blocks, our own, and the device pointer tables.
-    #[allow(clippy::type_complexity)]
+    /// Phase 2: the peers' blocks and our own, with every rank's buffer
+    /// and signal-pad address in this process.
     fn map_peers(
         ctx: &Arc<CudaContext>,
         local: LocalBlock,
@@ -204,7 +201,7 @@ impl SymmetricMemory {
         infos: &[LocalInfo],
         rank: usize,
         world: usize,
-    ) -> Result<(Blocks, DeviceAlloc, DeviceAlloc, Vec<u64>, Vec<u64>)> {
+    ) -> Result<(Blocks, Vec<u64>, Vec<u64>)> {
         let device = ctx.ordinal();
         crate::error::bind(ctx, Some(device))?;
         let layout = infos[rank].layout;
@@ -244,27 +241,7 @@ impl SymmetricMemory {
             .iter()
             .map(|&b| b + layout.signal_pad_offset as u64)
             .collect();
-        let table_bytes = world * std::mem::size_of::<u64>();
-        let buffer_ptrs_dev = DeviceAlloc::new(ctx, table_bytes)?;
-        let signal_pad_ptrs_dev = DeviceAlloc::new(ctx, table_bytes)?;
-        // SAFETY: both allocations hold `world` u64s, the sources have
-        // `world` elements, and the context is current.
-        unsafe {
-            result::memcpy_htod_sync(buffer_ptrs_dev.ptr, &buffer_ptrs)
-                .ctx("cuMemcpyHtoD", Some(device))?;
-            result::memcpy_htod_sync(signal_pad_ptrs_dev.ptr, &signal_pad_ptrs)
-                .ctx("cuMemcpyHtoD", Some(device))?;
-        }
-        // A copy from pageable memory may return before the data has
-        // landed; make the tables visible to any stream before we return.
-        ctx.synchronize().ctx("cuCtxSynchronize", Some(device))?;
-        Ok((
-            blocks,
-            buffer_ptrs_dev,
-            signal_pad_ptrs_dev,
-            buffer_ptrs,
-            signal_pad_ptrs,
-        ))
+        Ok((blocks, buffer_ptrs, signal_pad_ptrs))
     }
 }
 

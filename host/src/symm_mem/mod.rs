@@ -3,9 +3,7 @@
 //! `CUDASymmetricMemory`).
 //!
 //! Main types: [`SymmetricMemory`] (the handle: per-rank buffer and
-//! signal-pad addresses, device-side pointer tables, [`SymmetricMemory::get_buffer`]),
-//! [`BufferView`] (a typed, bounds-checked view of one rank's buffer),
-//! [`Backend`] (how blocks travel between processes) and [`BlockLayout`]
+//! signal-pad addresses), [`Backend`] (how blocks travel between processes) and [`BlockLayout`]
 //! (where buffer and signal pad sit in a block).
 //!
 //! # Blocks
@@ -39,13 +37,13 @@
 //!
 //! # Multicast
 //!
-//! [`device_has_multicast_support`] only reads the device attribute. This
-//! library never creates multicast objects (docs/DESIGN.md section 3).
+//! This library never creates multicast objects (docs/DESIGN.md section 3).
 //!
 //! # Files
 //!
 //! `handle.rs` the handle ([`SymmetricMemory`]'s pointers, accessors and
-//! teardown, [`BufferView`]); `allocator.rs` the layout, the backend
+//! teardown); `suite.rs` what only the project's suites check it through
+//! (typed views of a rank's buffer and their bounds); `allocator.rs` the layout, the backend
 //! choice, this rank's block and the types that own blocks, and the policy
 //! for errors on `Drop` (NOTE [drop errors] in `error.rs`); `vmm.rs` and `cuda_ipc.rs`
 //! the two backends; `exchange.rs` the rendezvous between ranks (handles
@@ -58,8 +56,10 @@ mod exchange;
 mod handle;
 mod vmm;
 
-pub use allocator::{
-    Backend, BlockLayout, DEFAULT_BUFFER_BYTES, SIGNAL_PAD_ALIGN, SIGNAL_PAD_BYTES,
-    device_has_multicast_support, round_up,
-};
-pub use handle::{BufferView, SymmetricMemory, check_view_bounds};
+#[cfg(intranode_internals)]
+mod suite;
+
+pub use allocator::Backend;
+pub use handle::SymmetricMemory;
+#[cfg(intranode_internals)]
+pub use suite::{BufferView, check_view_bounds};

@@ -12,8 +12,8 @@
 //!
 //! Each rank builds an `IntraNodeComm`, then checks:
 //!
-//! 1. the pointer tables (host and device copies agree, pads sit at the
-//!    layout's offset, every block has its own address);
+//! 1. the pointer tables (pads sit at the layout's offset, every block has
+//!    its own address);
 //! 2. every peer's block reads back as zeros (signal pad included) before
 //!    anyone writes;
 //! 3. for each round: every rank fills its own buffer with a pattern
@@ -42,7 +42,7 @@ use intranode::config::CommConfig;
 use intranode::dist_env::DistEnv;
 use intranode::internals::comm::IntraNodeComm;
 use intranode::internals::rendezvous::RendezvousError;
-use intranode::internals::symm_mem::{self, Backend};
+use intranode::internals::symm_mem::Backend;
 use intranode::{Error, gpu};
 use intranode_store::Store;
 use intranode_tests::{first_difference, open_fd_count, pattern};
@@ -123,7 +123,6 @@ fn try_main() -> Result<ExitCode> {
         }
         Err(e) => return Err(e).context("IntraNodeComm::rendezvous"),
     };
-    let multicast = symm_mem::device_has_multicast_support(device)?;
     check_tables(&comm)?;
     check_initially_zero(&comm)?;
     for round in 0..args.rounds {
@@ -131,8 +130,7 @@ fn try_main() -> Result<ExitCode> {
     }
     check_views(&comm)?;
     let summary = format!(
-        "{who} ok: backend {}, topology {:?}, {} peers x {} bytes verified in {} rounds, device {device}, \
-         multicast supported {multicast}",
+        "{who} ok: backend {}, topology {:?}, {} peers x {} bytes verified in {} rounds, device {device}",
         comm.symm().backend(),
         comm.topology(),
         world,
@@ -185,13 +183,6 @@ fn write_device(ctx: &CudaContext, dst: u64, data: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn u64s_from_bytes(bytes: &[u8]) -> Vec<u64> {
-    bytes
-        .chunks_exact(8)
-        .map(|c| u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-        .collect()
-}
-
 /// Check 1: the pointer tables.
 fn check_tables(comm: &IntraNodeComm) -> Result<()> {
     let symm = comm.symm();
@@ -234,17 +225,6 @@ fn check_tables(comm: &IntraNodeComm) -> Result<()> {
             );
         }
     }
-    let ctx = comm.context();
-    let dev_buffers = u64s_from_bytes(&read_device(ctx, symm.buffer_ptrs_dev(), world * 8)?);
-    let dev_pads = u64s_from_bytes(&read_device(ctx, symm.signal_pad_ptrs_dev(), world * 8)?);
-    ensure!(
-        dev_buffers == buffers,
-        "device buffer table {dev_buffers:x?} != host {buffers:x?}"
-    );
-    ensure!(
-        dev_pads == pads,
-        "device pad table {dev_pads:x?} != host {pads:x?}"
-    );
     Ok(())
 }
 
@@ -466,12 +446,5 @@ mod tests {
         assert!(args(&["--backend"]).is_err());
         assert!(args(&["--rounds", "x"]).is_err());
         assert!(args(&["--frobnicate"]).is_err());
-    }
-
-    #[test]
-    fn u64_tables() {
-        let v = [1u64, 0xdead_beef_0000_0001];
-        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_ne_bytes()).collect();
-        assert_eq!(u64s_from_bytes(&bytes), v);
     }
 }
