@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::CudaStream;
 use intranode_kernels_gpu::entries::Collective;
 use intranode_kernels_gpu::layout::{AllReduceParams, MAX_BLOCKS, MAX_RANKS};
 
@@ -27,7 +27,7 @@ use crate::algo::{
 use crate::config::{LamportShapes, LaunchShape, MAX_LAMPORT_BLOCKS, PushShape, PushUse};
 use crate::error::{Error, Result};
 use crate::kernels::{Grid, KernelKey};
-use crate::types::{DType, ElemType};
+use crate::types::ElemType;
 use crate::work::Work;
 
 pub use crate::types::ReduceOp;
@@ -291,7 +291,7 @@ impl IntraNodeComm {
             topology: self.topology,
             buffer_bytes: self.buffer_bytes,
             hcm_runnable: self.hcm_plan.is_ok(),
-            push_runnable: self.push_launch_for(PushUse::AllReduce, 1).is_some(),
+            push_runnable: self.push_runnable,
         }
     }
 
@@ -334,55 +334,6 @@ impl IntraNodeComm {
                 push_launch_rings(&shape, vecs, self.world(), ring_bytes, 1)
             }
         }
-    }
-
-    /// [`all_reduce`](Self::all_reduce) with `algo` as decided
-    /// (`Communicator` decides once, through [`decide_all_reduce`]).
-    pub(crate) fn all_reduce_decided<T: DType>(
-        &self,
-        input: &impl DevicePtr<T>,
-        output: &mut impl DevicePtrMut<T>,
-        op: ReduceOp,
-        algo: AllReduceAlgo,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Work> {
-        let elems = input.len();
-        if output.len() != elems {
-            return Err(Error::InvalidArgument(format!(
-                "all_reduce on rank {}: input has {elems} elements, output {}",
-                self.rank(),
-                output.len()
-            )));
-        }
-        self.with_buffers(
-            stream,
-            |bufs| {
-                let i = bufs.input(input, "all-reduce input")?;
-                Ok((i, bufs.output(output, "all-reduce output")?))
-            },
-            // SAFETY: both pointers come from live device buffers of
-            // `elems` elements that the call's buffers keep ordered with
-            // `stream` (NOTE [capture and event tracking] in `tracked.rs`).
-            |(i, o)| unsafe { self.all_reduce_raw(i, o, elems, T::ELEM, op, algo, stream) },
-        )
-    }
-
-    /// [`all_reduce_in_place`](Self::all_reduce_in_place) with `algo` as
-    /// decided.
-    pub(crate) fn all_reduce_in_place_decided<T: DType>(
-        &self,
-        buf: &mut impl DevicePtrMut<T>,
-        op: ReduceOp,
-        algo: AllReduceAlgo,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Work> {
-        let elems = buf.len();
-        self.with_buffers(
-            stream,
-            |bufs| bufs.output(buf, "all-reduce buffer"),
-            // SAFETY: `ptr` is a live device buffer of `elems` elements.
-            |ptr| unsafe { self.all_reduce_raw(ptr, ptr, elems, T::ELEM, op, algo, stream) },
-        )
     }
 
     /// All-reduce over raw device addresses with `algo` as decided

@@ -94,6 +94,9 @@ pub struct IntraNodeComm {
     /// The symmetric buffers users allocated on this communicator
     /// (`crate::symmetric`), looked up by the collectives' inputs.
     pub(crate) user_buffers: Arc<crate::symmetric::SymmetricRegistry>,
+    /// Whether the push form can run an all-reduce here at all (a launch
+    /// for one vector exists), worked out once at the rendezvous.
+    pub(crate) push_runnable: bool,
 }
 
 impl fmt::Debug for IntraNodeComm {

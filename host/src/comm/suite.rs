@@ -196,4 +196,52 @@ impl IntraNodeComm {
             .synchronize()
             .ctx("cuCtxSynchronize", Some(self.device))
     }
+
+    /// [`all_reduce`](Self::all_reduce) with `algo` as resolved.
+    fn all_reduce_decided<T: DType>(
+        &self,
+        input: &impl DevicePtr<T>,
+        output: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+        algo: AllReduceAlgo,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Work> {
+        let elems = input.len();
+        if output.len() != elems {
+            return Err(Error::InvalidArgument(format!(
+                "all_reduce on rank {}: input has {elems} elements, output {}",
+                self.rank(),
+                output.len()
+            )));
+        }
+        self.with_buffers(
+            stream,
+            |bufs| {
+                let i = bufs.input(input, "all-reduce input")?;
+                Ok((i, bufs.output(output, "all-reduce output")?))
+            },
+            // SAFETY: both pointers come from live device buffers of
+            // `elems` elements that the call's buffers keep ordered with
+            // `stream` (NOTE [capture and event tracking] in `tracked.rs`).
+            |(i, o)| unsafe { self.all_reduce_raw(i, o, elems, T::ELEM, op, algo, stream) },
+        )
+    }
+
+    /// [`all_reduce_in_place`](Self::all_reduce_in_place) with `algo` as
+    /// decided.
+    fn all_reduce_in_place_decided<T: DType>(
+        &self,
+        buf: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+        algo: AllReduceAlgo,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Work> {
+        let elems = buf.len();
+        self.with_buffers(
+            stream,
+            |bufs| bufs.output(buf, "all-reduce buffer"),
+            // SAFETY: `ptr` is a live device buffer of `elems` elements.
+            |ptr| unsafe { self.all_reduce_raw(ptr, ptr, elems, T::ELEM, op, algo, stream) },
+        )
+    }
 }

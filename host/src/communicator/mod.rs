@@ -36,13 +36,13 @@
 //! norm, symmetric buffers, argument checks) is already in the modules
 //! below.)
 
+mod all_reduce;
 mod args;
 mod construct;
 mod group;
 mod layer;
 mod nccl_only;
 mod norm;
-mod retype;
 mod symmetric;
 
 pub use group::{Group, GroupInput, GroupOutput};
@@ -58,12 +58,12 @@ use cudarc::nccl::{Comm, NcclType, ReduceOp as NcclOp};
 use intranode_store::{Store, StoreExchange};
 
 use crate::algo::{
-    AllReduceAlgo, AllReduceCall, Crossovers, NormCall, NormPath, decide_all_reduce, decide_norm,
+    AllReduceAlgo, AllReduceCall, Crossovers, NormCall, NormPath, decide_norm,
     scatter_gather_uses_ours,
 };
 use crate::comm::IntraNodeComm;
 use crate::comm::broadcast::{BroadcastAlgo, select_broadcast_algo};
-use crate::comm::debug::{self, CallChecker, DebugLevel};
+use crate::comm::debug::{CallChecker, DebugLevel};
 use crate::comm::scatter_gather::ScatterGather;
 use crate::comm::tracked::{CallBuffers, CaptureSide};
 use crate::config::CommConfig;
@@ -73,11 +73,11 @@ use crate::nccl_comm::nccl_error;
 use crate::rendezvous::RendezvousError;
 use crate::setup_times::SetupTimes;
 use crate::topology::Topology;
+use crate::types::DType;
 use crate::types::ReduceOp;
-use crate::types::{DType, ElemType};
 use crate::work::Work;
+use all_reduce::elem_of;
 use intranode_kernels_gpu::layout::NormParams;
-use retype::{AsElem, AsElemMut, elem_of, nccl_type_name};
 
 /// The communicator of one rank: every collective of
 /// `cudarc::nccl::Comm`, with the same arguments, run by our NVLink kernels
@@ -423,238 +423,6 @@ impl Communicator {
         self.nccl.as_ref().map_err(String::as_str)
     }
 
-    /// The algorithm a call of `elems` elements of `T` with `op` would use
-    /// (NCCL for the types and ops only NCCL reduces).
-    pub fn algo_for<T: NcclType>(&self, elems: usize, op: &NcclOp) -> AllReduceAlgo {
-        self.decide::<T>(elems, op, self.forced)
-    }
-
-    /// The one decision of an all-reduce: [`decide_all_reduce`] for a call
-    /// of `elems` elements of `T` with `op`, `forced` as named by the
-    /// caller (`_with`) or the configuration. Every all-reduce of this
-    /// communicator decides here once and passes the decision down
-    /// (`IntraNodeComm::all_reduce_decided` does not decide again).
-    fn decide<T: NcclType>(
-        &self,
-        elems: usize,
-        op: &NcclOp,
-        forced: Option<AllReduceAlgo>,
-    ) -> AllReduceAlgo {
-        let call = AllReduceCall {
-            elem: elem_of::<T>(),
-            bytes: elems.saturating_mul(std::mem::size_of::<T>()),
-            world: self.world,
-            intra: self.intra.as_ref().map(IntraNodeComm::intra_path),
-            op_is_ours: ReduceOp::from_nccl(op).is_some(),
-            nccl_available: self.nccl.is_ok(),
-            forced,
-        };
-        decide_all_reduce(&call, &self.crossovers)
-    }
-
-    /// The decision for an explicit algorithm (the `_with` variants): the
-    /// rule of [`args::explicit_algo`], then [`Self::decide`] with `algo`
-    /// forced.
-    fn decide_with<T: NcclType>(
-        &self,
-        what: &str,
-        elems: usize,
-        op: &NcclOp,
-        algo: AllReduceAlgo,
-    ) -> Result<AllReduceAlgo> {
-        args::explicit_algo(
-            what,
-            self.rank,
-            algo,
-            match &self.intra {
-                Some(_) => Ok(()),
-                None => Err(self.intra_reason.as_deref().unwrap_or("unknown")),
-            },
-            ReduceOp::from_nccl(op).is_some(),
-            elem_of::<T>().map(|_| ()).ok_or(nccl_type_name::<T>()),
-        )?;
-        Ok(self.decide::<T>(elems, op, Some(algo)))
-    }
-
-    /// `recv = op(send of every rank)`, like `cudarc::nccl::Comm::all_reduce`:
-    /// every `NcclType`, on our kernels where [`Communicator::algo_for`]
-    /// says (bf16, f16 and f32 with sum, avg, min or max), else NCCL.
-    pub fn all_reduce<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
-        &self,
-        send: &S,
-        recv: &mut R,
-        op: &NcclOp,
-    ) -> Result<Work> {
-        let algo = self.algo_for::<T>(send.len(), op);
-        self.all_reduce_decided(send, recv, op, algo)
-    }
-
-    /// In-place all-reduce, like `cudarc::nccl::Comm::all_reduce_in_place`
-    /// (every `NcclType`; ours or NCCL's as for [`Communicator::all_reduce`]).
-    pub fn all_reduce_in_place<R: DevicePtrMut<T>, T: NcclType>(
-        &self,
-        buf: &mut R,
-        op: &NcclOp,
-    ) -> Result<Work> {
-        let algo = self.algo_for::<T>(buf.len(), op);
-        self.all_reduce_in_place_decided(buf, op, algo)
-    }
-
-    /// In-place all-reduce with an explicit algorithm (tests and the
-    /// benchmark): the algorithm named runs (a Lamport form hands messages
-    /// larger than its buffers to its barrier twin), or an error where
-    /// this group, op or element type cannot run it; no fallback to NCCL
-    /// (the rule of every `_with` variant).
-    pub fn all_reduce_in_place_with<R: DevicePtrMut<T>, T: NcclType>(
-        &self,
-        buf: &mut R,
-        op: &NcclOp,
-        algo: AllReduceAlgo,
-    ) -> Result<Work> {
-        let algo = self.decide_with::<T>("all_reduce_in_place", buf.len(), op, algo)?;
-        self.all_reduce_in_place_decided(buf, op, algo)
-    }
-
-    /// All-reduce with an explicit algorithm (tests and the benchmark),
-    /// under the same rule as
-    /// [`all_reduce_in_place_with`](Self::all_reduce_in_place_with).
-    pub fn all_reduce_with<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
-        &self,
-        send: &S,
-        recv: &mut R,
-        op: &NcclOp,
-        algo: AllReduceAlgo,
-    ) -> Result<Work> {
-        let algo = self.decide_with::<T>("all_reduce", send.len(), op, algo)?;
-        self.all_reduce_decided(send, recv, op, algo)
-    }
-
-    /// An all-reduce with `algo` as decided: NCCL's, or ours on the
-    /// intra-node path (the caller's buffers seen as the `DType` of the
-    /// same data).
-    fn all_reduce_decided<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
-        &self,
-        send: &S,
-        recv: &mut R,
-        op: &NcclOp,
-        algo: AllReduceAlgo,
-    ) -> Result<Work> {
-        args::same_len("all_reduce", self.rank, send.len(), recv.len())?;
-        self.check_group("all_reduce")?;
-        if algo == AllReduceAlgo::Nccl {
-            let comm = self.nccl_or_err()?;
-            self.check_health()?;
-            self.check_nccl_call::<T>(send.len(), op)?;
-            let mut bufs = self.call_buffers()?;
-            let src = bufs.input_view(send, "all-reduce input", &self.stream)?;
-            let mut dst = bufs.output_view(recv, "all-reduce output", &self.stream)?;
-            bufs.ready()?;
-            let r = comm.all_reduce(&src, &mut dst, op);
-            bufs.finish()?;
-            return self.nccl_done("ncclAllReduce", r);
-        }
-        let (intra, iop, elem) = self.ours::<T>("all_reduce", algo, op)?;
-        let stream = &self.stream;
-        match elem {
-            ElemType::Bf16 => intra.all_reduce_decided(
-                &as_elem::<_, _, half::bf16>(send)?,
-                &mut as_elem_mut::<_, _, half::bf16>(recv)?,
-                iop,
-                algo,
-                stream,
-            ),
-            ElemType::F16 => intra.all_reduce_decided(
-                &as_elem::<_, _, half::f16>(send)?,
-                &mut as_elem_mut::<_, _, half::f16>(recv)?,
-                iop,
-                algo,
-                stream,
-            ),
-            ElemType::F32 => intra.all_reduce_decided(
-                &as_elem::<_, _, f32>(send)?,
-                &mut as_elem_mut::<_, _, f32>(recv)?,
-                iop,
-                algo,
-                stream,
-            ),
-        }
-    }
-
-    /// [`all_reduce_decided`](Self::all_reduce_decided) in place.
-    fn all_reduce_in_place_decided<R: DevicePtrMut<T>, T: NcclType>(
-        &self,
-        buf: &mut R,
-        op: &NcclOp,
-        algo: AllReduceAlgo,
-    ) -> Result<Work> {
-        self.check_group("all_reduce_in_place")?;
-        if algo == AllReduceAlgo::Nccl {
-            let comm = self.nccl_or_err()?;
-            self.check_health()?;
-            self.check_nccl_call::<T>(buf.len(), op)?;
-            let mut bufs = self.call_buffers()?;
-            let mut view = bufs.output_view(buf, "all-reduce buffer", &self.stream)?;
-            bufs.ready()?;
-            let r = comm.all_reduce_in_place(&mut view, op);
-            bufs.finish()?;
-            return self.nccl_done("ncclAllReduce", r);
-        }
-        let (intra, iop, elem) = self.ours::<T>("all_reduce_in_place", algo, op)?;
-        let stream = &self.stream;
-        match elem {
-            ElemType::Bf16 => intra.all_reduce_in_place_decided(
-                &mut as_elem_mut::<_, _, half::bf16>(buf)?,
-                iop,
-                algo,
-                stream,
-            ),
-            ElemType::F16 => intra.all_reduce_in_place_decided(
-                &mut as_elem_mut::<_, _, half::f16>(buf)?,
-                iop,
-                algo,
-                stream,
-            ),
-            ElemType::F32 => intra.all_reduce_in_place_decided(
-                &mut as_elem_mut::<_, _, f32>(buf)?,
-                iop,
-                algo,
-                stream,
-            ),
-        }
-    }
-
-    /// What a decided algorithm of ours runs on: the intra-node path, our
-    /// op and element type. The decision picks ours only where they exist
-    /// (`decide_all_reduce`); an error rather than a panic otherwise.
-    fn ours<T: NcclType>(
-        &self,
-        what: &str,
-        algo: AllReduceAlgo,
-        op: &NcclOp,
-    ) -> Result<(&IntraNodeComm, ReduceOp, ElemType)> {
-        match (&self.intra, ReduceOp::from_nccl(op), elem_of::<T>()) {
-            (Some(intra), Some(iop), Some(elem)) => Ok((intra, iop, elem)),
-            (intra, iop, elem) => {
-                args::explicit_algo(
-                    what,
-                    self.rank,
-                    algo,
-                    intra
-                        .as_ref()
-                        .map(|_| ())
-                        .ok_or(self.intra_reason.as_deref().unwrap_or("unknown")),
-                    iop.is_some(),
-                    elem.map(|_| ()).ok_or(nccl_type_name::<T>()),
-                )?;
-                Err(Error::InvalidArgument(format!(
-                    "{what} on rank {}: {} cannot run this call",
-                    self.rank,
-                    algo.name()
-                )))
-            }
-        }
-    }
-
     /// The path a broadcast takes.
     pub fn broadcast_algo(&self) -> BroadcastAlgo {
         select_broadcast_algo(
@@ -744,32 +512,6 @@ impl Communicator {
         self.group_state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Under `INTRANODE_DEBUG=detail`, the fingerprint check of a call
-    /// that goes to NCCL (calls to our kernels are checked inside
-    /// [`IntraNodeComm`], through the same checker).
-    fn check_nccl_call<T: NcclType>(&self, elems: usize, op: &NcclOp) -> Result<()> {
-        let checker = self
-            .intra
-            .as_ref()
-            .and_then(IntraNodeComm::call_checker)
-            .or(self.call_checker.as_ref());
-        match checker {
-            // The element as NCCL names it (any `NcclType`, not only the
-            // kernels' three; the same names for those three).
-            Some(c) => c.check(|call| debug::CallFingerprint {
-                elem: nccl_type_name::<T>().into(),
-                ..debug::all_reduce_fingerprint(
-                    call,
-                    elems,
-                    ElemType::F32,
-                    ReduceOp::from_nccl(op).map_or("prod", ReduceOp::name),
-                    AllReduceAlgo::Nccl,
-                )
-            }),
-            None => Ok(()),
-        }
     }
 
     /// Waits for everything enqueued on this communicator's stream, then
@@ -866,28 +608,6 @@ impl Communicator {
             .as_ref()
             .map_or(Topology::Unknown, IntraNodeComm::topology)
     }
-}
-
-/// `buf` as a buffer of `U`, which [`elem_of`] said `T` is.
-fn as_elem<P: DevicePtr<T>, T: NcclType, U: DType>(buf: &P) -> Result<AsElem<'_, P, T, U>> {
-    AsElem::new(buf).ok_or_else(|| not_ours::<T, U>())
-}
-
-/// `buf` as a buffer of `U`, which [`elem_of`] said `T` is.
-fn as_elem_mut<P: DevicePtrMut<T>, T: NcclType, U: DType>(
-    buf: &mut P,
-) -> Result<AsElemMut<'_, P, T, U>> {
-    AsElemMut::new(buf).ok_or_else(|| not_ours::<T, U>())
-}
-
-/// Unreachable after [`elem_of`] matched; an error rather than a panic.
-fn not_ours<T: NcclType, U: DType>() -> Error {
-    Error::InvalidArgument(format!(
-        "elements of NCCL type {} ({} bytes) are not {:?}",
-        nccl_type_name::<T>(),
-        std::mem::size_of::<T>(),
-        U::ELEM
-    ))
 }
 
 /// A root or peer as NCCL takes it (`i32`, what `cudarc::nccl::Comm`'s

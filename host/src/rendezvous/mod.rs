@@ -47,7 +47,7 @@ use serde::{Deserialize, Serialize};
 use crate::comm::all_reduce::LamportLaunch;
 use crate::comm::debug::CallChecker;
 use crate::comm::{HostErrorWord, IntraNodeComm};
-use crate::config::{CommConfig, DebugLevel};
+use crate::config::{CommConfig, DebugLevel, PushUse};
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
 use crate::kernels::KernelModule;
@@ -352,7 +352,7 @@ pub(crate) fn run_scoped(
             world,
         )
     });
-    Ok(IntraNodeComm {
+    let mut comm = IntraNodeComm {
         ctx: ctx.clone(),
         kernels,
         store,
@@ -383,5 +383,11 @@ pub(crate) fn run_scoped(
         l2_prefetch: config.l2_prefetch,
         capture_side: std::sync::OnceLock::new(),
         user_buffers: Default::default(),
-    })
+        push_runnable: false,
+    };
+    // Every input of the answer is fixed from here on (shape, world, cap,
+    // buffer), so every call's decision reads it instead of working out a
+    // push launch.
+    comm.push_runnable = comm.push_launch_for(PushUse::AllReduce, 1).is_some();
+    Ok(comm)
 }
