@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::algo::Crossovers;
+pub use crate::decide::Crossovers;
 use crate::types::{AllReduceAlgo, BroadcastAlgo, NormPath};
 pub(crate) use switches::*;
 

@@ -39,12 +39,12 @@ mod work;
 
 // The crate's machinery: crate-private modules, reached from outside only
 // through `internals` (the project's GPU suites and benchmark drive the
-// intra-node communicator, symmetric memory and the rendezvous directly).
-// Without it, what only the suites use is unused.
-/// The all-reduce decision and the crossovers.
-pub(crate) mod algo;
+// intra-node communicator, symmetric memory and the rendezvous directly;
+// what only they reach is compiled under `intranode_internals` alone).
 /// The intra-node communicator and its collectives.
 pub(crate) mod comm;
+/// Every decision between our kernels and NCCL's, and the crossovers.
+pub(crate) mod decide;
 /// The NCCL communicator built through the store.
 pub(crate) mod nccl_comm;
 /// How the ranks meet and decide on the fast path.
@@ -61,9 +61,9 @@ pub(crate) mod symm_mem;
 /// (a glob, since a crate-private module cannot itself be re-exported).
 #[cfg(intranode_internals)]
 pub mod internals {
-    /// The all-reduce decision and the crossovers.
-    pub mod algo {
-        pub use crate::algo::*;
+    /// Every decision between our kernels and NCCL's, and the crossovers.
+    pub mod decide {
+        pub use crate::decide::*;
     }
     /// The intra-node communicator and its collectives.
     pub mod comm {

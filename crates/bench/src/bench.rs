@@ -16,7 +16,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use intranode::internals::algo::AllReduceAlgo;
+use intranode::AllReduceAlgo;
 use intranode::types::ReduceOp;
 use intranode_harness::data;
 use intranode_harness::free::median;

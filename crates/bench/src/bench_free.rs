@@ -12,8 +12,9 @@
 use anyhow::{Context, Result, bail};
 use cudarc::driver::{CudaSlice, DevicePtr};
 use half::{bf16, f16};
-use intranode::internals::algo::{AllReduceAlgo, scatter_gather_uses_ours};
+use intranode::AllReduceAlgo;
 use intranode::internals::comm::scatter_gather::{ScatterGather, ScatterGatherForm};
+use intranode::internals::decide::scatter_gather::scatter_gather_uses_ours;
 use intranode::kernels::ElemType;
 use intranode::types::ReduceOp;
 use intranode_harness::data;

@@ -20,13 +20,14 @@ use intranode_kernels_gpu::entries::Collective;
 use intranode_kernels_gpu::layout::{AllReduceParams, MAX_BLOCKS, MAX_RANKS};
 
 use super::{IntraNodeComm, Launch};
-use crate::algo::{
-    AllReduceAlgo, IntraPath, lamport_max_message_bytes, lamport_two_shot_max_message_bytes,
+use crate::config::{LamportShapes, LaunchShape, MAX_LAMPORT_BLOCKS, PushShape, PushUse};
+use crate::decide::{
+    IntraPath, lamport_max_message_bytes, lamport_two_shot_max_message_bytes,
     push_max_message_bytes,
 };
-use crate::config::{LamportShapes, LaunchShape, MAX_LAMPORT_BLOCKS, PushShape, PushUse};
 use crate::error::{Error, Result};
 use crate::kernels::{Grid, KernelKey};
+use crate::types::AllReduceAlgo;
 use crate::types::ElemType;
 use crate::work::Work;
 

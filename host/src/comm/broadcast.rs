@@ -4,9 +4,8 @@
 //! `all_reduce.rs`). Broadcasts and all-reduces share the kernels' call
 //! count and the buffer halves, so they may be enqueued in any order.
 //!
-//! [`BroadcastAlgo`] and [`select_broadcast_algo`] are the policy: the one
-//! place that decides between this kernel and NCCL's broadcast
-//! (`Communicator::broadcast_in_place`).
+//! Whether a broadcast comes here or goes to NCCL is decided in
+//! `decide::broadcast`.
 
 use std::sync::Arc;
 
@@ -18,30 +17,7 @@ use intranode_kernels_gpu::math::VEC_BYTES;
 use super::{IntraNodeComm, Launch};
 use crate::error::{Error, Result};
 use crate::kernels::{Grid, KernelKey};
-use crate::topology::Topology;
-pub use crate::types::BroadcastAlgo;
 use crate::work::Work;
-
-/// The path of one broadcast, from the intra-node path's topology (`None`
-/// without one), whether NCCL loaded, and a forced path. Symmetric memory
-/// where every reader has a direct NVLink (or NVSwitch) path to the root,
-/// that is a fully connected group (the rule: within a node over
-/// symmetric memory, otherwise NCCL); NCCL elsewhere. No size crossover:
-/// none has been measured yet. A forced path that does not exist, or no
-/// NCCL at all, falls back to the one that does.
-pub fn select_broadcast_algo(
-    intra: Option<Topology>,
-    has_nccl: bool,
-    forced: Option<BroadcastAlgo>,
-) -> BroadcastAlgo {
-    match (forced, intra, has_nccl) {
-        (Some(BroadcastAlgo::Nccl), _, true) => BroadcastAlgo::Nccl,
-        (Some(BroadcastAlgo::SymmMem), Some(_), _) => BroadcastAlgo::SymmMem,
-        (_, Some(Topology::FullyConnected), _) => BroadcastAlgo::SymmMem,
-        (_, Some(_), false) => BroadcastAlgo::SymmMem,
-        _ => BroadcastAlgo::Nccl,
-    }
-}
 
 use super::all_reduce::THREADS;
 /// Most blocks per launch: like two-shot, a broadcast is bandwidth-bound
@@ -180,23 +156,5 @@ mod tests {
         for bytes in [0usize, 1, 15, 17, 1 << 30] {
             assert!((1..=MAX_BLOCKS).contains(&blocks_for(bytes)));
         }
-    }
-
-    #[test]
-    fn selection_prefers_symmetric_memory_and_honours_what_exists() {
-        use BroadcastAlgo::*;
-        let full = Some(Topology::FullyConnected);
-        let hcm = Some(Topology::HybridCubeMesh);
-        assert_eq!(select_broadcast_algo(full, true, None), SymmMem);
-        assert_eq!(select_broadcast_algo(None, true, None), Nccl);
-        assert_eq!(select_broadcast_algo(hcm, true, None), Nccl);
-        assert_eq!(select_broadcast_algo(hcm, false, None), SymmMem);
-        assert_eq!(select_broadcast_algo(hcm, true, Some(SymmMem)), SymmMem);
-        assert_eq!(select_broadcast_algo(full, true, Some(Nccl)), Nccl);
-        assert_eq!(select_broadcast_algo(full, false, Some(Nccl)), SymmMem);
-        assert_eq!(select_broadcast_algo(None, true, Some(SymmMem)), Nccl);
-        assert_eq!(BroadcastAlgo::from_name(" nccl "), Some(Nccl));
-        assert_eq!(BroadcastAlgo::from_name("symm-mem"), Some(SymmMem));
-        assert_eq!(BroadcastAlgo::from_name("ring"), None);
     }
 }

@@ -31,8 +31,8 @@ use intranode_store::{Store, StoreExchange};
 use serde::{Deserialize, Serialize};
 
 use super::IntraNodeComm;
-use crate::algo::AllReduceAlgo;
 use crate::error::{Error, Result};
+use crate::types::AllReduceAlgo;
 use crate::types::ElemType;
 use crate::types::ReduceOp;
 

@@ -12,10 +12,11 @@ use intranode_kernels_gpu::layout::{FusedNormParams, PREFETCH_PIECE_BYTES, fused
 
 use super::debug::CallFingerprint;
 use super::{IntraNodeComm, Launch};
-use crate::algo::{AllReduceCall, NormCall, NormPath, fused_norm_runs};
 use crate::config::{L2Prefetch, MAX_LAMPORT_BLOCKS};
+use crate::decide::{AllReduceCall, NormCall, fused_norm_runs};
 use crate::error::{Error, Result};
 use crate::kernels::{Grid, KernelKey};
+use crate::types::NormPath;
 use crate::types::{ElemType, ReduceOp};
 use crate::work::Work;
 

@@ -77,7 +77,7 @@ pub struct IntraNodeComm {
     /// fingerprints] in `debug.rs`).
     pub(crate) call_checker: Option<debug::CallChecker>,
     /// Where each algorithm takes over (`config::TUNING_FILE_ENV`).
-    pub(crate) crossovers: crate::algo::Crossovers,
+    pub(crate) crossovers: crate::decide::Crossovers,
     /// Launch shapes of the Lamport kernels (`config::LAMPORT_LAUNCH_ENV`).
     pub(crate) lamport_launch: LamportLaunch,
     /// The most blocks a launch may have (NOTE [co-residency] in

@@ -7,8 +7,8 @@
 use intranode_kernels_gpu::layout::AllReduceParams;
 
 use super::IntraNodeComm;
-use crate::algo::AllReduceAlgo;
 use crate::error::{Error, Result};
+use crate::types::AllReduceAlgo;
 use crate::types::{ElemType, ReduceOp};
 
 impl IntraNodeComm {

@@ -1,7 +1,7 @@
 //! Reduce-scatter and all-gather in two forms. The Lamport form (NOTE
 //! [lamport reduce-scatter and all-gather] in `kernels-gpu/src/lamport.rs`):
 //! one launch, no barrier, for shards up to
-//! [`crate::algo::scatter_gather_max_shard_bytes`] (a Lamport slot), and
+//! [`crate::decide::scatter_gather_max_shard_bytes`] (a Lamport slot), and
 //! larger shards as one such launch per slot-sized slice of every shard.
 //! The push form (NOTE [push reduce-scatter and all-gather] in
 //! `kernels-gpu/src/push_sg.rs`): one launch of any size through the push
@@ -15,10 +15,11 @@ use intranode_kernels_gpu::entries::Collective;
 use intranode_kernels_gpu::layout::AllReduceParams;
 
 use super::{IntraNodeComm, Launch};
-use crate::algo::{AllReduceAlgo, scatter_gather_max_shard_bytes, scatter_gather_uses_push};
 use crate::config::PushUse;
+use crate::decide::{scatter_gather_max_shard_bytes, scatter_gather_uses_push};
 use crate::error::{Error, Result};
 use crate::kernels::{Grid, KernelKey};
+use crate::types::AllReduceAlgo;
 use crate::types::{ElemType, ReduceOp};
 use crate::work::Work;
 

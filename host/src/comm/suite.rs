@@ -14,10 +14,11 @@ use intranode_kernels_gpu::layout::{BarrierParams, MAX_RANKS};
 use intranode_store::Store;
 
 use super::{IntraNodeComm, Launch};
-use crate::algo::{AllReduceAlgo, AllReduceCall, decide_all_reduce};
+use crate::decide::{AllReduceCall, decide_all_reduce};
 use crate::error::{DriverContext, Error, Result};
 use crate::kernels::Grid;
 use crate::topology::{MAX_DEVICES, NvlMesh};
+use crate::types::AllReduceAlgo;
 use crate::types::{DType, ElemType, ReduceOp};
 use crate::work::Work;
 

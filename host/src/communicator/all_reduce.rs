@@ -14,10 +14,11 @@ use cudarc::driver::{CudaView, DevicePtr, DevicePtrMut};
 use cudarc::nccl::{NcclType, ReduceOp as NcclOp};
 
 use super::{Communicator, args};
-use crate::algo::{AllReduceAlgo, AllReduceCall, decide_all_reduce};
 use crate::comm::IntraNodeComm;
 use crate::comm::debug;
+use crate::decide::{AllReduceCall, decide_all_reduce};
 use crate::error::{Error, Result};
+use crate::types::AllReduceAlgo;
 use crate::types::{ElemType, ReduceOp};
 use crate::work::Work;
 

@@ -3,8 +3,8 @@
 //! without a GPU. Every message names the call, the rank and the lengths.
 
 use super::RankIndex;
-use crate::algo::AllReduceAlgo;
 use crate::error::{Error, Result};
+use crate::types::AllReduceAlgo;
 
 /// `value` (a root or peer, named `what`) as an index below `world`.
 pub(super) fn rank_in_world(

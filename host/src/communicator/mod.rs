@@ -57,24 +57,22 @@ use cudarc::nccl::result::NcclError;
 use cudarc::nccl::{Comm, NcclType, ReduceOp as NcclOp};
 use intranode_store::{Store, StoreExchange};
 
-use crate::algo::{
-    AllReduceAlgo, AllReduceCall, Crossovers, NormCall, NormPath, decide_norm,
-    scatter_gather_uses_ours,
-};
 use crate::comm::IntraNodeComm;
-use crate::comm::broadcast::{BroadcastAlgo, select_broadcast_algo};
 use crate::comm::debug::{CallChecker, DebugLevel};
 use crate::comm::scatter_gather::ScatterGather;
 use crate::comm::tracked::{CallBuffers, CaptureSide};
 use crate::config::CommConfig;
+use crate::decide::{AllReduceCall, Crossovers, NormCall, decide_norm, select_broadcast_algo};
 use crate::error::{Error, Result};
 use crate::kernels::{KernelImage, KernelModule};
 use crate::nccl_comm::nccl_error;
 use crate::rendezvous::RendezvousError;
 use crate::setup_times::SetupTimes;
 use crate::topology::Topology;
+use crate::types::BroadcastAlgo;
 use crate::types::DType;
 use crate::types::ReduceOp;
+use crate::types::{AllReduceAlgo, NormPath};
 use crate::work::Work;
 use all_reduce::elem_of;
 use intranode_kernels_gpu::layout::NormParams;

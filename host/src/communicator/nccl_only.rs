@@ -4,6 +4,7 @@
 //! and all-gather kernels where `algo::scatter_gather_uses_ours` says.
 
 use super::*;
+use crate::decide::{ScatterGatherCall, scatter_gather_runs_ours};
 
 impl Communicator {
     /// Sends `data` to `peer`, like `cudarc::nccl::Comm::send` (NCCL's
@@ -177,8 +178,7 @@ impl Communicator {
     }
 
     /// A reduce-scatter or all-gather on our kernels where
-    /// [`scatter_gather_uses_ours`] says so (or where NCCL cannot run:
-    /// ours take any shard, slot by slot); `None` sends the call to NCCL.
+    /// [`scatter_gather_runs_ours`] says so; `None` sends the call to NCCL.
     fn scatter_gather_ours<T: NcclType>(
         &self,
         what: ScatterGather,
@@ -187,24 +187,32 @@ impl Communicator {
         op: Option<&NcclOp>,
     ) -> Result<Option<Work>> {
         self.check_group(what.name())?;
-        let (Some(intra), Some(elem)) = (&self.intra, elem_of::<T>()) else {
+        let elem = elem_of::<T>();
+        // The all-gather reduces nothing: its kernels take any op, sum.
+        let our_op = match what {
+            ScatterGather::AllGather => Some(ReduceOp::Sum),
+            ScatterGather::ReduceScatter => op.and_then(ReduceOp::from_nccl),
+        };
+        let call = ScatterGatherCall {
+            total_bytes: send
+                .len()
+                .max(recv.len())
+                .saturating_mul(std::mem::size_of::<T>()),
+            world: self.world,
+            intra: self.intra.is_some(),
+            elem_is_ours: elem.is_some(),
+            op_is_ours: our_op.is_some(),
+            nccl_available: self.nccl.is_ok(),
+            forced_nccl: self.forced == Some(AllReduceAlgo::Nccl),
+        };
+        let (true, Some(intra), Some(elem), Some(op)) = (
+            scatter_gather_runs_ours(&call, &self.crossovers),
+            &self.intra,
+            elem,
+            our_op,
+        ) else {
             return Ok(None);
         };
-        let op = match (what, op.map(ReduceOp::from_nccl)) {
-            (ScatterGather::AllGather, _) => ReduceOp::Sum,
-            (ScatterGather::ReduceScatter, Some(Some(op))) => op,
-            // Prod: NCCL's alone.
-            (ScatterGather::ReduceScatter, _) => return Ok(None),
-        };
-        if self.forced == Some(AllReduceAlgo::Nccl) {
-            return Ok(None);
-        }
-        let total_bytes = send.len().max(recv.len()).saturating_mul(elem.bytes());
-        let ours = scatter_gather_uses_ours(total_bytes, self.world, &self.crossovers)
-            || self.nccl.is_err();
-        if !ours {
-            return Ok(None);
-        }
         intra
             .scatter_gather(what, elem, send, recv, op, &self.stream)
             .map(Some)

@@ -8,9 +8,9 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaViewMut, DevicePtr, DevicePtrMut
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
 
-use crate::comm::broadcast::BroadcastAlgo;
 use crate::communicator::Communicator;
 use crate::error::{DriverContext, Error, Result};
+use crate::types::BroadcastAlgo;
 use crate::types::{DType, ElemType};
 
 /// A device buffer of one of the kernels' element types, with its type

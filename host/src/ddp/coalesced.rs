@@ -7,9 +7,9 @@ use cudarc::driver::{CudaSlice, DevicePtrMut};
 
 use super::buffer::{DeviceBuffer, copy_bytes};
 use super::plan::{BucketPlan, PlanItem, plan_buckets};
-use crate::comm::broadcast::BroadcastAlgo;
 use crate::communicator::Communicator;
 use crate::error::{DriverContext, Error, Result};
+use crate::types::BroadcastAlgo;
 
 /// Broadcasts every buffer of `buffers` from `root` to every rank, in
 /// place, on the communicator's stream, through flat buckets of at most

@@ -15,7 +15,7 @@
 use anyhow::{Result, bail};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use half::bf16;
-use intranode::internals::algo::AllReduceAlgo;
+use intranode::AllReduceAlgo;
 use intranode::kernels::{SoakCall, TestKernelModule};
 use intranode::types::ReduceOp;
 

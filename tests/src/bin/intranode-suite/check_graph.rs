@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result};
 use cudarc::nccl::NcclType;
-use intranode::internals::algo::AllReduceAlgo;
+use intranode::AllReduceAlgo;
 use intranode::kernels::DType;
 use intranode::types::ReduceOp;
 use intranode_harness::data;

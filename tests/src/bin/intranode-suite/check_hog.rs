@@ -13,7 +13,7 @@ use anyhow::{Context, Result, anyhow};
 use cudarc::driver::CudaSlice;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use half::bf16;
-use intranode::internals::algo::AllReduceAlgo;
+use intranode::AllReduceAlgo;
 use intranode::kernels::TestKernelModule;
 use intranode::types::ReduceOp;
 use intranode_harness::data;

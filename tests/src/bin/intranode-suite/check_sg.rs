@@ -232,7 +232,7 @@ pub fn run(r: &mut Rank, seed: u64) -> Result<usize> {
     // each (`comm::scatter_gather::shard_slices`): one slot and an odd
     // tail, bf16 sums only (the slices share every other code path with
     // the cases above).
-    let slot_elems = intranode::internals::algo::scatter_gather_max_shard_bytes(r.world()) / 2;
+    let slot_elems = intranode::internals::decide::scatter_gather_max_shard_bytes(r.world()) / 2;
     cases += shards::<bf16>(r, seed, &mut call, &[slot_elems + 13], false)?;
     cases += back_to_back(r, seed, &mut call)?;
     Ok(cases)

@@ -9,7 +9,7 @@ use anyhow::{Result, bail};
 use cudarc::driver::{DevicePtr, DeviceSlice};
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
-use intranode::internals::algo::AllReduceAlgo;
+use intranode::AllReduceAlgo;
 use intranode::kernels::DType;
 use intranode::types::ReduceOp;
 use intranode_harness::data;

@@ -16,7 +16,7 @@ use anyhow::{Result, anyhow, bail, ensure};
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use cudarc::nccl::{NcclType, ReduceOp};
 use half::{bf16, f16};
-use intranode::internals::algo::AllReduceAlgo;
+use intranode::AllReduceAlgo;
 use intranode_harness::rank::Rank;
 
 /// A host element with the conversions the reference needs.

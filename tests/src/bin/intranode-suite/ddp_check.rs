@@ -37,12 +37,12 @@ use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use cudarc::nccl::NcclType;
 use fnv::FnvHasher;
 use half::{bf16, f16};
+use intranode::AllReduceAlgo;
+use intranode::BroadcastAlgo;
 use intranode::ddp::{
     AllReduceHook, CommHook, CompressHook, DeviceBuffer, GradBucket, PlanItem, StatefulHook,
     all_reduce_flat, broadcast_coalesced_with, plan_buckets,
 };
-use intranode::internals::algo::AllReduceAlgo;
-use intranode::internals::comm::broadcast::BroadcastAlgo;
 use intranode::kernels::{DType, ElemType};
 use intranode::{Communicator, types::ReduceOp};
 use intranode_harness::data::{self, mix};

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use cudarc::driver::CudaSlice;
+use intranode::AllReduceAlgo;
 use intranode::config::CommConfig;
-use intranode::internals::algo::AllReduceAlgo;
 use intranode::kernels::KernelModule;
 use intranode::{Communicator, types::ReduceOp};
 use intranode_harness::rank::Proc;

@@ -28,7 +28,7 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaSlice, CudaStream};
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
-use intranode::internals::algo::AllReduceAlgo;
+use intranode::AllReduceAlgo;
 use intranode::kernels::{DType, ElemType, SoakCall, TestKernelModule};
 use intranode::types::ReduceOp;
 use intranode_harness::rank::Rank;
