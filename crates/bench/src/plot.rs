@@ -50,9 +50,9 @@ struct Look {
 }
 
 /// Drawing (and legend) order: our explicit algorithms, then any
-/// algorithm not listed here (gray, dashed), then NCCL, then auto on top,
-/// where it hides the choice it follows.
-const LOOKS: [Look; 8] = [
+/// algorithm not listed here (gray, dashed), then NCCL and its symmetric
+/// kernels, then auto on top, where it hides the choice it follows.
+const LOOKS: [Look; 10] = [
     Look {
         algo: "lamport",
         label: "Lamport one-shot",
@@ -107,6 +107,22 @@ const LOOKS: [Look; 8] = [
         color: RGBColor(0x20, 0x20, 0x20),
         stroke_px: 2,
         dashed: false,
+        marker: Marker::Square,
+    },
+    Look {
+        algo: "nccl-sym",
+        label: "NCCL symmetric",
+        color: RGBColor(0x60, 0x60, 0x60),
+        stroke_px: 2,
+        dashed: true,
+        marker: Marker::Square,
+    },
+    Look {
+        algo: "nccl-sym-nomix",
+        label: "NCCL symmetric, no graph mixing",
+        color: RGBColor(0x9a, 0x9a, 0x9a),
+        stroke_px: 2,
+        dashed: true,
         marker: Marker::Square,
     },
     Look {
@@ -496,5 +512,9 @@ mod tests {
         ];
         let order: Vec<String> = algos(&rows).into_iter().map(|a| a.0).collect();
         assert_eq!(order, ["lamport", "three-shot", "nccl", "auto"]);
+        let mut rows = rows;
+        rows.push(row(2, 1024, "nccl-sym", 5.0));
+        let order: Vec<String> = algos(&rows).into_iter().map(|a| a.0).collect();
+        assert_eq!(order, ["lamport", "three-shot", "nccl", "nccl-sym", "auto"]);
     }
 }
