@@ -268,6 +268,13 @@ fn draw_panel(
     title: &str,
     panel: Panel,
 ) -> Result<()> {
+    if panel == Panel::BusBandwidth && file.world < 2 {
+        // One rank moves nothing between GPUs: its bus bandwidth is 0 by
+        // nccl-tests' convention, which has no place on a log axis.
+        let note = format!("{title}: no bus bandwidth (one rank: nothing crosses a link)");
+        area.draw(&Text::new(note, (16, 16), (FONT, TEXT_PX)))?;
+        return Ok(());
+    }
     let rows = &file.rows;
     let (mut x_lo, mut x_hi, mut y_lo, mut y_hi) = (f64::MAX, 0f64, f64::MAX, 0f64);
     for r in rows {
@@ -480,6 +487,30 @@ mod tests {
             rgb.chunks(3).any(|p| p == [auto.0, auto.1, auto.2]),
             "no pixel in auto's color"
         );
+    }
+
+    /// One rank has latencies and no bus bandwidth (0): the latency
+    /// panel is drawn, the other says why it is empty.
+    #[test]
+    fn a_world_of_one_draws_its_latency_only() {
+        let one = synthetic(1, false);
+        assert!(one.rows.iter().all(|r| r.busbw_gbps == 0.0));
+        let png_bytes = render_png(&[one], None).unwrap();
+        let (info, rgb) = decode(&png_bytes);
+        let (w, h) = (info.width as usize, info.height as usize);
+        let inked = |col0: usize| {
+            (0..h)
+                .flat_map(|y| (col0..col0 + w / 2).map(move |x| (y * w + x) * 3))
+                .filter(|&i| rgb[i..i + 3] != [255, 255, 255])
+                .count()
+        };
+        assert!(inked(0) > 2000, "latency panel nearly blank");
+        let note = inked(w / 2);
+        assert!(note > 0 && note < inked(0) / 4, "note panel: {note} pixels");
+        // A world of two with a bandwidth of 0 is still refused.
+        let mut bad = synthetic(2, false);
+        bad.rows[0].busbw_gbps = 0.0;
+        assert!(render_png(&[bad], None).is_err());
     }
 
     #[test]
