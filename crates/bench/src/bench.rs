@@ -103,6 +103,17 @@ pub struct BenchArgs {
     /// peers' inputs in place, without the copy-in.
     #[arg(long)]
     pub symmetric: bool,
+    /// Free-running all-reduce: also time NCCL's symmetric kernels (NCCL
+    /// 2.27 and later): both buffers from `ncclMemAlloc`, registered as
+    /// windows with `NCCL_WIN_COLL_SYMMETRIC` on a second NCCL
+    /// communicator, beside plain NCCL, checked alike. The row is
+    /// `nccl-sym`, or `nccl-sym-nomix` where the run's environment has
+    /// `NCCL_GRAPH_MIXING_SUPPORT=0` (NCCL reads it at init: a run of its
+    /// own). Sums of bf16, f16 and f32 only (what those kernels reduce);
+    /// elsewhere, or where NCCL cannot register the windows, the row is
+    /// reported unavailable with the reason.
+    #[arg(long)]
+    pub nccl_symmetric: bool,
 }
 
 impl BenchArgs {
@@ -127,6 +138,7 @@ impl BenchArgs {
             dtype: Dtype::Bf16,
             op: Op::Sum,
             symmetric: false,
+            nccl_symmetric: false,
         }
     }
 }
@@ -318,6 +330,12 @@ pub(crate) fn check_args(args: &BenchArgs) -> Result<()> {
     if args.symmetric && args.collective != Collective::AllReduce {
         anyhow::bail!("--symmetric times the all-reduce only");
     }
+    if args.nccl_symmetric && (args.aligned || args.collective != Collective::AllReduce) {
+        anyhow::bail!(
+            "--nccl-symmetric adds a row to the free-running all-reduce sweep; it takes neither \
+             --aligned nor --collective reduce-scatter/all-gather"
+        );
+    }
     if args.op == Op::Avg && !args.dtype.is_float() {
         anyhow::bail!(
             "--op avg: only floating-point types are averaged here (NCCL's integer \
@@ -505,6 +523,38 @@ pub(crate) fn print_table(rows: &[Row]) {
 mod tests {
     use super::*;
     use crate::results::{load, tests::row};
+
+    #[derive(clap::Parser)]
+    struct Parsed {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    /// `--nccl-symmetric` parses, and only the free-running all-reduce
+    /// sweep takes it.
+    #[test]
+    fn nccl_symmetric_is_a_row_of_the_free_running_all_reduce() {
+        use clap::Parser as _;
+        let parsed = Parsed::try_parse_from(["bench", "--nccl-symmetric", "--algos", "nccl,auto"])
+            .unwrap()
+            .args;
+        assert!(parsed.nccl_symmetric && !parsed.symmetric);
+        assert!(check_args(&parsed).is_ok());
+        assert!(
+            !Parsed::try_parse_from(["bench"])
+                .unwrap()
+                .args
+                .nccl_symmetric
+        );
+        assert!(!BenchArgs::demo().nccl_symmetric);
+        let mut a = parsed.clone();
+        a.aligned = true;
+        assert!(check_args(&a).is_err());
+        let mut a = parsed;
+        a.collective = Collective::ReduceScatter;
+        let e = check_args(&a).unwrap_err().to_string();
+        assert!(e.contains("--nccl-symmetric"), "{e}");
+    }
 
     /// What `bench` writes reads back, and the PNG is there.
     #[test]

@@ -24,8 +24,9 @@ use intranode_harness::rank::Rank;
 
 use crate::bench::{BenchArgs, enqueue, finish, sizes};
 use crate::elem::{self, BenchElem, Dtype, Op};
-use crate::results::{BenchFile, DecodeRow, ModeStats, Row, fmt_bytes};
+use crate::results::{BenchFile, DecodeRow, ModeStats, Row, fmt_bytes, largest_graph_mean};
 
+mod nccl_sym;
 mod tables;
 use tables::{print_decode_table, print_free_table, print_nccl_tests_table, print_tail_check};
 
@@ -253,9 +254,10 @@ fn sweep<T: BenchElem>(r: &mut Rank, args: &BenchArgs) -> Result<()> {
     } else {
         DECODE_HIDDEN.len() * DECODE_BATCH.len() * (decode_algos.len() + 1)
     };
+    let (nccl_sym, unavailable) = nccl_sym::Baseline::for_sweep(r, args, sizes.last().copied())?;
     let mut progress = Progress::new(
         "intranode-bench bench (free-running)",
-        sizes.len() * (algos.len() + sym_algos) + decode_configs,
+        sizes.len() * (algos.len() + sym_algos + usize::from(nccl_sym.is_some())) + decode_configs,
         r.rank() == 0,
     );
     let mut rows: Vec<Row> = Vec::new();
@@ -295,8 +297,12 @@ fn sweep<T: BenchElem>(r: &mut Rank, args: &BenchArgs) -> Result<()> {
                 &mut progress,
             )?;
         }
+        if let Some(base) = &nccl_sym {
+            rows.push(base.row(r, args, &mut timer, &d_in, (call, seed), &mut progress)?);
+        }
         crate::results::fill_nccl_ratios(&mut rows, bytes);
     }
+    let nccl_sym_line = nccl_sym.map(|base| base.close(r)).transpose()?;
     let decode = if run_decode {
         decode_mode(r, args, &mut timer, &decode_algos, &mut progress)?
     } else {
@@ -313,6 +319,7 @@ fn sweep<T: BenchElem>(r: &mut Rank, args: &BenchArgs) -> Result<()> {
         file.op = args.op.name().into();
         file.timing = "free".into();
         file.decode = decode;
+        nccl_sym::report(&mut file, nccl_sym_line, unavailable);
         finish(args, file)?;
     }
     if wrong > 0 {
@@ -630,15 +637,6 @@ fn run_scatter_gather(r: &mut Rank, args: &BenchArgs, what: ScatterGather) -> Re
         finish(args, file)?;
     }
     Ok(())
-}
-
-/// The mean per call of the largest graph mode (no stamps).
-fn largest_graph_mean(free: &[ModeStats]) -> f64 {
-    free.iter()
-        .filter(|m| m.mode.starts_with("graph-"))
-        .max_by_key(|m| m.mode["graph-".len()..].parse::<usize>().unwrap_or(0))
-        .and_then(|m| m.mean_us)
-        .unwrap_or(f64::NAN)
 }
 
 #[cfg(test)]

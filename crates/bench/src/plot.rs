@@ -50,9 +50,9 @@ struct Look {
 }
 
 /// Drawing (and legend) order: our explicit algorithms, then any
-/// algorithm not listed here (gray, dashed), then NCCL, then auto on top,
-/// where it hides the choice it follows.
-const LOOKS: [Look; 8] = [
+/// algorithm not listed here (gray, dashed), then NCCL and its symmetric
+/// kernels, then auto on top, where it hides the choice it follows.
+const LOOKS: [Look; 10] = [
     Look {
         algo: "lamport",
         label: "Lamport one-shot",
@@ -107,6 +107,22 @@ const LOOKS: [Look; 8] = [
         color: RGBColor(0x20, 0x20, 0x20),
         stroke_px: 2,
         dashed: false,
+        marker: Marker::Square,
+    },
+    Look {
+        algo: "nccl-sym",
+        label: "NCCL symmetric",
+        color: RGBColor(0x60, 0x60, 0x60),
+        stroke_px: 2,
+        dashed: true,
+        marker: Marker::Square,
+    },
+    Look {
+        algo: "nccl-sym-nomix",
+        label: "NCCL symmetric, no graph mixing",
+        color: RGBColor(0x9a, 0x9a, 0x9a),
+        stroke_px: 2,
+        dashed: true,
         marker: Marker::Square,
     },
     Look {
@@ -252,6 +268,13 @@ fn draw_panel(
     title: &str,
     panel: Panel,
 ) -> Result<()> {
+    if panel == Panel::BusBandwidth && file.world < 2 {
+        // One rank moves nothing between GPUs: its bus bandwidth is 0 by
+        // nccl-tests' convention, which has no place on a log axis.
+        let note = format!("{title}: no bus bandwidth (one rank: nothing crosses a link)");
+        area.draw(&Text::new(note, (16, 16), (FONT, TEXT_PX)))?;
+        return Ok(());
+    }
     let rows = &file.rows;
     let (mut x_lo, mut x_hi, mut y_lo, mut y_hi) = (f64::MAX, 0f64, f64::MAX, 0f64);
     for r in rows {
@@ -466,6 +489,30 @@ mod tests {
         );
     }
 
+    /// One rank has latencies and no bus bandwidth (0): the latency
+    /// panel is drawn, the other says why it is empty.
+    #[test]
+    fn a_world_of_one_draws_its_latency_only() {
+        let one = synthetic(1, false);
+        assert!(one.rows.iter().all(|r| r.busbw_gbps == 0.0));
+        let png_bytes = render_png(&[one], None).unwrap();
+        let (info, rgb) = decode(&png_bytes);
+        let (w, h) = (info.width as usize, info.height as usize);
+        let inked = |col0: usize| {
+            (0..h)
+                .flat_map(|y| (col0..col0 + w / 2).map(move |x| (y * w + x) * 3))
+                .filter(|&i| rgb[i..i + 3] != [255, 255, 255])
+                .count()
+        };
+        assert!(inked(0) > 2000, "latency panel nearly blank");
+        let note = inked(w / 2);
+        assert!(note > 0 && note < inked(0) / 4, "note panel: {note} pixels");
+        // A world of two with a bandwidth of 0 is still refused.
+        let mut bad = synthetic(2, false);
+        bad.rows[0].busbw_gbps = 0.0;
+        assert!(render_png(&[bad], None).is_err());
+    }
+
     #[test]
     fn refuses_what_cannot_be_drawn() {
         assert!(render_png(&[], None).is_err());
@@ -496,5 +543,9 @@ mod tests {
         ];
         let order: Vec<String> = algos(&rows).into_iter().map(|a| a.0).collect();
         assert_eq!(order, ["lamport", "three-shot", "nccl", "auto"]);
+        let mut rows = rows;
+        rows.push(row(2, 1024, "nccl-sym", 5.0));
+        let order: Vec<String> = algos(&rows).into_iter().map(|a| a.0).collect();
+        assert_eq!(order, ["lamport", "three-shot", "nccl", "nccl-sym", "auto"]);
     }
 }

@@ -54,6 +54,16 @@ pub struct ModeStats {
     pub mean_us: Option<f64>,
 }
 
+/// The mean per call of the largest graph mode (no stamps): a row's
+/// `graph_us`.
+pub fn largest_graph_mean(free: &[ModeStats]) -> f64 {
+    free.iter()
+        .filter(|m| m.mode.starts_with("graph-"))
+        .max_by_key(|m| m.mode["graph-".len()..].parse::<usize>().unwrap_or(0))
+        .and_then(|m| m.mean_us)
+        .unwrap_or(f64::NAN)
+}
+
 /// Fills every row of size `bytes` with its ratios to the `nccl` row of
 /// that size, if one was measured.
 pub fn fill_nccl_ratios(rows: &mut [Row], bytes: usize) {
@@ -92,15 +102,23 @@ pub struct AutoCheck {
     pub within_tolerance: bool,
 }
 
+/// The prefix of the rows of NCCL's symmetric kernels (`nccl-sym`,
+/// `nccl-sym-nomix`): a baseline on buffers of its own, which auto never
+/// chooses.
+pub const NCCL_SYM_PREFIX: &str = "nccl-sym";
+
 /// One [`AutoCheck`] per size that has an auto row and at least one
 /// explicit algorithm (one-shot, two-shot, HCM, NCCL: whatever was
-/// measured), in size order.
+/// measured; not NCCL's symmetric kernels, which auto cannot choose), in
+/// size order.
 pub fn auto_checks(rows: &[Row]) -> Vec<AutoCheck> {
     let mut checks = Vec::new();
     for auto in rows.iter().filter(|r| r.algo == "auto") {
         let choices: Vec<&Row> = rows
             .iter()
-            .filter(|r| r.bytes == auto.bytes && r.algo != "auto")
+            .filter(|r| {
+                r.bytes == auto.bytes && r.algo != "auto" && !r.algo.starts_with(NCCL_SYM_PREFIX)
+            })
             .collect();
         let Some(graph) = fastest(&choices, |r| Some(r.graph_us)) else {
             continue;
@@ -161,6 +179,23 @@ pub struct BenchFile {
     /// The decode-like mode's rows (free-running runs only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub decode: Vec<DecodeRow>,
+    /// `NCCL_GRAPH_MIXING_SUPPORT` as NCCL read it (`on`, its default, or
+    /// `off`): every NCCL row of the run ran under it (free-running
+    /// all-reduce sweeps; older files: not recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_graph_mixing: Option<String>,
+    /// Rows asked for that the run could not measure, with the reason
+    /// (the CSV has measured rows only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unavailable: Vec<Unavailable>,
+}
+
+/// A row asked for and not measured: `algo` as the row would be named,
+/// and why (the same on every rank).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unavailable {
+    pub algo: String,
+    pub reason: String,
 }
 
 fn sum_name() -> String {
@@ -203,6 +238,8 @@ impl BenchFile {
             timing: "aligned".into(),
             collective: all_reduce_name(),
             decode: Vec::new(),
+            nccl_graph_mixing: None,
+            unavailable: Vec::new(),
         }
     }
 
@@ -402,6 +439,47 @@ pub(crate) mod tests {
         assert_eq!(checks[1].chosen, "two-shot");
         assert_eq!(checks[1].graph_best, "nccl");
         assert!(!checks[1].within_tolerance);
+    }
+
+    #[test]
+    fn auto_check_leaves_out_nccl_symmetric_kernels() {
+        let mut rows = vec![
+            row(4, 1024, "one-shot", 5.0),
+            row(4, 1024, "nccl", 9.0),
+            row(4, 1024, "nccl-sym", 3.0),
+            row(4, 1024, "nccl-sym-nomix", 2.5),
+            row(4, 1024, "auto", 5.1),
+        ];
+        fill_nccl_ratios(&mut rows, 1024);
+        let checks = auto_checks(&rows);
+        assert_eq!(checks[0].graph_best, "one-shot");
+        assert!(checks[0].within_tolerance, "{checks:?}");
+        // The symmetric rows still get their ratio to plain NCCL.
+        assert_eq!(rows[2].graph_vs_nccl, Some(3.0 / 9.0));
+    }
+
+    #[test]
+    fn unavailable_rows_and_the_nccl_mode_travel_in_the_json_only() {
+        let rows = vec![row(2, 1024, "nccl", 6.0), row(2, 1024, "nccl-sym", 4.0)];
+        let mut file = BenchFile::new(2, None, "bf16", rows);
+        file.nccl_graph_mixing = Some("off".into());
+        file.unavailable = vec![Unavailable {
+            algo: "nccl-sym-nomix".into(),
+            reason: "NCCL 2.26.5 has no window registration".into(),
+        }];
+        let json = serde_json::to_string(&file).unwrap();
+        assert!(json.contains(r#""nccl_graph_mixing":"off""#), "{json}");
+        assert_eq!(parse(&json).unwrap(), file);
+        let mut csv = Vec::new();
+        file.write_csv(&mut csv).unwrap();
+        let csv = String::from_utf8(csv).unwrap();
+        assert_eq!(csv.lines().count(), 3, "{csv}");
+        assert!(csv.lines().nth(2).unwrap().starts_with("2,1024,nccl-sym,"));
+        // Files without them (every earlier one) read as none.
+        let plain = BenchFile::new(2, None, "bf16", vec![row(2, 1024, "nccl", 6.0)]);
+        let json = serde_json::to_string(&plain).unwrap();
+        assert!(!json.contains("unavailable") && !json.contains("graph_mixing"));
+        assert_eq!(parse(&json).unwrap().unavailable, Vec::new());
     }
 
     #[test]
