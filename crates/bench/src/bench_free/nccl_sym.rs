@@ -31,7 +31,7 @@ use std::ffi::{CStr, c_int, c_void};
 use anyhow::{Context, Result, anyhow};
 use cudarc::driver::{CudaSlice, DevicePtr};
 use cudarc::nccl::{result as nccl_result, sys};
-use intranode::internals::algo::AllReduceAlgo;
+use intranode::AllReduceAlgo;
 use intranode_harness::data;
 use intranode_harness::free::Timer;
 use intranode_harness::progress::Progress;
