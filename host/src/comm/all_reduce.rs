@@ -69,7 +69,7 @@ pub(crate) struct PushLaunch {
 /// (else a block would run fewer tiles than its pipeline is deep), but one
 /// vector per thread at least; in whole 128-byte lines (NOTE [push chunks
 /// in whole lines]). The defaults (`PushShape::default`) come
-/// from the issue-28 sweep on 2 H200; the buffer is the allocation, grown
+/// from the shape sweep on 2 H200; the buffer is the allocation, grown
 /// to `shape.scratch_bytes` at the rendezvous.
 pub(crate) fn push_launch(
     shape: &PushShape,
@@ -85,18 +85,18 @@ pub(crate) fn push_launch(
 /// NOTE [push chunks in whole lines]: a push chunk is a whole number of
 /// 128-byte lines, so every chunk of the message and every ring slot
 /// starts on a line, and a warp's 512 contiguous bytes cover 4 lines, not
-/// 5. Before v20 the chunk was whatever the buffer or the message gave:
+/// 5. Without it the chunk is whatever the buffer or the message gives:
 /// below the chunk cap, `vecs / (W x blocks x slots)` vectors (993 for 8
 /// MiB at 2 ranks, 331 for 16 MiB at 4), and at 4 ranks the
 /// reduce-scatter's 33 MiB of rings cut it to 2730 vectors, 32 bytes past
-/// a line. On 4 H100, in two turns (v20 calls B and C,
-/// docs/perf/v20/NOTES.md), whole lines took the 4-rank push all-reduce
-/// from 103.2 to 98.7-99.1 us at 16 MiB and from 174.3 to 171.1-171.9 at
-/// 32 MiB, and the 2-rank one from 43.0-43.1 to 42.1-42.4 at 8 MiB; the
-/// sizes whose chunk was already whole did not move, nor did 16 MiB at 2
-/// ranks (1986 vectors to 1992). The 4-rank all-gather did not gain from
-/// it: its 1 GiB was slow on 42.6 KiB chunks for another reason
-/// (`config::PushShape::for_use` gives it 32 KiB).
+/// a line. On 4 H100, in two turns (2026-11-27, 52ec928), whole lines
+/// took the 4-rank push all-reduce from 103.2 to 98.7-99.1 us at 16 MiB
+/// and from 174.3 to 171.1-171.9 at 32 MiB, and the 2-rank one from
+/// 43.0-43.1 to 42.1-42.4 at 8 MiB; the sizes whose chunk was already
+/// whole did not move, nor did 16 MiB at 2 ranks (1986 vectors to 1992).
+/// The 4-rank all-gather did not gain from it: its 1 GiB was slow on 42.6
+/// KiB chunks for another reason (`config::PushShape::for_use` gives it
+/// 32 KiB).
 const LINE_VECS: usize = 8;
 
 /// [`push_launch`] for kernels with `rings` rings per block and peer in
@@ -162,8 +162,8 @@ fn blocks_for(algo: AllReduceAlgo, vecs: usize, world: usize) -> usize {
 /// message allows, spread over every SM: threads per block are the work
 /// per SM rounded up to a power of two between 64 and 512, and there are
 /// as many blocks as SMs at most. Measured on 4 and 2 H200 (132 SMs,
-/// docs/PERF_NOTES.md, v7 shape sweep): against the fixed 24 (one-shot) or
-/// 64 (two-shot) blocks of 512 threads, the Lamport one-shot went from
+/// 2026-11-21, 74fb30a, a sweep of shapes): against the fixed 24
+/// (one-shot) or 64 (two-shot) blocks of 512 threads, the Lamport one-shot went from
 /// 4.28 to 3.53 us at 16 KiB and from 6.99 to 6.0 us at 256 KiB on 4 GPUs,
 /// and from 8.08 to 6.40 us at 1 MiB on 2; the two-shot from 32.1 to 29.9
 /// us at 4 MiB on 4. Each rank polls its own buffer, so small blocks on
@@ -309,8 +309,7 @@ impl IntraNodeComm {
     /// the 76 MiB of the all-reduce's and the all-gather's rings, where
     /// the reduce-scatter keeps to the default 33 MiB. Given the 76 MiB,
     /// its chunks grew from 42 to 64 KiB and it lost 2-3 % at 64 MiB on 4
-    /// H100 (v19 call B and v20 calls A and B, docs/perf/v19/NOTES.md and
-    /// docs/perf/v20/NOTES.md).
+    /// H100 (2026-11-27, 97703c9 and 52ec928).
     pub(crate) fn push_ring_bytes(&self, shape: &PushShape) -> usize {
         self.buffer_bytes
             .max(shape.scratch_bytes)
@@ -551,7 +550,7 @@ mod tests {
         let l = LamportLaunch::new(132, LamportShapes::parse("").unwrap());
         let one = AllReduceAlgo::Lamport;
         let two = AllReduceAlgo::LamportTwoShot;
-        // The shapes that won the v7 sweep on 132-SM H200s.
+        // The shapes that won the shape sweep on 132-SM H200s.
         assert_eq!(l.shape_for(one, 1024, 4), (16, 64));
         assert_eq!(l.shape_for(one, 16384, 4), (128, 128));
         assert_eq!(l.shape_for(one, 65536, 2), (128, 512));
@@ -685,7 +684,7 @@ mod tests {
             }
         }
         // The default on 2 ranks and its 33 MiB scratch: 132 blocks of 512
-        // threads, 2 slots of 64 KiB (the issue-28 sweep's best at 64 MiB),
+        // threads, 2 slots of 64 KiB (the shape sweep's best at 64 MiB),
         // a chunk of one vector per thread for small messages.
         let d = PushShape::default();
         let big = push_launch(&d, 1 << 26, 2, d.scratch_bytes).unwrap();

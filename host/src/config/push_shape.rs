@@ -19,8 +19,8 @@ pub struct PushShape {
     pub max_chunk_bytes: usize,
     /// Ring slots per block and peer (`slots=`).
     pub slots: usize,
-    /// Tiles of lookahead (`intranode_kernels_gpu::math::push_lookahead`), 0 for
-    /// the default of the slots.
+    /// Tiles of lookahead (`intranode_kernels_gpu::math::push_lookahead`), 0
+    /// for the default of the slots.
     pub lookahead: usize,
     /// The push form's scratch (`scratch=`). The symmetric buffer is
     /// allocated `max(buffer_bytes, scratch)`, the scratch being the most
@@ -51,28 +51,27 @@ pub(crate) enum PushUse {
     AllGather,
 }
 
-/// World sizes whose push all-reduce runs [`PushShape::doubled`] by
-/// default. On 4 H100 it was 3.1-3.4 % faster from 64 MiB in four turns
-/// over two sessions (v17 call 4, v18 call A; docs/perf/v17/NOTES.md,
-/// docs/perf/v18/NOTES.md): 321.6 against 332.2 us at 64 MiB, 1207
-/// against 1249 at 256 MiB, 4747 against 4914 at 1 GiB, and even at 16
-/// MiB. Ranks that wait and fence per tile leave their SM idle; a second
-/// block on it runs meanwhile. On 2 H200 it changed nothing (+0.3 % at 1
-/// GiB, +3 % at 16 MiB), and on 3 H100 it was within 2 % either way
-/// (v18 call A), so those keep one block per SM.
+/// World sizes whose push all-reduce runs [`PushShape::doubled`] by default. On
+/// 4 H100 it was 3.1-3.4 % faster from 64 MiB in four turns over two sessions
+/// (4 H100, 2026-11-27, 9926c57 and 926d83a): 321.6 against 332.2 us at 64 MiB,
+/// 1207 against 1249 at 256 MiB, 4747 against 4914 at 1 GiB, and even at 16
+/// MiB. Ranks that wait and fence per tile leave their SM idle; a second block
+/// on it runs meanwhile. On 2 H200 it changed nothing (+0.3 % at 1 GiB, +3 % at
+/// 16 MiB), and on 3 H100 it was within 2 % either way (926d83a), so those keep
+/// one block per SM.
 const ALL_REDUCE_DOUBLED_WORLDS: [usize; 1] = [4];
 
 /// World sizes whose push reduce-scatter runs [`PushShape::doubled`] by
 /// default: two blocks share an SM, so one block's pushes go on while the
 /// other reduces (a block's reduce stores only into its own GPU, and it
-/// runs before the block's pushes of each tile). On 2 H200 (v17,
-/// docs/perf/v17/NOTES.md) that took 256 MiB from 464.8 to 406.7 us and
+/// runs before the block's pushes of each tile). On 2 H200 (2026-11-27,
+/// 9926c57) that took 256 MiB from 464.8 to 406.7 us and
 /// 1 GiB from 1805 to 1531 (0.89x NCCL to 0.76x; 350.7 GB/s) and left 64
-/// MiB even (124.8 against 125.6). On 3 H100 (v19 call B,
-/// docs/perf/v19/NOTES.md) it took 64 MiB / 256 MiB / 1 GiB from 163.4 /
+/// MiB even (124.8 against 125.6). On 3 H100 (2026-11-27, 97703c9) it
+/// took 64 MiB / 256 MiB / 1 GiB from 163.4 /
 /// 595.8 / 2307.7 us to 161.2 / 566.6 / 2124.7 (NCCL 184.4 / 652.3 /
 /// 2369.3), the gain growing with the size as on 2 ranks. On 4 H100 it
-/// was 3 % slower (v17 call 4): the rings of 264 blocks share the same
+/// was 3 % slower (9926c57): the rings of 264 blocks share the same
 /// scratch, so the chunks halve to 21 KiB.
 const REDUCE_SCATTER_DOUBLED_WORLDS: [usize; 2] = [2, 3];
 
@@ -91,35 +90,35 @@ struct Rings {
 ///
 /// All-reduce, 4 ranks: 3 slots of 16 KiB, lookahead 1, doubled (264
 /// blocks): 264 x 3 peers x 3 slots x 2 rings x 16 KiB = 74.25 MiB, so
-/// 76 MiB of scratch (33 by default). On 4 H100 (v18 calls B-D,
-/// docs/perf/v18/NOTES.md) it ran 313.1 / 1176.9 / 4597 us at 64 MiB /
+/// 76 MiB of scratch (33 by default). On 4 H100 (2026-11-27, 926d83a) it
+/// ran 313.1 / 1176.9 / 4597 us at 64 MiB /
 /// 256 MiB / 1 GiB against the default rings' 320.3 / 1204.3 / 4745:
 /// with 2 slots and a lookahead of 1, a block's pushes of tile `t + 1`
 /// wait for the peer to free the slot of `t - 1`, so one late peer stalls
 /// the ring; a third slot gives one tile of slack. A fourth was slower
 /// (4655-4682 us at 1 GiB), and so were longer chunks on 2 slots.
-/// On 4 H100 in v19 (docs/perf/v19/NOTES.md) it ran 312.5-312.7 /
-/// 1173.5-1174.3 / 4581-4585 us at 64 MiB / 256 MiB / 1 GiB in two turns
-/// (call A; NCCL 325.0-325.5 / 1187-1197 / 4539-4541), and 600.5 /
-/// 2316.9 at 128 / 512 MiB against v18's rings' 616.5 / 2398.3 (call B);
-/// its stress and graph checks passed (call A).
+/// On 4 H100 (2026-11-27, 97703c9) it ran 312.5-312.7 / 1173.5-1174.3 /
+/// 4581-4585 us at 64 MiB / 256 MiB / 1 GiB in two turns (NCCL
+/// 325.0-325.5 / 1187-1197 / 4539-4541), and 600.5 / 2316.9 at 128 / 512
+/// MiB against the 2-slot rings' 616.5 / 2398.3; its stress and graph
+/// checks passed.
 ///
 /// All-gather, 4 ranks: the default's 2 slots and 132 blocks, chunks of
 /// 32 KiB in the same 76 MiB (the default's 33 MiB cut them to 42.6 KiB).
-/// On 4 H100 in two calls (docs/perf/v20/NOTES.md, A and C) it ran 64
+/// On 4 H100 in two runs (2026-11-27, 52ec928) it ran 64
 /// MiB / 256 MiB / 1 GiB in 173.0 / 618.5 / 2379 and 170.6 / 615.0 /
 /// 2374.7 us against the default's 181.2 / 644.4 / 2468 and 180.9 / 644.6
 /// / 2475.1 (NCCL 190.1-190.3 / 657.6-660.5 / 2476-2480), and 128 / 512
-/// MiB in 320.1 / 1207.0 against 334.5 / 1260.6 (call C). 64 KiB chunks
-/// were as fast from 256 MiB (610-624 / 2366-2381 us in four turns over
-/// v19 and v20) but 3-4 % slower than the default at 64 MiB (187-190
+/// MiB in 320.1 / 1207.0 against 334.5 / 1260.6. 64 KiB chunks were as
+/// fast from 256 MiB (610-624 / 2366-2381 us in four turns, 97703c9 and
+/// 52ec928) but 3-4 % slower than the default at 64 MiB (187-190
 /// us): 2 tiles a block there. Why 42.6 KiB is slower than both is only
-/// partly known. Whole lines were ruled out (v20 call B). 2728 vectors
+/// partly known. Whole lines were ruled out (52ec928). 2728 vectors
 /// over 512 threads leave 1-2 a thread past `prims::grid::copy4`'s
 /// rounds of 4; moving those four at a time too took the 42.6 KiB chunks
-/// 1.1-1.5 % faster (v21 call A, docs/perf/v21/NOTES.md), a third of the
-/// gap. The reduce-scatter gained from neither (v20 calls A and B: 32 KiB 3.4
-/// % slower at 1 GiB, 64 KiB within 3 % either way).
+/// 1.1-1.5 % faster (2026-11-27, 12abacb), a third of the gap. The
+/// reduce-scatter gained from neither (52ec928: 32 KiB 3.4 % slower at 1
+/// GiB, 64 KiB within 3 % either way).
 const MEASURED_RINGS: [(PushUse, usize, Rings); 2] = [
     (
         PushUse::AllReduce,
@@ -160,8 +159,8 @@ const PUSH_REGISTERS_PER_SM: usize = 64 << 10;
 pub const MAX_PUSH_SLOTS: usize = 16;
 
 /// Most scratch of the push form ([`PushShape::scratch_bytes`]): 1 GiB, a
-/// bound against typos; the largest shape of the issue-28 sweep (132
-/// blocks, 4 slots of 256 KiB, 2 ranks) takes 264 MiB.
+/// bound against typos; the largest shape of the push form's shape sweep
+/// (132 blocks, 4 slots of 256 KiB, 2 ranks) takes 264 MiB.
 pub const MAX_PUSH_SCRATCH_BYTES: usize = 1 << 30;
 
 /// The push form's scratch unit: the symmetric buffer's granularity
@@ -169,25 +168,24 @@ pub const MAX_PUSH_SCRATCH_BYTES: usize = 1 << 30;
 const PUSH_SCRATCH_GRANULARITY_BYTES: usize = 4096;
 
 impl Default for PushShape {
-    /// From the issue-28 sweeps on 2 H200 (docs/PERF_NOTES.md, v12;
-    /// docs/perf/v12/push2-h200x2/): 132 blocks of 512 threads (one per SM
-    /// of an H100/H200: 80 registers a thread at 2 ranks leave room for
-    /// one 512-thread block per SM), chunks of 64 KiB, 2 slots per ring,
-    /// lookahead 1 was the fastest shape measured at 64 MiB (332 GB/s bus
-    /// bandwidth; 271 at 16 MiB, 353 at 256 MiB); 132 blocks of 128 KiB
-    /// chunks reached 362 GB/s at 1 GiB. Fewer blocks were slower at every
-    /// size (64: 317 / 343 at 64 / 256 MiB), and more slots or lookahead
-    /// were slower (one more pipeline fill per call). The rendezvous caps
-    /// the blocks at the GPU's SM count (`PushShape::for_sms`). Its rings
-    /// take `2 x 132 x (world - 1) x 2 x 64 KiB`: 33 MiB on 2 ranks, the
-    /// default scratch. So on 2 ranks the symmetric buffer grows from 10
-    /// to 33 MiB per rank and communicator (beside the 64 MiB of the
-    /// Lamport buffers in the pad); on more ranks the chunk shrinks to fit.
-    /// At 3 and 4 ranks on 4 H100 (docs/perf/v15, v17 and v18 NOTES.md)
-    /// the shape was measured again: auto takes the push form from 16 MiB
-    /// at 3 ranks and from 32 MiB at 4 (`algo::Crossovers::push_min_bytes`),
-    /// and 4 ranks run it doubled, on rings of their own: 3 slots of 16
-    /// KiB chunks in 76 MiB of scratch (`PushShape::for_use`).
+    /// From the shape sweeps on 2 H200 (2026-11-26, 04b694b): 132 blocks of 512
+    /// threads (one per SM of an H100/H200: 80 registers a thread at 2 ranks
+    /// leave room for one 512-thread block per SM), chunks of 64 KiB, 2 slots
+    /// per ring, lookahead 1 was the fastest shape measured at 64 MiB (332 GB/s
+    /// bus bandwidth; 271 at 16 MiB, 353 at 256 MiB); 132 blocks of 128 KiB
+    /// chunks reached 362 GB/s at 1 GiB. Fewer blocks were slower at every size
+    /// (64: 317 / 343 at 64 / 256 MiB), and more slots or lookahead were slower
+    /// (one more pipeline fill per call). The rendezvous caps the blocks at the
+    /// GPU's SM count (`PushShape::for_sms`). Its rings take
+    /// `2 x 132 x (world - 1) x 2 x 64 KiB`: 33 MiB on 2 ranks, the default scratch. So on 2
+    /// ranks the symmetric buffer grows from 10 to 33 MiB per rank and
+    /// communicator (beside the 64 MiB of the Lamport buffers in the pad); on
+    /// more ranks the chunk shrinks to fit. At 3 and 4 ranks on 4 H100
+    /// (2026-11-27, 0152274, 9926c57 and 926d83a) the shape was measured again:
+    /// auto takes the push form from 16 MiB at 3 ranks and from 32 MiB at 4
+    /// (`decide::Crossovers::push_min_bytes`), and 4 ranks run it doubled, on
+    /// rings of their own: 3 slots of 16 KiB chunks in 76 MiB of scratch
+    /// (`PushShape::for_use`).
     fn default() -> Self {
         PushShape {
             max_blocks: 132,
