@@ -8,6 +8,7 @@ pub mod broadcast;
 pub mod debug;
 pub mod fused_norm;
 pub mod hcm;
+pub mod launch_shape;
 #[cfg(feature = "test-kernels")]
 pub mod probe;
 pub mod residency;
@@ -29,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::kernels::{Grid, KernelArgs, KernelKey, KernelModule};
 use crate::symm_mem::SymmetricMemory;
 use crate::topology::{MAX_DEVICES, Topology};
-use all_reduce::LamportLaunch;
+use launch_shape::LamportLaunch;
 
 /// One launch of a collective of ours, decided: the kernel (typed by the
 /// arguments it takes, from the table in `kernels-gpu/src/entries.rs`),

@@ -44,8 +44,8 @@ use cudarc::driver::CudaContext;
 use intranode_store::{Store, StoreExchange};
 use serde::{Deserialize, Serialize};
 
-use crate::comm::all_reduce::LamportLaunch;
 use crate::comm::debug::CallChecker;
+use crate::comm::launch_shape::LamportLaunch;
 use crate::comm::{HostErrorWord, IntraNodeComm};
 use crate::config::{CommConfig, DebugLevel, PushUse};
 use crate::driver_ext;
