@@ -2,7 +2,7 @@
 """Public API items of `intranode`, from rustdoc's JSON.
 
   cargo +nightly-2026-05-20 rustdoc -p intranode -- -Z unstable-options --output-format json
-  python3 docs/perf/v12/api_items.py target/doc/intranode.json [--list]
+  python3 docs/dev/api_items.py target/doc/intranode.json [--list]
 
 Counts the items a user of the crate (default features) can name, walking
 from the crate root: modules, structs, enums, unions, traits, functions,

@@ -12,7 +12,7 @@ module (the cycles), and the fewest arrows that must point up under the
 best floor order (a minimum feedback arc set, exact by dynamic
 programming over subsets: fine for <= 20 modules).
 
-Usage: python3 docs/perf/v12/module_graph.py [host/src]
+Usage: python3 docs/dev/module_graph.py [host/src]
 """
 import os, re, sys
 from itertools import combinations

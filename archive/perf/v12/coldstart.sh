@@ -4,7 +4,7 @@
 # correctness check on the cubin.
 #
 # usage (from the repo root, on 2 GPUs; 1 GPU: two ranks share it):
-#   OUT=/some/dir docs/perf/v12/coldstart.sh BUNDLE_DIR
+#   OUT=/some/dir archive/perf/v12/coldstart.sh BUNDLE_DIR
 # BUNDLE_DIR holds gzipped stripped binaries: intranode-run,
 # intranode-suite, 02_cuda_graph, 01_data_parallel. Writes only under $OUT.
 # Set PTX_BASELINE=0 to skip the last step (the PTX JIT, about a minute).

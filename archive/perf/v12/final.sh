@@ -13,7 +13,7 @@
 #      torchrun's spellings;
 #   5. the free-running small-message sweep (speed against 2026-11-25);
 #   6. an integer all-reduce through the bench (--dtype i32).
-# Usage, from the repo root: OUT=DIR docs/perf/v12/final.sh BUNDLE_DIR
+# Usage, from the repo root: OUT=DIR archive/perf/v12/final.sh BUNDLE_DIR
 # BUNDLE_DIR: gzipped stripped intranode-run, intranode-suite,
 # intranode-bench, 02_cuda_graph, torch_tcpstore, and peers_graph.py.
 # A step whose bound would pass 570 s from the start is skipped (and says so).

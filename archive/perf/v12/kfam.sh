@@ -13,7 +13,7 @@
 #   2. intranode-suite bad-input;
 #   3. example 02_cuda_graph (graphs of our collectives);
 #   4. bench, free-running, 4 KiB - 1 MiB, lamport / one-shot / auto / nccl.
-# Usage, from the repo root: OUT=DIR docs/perf/v12/kfam.sh BUNDLE_DIR
+# Usage, from the repo root: OUT=DIR archive/perf/v12/kfam.sh BUNDLE_DIR
 # BUNDLE_DIR: gzipped stripped intranode-run, intranode-suite,
 # intranode-bench, 02_cuda_graph.
 # A step whose bound would pass 450 s from the start is skipped (and says so).

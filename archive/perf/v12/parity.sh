@@ -18,12 +18,12 @@
 # - each bench: the table "as nccl-tests prints it" with #wrong 0 on every
 #   row, type/redop as asked, only nccl and auto rows for i32, f64 and
 #   prod; the bf16 sum rows' auto/NCCL ratios as in
-#   docs/perf/v12/2026-11-25 (0.40-0.46 up to 1 MiB, 0.5 at 4 MiB, 0.73
+#   archive/perf/v12/2026-11-25 (0.40-0.46 up to 1 MiB, 0.5 at 4 MiB, 0.73
 #   at 16 MiB, on graphs of 16 here).
 set -u
 export NCCL_NVLS_ENABLE=0 INTRANODE_BARRIER_TIMEOUT_MS=5000
 : "${OUT:?OUT must name the output folder}"
-SRC=${1:?usage: docs/perf/v12/parity.sh BUNDLE_DIR}
+SRC=${1:?usage: archive/perf/v12/parity.sh BUNDLE_DIR}
 B=/tmp/parity-bin
 mkdir -p "$B" "$OUT"
 for f in "$SRC"/*.gz; do

@@ -2,7 +2,7 @@
 # After the layout merge (issue 27's host re-layout on top of the v12
 # work): the reduced suite, the cold example, a few re-create cycles and
 # the TCPStore protocol test (libuv server), on 2 GPUs, about 3 minutes.
-# Usage, from the repo root: OUT=DIR docs/perf/v12/post.sh BUNDLE_DIR
+# Usage, from the repo root: OUT=DIR archive/perf/v12/post.sh BUNDLE_DIR
 set -u
 : "${OUT:?set OUT}"
 SRC=${1:?usage: post.sh BUNDLE_DIR}

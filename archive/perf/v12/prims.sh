@@ -3,7 +3,7 @@
 # device half): the kernels now stand on `prims` (one strided copy, one
 # Lamport set-up, one row-norm primitive, typed barrier peers); the PTX's
 # entry list is main's and no kernel takes more registers
-# (docs/perf/v12/DEVICE_LAYOUT.md). This run checks that results and speed
+# (docs/dev/kernel-modules.md). This run checks that results and speed
 # are unchanged, on 2 GPUs, one call under 8 minutes:
 #   1. the correctness suite (`intranode-suite check`, default counts:
 #      every algorithm incl. push, Lamport RS/AG, broadcast, fused and
@@ -13,7 +13,7 @@
 #      one-shot, two-shot, nccl;
 #   3. large messages (16-256 MiB): push, two-shot, nccl, both binaries;
 #   4. the decode step, fused against unfused norm, both binaries.
-# Usage, from the repo root: OUT=DIR docs/perf/v12/prims.sh BUNDLE_DIR
+# Usage, from the repo root: OUT=DIR archive/perf/v12/prims.sh BUNDLE_DIR
 # BUNDLE_DIR: gzipped stripped intranode-run, intranode-suite,
 # intranode-bench (this branch) and, for the A/B steps,
 # intranode-bench-main (main at 04b694b); without it those steps run this

@@ -10,12 +10,12 @@
 #   (ii) the peers beside the default shape (NCCL, two-shot, Lamport
 #        two-shot), 16 MiB - 1 GiB, then a launch-shape sweep of the push
 #        form, 16 - 256 MiB; graph replay, free-running, bus bandwidth.
-# Usage, from the repo root on a 2-GPU machine: docs/perf/v12/push.sh DIR
+# Usage, from the repo root on a 2-GPU machine: archive/perf/v12/push.sh DIR
 # where DIR holds intranode-run, intranode-suite, intranode-bench (plain or
 # .gz). Writes only under $OUT. About 7 minutes; starts no sweep step
 # after 7 minutes (each step is bounded: 8 minutes at most in all).
 set -u
-BUNDLE=${1:?usage: docs/perf/v12/push.sh BUNDLE_DIR}
+BUNDLE=${1:?usage: archive/perf/v12/push.sh BUNDLE_DIR}
 : "${OUT:?OUT must name the output folder}"
 export NCCL_NVLS_ENABLE=0 INTRANODE_BARRIER_TIMEOUT_MS=5000
 # The first process of a fresh machine JIT-compiles the 19 MB PTX (~50 s);

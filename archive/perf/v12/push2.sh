@@ -18,12 +18,12 @@
 #         ring) at 16 / 64 / 256 MiB (1 GiB for the first three shapes),
 #         --large-calls 300, most informative first; no step starts after
 #         215 s.
-# Usage, from the repo root on a 2-GPU machine: docs/perf/v12/push2.sh DIR
+# Usage, from the repo root on a 2-GPU machine: archive/perf/v12/push2.sh DIR
 # where DIR holds intranode-run, intranode-suite, intranode-bench (plain or
 # .gz). Writes only under $OUT. About 4 minutes (the first process
 # JIT-compiles the PTX, ~50 s; later ones hit $CUDA_CACHE_PATH).
 set -u
-BUNDLE=${1:?usage: docs/perf/v12/push2.sh BUNDLE_DIR}
+BUNDLE=${1:?usage: archive/perf/v12/push2.sh BUNDLE_DIR}
 : "${OUT:?OUT must name the output folder}"
 export NCCL_NVLS_ENABLE=0 INTRANODE_BARRIER_TIMEOUT_MS=5000 INTRANODE_REQUIRE_GPUS=2
 export CUDA_CACHE_PATH=/tmp/cuda-cache CUDA_CACHE_MAXSIZE=4294967296
@@ -71,7 +71,7 @@ peers peers_32_128 33554432 134217728 auto,push,nccl 35
 # every shape (a 1 GiB size costs ~10 s of host-side inputs and checks per
 # shape, past the 4 minutes), then 1 GiB for the first three while time
 # is left (phase 1: 1 GiB ran within 2 % of 256 MiB for 8 of 9 shapes).
-# Pairs that isolate one cause (docs/PERF_NOTES.md, v12 predictions):
+# Pairs that isolate one cause (archive/perf/PERF_NOTES.md, v12 predictions):
 # 5 vs 6 the lookahead at equal rings, 6 vs 1 the ring size at D = 1,
 # 8 vs the default (peers run) the lookahead at 64 blocks.
 SHAPES="

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 28 item 2 (branch symm): symmetric buffers users allocate
 # (`Communicator::alloc_symmetric`), on 2 GPUs (NV18).
-#   docs/perf/v12/symm.sh BUNDLE_DIR
+#   archive/perf/v12/symm.sh BUNDLE_DIR
 # BUNDLE_DIR holds the gzipped release binaries intranode-run,
 # intranode-suite, intranode-bench and 03_symmetric. Writes only under
 # $OUT. About 4-5 minutes: the first process compiles the PTX for the GPU

@@ -7,7 +7,7 @@
 # servers); intranode-run takes torchrun's spellings; the binaries log
 # through RUST_LOG.
 #
-# Run from the repo root: bash docs/perf/v12/torchrun.sh BUNDLE_DIR
+# Run from the repo root: bash archive/perf/v12/torchrun.sh BUNDLE_DIR
 # BUNDLE_DIR holds (gzipped or not) intranode-run, intranode-suite,
 # 02_cuda_graph and torch_tcpstore (the test binary of
 # crates/store/tests/torch_tcpstore.rs). Writes only under $OUT (and the

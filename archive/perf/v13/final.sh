@@ -11,7 +11,7 @@
 #   PART=c: the suite's bad-input and the NCCL methods' test (the typed
 #           argument errors), then candle-tp (bundle-candle/, 11 runs per
 #           back-end).
-# Usage, from the repo root: OUT=DIR PART=a|b|c docs/perf/v13/final.sh
+# Usage, from the repo root: OUT=DIR PART=a|b|c archive/perf/v13/final.sh
 set -u
 : "${OUT:?set OUT}"
 export NCCL_NVLS_ENABLE=0 INTRANODE_REQUIRE_GPUS=2

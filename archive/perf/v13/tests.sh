@@ -3,7 +3,7 @@
 # device-bundle` on 2 GPUs with the GPU tests required (run-tests.sh:
 # unit, integration and GPU tests, then the examples under the launcher),
 # then the GPU suite's `check` with its default counts.
-# Usage, from the repo root with the bundle in bundle/: OUT=DIR docs/perf/v13/tests.sh
+# Usage, from the repo root with the bundle in bundle/: OUT=DIR archive/perf/v13/tests.sh
 set -u
 : "${OUT:?set OUT}"
 export NCCL_NVLS_ENABLE=0 INTRANODE_REQUIRE_GPUS=2

@@ -11,7 +11,7 @@
 # Usage, from the repo root on a machine with 4 GPUs, with the bundle of
 # `cargo xtask candle-example --out DIR` (candle-tp may be gzipped) in
 # bundle-candle/ (or give its path):
-#   OUT=DIR docs/perf/v14/candle_run.sh [BUNDLE_DIR]
+#   OUT=DIR archive/perf/v14/candle_run.sh [BUNDLE_DIR]
 # Writes $OUT/w4_b{1,8,32}.txt, $OUT/w2_b{1,8,32}.txt (each run's output,
 # every window's tokens/s included) and $OUT/run.log. Under 9 minutes.
 set -u

@@ -25,7 +25,7 @@
 #      symmetric-buffer checks while time is left.
 # Usage, from the repo root with the bundle (`cargo xtask device-bundle`,
 # or intranode-run.gz and intranode-suite.gz of this branch) in bundle/,
-# on a machine with 4 or more GPUs:  OUT=DIR docs/perf/v14/eight_ranks.sh
+# on a machine with 4 or more GPUs:  OUT=DIR archive/perf/v14/eight_ranks.sh
 # Writes $OUT/stress_pdl.log, stress_nopdl.log, norm.log, sg.log,
 # free.log, symm.log. Under 5 minutes (STRESS_SECS, default 70, bounds
 # each back-to-back part; TOTAL_SECS, default 285, the whole run).
@@ -33,7 +33,7 @@ set -u
 : "${OUT:?set OUT}"
 export NCCL_NVLS_ENABLE=0 INTRANODE_REQUIRE_GPUS=4 INTRANODE_ALLOW_OVERLAPPING_DEVICES=1
 # Two ranks share each GPU's time slices: in the back-to-back stage ranks
-# drifted more than 5 s apart (v15, docs/perf/v15/NOTES.md); 60 s passed.
+# drifted more than 5 s apart (v15, archive/perf/v15/NOTES.md); 60 s passed.
 export INTRANODE_BARRIER_TIMEOUT_MS=60000
 GPUS=${GPUS:-0,0,1,1,2,2,3,3}
 # The bundle's gzipped binaries (a whole `device-bundle` or only the

@@ -10,7 +10,7 @@
 #      scatter/gather checks of the
 #      merged kernels (push in one pass, scatter/gather past a slot);
 #   4. faults-suite: the 16 MiB cases (a peer that dies, one that skips).
-# Usage: OUT=DIR bash docs/perf/v14/final.sh   (about 4 minutes at most)
+# Usage: OUT=DIR bash archive/perf/v14/final.sh   (about 4 minutes at most)
 set -u
 : "${OUT:?set OUT}"
 export NCCL_NVLS_ENABLE=0 INTRANODE_REQUIRE_GPUS=4

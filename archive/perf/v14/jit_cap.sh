@@ -12,7 +12,7 @@
 #   mkdir -p bundle-jit && for b in target/release/intranode-run \
 #       target/release/examples/02_cuda_graph; do
 #       strip -o /tmp/s "$b" && gzip -c /tmp/s >bundle-jit/$(basename "$b").gz; done
-# Run on 2 GPUs, from the repo root: OUT=DIR docs/perf/v14/jit_cap.sh
+# Run on 2 GPUs, from the repo root: OUT=DIR archive/perf/v14/jit_cap.sh
 # Expect "rc=0" twice, the set-up line naming "cubin sm_90" then
 # "ptx sm_90", the exactness line of each, and no "rror".
 set -u

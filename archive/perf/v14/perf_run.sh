@@ -16,7 +16,7 @@
 #      forms and push (reduced counts) and its reduce-scatter / all-gather
 #      checks (a shard past a slot among them).
 # Usage, from the repo root:
-#   OUT=DIR [BASE=bundle-base] [NEW=bundle-new] [SHAPES="132x128 ..."] bash docs/perf/v14/perf_run.sh
+#   OUT=DIR [BASE=bundle-base] [NEW=bundle-new] [SHAPES="132x128 ..."] bash archive/perf/v14/perf_run.sh
 # Writes 7 files under $OUT; prints a compact table last. About 7-8 minutes.
 set -u
 : "${OUT:?set OUT}"

@@ -3,7 +3,7 @@
 # memory (4.4 MiB a cycle on H100). One GPU, no launcher: run on H100 and
 # on H200 (nvidia-h100-x1 / nvidia-h200).
 # Usage, from the repo root, after `cargo xtask device-bundle` (bundle/):
-#   OUT=DIR docs/perf/v14/probe.sh
+#   OUT=DIR archive/perf/v14/probe.sh
 # Writes $OUT/probe_default.log, $OUT/probe_eager.log, $OUT/probe_lazy.log.
 set -u
 : "${OUT:?set OUT}"

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 36 items 1, 2, 3, 5 on 4 GPUs (H100 and H200), from the repo root
 # after `cargo xtask device-bundle` (bundle/):
-#   OUT=DIR PART=a docs/perf/v14/relia.sh     (about 7 minutes on 4 H100; a stream
+#   OUT=DIR PART=a archive/perf/v14/relia.sh     (about 7 minutes on 4 H100; a stream
 #   cycle takes about 1 s, most of it in the drop: 50 of them need ~55 s)
 #   PART=a: recreate --cycles 50 at world 2 (GPUs 0,1) and 4, with the
 #           pieces and the new-stream variant (--stream-cycles 50), judged

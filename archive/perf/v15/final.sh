@@ -14,7 +14,7 @@
 #   4. candle-tp at TP4 with longer windows (40 windows of 30 steps):
 #      whether the fused back-end's gain clears the window-to-window
 #      spread at batch 1 and 32 as it did at batch 8.
-# Usage, from the repo root:  OUT=DIR bash docs/perf/v15/final.sh
+# Usage, from the repo root:  OUT=DIR bash archive/perf/v15/final.sh
 # Writes lamport2_ab.txt, auto_w3.txt, push_w4.txt, candle/; ~7 minutes.
 set -u
 : "${OUT:?set OUT}"

@@ -7,7 +7,7 @@
 #      Lamport two-shot: expected ~7.3 us, was 7.8);
 #   3. the decode stack at TP4 (none, NCCL, ours, fused; llama3-8b and
 #      -70b, batch 1-64).
-# Usage, from the repo root:  OUT=DIR bash docs/perf/v15/final2.sh
+# Usage, from the repo root:  OUT=DIR bash archive/perf/v15/final2.sh
 set -u
 : "${OUT:?set OUT}"
 export NCCL_NVLS_ENABLE=0

@@ -1,13 +1,13 @@
 #!/bin/bash
 # v15: the leak and fault suites on 2 GPUs, asked as nvidia-h200-x2 (the call
-# got 2 H100: docs/perf/v15/w2-h100x2/), for issue 36's fix and NOTE [no
+# got 2 H100: archive/perf/v15/w2-h100x2/), for issue 36's fix and NOTE [no
 # arrival after giving up], from the final tree
 # (bundle-v18s/):
 #   1. recreate at world 2: the pieces, then whole communicators and new
 #      streams per cycle, memory / fds / threads flat;
 #   2. faults-suite --nproc 2, the late cases (every late victim fails or
 #      returns the exact sum and then fails).
-# Usage, from the repo root on 2 GPUs:  OUT=DIR bash docs/perf/v15/h200.sh
+# Usage, from the repo root on 2 GPUs:  OUT=DIR bash archive/perf/v15/h200.sh
 set -u
 : "${OUT:?set OUT}"
 export NCCL_NVLS_ENABLE=0 INTRANODE_REQUIRE_GPUS=2

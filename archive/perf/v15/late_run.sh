@@ -12,7 +12,7 @@
 #   3. base then new, graph of 16 calls free-running, 256 KiB-64 MiB: the
 #      abort-word read before each barrier arrival and push signal costs
 #      nothing measurable (prediction: within 1 %).
-# Usage, from the repo root:  OUT=DIR bash docs/perf/v15/late_run.sh
+# Usage, from the repo root:  OUT=DIR bash archive/perf/v15/late_run.sh
 # Writes faults_w4.log, check_w4.log, ab_w4.txt;
 # about 7 minutes.
 set -u

@@ -14,7 +14,7 @@
 #      form with the default shapes: the crossovers per world size
 #      (world 3 was never measured).
 # Usage, from the repo root with the bundle in bundle/ (intranode-run.gz
-# and intranode-bench.gz at least):  OUT=DIR bash docs/perf/v15/push_tune.sh
+# and intranode-bench.gz at least):  OUT=DIR bash archive/perf/v15/push_tune.sh
 # Writes push_w4.txt, tune_w{3,4}.{log,csv}, crossovers_w{3,4}.json; about
 # 8 minutes.
 set -u

@@ -2,7 +2,7 @@
 # v16: the fault suite after the first-report fix (only a rank's first
 # failed wait writes the error word), every case; on 2 H200 the late
 # one-shot at 16 MiB had failed with "the next call failed differently".
-# Usage, from the repo root:  OUT=DIR bash docs/perf/v16/faults_run.sh BUNDLE
+# Usage, from the repo root:  OUT=DIR bash archive/perf/v16/faults_run.sh BUNDLE
 set -u
 : "${OUT:?set OUT}"
 B=${1:?bundle folder}

@@ -10,7 +10,7 @@
 #      all-reduce's set-up: its PTX differs in register names and the
 #      order of two independent instructions);
 #   4. faults-suite --only late.
-# Usage, from the repo root:  OUT=DIR bash docs/perf/v16/final_run.sh BUNDLE
+# Usage, from the repo root:  OUT=DIR bash archive/perf/v16/final_run.sh BUNDLE
 set -u
 : "${OUT:?set OUT}"
 B=${1:?bundle folder}

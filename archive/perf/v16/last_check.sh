@@ -2,7 +2,7 @@
 # v16 last call (2 GPUs): 965a7ae (the reduce-scatter's one-vector loop
 # written out again after sm_80 spilled): the suite's scatter/gather check
 # at world G and with 2G ranks on the G GPUs.
-# Usage, from the repo root:  OUT=DIR bash docs/perf/v16/last_check.sh BUNDLE
+# Usage, from the repo root:  OUT=DIR bash archive/perf/v16/last_check.sh BUNDLE
 set -u
 : "${OUT:?set OUT}"
 B=${1:?bundle folder}

@@ -12,7 +12,7 @@
 # Prediction: push AG at 64 MiB ~150-165 us (Lamport 196.6, NCCL 190.5:
 # v14), RS ~155-170 (Lamport 187.9, NCCL 192.2); push ahead of NCCL from
 # 16 MiB, and of the Lamport form from 64 MiB at least.
-# Usage, from the repo root:  OUT=DIR bash docs/perf/v16/sg_run.sh BUNDLE
+# Usage, from the repo root:  OUT=DIR bash archive/perf/v16/sg_run.sh BUNDLE
 set -u
 : "${OUT:?set OUT}"
 B=${1:?bundle folder}

@@ -10,7 +10,7 @@
 #   3. world 3 (GPUs 0-2) and world 2 (GPUs 0,1), default shape.
 # Prediction: at 4 ranks the default shape now within 2 % of call 1's
 # fitted rings (RS 0.91-0.97x NCCL, AG 0.94x from 64 MiB).
-# Usage, from the repo root:  OUT=DIR bash docs/perf/v16/sg_run2.sh BUNDLE
+# Usage, from the repo root:  OUT=DIR bash archive/perf/v16/sg_run2.sh BUNDLE
 set -u
 : "${OUT:?set OUT}"
 B=${1:?bundle folder}

@@ -3,7 +3,7 @@
 # examples with cudarc's defaults, the full check, the fault suite and
 # the leak check (recreate), from the tree at the bundle's commit.
 # PART=a: 1-2 (about 6 min on 2 GPUs), PART=b: 3-4.
-# Usage, from the repo root:  OUT=DIR PART=a|b bash docs/perf/v16/verify_run.sh BUNDLE
+# Usage, from the repo root:  OUT=DIR PART=a|b bash archive/perf/v16/verify_run.sh BUNDLE
 set -u
 : "${OUT:?set OUT}"
 B=${1:?bundle folder}

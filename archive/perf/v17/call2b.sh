@@ -1,7 +1,7 @@
 #!/bin/bash
 # v17 call 2b (2 GPUs; call 2, the same on 4 GPUs, was refused: no 4-GPU kind was lent then): two push blocks per SM (MAX_BLOCKS 160 -> 264,
 # `blocks=264,threads=256`) against the default 132 x 512, NCCL beside.
-# Prediction (docs/perf/v17/NOTES.md): if a block's per-tile signal (bar,
+# Prediction (archive/perf/v17/NOTES.md): if a block's per-tile signal (bar,
 # fence.acq_rel.sys, counter stores) idles its SM, a second block on the
 # SM hides it and the push all-reduce at 1 GiB on 4 ranks moves from
 # ~4940 toward ~4530 us with the default scratch; if not, no change.

@@ -2,7 +2,7 @@
 # v19 call F (4 GPUs), the final tree:
 #   1. the GPU tests and examples of the device bundle with cudarc's
 #      defaults (event tracking on), INTRANODE_REQUIRE_GPUS=4 (a subset of
-#      its run-tests.sh, as docs/perf/v15/run-gpu-tests.sh);
+#      its run-tests.sh, as archive/perf/v15/run-gpu-tests.sh);
 #   2. the full `intranode-suite check` at world 4 (sweep, back-to-back
 #      calls, graph, free-running, fused norm, reduce-scatter and
 #      all-gather, symmetric buffers, barriers), counts cut to fit.

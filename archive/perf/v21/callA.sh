@@ -3,7 +3,7 @@
 # tail four vectors at a time, loads in flight) against main 52ec928.
 # `tail` is main with that one kernel change; `base` is main. Both bench
 # binaries alternate in the same call, every result checked.
-# Predictions (docs/perf/v20/NOTES.md, "An open cause"):
+# Predictions (archive/perf/v20/NOTES.md, "An open cause"):
 #   - all-gather, world 4, on 33 MiB of rings (`scratch=34603008`,
 #     2728-vector chunks, 1-2 vectors a thread in the tail): from ~181 /
 #     ~645 / ~2475 us at 64 MiB / 256 MiB / 1 GiB toward the 32 KiB

@@ -8,7 +8,7 @@
 #      blocks, 8 MiB); then two other prefetch settings (32 blocks x 16
 #      MiB, 4 blocks x 4 MiB) and the default again, each with none and
 #      fused beside it.
-# Prediction (docs/perf/v22/NOTES.md): fused-prefetch 1-2 us/layer under
+# Prediction (archive/perf/v22/NOTES.md): fused-prefetch 1-2 us/layer under
 # fused for llama3-8b at batch 1-8; none unchanged.
 set -u
 : "${OUT:?set OUT}"
