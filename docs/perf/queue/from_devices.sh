@@ -1,9 +1,6 @@
 #!/bin/bash
-# Queued in v25 (docs/perf/v25/NOTES.md) for a machine of 2, 4 or 8 GPUs
-# (H100 or H200). From the repo root with the bundle (`cargo xtask
-# device-bundle`: intranode-run.gz, 04_from_rank.gz, 05_from_devices.gz)
-# in bundle/:
-#   OUT=DIR bash docs/perf/queue/v25_from_devices.sh
+# The cudarc-style examples on a machine of 2, 4 or 8 GPUs (H100 or H200);
+# so far exact at 2 and 4 ranks on one H200 only (CHANGELOG.md):
 # 1. 05_from_devices (one process, a thread per GPU, in-place bf16
 #    all-reduces captured in a graph, every element checked, GPU time per
 #    all-reduce from events around each replay) on 2, 4 and 8 GPUs as
@@ -14,21 +11,15 @@
 #    of sizes, the layer loop of out-of-place bf16 all-reduces into fresh
 #    outputs, then that step captured in a graph, GPU time per
 #    all-reduce) on 2, 4 and 8 GPUs, intranode and cudarc's NCCL.
+# Usage (lib.sh, bundle: intranode-run, 04_from_rank, 05_from_devices):
+#   OUT=DIR bash docs/perf/queue/from_devices.sh
 # Writes summary.txt and logs.tgz; about 4 minutes at 8 GPUs.
-set -u
-: "${OUT:?set OUT}"
-export NCCL_NVLS_ENABLE=0
-D=/tmp/v25-fd && mkdir -p $D/logs
-for f in bundle/intranode-run.gz bundle/04_from_rank.gz bundle/05_from_devices.gz; do
-    n=$(basename "$f" .gz)
-    gzip -dc "$f" >"$D/$n" && chmod +x "$D/$n" || exit 1
-done
-N=$(nvidia-smi -L | grep -c '^GPU ')
-L=$D/logs
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+queue_start intranode-run 04_from_rank 05_from_devices
 go() { # tag cmd...
     local tag=$1
     shift
-    [ $SECONDS -gt 480 ] && { echo "== $tag skipped: $SECONDS s gone"; return; }
+    past 480 "$tag" && return
     local t0=$SECONDS
     timeout 120 "$@" >$L/$tag.log 2>&1
     echo "== $tag rc=$? $((SECONDS - t0))s"
@@ -38,18 +29,18 @@ go() { # tag cmd...
     nvidia-smi -L
     for w in 2 4 8; do
         [ $w -le $N ] || continue
-        g=$(seq -s, 0 $((w - 1)))
         for h in 4096 8192 16384; do
             for b in intranode cudarc; do
-                go fd_w${w}_h${h}_$b $D/05_from_devices --gpus $g --hidden $h --layers 8 --replays 200 --eager 3 --backend $b
+                go fd_w${w}_h${h}_$b $D/05_from_devices --gpus $(first_gpus $w) --hidden $h --layers 8 \
+                    --replays 200 --eager 3 --backend $b
             done
         done
     done
     for w in 2 4 8; do
         [ $w -le $N ] || continue
         for b in intranode cudarc; do
-            go fr_w${w}_$b $D/04_from_rank --gpus $(seq -s, 0 $((w - 1))) --steps 5 --replays 200 --backend $b
+            go fr_w${w}_$b $D/04_from_rank --gpus $(first_gpus $w) --steps 5 --replays 200 --backend $b
         done
     done
 } 2>&1 | tee $OUT/summary.txt
-tar czf $OUT/logs.tgz -C $D logs
+queue_logs
