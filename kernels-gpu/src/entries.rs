@@ -68,7 +68,7 @@
 ///
 /// A new all-reduce variant is one row of `Collective` (plus its device
 /// function and, on the host, its `AllReduceAlgo` and launch shape):
-/// `docs/perf/v12/LAYOUT.md`.
+/// `docs/dev/kernel-table.md`.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! kernel_table {

@@ -55,8 +55,8 @@
 //! come out +0.0 (every other value, NaN payloads included, exactly).
 //! Shards larger than a slot run as several calls, each over the same
 //! slice of every shard: `p.shard_stride_elems` then gives the distance
-//! between shards on the side that holds them all (v14, issue 34 item 4;
-//! at 4 ranks a slot is 8 MiB).
+//! between shards on the side that holds them all (at 4 ranks a slot is
+//! 8 MiB).
 
 use crate::elem::{Element, load_vec, store_vec};
 use crate::layout::{
@@ -160,7 +160,7 @@ pub(crate) unsafe fn lamport2_marked<T: Element, const W: usize, const OP: u32, 
 
     // Scatter: shard r of our input into our slot of rank r's scatter
     // area. A thread loads its vector of every shard before it stores any
-    // (v9: one HBM latency per vector position, not W): all loads of a
+    // (one HBM latency per vector position, not W): all loads of a
     // group of ranks in flight before its stores, one group of up to 4
     // ranks; on more, groups of two (four or eight loads in flight take
     // the kernel past 128 registers). Constant indices (`unroll!`, and

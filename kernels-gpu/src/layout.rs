@@ -19,11 +19,11 @@
 pub const MAX_RANKS: usize = 8;
 /// Blocks of one collective launch at most; sizes the flag array and the
 /// push form's counters. 264 covers two blocks per SM of an H100 or H200
-/// (132 SMs), as the push form runs them with 256 threads a block (v17,
-/// docs/perf/v17/NOTES.md: a second block runs while the first waits,
-/// signals or reduces into its own GPU; the 2-rank push reduce-scatter
-/// went from 297 to 351 GB/s at 1 GiB, the 4-rank push all-reduce 3 %
-/// faster), and one per SM of a B200 (148). The flags and counters of 264 blocks take
+/// (132 SMs), as the push form runs them with 256 threads a block (a
+/// second block runs while the first waits, signals or reduces into its
+/// own GPU: measured, the 2-rank push reduce-scatter went from 297 to 351
+/// GB/s at 1 GiB, the 4-rank push all-reduce 3 % faster), and one per SM
+/// of a B200 (148). The flags and counters of 264 blocks take
 /// 60 KiB of the 64 KiB before [`LAMPORT_OFFSET_BYTES`]
 /// (`flags_fit_below_the_counters`). The other forms keep their own,
 /// smaller caps (`host/src/comm/all_reduce.rs`).
@@ -114,8 +114,8 @@ pub const LAMPORT_BUFFERS: usize = 2;
 /// MiB) holds a 16 MiB message in the two-shot form (scatter and gather
 /// areas) and a 16 MiB one-shot slot on 2 ranks (8 MiB on 4). 16 MiB is
 /// the size where NCCL starts to catch up with our kernels on 2 and 4
-/// H200 (v9 in docs/PERF_NOTES.md); the memory is per rank and
-/// communicator.
+/// H200 (measured: 0.74x and 0.86x NCCL's time there); the memory is per
+/// rank and communicator.
 pub const LAMPORT_BYTES: usize = 64 << 20;
 /// Bytes of one Lamport buffer; call `e` uses the one at
 /// `LAMPORT_OFFSET_BYTES + (e & 1) * LAMPORT_BUFFER_BYTES`, whatever the
@@ -151,9 +151,9 @@ pub const LAMPORT_SLOT_ALIGN: usize = 128;
 
 /// Bytes between the slots of a call over `vectors` 16-byte vectors per
 /// slot: the slots lie back to back from the start of their area, so a
-/// small message touches one or two 2 MiB pages, not one per rank (v9 in
-/// docs/PERF_NOTES.md: slots 4 MiB apart cost the 4-rank two-shot 0.2 to
-/// 0.6 us from 64 KiB to 1 MiB). At most the largest slot where the
+/// small message touches one or two 2 MiB pages, not one per rank
+/// (measured: slots 4 MiB apart cost the 4-rank two-shot 0.2 to 0.6 us
+/// from 64 KiB to 1 MiB). At most the largest slot where the
 /// message fits it. Every rank computes it from the same message size.
 pub const fn lamport_stride_bytes(vectors: usize) -> usize {
     (vectors * 16).next_multiple_of(LAMPORT_SLOT_ALIGN)
@@ -290,8 +290,8 @@ pub struct AllReduceParams {
     /// This rank's abort word (`ABORT_WORD` of its own pad), which its
     /// waits poll once they last (NOTE [abandoned waits] in `sync.rs`):
     /// an address in the parameters, read only on that rare path, costs
-    /// the kernels no register (v10: computed from the pad instead, it
-    /// took the two-shot kernels from about 90 to about 125).
+    /// the kernels no register (computed from the pad instead, it took
+    /// the two-shot kernels from about 90 to about 125).
     pub abort: u64,
     /// Reduce-scatter and all-gather only (NOTE [lamport reduce-scatter
     /// and all-gather] in `lamport.rs`): elements from one shard's start

@@ -1,4 +1,4 @@
-//! The push form of the all-reduce, for large messages (issue 28): every
+//! The push form of the all-reduce, for large messages: every
 //! byte that crosses NVLink is a store into a peer, reduce-scatter and
 //! all-gather are merged per chunk, and a ring of slots per block and
 //! peer keeps several chunks in flight with no barrier between phases.
@@ -18,8 +18,8 @@
 //!   and stores it into slot `t % S` of its all-gather ring on every peer.
 //! - **Copy out** (`copy_out`): rank `p` copies every owner's reduced
 //!   chunk from its all-gather ring into its output. When outputs are
-//!   symmetric buffers (branch `symm`), the reduce can store straight into
-//!   the peers' outputs and this step and its credits go away: the
+//!   symmetric buffers, the reduce could store straight into the peers'
+//!   outputs and this step and its credits would go away (not done): the
 //!   all-gather destination is the one pointer `reduce` computes.
 //!
 //! The steps are software-pipelined in one block with a lookahead `D =
@@ -32,7 +32,7 @@
 //! run in lockstep (iteration `t` waits for the peers' `t - 1`, so one
 //! signal's latency is on every iteration's path); a larger `D` buys that
 //! slack with `D - 1` more fill and drain iterations per call and more
-//! slots (docs/PERF_NOTES.md, v12).
+//! slots (the host's `PushShape` holds the measured choice).
 
 //! Counters, not epochs: each rank's signal pad holds, per block and
 //! source rank, three cumulative counts of tiles (`layout::PUSH_*`),
@@ -376,13 +376,13 @@ unsafe fn copy_out<T: Element, const W: usize>(p: &AllReduceParams, c: &Plan, t:
     }
 }
 
-/// `push_rs(t_push)` and `copy_out(t_out)` in one pass (v14): per owner,
+/// `push_rs(t_push)` and `copy_out(t_out)` in one pass: per owner,
 /// the thread's vectors of both chunks side by side, two of each in
 /// flight, so the stores into the peers keep going while the reduced
 /// chunks are copied out. Apart, every block spent the copy-out (W - 1
 /// chunks read and written locally) with nothing on NVLink, in step
-/// with its peers' blocks (issue 34: 326 GB/s at 1 GiB on 4 H100 against
-/// NCCL's 355). The two touch different tiles (`t_push = t + D`, `t_out =
+/// with its peers' blocks (326 GB/s at 1 GiB on 4 H100 against NCCL's
+/// 355). The two touch different tiles (`t_push = t + D`, `t_out =
 /// t - D`), so in place stays safe as NOTE [push all-reduce] argues.
 ///
 /// # Safety

@@ -1,12 +1,12 @@
 //! Reduce-scatter and all-gather for large shards through the push form's
-//! rings (v16, issue 34 item 4): the two halves of the push all-reduce,
-//! each a collective of its own.
+//! rings: the two halves of the push all-reduce, each a collective of
+//! its own.
 //!
 //! NOTE [push reduce-scatter and all-gather]: the Lamport forms (NOTE
 //! [lamport reduce-scatter and all-gather] in `lamport.rs`) write every
 //! byte twice more on the reader's side (the poll and the zeroing) and
 //! run a shard larger than a slot as one call per slice; at 64 MiB on 4
-//! H100 that left the all-gather behind NCCL (v14). Here every shard of
+//! H100 that left the all-gather behind NCCL. Here every shard of
 //! `n` elements (`p.elems`) is cut into tiles of one chunk of
 //! `chunk_vecs` 16-byte vectors (`math::push_chunk` with a world of one:
 //! tile `g` is vectors `[g x chunk, (g + 1) x chunk)` of every shard),
@@ -39,7 +39,7 @@
 //! buffer (the host's `push_launch_rings`). On 4 H100 the chunks that two
 //! rings left in the default buffer (21 KiB) cost the reduce-scatter
 //! 9-14 % and the all-gather 1-7 % at 64 MiB-1 GiB against chunks of 64
-//! KiB (docs/perf/v16/NOTES.md).
+//! KiB.
 
 use crate::elem::{Element, load_vec, store_vec};
 use crate::layout::{
@@ -227,8 +227,8 @@ unsafe fn rs_reduce<T: Element, const W: usize, const OP: u32>(
 /// in flight before the first add: at 2 ranks the reduce is half of a
 /// tile's work, and with one vector's W loads per round the reduce-scatter
 /// moved 289 GB/s at 1 GiB on 2 H100 against the all-gather's 353, whose
-/// copies keep four in flight. Measured on 2 H200 (v16,
-/// docs/perf/v16/NOTES.md, two turns): 2.4-2.9 % faster from 64 MiB to 1
+/// copies keep four in flight. Measured on 2 H200 (two turns): 2.4-2.9 %
+/// faster from 64 MiB to 1
 /// GiB (289 -> 296 GB/s at 1 GiB), 16 MiB unchanged; so the load count
 /// was not what held it. Larger worlds keep one vector: at 3 ranks the
 /// pair took ptxas past 128 registers (sm_90), and 4 was not measured.

@@ -90,7 +90,7 @@ impl<'a> Peers<'a> {
 /// bounds run out in the same moment (every block waits at the same
 /// barrier) used to write it one after another, so the host read one
 /// block in the call's error and another in the next call's, which must
-/// repeat it (faults-suite, late one-shot at 16 MiB on 2 H200, v16). Only
+/// repeat it (seen in faults-suite, late one-shot at 16 MiB on 2 H200). Only
 /// this GPU's waits read or write the abort word, so `.gpu` scope.
 ///
 /// # Safety
@@ -126,8 +126,8 @@ pub(crate) unsafe fn report(to: ReportTo, peer: u32, block: u32, slot: u32, rank
 /// barrier flag (`arrive_with`), no push counter (`push::signal`), no
 /// Lamport two-shot gather data reduced from a slot that never came
 /// (`lamport::lamport2`). Before, its later flags carried real epochs: on
-/// 8 ranks on 4 time-sliced GPUs with a 5 s bound (issue 34,
-/// docs/perf/v15/NOTES.md) ranks 0, 2, 3 and 4 gave up on rank 1, went
+/// 8 ranks on 4 time-sliced GPUs with a 5 s bound, ranks 0, 2, 3 and 4
+/// gave up on rank 1, went
 /// on, and ranks 1, 5, 6 and 7, which came later, found every flag they
 /// waited for and left the call with no error, after reading shards the
 /// others had reduced from rank 1's stale buffer. Now a late peer waits
@@ -150,12 +150,12 @@ pub(crate) unsafe fn report(to: ReportTo, peer: u32, block: u32, slot: u32, rank
 /// earlier one failed. It polls the abort word in this rank's own signal
 /// pad (`layout::ABORT_WORD`, an L2 hit; its address comes in the
 /// parameters), never the host-mapped error
-/// word: that was the free-running slow mode (issue 16). A Lamport wait is
+/// word: that caused a free-running slow mode. A Lamport wait is
 /// one per thread, so when a peer ran more than 100 us behind (ranks
 /// drift that far between graph replays), tens of thousands of threads
 /// read the same word of page-locked host memory every 20 us. Such reads
-/// cross PCIe one after another (`probe_poll_storm`: docs/PERF_NOTES.md,
-/// v10), so a thread whose data had arrived first waited behind every
+/// cross PCIe one after another (`probe_poll_storm` measures it: about 1
+/// us a warp), so a thread whose data had arrived first waited behind every
 /// other warp's read: milliseconds, growing with the message (one read per
 /// warp, one warp per 512 bytes). The late call made the peer wait more
 /// than 100 us in the next call, whose polls stalled it in turn: once in,
@@ -420,11 +420,11 @@ pub unsafe fn call_epoch(own_pad: *const u32) -> u32 {
 /// that every store of the call waits for (the epoch picks the buffer), so
 /// the forms issue their first loads of the input before it (NOTE [loads
 /// before the count] in `prims/slots.rs`).
-/// Before (v21), every block counted itself at its end with an
-/// `atom.add.acq_rel.gpu` after a block barrier, as the barrier forms
-/// still do ([`finish_call`]): the release waited for the block's NVLink
-/// stores to be acknowledged, 0.30-0.37 us a call at every size of the
-/// Lamport forms (docs/perf/v22/NOTES.md, call E). The next kernel reads
+/// Counting at the end instead, each block with an
+/// `atom.add.acq_rel.gpu` after a block barrier as the barrier forms do
+/// ([`finish_call`]), makes the release wait for the block's NVLink
+/// stores to be acknowledged: 0.30-0.37 us a call at every size of the
+/// Lamport forms (measured on 4 H100). The next kernel reads
 /// the new count only once this one has ended (stream order, or
 /// `griddepcontrol.wait` under launch overlap), as before; the barrier
 /// forms keep their count in the same halves (u32 accesses of another

@@ -8,7 +8,8 @@
 //! device stamps, in graphs of K calls, eager, with skew, and decode-like.
 //! `--aligned` keeps the earlier method (ranks lined up before each
 //! sample, the median of sample means), which hides what drifting ranks
-//! cost: issue 16's slow mode never showed there.
+//! cost: a slow mode that held every free-running call for milliseconds
+//! (waits polling host memory) never showed there.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -43,7 +44,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 21)]
     pub repeats: usize,
     /// Line the ranks up before every sample (store barrier and a tiny
-    /// all-reduce), as the benchmark did before issue 16.
+    /// all-reduce), the earlier method; it hides what drifting ranks cost.
     #[arg(long)]
     pub aligned: bool,
     /// Free-running: timed calls per configuration and mode, up to 4 MiB.

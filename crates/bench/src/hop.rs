@@ -1,6 +1,5 @@
 //! `intranode-bench hop`: the two latencies that set the fixed cost of
-//! the Lamport forms (issue 34, item 2), measured apart from any
-//! collective.
+//! the Lamport forms, measured apart from any collective.
 //!
 //! - **One NVLink hop as a Lamport wait sees it.** Rank 0 and each peer in
 //!   turn pass a counter back and forth, one thread each
@@ -17,8 +16,8 @@
 //!   rank, into every rank. If a grid completes only once its stores
 //!   into a peer are acknowledged over NVLink, the difference to the
 //!   local store is what every collective that stores into peers pays at
-//!   its end, beside the hop (v23's question: the one-shot's 2.46 us at 1
-//!   KiB against 1.5 us of launch and hop left about 1 us unexplained).
+//!   its end, beside the hop (the one-shot's 2.46 us at 1 KiB on 4 H100
+//!   against 1.5 us of launch and hop left about 1 us unexplained).
 //!
 //! The counter's words are the first cache lines of each rank's symmetric
 //! buffer (one line per partner), zeroed first; the store floors' the

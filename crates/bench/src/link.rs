@@ -1,6 +1,6 @@
 //! `intranode-bench link`: what NVLink carries when every rank moves data
 //! to (or from) every peer at once, with no collective around it: the
-//! ceiling the large-message forms work against (issue 34, item 1).
+//! ceiling the large-message forms work against.
 //!
 //! Each rank's symmetric buffer is cut into one region per rank. In the
 //! push modes rank `r` writes its region of every peer's buffer: `ce`

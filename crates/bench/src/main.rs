@@ -9,8 +9,8 @@
 //! - `plot`: the PNG from saved JSON results, on any machine (no GPU, no
 //!   launcher); how the README's plot is made from its dated results
 //!   folder (`docs/perf/results/`).
-//! - `poll-storm`: one GPU, a probe of what the free-running method
-//!   measured in issue 16 (polling a host-mapped word from every thread).
+//! - `poll-storm`: one GPU, a probe of why no wait polls host memory
+//!   (a host-mapped word polled from every thread, against a device word).
 //! - `link`: what NVLink carries with every rank moving data to or from
 //!   every peer at once, copy engines and SM stores, no collective: the
 //!   ceiling of the large-message forms.
@@ -59,7 +59,7 @@ enum Cmd {
     /// Plot saved `bench` results (JSON) as a PNG; needs no GPU.
     Plot(PlotArgs),
     /// One GPU: what polling a host-mapped word from every thread costs
-    /// (the free-running slow mode of issue 16) against a device word.
+    /// (the cause of a free-running slow mode) against a device word.
     PollStorm(poll_storm::PollStormArgs),
     /// A tensor-parallel decode layer stack in a CUDA graph: no
     /// communication, NCCL and ours.

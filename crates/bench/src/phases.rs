@@ -1,7 +1,7 @@
-//! `intranode-bench phases`: where a Lamport call's time goes (issue 34,
-//! item 2). The one-shot took 2.46 us at 1 KiB on 4 H100 and the
-//! two-shot 4.24, against ~1.5 and ~2.2 us of launch and NVLink hops
-//! (`hop`, v22).
+//! `intranode-bench phases`: where a Lamport call's time goes. The
+//! one-shot took 2.46 us at 1 KiB on 4 H100 and the two-shot 4.24,
+//! against ~1.5 and ~2.2 us of launch and NVLink hops (measured by
+//! `hop`).
 //!
 //! Each rank replays a graph of `--graph-calls` phase probes
 //! (`probe_lamport{,2}_phases_w<n>` of the test PTX): the production

@@ -12,11 +12,12 @@ use intranode_harness::free::Dist;
 use serde::{Deserialize, Serialize};
 
 /// Auto may be at most this much slower than the fastest algorithm it
-/// chooses from, at every size (issue 6: "never more than 5% slower").
+/// chooses from, at every size ("never more than 5% slower").
 pub const AUTO_TOLERANCE: f64 = 1.05;
 
-/// Layout version of [`BenchFile`]. Version 1 (results up to v3 in
-/// `docs/perf/`) was a bare JSON list of rows, which [`load`] still reads.
+/// Layout version of [`BenchFile`]. Version 1 (the earliest committed
+/// results; two are kept in `crates/bench/testdata/`) was a bare JSON list
+/// of rows, which [`load`] still reads.
 pub const FORMAT: u32 = 2;
 
 /// One measured configuration (maximum over ranks of each rank's median).
@@ -495,8 +496,8 @@ pub(crate) mod tests {
     #[test]
     fn reads_both_formats() {
         let rows = vec![row(2, 1024, "nccl", 6.0), row(2, 1024, "auto", 4.5)];
-        let v1 = serde_json::to_string(&rows).unwrap();
-        let old = parse(&v1).unwrap();
+        let format1 = serde_json::to_string(&rows).unwrap();
+        let old = parse(&format1).unwrap();
         assert_eq!((old.world, old.gpu.as_deref()), (2, None));
         assert_eq!(old.auto_check.len(), 1);
         let file = BenchFile::new(2, Some("NVIDIA H200".into()), "bf16", rows);
@@ -511,25 +512,27 @@ pub(crate) mod tests {
     /// folder it names) and the oldest format.
     #[test]
     fn committed_results_parse() {
-        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/perf");
-        if !docs.is_dir() {
+        for (world, text) in [
+            (2, include_str!("../testdata/bench_format1_w2.json")),
+            (4, include_str!("../testdata/bench_format1_w4.json")),
+        ] {
+            let file = parse(text).unwrap();
+            assert_eq!(file.world, world);
+            assert_eq!(file.auto_check.len(), 11, "{:?}", file.auto_check);
+        }
+        let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/perf/results");
+        if !results.is_dir() {
             // A test executable run away from its checkout (the device
             // bundle's run-tests.sh): the committed files are not there.
             eprintln!(
                 "skipped: no source tree at {} (run outside the checkout)",
-                docs.display()
+                results.display()
             );
             return;
         }
-        let readme =
-            load(&docs.join("results/2026-11-27-h100x4/bench_w4_graph16_1GiB.json")).unwrap();
+        let readme = load(&results.join("2026-11-27-h100x4/bench_w4_graph16_1GiB.json")).unwrap();
         assert_eq!(readme.world, 4);
         assert_eq!(readme.gpu_short(), Some("H100 80GB HBM3"));
-        for world in [2, 4] {
-            let file = load(&docs.join(format!("v3_bench_w{world}.json"))).unwrap();
-            assert_eq!(file.world, world);
-            assert_eq!(file.auto_check.len(), 11, "{:?}", file.auto_check);
-        }
     }
 
     #[test]

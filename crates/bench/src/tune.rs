@@ -83,9 +83,9 @@ pub(crate) fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result
 /// Reduce-scatter and all-gather crossovers from one run of either
 /// (`--collective`, rows `lamport`, `push`, `nccl` from the graph-replay
 /// means), for `Crossovers::scatter_gather_push_min_bytes` and
-/// `scatter_gather_max_bytes`, which the two collectives share (v17
-/// measured the same crossovers for both at 2, 3 and 4 ranks;
-/// docs/perf/v17/NOTES.md); the last run written wins:
+/// `scatter_gather_max_bytes`, which the two collectives share (their
+/// crossovers measured the same at 2, 3 and 4 ranks); the last run
+/// written wins:
 /// - the push form from the smallest size of the unbroken run, down from
 ///   the largest size, where it is at least as fast as the Lamport form
 ///   (left as it was unless both forms ran);
@@ -161,7 +161,7 @@ mod tests {
         let path = std::env::temp_dir().join(format!("intranode-tune-sg-{}", std::process::id()));
         let mib = 1usize << 20;
         let mut rows = Vec::new();
-        // v17 call 1, 4 H100, reduce-scatter (us).
+        // A measured run: 4 H100, reduce-scatter (us).
         for (bytes, lamport, push, nccl) in [
             (16, 45.49, 56.57, 58.35),
             (64, 184.36, 177.47, 192.78),

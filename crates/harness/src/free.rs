@@ -73,7 +73,7 @@ impl Dist {
         }))
     }
 
-    /// Whether the tail holds the targets of issue 16: p99 at most 1.5 x
+    /// Whether the tail holds the targets: p99 at most 1.5 x
     /// the median and max at most 3 x.
     pub fn tail_ok(&self) -> bool {
         self.p99_us <= 1.5 * self.median_us && self.max_us <= 3.0 * self.median_us

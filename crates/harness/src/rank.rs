@@ -119,7 +119,7 @@ impl Proc {
 /// store), so every rank runs or every rank skips. A rank that went on
 /// alone would wait in the rendezvous for ranks that had skipped, until
 /// the store's bound: 4 ranks on 2 GPUs without `--gpus` once let ranks 0
-/// and 1 wait 140 s for ranks 2 and 3 (v17). `Ok(false)` after the
+/// and 1 wait 140 s for ranks 2 and 3. `Ok(false)` after the
 /// visible skip message; an error where `INTRANODE_REQUIRE_GPUS` asks for
 /// the GPUs.
 pub fn job_gpus_or_skip(

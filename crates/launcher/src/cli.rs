@@ -564,7 +564,7 @@ mod tests {
         assert_eq!(job.command, vec![OsString::from("prog")]);
     }
 
-    /// Issue 36: `--nnodes 01` was refused as multi-node (the value was
+    /// `--nnodes 01` was once refused as multi-node (the value was
     /// compared as a string).
     #[test]
     fn one_node_in_any_spelling_is_accepted() {

@@ -133,9 +133,8 @@ mod tests {
         (lines, result)
     }
 
-    /// Issue 36: one write and one flush per line. 100 000 short lines
-    /// already in the pipe now go out in a handful of writes, each of
-    /// whole lines.
+    /// Not one write and one flush per line: 100 000 short lines already
+    /// in the pipe go out in a handful of writes, each of whole lines.
     #[test]
     fn lines_already_read_are_written_together() {
         let lines = 100_000;

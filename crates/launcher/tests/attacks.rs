@@ -1,4 +1,4 @@
-//! Issue 30: the attacks on `intranode-run` that used to win, each
+//! The attacks on `intranode-run` that used to win, each
 //! performed against the real binary with `sh` as the rank.
 //!
 //! No test asserts a timing: the bounds only keep a broken launcher from
@@ -378,7 +378,7 @@ fn an_unreadable_proc_is_reported_and_groups_are_still_stopped() {
     // from its queue of connections only every 50 ms once accept fails
     // (`ACCEPT_ERROR_PAUSE`), and a descriptor still free when the job
     // ends lets the sweep read /proc, so the case under test never
-    // happens. In one of three runs of `.ci/run` in v20 the launcher
+    // happens. In one of three runs of `.ci/run` once, the launcher
     // printed nothing, as after a clean sweep, and this test failed.
     let mut count = launcher_fds();
     loop {

@@ -184,7 +184,7 @@ impl Marks {
     /// started, the others sleep. Exiting at once raced the launcher: on a
     /// loaded machine the failure came before the last rank was started,
     /// start-up stopped (as it should) and that rank was "not started",
-    /// not stopped, so the assertions failed (issue 36). The wait is
+    /// not stopped, so the assertions failed. The wait is
     /// bounded (30 s) so a launcher that never starts a rank still ends.
     fn fail_after_peers_started(&self, world: usize, failing: usize, code: i32) -> String {
         format!(
@@ -703,8 +703,8 @@ fn a_signal_during_the_failure_wait_is_forwarded() {
     // first failure still decides the exit status.
     // Rank 0 fails only once rank 1 has started (NOTE [failing after the
     // peers started]): failing at once, it could stop start-up before
-    // rank 1, which then never printed `ready` (issue 36, seen on a
-    // loaded machine).
+    // rank 1, which then never printed `ready` (seen on a loaded
+    // machine).
     let marks = Marks::new("signal-during-wait");
     let script = format!(
         "{} if [ $RANK = 0 ]; then {} exit 3; fi; \

@@ -1,36 +1,27 @@
 #!/bin/bash
-# Queued (issue 34; written in v20) for a machine of 4 H200: the issue's
-# tables have 4-GPU figures on H100 only (docs/perf/v21/NOTES.md; 2 H200
-# ran the world-2 table in v21 call B; v22 call G, on the first 4-H200
-# machine, ran auto and NCCL to 256 MiB only: docs/perf/v22/NOTES.md). From the repo
-# root with intranode-run.gz and intranode-bench.gz (`cargo xtask
-# device-bundle`) in bundle/:
-#   OUT=DIR bash docs/perf/queue/h200_tables.sh
+# For a machine of 4 H200: the all-reduce, reduce-scatter and all-gather
+# tables at 4 GPUs have H100 figures only (2 H200 ran the world-2 table;
+# the first 4-H200 machine ran auto and NCCL to 256 MiB only). Compare with
+# docs/perf/results/ and, across machines, with NCCL in the same run.
 # 1. auto and NCCL at world 4, 1 KiB-1 GiB (graph of 16, free-running);
-#    auto, push and NCCL at 32 MiB (auto's push form from there since v21);
+#    auto, push and NCCL at 32 MiB (where auto takes the push form at 4);
 # 2. reduce-scatter and all-gather at world 4, auto and NCCL, 32 MiB-1
-#    GiB (the all-gather's rings of v20: 32 KiB chunks in 76 MiB);
+#    GiB (the all-gather on rings of its own: 32 KiB chunks in 76 MiB);
 # 3. auto and NCCL at world 2 on GPUs 0,1, 1 KiB-1 GiB;
 # 4. ../shared/anchors/peers_graph.py at world 4 (or bundle/peers_graph.py),
 #    where it is found: NCCL, PyTorch one-shot and two-shot.
-# Every result is checked by the bench. Writes summary.txt and
-# logs.tgz; about 5 minutes.
-set -u
-: "${OUT:?set OUT}"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-D=/tmp/h200-tables && mkdir -p $D/logs
-for f in bundle/intranode-run.gz bundle/intranode-bench.gz; do
-    n=$(basename "$f" .gz)
-    gzip -dc "$f" >"$D/$n" && chmod +x "$D/$n" || exit 1
-done
-L=$D/logs
-rows() { grep -E '^\[0\] +[0-9]+ +[a-z+-]+ +[a-z+-]+ +[0-9.]+' "$1" | awk '{print $2, $3, $4, $5, $6, $7, $8}'; }
+# Every result is checked by the bench.
+# Usage (lib.sh, bundle: intranode-run, intranode-bench):
+#   OUT=DIR bash docs/perf/queue/h200_tables.sh
+# Writes summary.txt and logs.tgz; about 5 minutes.
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+queue_start intranode-run intranode-bench
 bench() { # name, world, algos, args...
     local name=$1 w=$2 algos=$3
     shift 3
-    [ $SECONDS -gt 420 ] && { echo "== $name skipped: $SECONDS s gone"; return; }
-    CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((w - 1))) timeout 100 \
-        $D/intranode-run --failure-wait-secs 5 --timeout 95 --nproc-per-node $w -- \
+    past 420 "$name" && return
+    CUDA_VISIBLE_DEVICES=$(first_gpus $w) ranks 100 $w -- \
         $D/intranode-bench bench --ks 16 --graph-only --no-decode --no-skew --large-calls 100 \
         --algos $algos --out $D/out-$name "$@" >$L/$name.log 2>&1
     echo "== $name (world $w, $algos) rc=$? ($SECONDS s)"
@@ -59,4 +50,4 @@ else
 fi
 echo "== done ($SECONDS s)"
 } 2>&1 | tee $OUT/summary.txt
-tar czf $OUT/logs.tgz -C $D logs
+queue_logs

@@ -4,7 +4,7 @@
 //! same tests where candle builds).
 //!
 //! Why windows: on a shared machine the same back-end's tokens/s moved
-//! 20-40% between two runs a minute apart (issue 34's TP4 figures), more
+//! 20-40% between two runs a minute apart (at TP4), more
 //! than any difference between back-ends. Short windows in which every
 //! back-end runs once, in an order that rotates from window to window,
 //! put each back-end next to NCCL under the same conditions; the ratio

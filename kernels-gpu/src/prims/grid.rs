@@ -141,9 +141,9 @@ pub unsafe fn copy4<I: Index>(
     // The rest, also four at a time with every load before the first
     // store: the tail of a whole walk is at most three vectors, but past
     // `whole_end` (an unaligned message: all of it) it may be any number.
-    // One by one, each paid a full latency (v20: a chunk of 2728 vectors
-    // over 512 threads left 1-2 a thread to this loop). v21 call A, 4
-    // H100: that all-gather -1.1 to -1.5 %, the push all-reduce at 32 MiB
+    // One by one, each paid a full latency (a chunk of 2728 vectors over
+    // 512 threads left 1-2 a thread to this loop). Measured on 4 H100:
+    // that all-gather -1.1 to -1.5 %, the push all-reduce at 32 MiB
     // -2.3 %, the barrier two-shot -8 to -14 %; the push all-reduce at 8
     // MiB +3 to +5 %, a size auto gives the Lamport two-shot.
     let end = walk.end.at();

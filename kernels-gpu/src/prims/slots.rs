@@ -32,7 +32,7 @@ use crate::sync::{ReportTo, Wait, pick, poll_until, report, start_lamport_call};
 /// before `begin`, so the two latencies overlap instead of adding up. The
 /// input is the previous kernel's output, so those loads come after
 /// `griddepcontrol.wait` as before (the entries' prologue); only the
-/// count moved behind them. Prediction (v23, not yet measured): about one
+/// count moved behind them. Expected (not yet measured on a GPU): about one
 /// L2 round trip less a call, 0.2-0.4 us, at the sizes where a thread
 /// has one or two vectors (up to about 1 MiB at 4 ranks).
 #[derive(Clone, Copy, Debug)]
@@ -148,8 +148,8 @@ unsafe fn zero_slots<const W: usize>(own: u64, slot_bytes: u64, i: usize) {
 ///
 /// A strong `st.relaxed.sys`: the data words are their own flags, polled
 /// with strong loads (`ld.relaxed.sys`), and a strong pair is what the
-/// PTX memory model orders. Weak `st.global.v4` stores were measured in
-/// v14 (docs/perf/v14/NOTES.md, 4 H100, two turns each): the two-shot at
+/// PTX memory model orders. Weak `st.global.v4` stores were measured
+/// instead (4 H100, two turns each): the two-shot at
 /// 4 MiB on 4 ranks 23.54 -> 23.22 us, every other Lamport row within
 /// 0.5 %; not worth leaving the model for 1.4 % at one size.
 ///
@@ -166,8 +166,8 @@ pub unsafe fn put(dst: *mut [u32; 4], v: [u32; 4]) {
 /// the compiler keeps in order, and a store waits for its load: without
 /// loads ahead, each vector of a thread pays a full HBM latency before
 /// the next load even issues. The same reasoning gave the two-shot's
-/// scatter its measured gain (v9 in docs/PERF_NOTES.md); this window was
-/// not measured apart (2 GPUs, 4 MiB: 16.85 us against v8's 16.60).
+/// scatter its measured gain; this window was not measured apart (2 GPUs,
+/// 4 MiB: 16.85 us against 16.60 for the code before the change).
 const PUSH_AHEAD: usize = 3;
 
 /// Vector `i` of every slot of `own` once all arrived (or the wait
@@ -211,9 +211,8 @@ pub unsafe fn take_checked<const W: usize, const FORM: u32>(
 /// ...` below `n`, with `raw` vector `k` of every slot of `own` once all
 /// arrived (or the wait failed, see [`wait_slots`]) and already zeroed for
 /// the next call that uses this buffer (NOTE [lamport]). Loading the next
-/// vector's slots before waiting on this one was measured (v9 in
-/// docs/PERF_NOTES.md, variant E): no difference from 64 KiB to 4 MiB on
-/// 4 GPUs, for 32 more registers; dropped.
+/// vector's slots before waiting on this one was measured: no difference
+/// from 64 KiB to 4 MiB on 4 GPUs, for 32 more registers; dropped.
 ///
 /// # Safety
 /// `own` must be a Lamport buffer of W slots of `slot_bytes` that holds
@@ -271,7 +270,7 @@ pub fn reduce_slots<T: Element, const W: usize, const OP: u32>(mut raw: [[u32; 4
 
 /// The rank a rank `me` stores to `k`-th: `me + 1, me + 2, ..., me`, so
 /// that at any moment the ranks' stores spread over all destinations
-/// instead of all going to rank 0 first (v9). On more than 4 ranks in rank
+/// instead of all going to rank 0 first. On more than 4 ranks in rank
 /// order: with a constant rank the pad's address is a kernel parameter,
 /// not one of W registers, which keeps the 8-rank two-shot within 128.
 #[inline(always)]
@@ -302,8 +301,8 @@ pub fn slot_on_every_rank<const W: usize>(
 /// the host fails the next call, see `comm/health.rs`), in the one poll
 /// loop of the kernels (`sync::poll_until`). Re-polls only the slots
 /// still missing, so polls take less of the L2 that the peers' stores
-/// also go through (v8 in docs/PERF_NOTES.md: no speed-up beyond
-/// run-to-run noise, kept because it does strictly less work). The loop
+/// also go through (measured: no speed-up beyond run-to-run noise, kept
+/// because it does strictly less work). The loop
 /// over W is unrolled, so the slots stay in registers.
 ///
 /// # Safety

@@ -73,7 +73,8 @@ pub(super) fn print_free_table(rows: &[Row]) {
     }
 }
 
-/// The tail targets of issue 16 in the graph, skew and decode modes.
+/// The tail targets (p99 at most 1.5 x the median, max at most 3 x) in
+/// the graph, skew and decode modes.
 pub(super) fn print_tail_check(rows: &[Row], decode: &[DecodeRow]) {
     let mut bad = Vec::new();
     let mut checked = 0;

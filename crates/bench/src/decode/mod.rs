@@ -1,10 +1,10 @@
 //! `intranode-bench decode`: a Llama-shaped tensor-parallel decode layer
-//! stack (issue 19, item 1), the workload this library exists for.
+//! stack, the workload this library exists for.
 //!
 //! Each rank holds its shard of `--layers` layers (distinct random
 //! weights, so the L2 cache keeps none between replays) and runs the
-//! layer of `decode_step.py`, the PyTorch anchor that measured issue 19's
-//! table (see `model.rs`): cuBLAS GEMMs (`blas.rs`), our RMSNorm,
+//! layer of `decode_step.py`, the PyTorch anchor it is compared with
+//! (see `model.rs`): cuBLAS GEMMs (`blas.rs`), our RMSNorm,
 //! residual and SiLU x mul kernels, and two all-reduces per layer. For
 //! each model, batch and variant the whole step is captured into one CUDA
 //! graph and replayed free-running (no host barrier between replays), an

@@ -2,7 +2,7 @@
 //! each rank's weight shards, the activations, and one decode step as it
 //! goes into the CUDA graph.
 //!
-//! One layer, as `decode_step.py` (the PyTorch anchor of issue 19) has
+//! One layer, as `decode_step.py` (the PyTorch anchor) has
 //! it: RMSNorm, QKV GEMM on the rank's shard, the first `q_heads x
 //! head_dim / world` columns taken as the attention's output (attention
 //! over the KV cache is left out: memory-bound and the same for every
@@ -44,7 +44,7 @@ pub struct Shape {
     pub model_layers: usize,
 }
 
-/// The shapes the benchmark knows (issue 19's table).
+/// The shapes the benchmark knows (those the PyTorch anchor measured).
 pub const SHAPES: [Shape; 2] = [
     Shape {
         name: "llama3-8b",

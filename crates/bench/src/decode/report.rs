@@ -13,7 +13,7 @@ pub struct Row {
     pub batch: usize,
     /// `none`, `nccl` or `ours`.
     pub variant: String,
-    /// Programmatic dependent launch (issue 19, item 3): not written yet,
+    /// Programmatic dependent launch: not written yet,
     /// so every row is `false`; the key the on/off comparison will use.
     pub pdl: bool,
     /// What carried the all-reduce (`-` for none; ours: the algorithm the

@@ -1,4 +1,4 @@
-//! The check suite's free-running stresses (issue 16), for every
+//! The check suite's free-running stresses, for every
 //! algorithm and auto at one size of each class (Lamport one-shot, Lamport
 //! two-shot, one-shot, several symmetric buffers):
 //!

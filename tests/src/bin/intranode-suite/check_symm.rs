@@ -1,5 +1,5 @@
 //! All-reduce on symmetric buffers the user allocated
-//! (`Communicator::alloc_symmetric`, issue 28 item 2): every algorithm,
+//! (`Communicator::alloc_symmetric`): every algorithm,
 //! in place and out of place, views at offsets (aligned: the peers'
 //! inputs read in place; unaligned: the copy-in path), several lengths and
 //! element types, back-to-back calls that overwrite the input right after

@@ -1,7 +1,7 @@
 //! The check suite's element types: every `cudarc::nccl::NcclType` with a
 //! device representation (f32, f64, f16, bf16, i8, u8, i32, u32, i64,
 //! u64) through every `Communicator` collective, as a cudarc program calls
-//! them (issue 29: the types our kernels lack go to NCCL, decided by
+//! them (the types our kernels lack go to NCCL, decided by
 //! `decide_all_reduce`). Inputs are small integers, so every result but
 //! a float average is exact in every type and is compared exactly with a
 //! host reference; averages within the type's rounding.

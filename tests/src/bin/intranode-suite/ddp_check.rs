@@ -1,4 +1,5 @@
-//! `ddp-check`: the GPU checks of issue 7 (broadcast, `broadcast_coalesced`,
+//! `ddp-check`: the GPU checks of data-parallel training (broadcast,
+//! `broadcast_coalesced`,
 //! gradient buckets and communication hooks), run under `intranode-run`.
 //!
 //! (Over 700 lines: one check per `ddp` feature, sharing the rank set-up

@@ -1,4 +1,4 @@
-//! Faults on GPUs (issue 8), run under `intranode-run`:
+//! Faults on GPUs, run under `intranode-run`:
 //!
 //! - `faults --phase rendezvous|barrier|all-reduce --victim K`: rank K
 //!   SIGKILLs itself during the rendezvous, just before a GPU barrier, or
@@ -51,7 +51,7 @@ use intranode_store::StoreError;
 pub const SLACK: Duration = Duration::from_secs(10);
 
 /// Beyond the bound, how late a timed-out wait of a live group may be
-/// reported (issue 17): the wait itself is bounded on the GPU, and the
+/// reported: the wait itself is bounded on the GPU, and the
 /// calls before it take microseconds.
 pub const TIGHT_SLACK: Duration = Duration::from_millis(100);
 

@@ -1,4 +1,4 @@
-//! `faults-suite`: runs every fault and bad-input case of issue 8 under
+//! `faults-suite`: runs every fault and bad-input case under
 //! `intranode-run` (found next to this executable) and checks the
 //! launcher's verdict of each, so one command on the GPU machine gives one
 //! answer. Run it directly, not under `intranode-run`.
@@ -31,7 +31,8 @@ pub struct SuiteArgs {
     /// The launcher (default: `intranode-run` next to this executable).
     #[arg(long)]
     pub launcher: Option<PathBuf>,
-    /// Also the fault cases at 16 MiB and 1 GiB of every form (issue 36).
+    /// Also the fault cases at 16 MiB and 1 GiB of every form (the bound
+    /// must hold whatever the size).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub large: bool,
     /// Only the cases whose name contains this text.
@@ -205,7 +206,7 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
             pass_marker: "bad-input rank",
         },
     ];
-    // Issue 36: the bound holds whatever the size. Every form that runs
+    // The bound holds whatever the size. Every form that runs
     // at 16 MiB and 1 GiB (the Lamport forms hand such messages to their
     // barrier twins, which are here), a peer that dies and one that
     // skips: the report comes within the bound + 100 ms of the failed

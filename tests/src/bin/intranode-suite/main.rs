@@ -17,7 +17,7 @@
 //! - `recreate`: communicators created and dropped 50 times; device
 //!   memory, open fds and threads must not grow.
 //! - `module-probe`: one GPU, no launcher: the kernel module loaded and
-//!   unloaded in several ways, free device memory after each (issue 36).
+//!   unloaded in several ways, free device memory after each.
 //! - `soak`: a long run of random checked all-reduces (eager and graphs),
 //!   checked on the GPU, with device memory and fd counts watched.
 //!

@@ -1,5 +1,5 @@
 //! `module-probe`: where does a kernel module's load and unload lose
-//! device memory (issue 36: 4.4 MiB a cycle on H100, none measured on
+//! device memory (4.4 MiB a cycle on H100, none measured on
 //! H200 before the kernel-family table)? One process, one GPU, no
 //! launcher: each part loads and unloads the production kernels a few
 //! times in a different way and reports free device memory

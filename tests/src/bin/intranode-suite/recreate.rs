@@ -1,5 +1,5 @@
 //! `recreate`: communicators built and dropped many times on one context
-//! must leave nothing behind (issue 26): after a warm-up cycle (libraries
+//! must leave nothing behind: after a warm-up cycle (libraries
 //! loaded, NCCL's process-wide state, the socket directory), `--cycles`
 //! more through the public API (`Communicator::new`, one all-reduce of
 //! ours and one of NCCL's, drop) may not shrink free device memory
@@ -43,7 +43,7 @@ pub struct RecreateArgs {
     /// How many more threads there may be after the cycles.
     #[arg(long, default_value_t = 2)]
     pub thread_slack: usize,
-    /// Cycles of the public-API variant (issue 36): a new stream per
+    /// Cycles of the public-API variant: a new stream per
     /// cycle, `Communicator::new`, calls of every form's size class (9,
     /// 50 000 and 2 097 152 f32 elements with auto, 4 Mi forced to the
     /// push form), drop; judged as the whole cycles are. 0: none.
@@ -223,8 +223,8 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
     };
 
     // An error left recorded on the context after a cycle is one the
-    // application's next call would get (and, before issue 26's fix, one
-    // that made the next communicator's teardown skip its releases).
+    // application's next call would get (and one that once made the next
+    // communicator's teardown skip its releases).
     let mut pending: Vec<String> = Vec::new();
     let mut check_pending = |p: &Proc, i: usize| {
         if let Err(e) = p.ctx.check_err() {
@@ -336,7 +336,7 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
     Ok(())
 }
 
-/// The public-API variant of issue 36: every cycle a new stream, a
+/// The public-API variant: every cycle a new stream, a
 /// `Communicator` on it, the calls of [`VARIANT_CALLS`] (each checked),
 /// then both dropped. Returns what the cycles after a warm-up one left:
 /// (MiB of device memory lost, fds gained, threads gained).

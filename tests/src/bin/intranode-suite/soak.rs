@@ -1,4 +1,4 @@
-//! `soak`: a long run of random all-reduces (issue 8), every result
+//! `soak`: a long run of random all-reduces, every result
 //! checked, device memory and open file descriptors watched.
 //!
 //! Each call draws its element type (bf16, f16, f32), length (1 element to
