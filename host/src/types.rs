@@ -190,11 +190,11 @@ pub enum AllReduceAlgo {
     /// peer in the symmetric buffers (NOTE [push all-reduce] in
     /// `kernels-gpu/src/push.rs`); memory stays the symmetric buffer
     /// (grown to the push form's scratch) whatever the message. The size
-    /// rule picks it from `algo::Crossovers::push_min_bytes` on (measured on
-    /// 2 H200 only: elsewhere only a forced call runs it,
-    /// `config::FORCE_ALGO_ENV`, `Communicator::all_reduce_with`, the
-    /// benchmark's `--algos`). Messages above
-    /// `algo::push_max_message_bytes` (16 GiB) run as
+    /// rule picks it at 2 to 4 ranks from the crossover where it was
+    /// measured to lead (16 or 32 MiB); at 5 to 8 ranks only a forced call
+    /// runs it (`INTRANODE_FORCE_ALGO`, `Communicator::all_reduce_with`,
+    /// the benchmark's `--algos`). Messages above
+    /// `decide::push_max_message_bytes` (16 GiB) run as
     /// [`TwoShot`](Self::TwoShot).
     Push,
     /// NCCL's all-reduce (the fallback).

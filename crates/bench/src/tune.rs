@@ -13,7 +13,7 @@ use crate::results::Row;
 /// two-shot, then NCCL; and the push form from the smallest size of the
 /// unbroken run up to the largest one where it beats one-shot, two-shot
 /// and NCCL (left as it was when no push rows ran; the size rule tries
-/// the Lamport forms first, `algo::by_size`).
+/// the Lamport forms first, `decide::by_size`).
 pub(crate) fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result<Crossovers> {
     let mut x = intranode::config::read_crossovers(path).unwrap_or_default();
     let time = |bytes: usize, algo: &str| {

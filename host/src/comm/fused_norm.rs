@@ -1,7 +1,7 @@
 //! The fused all-reduce + residual add + RMSNorm (NOTE [fused norm] in
 //! `kernels-gpu/src/fused_norm.rs`): one launch of the Lamport one-shot
 //! with the norm folded in. `Communicator::all_reduce_residual_rmsnorm`
-//! decides when it runs (`algo::decide_norm`) and sends the rest down the
+//! decides when it runs (`decide::decide_norm`) and sends the rest down the
 //! unfused sequence.
 
 use std::sync::Arc;
@@ -120,8 +120,8 @@ impl IntraNodeComm {
     /// input` (rounded), `output = residual * rsqrt(mean(residual^2) +
     /// eps) * weight` (`weight` of `hidden` elements), in one launch on
     /// `stream`. Errors where the fused kernel cannot run this call
-    /// (`algo::fused_norm_runs`: world, topology, row shape, alignment,
-    /// size), so callers decide first (`algo::decide_norm`). While it
+    /// (`decide::fused_norm_runs`: world, topology, row shape, alignment,
+    /// size), so callers decide first (`decide::decide_norm`). While it
     /// waits on its peers, it asks L2 for `prefetch` where the setting
     /// (`config::L2_PREFETCH_ENV`), the kernel image and the GPU allow
     /// (NOTE [l2 prefetch] in `kernels-gpu/src/fused_norm.rs`).

@@ -1,7 +1,7 @@
 //! The methods of `cudarc::nccl::Comm` that NCCL serves (NOTE [nccl
 //! parity] in the parent module): send, recv, broadcast into another
 //! buffer, all-gather, reduce and reduce-scatter, with our reduce-scatter
-//! and all-gather kernels where `algo::scatter_gather_uses_ours` says.
+//! and all-gather kernels where `decide::scatter_gather_runs_ours` says.
 
 use super::*;
 use crate::decide::{ScatterGatherCall, scatter_gather_runs_ours};

@@ -10,7 +10,7 @@ impl Communicator {
     /// input` and `output = residual * rsqrt(mean(residual^2) + eps) *
     /// weight`, row by row, `hidden` being `weight.len()`. Each stored
     /// value is rounded once to `T`; the norm reads the residual as
-    /// stored. Works at every size: where `algo::decide_norm` says so,
+    /// stored. Works at every size: where `decide::decide_norm` says so,
     /// one launch of the fused kernel (NOTE \[fused norm\] in
     /// `kernels-gpu/src/fused_norm.rs`); elsewhere the all-reduce goes
     /// where [`Communicator::all_reduce_in_place`] sends it (our kernels
@@ -56,7 +56,7 @@ impl Communicator {
     /// with a path forced (tests and the benchmark; `None`: the
     /// configuration's `INTRANODE_NORM_PATH`, else the decision). A forced
     /// [`NormPath::Fused`] still falls back where the fused kernel cannot
-    /// run (`algo::fused_norm_runs`: rows of whole 16-byte vectors,
+    /// run (`decide::fused_norm_runs`: rows of whole 16-byte vectors,
     /// aligned buffers, a fully connected group, a message within a
     /// Lamport slot), so
     /// the call works at every size; [`norm_path_for`](Self::norm_path_for)

@@ -35,7 +35,7 @@ pub const FORCE_ALGO_ENV: &str = "INTRANODE_ALL_REDUCE_ALGO";
 /// Forces the path of `Communicator::all_reduce_residual_rmsnorm`:
 /// `fused` (the one-launch kernel wherever it can run) or `unfused` (the
 /// all-reduce, then the norm kernel), for comparisons; unset, blank or
-/// `auto`: `algo::decide_norm` chooses.
+/// `auto`: `decide::decide_norm` chooses.
 pub const NORM_PATH_ENV: &str = "INTRANODE_NORM_PATH";
 
 /// Forces the broadcast path: `symm-mem` or `nccl`.
