@@ -192,7 +192,7 @@ pub enum AllReduceAlgo {
     /// (grown to the push form's scratch) whatever the message. The size
     /// rule picks it at 2 to 4 ranks from the crossover where it was
     /// measured to lead (16 or 32 MiB); at 5 to 8 ranks only a forced call
-    /// runs it (`INTRANODE_FORCE_ALGO`, `Communicator::all_reduce_with`,
+    /// runs it (`INTRANODE_ALL_REDUCE_ALGO`, `Communicator::all_reduce_with`,
     /// the benchmark's `--algos`). Messages above
     /// `decide::push_max_message_bytes` (16 GiB) run as
     /// [`TwoShot`](Self::TwoShot).
