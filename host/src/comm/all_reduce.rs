@@ -120,7 +120,7 @@ impl IntraNodeComm {
     }
 
     /// All-reduce over raw device addresses with `algo` as decided
-    /// ([`decide_all_reduce`]; not decided again here: an algorithm that
+    /// ([`crate::decide::decide_all_reduce`]; not decided again here: an algorithm that
     /// cannot take the call, a Lamport form past its buffers, is an
     /// error).
     ///

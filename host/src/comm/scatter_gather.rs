@@ -83,8 +83,9 @@ fn scatter_gather_kernel(
 impl IntraNodeComm {
     /// Reduce-scatter (`what` = `ReduceScatter`, `send` W x n elements,
     /// `recv` n) or all-gather (`AllGather`, `send` n, `recv` W x n) on
-    /// `stream`, with our kernels in the form [`Self::scatter_gather_form`]
-    /// picks; `elem` is the buffers' element type.
+    /// `stream`, with our kernels in the form the crossovers pick
+    /// (`sg_auto_push_launch`: the push form past a Lamport slot per
+    /// shard); `elem` is the buffers' element type.
     pub fn scatter_gather<T>(
         &self,
         what: ScatterGather,
@@ -98,7 +99,7 @@ impl IntraNodeComm {
     }
 
     /// [`scatter_gather`](Self::scatter_gather) in `form` (`None`: as
-    /// [`Self::scatter_gather_form`] picks). The push form needs its rings
+    /// the crossovers pick). The push form needs its rings
     /// to fit the symmetric buffer (`config::PushShape`); forced where they
     /// do not, it is an error.
     #[allow(clippy::too_many_arguments)]
@@ -144,7 +145,7 @@ impl IntraNodeComm {
     }
 
     /// The push form's launch where auto takes the push form
-    /// ([`scatter_gather_form`](Self::scatter_gather_form)), else `None`.
+    /// (`decide::scatter_gather_uses_push`), else `None`.
     fn sg_auto_push_launch(
         &self,
         what: ScatterGather,

@@ -158,7 +158,7 @@ impl IntraNodeComm {
     }
 
     /// The hybrid-cube-mesh neighbour table, for
-    /// [`Topology::HybridCubeMesh`] (see [`crate::topology::hcm_neighbors`]).
+    /// [`crate::topology::Topology::HybridCubeMesh`] (see [`crate::topology::hcm_neighbors`]).
     pub fn hcm_neighbors(&self) -> Option<&[[usize; 4]; MAX_DEVICES]> {
         self.hcm_neighbors.as_ref()
     }

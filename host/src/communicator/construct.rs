@@ -79,7 +79,7 @@ impl Communicator {
     /// threads still have copies and collectives to issue, was seen to
     /// stall them until the collective's waits ran out (on an H200):
     /// wait for the collective first ([`synchronize`](Self::synchronize)
-    /// or [`Work::synchronize`](crate::Work::synchronize)), which then
+    /// or [`Work::synchronize`](crate::work::Work::synchronize)), which then
     /// made every run exact. A GPU per stream, which `from_devices` is
     /// for, gives each rank a context of its own.
     ///

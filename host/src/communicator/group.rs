@@ -336,7 +336,7 @@ mod sealed {
 }
 
 /// A buffer a [`Group`] call reads: cudarc's `CudaView`, or a
-/// [`SymmetricView`](crate::SymmetricView) of a symmetric buffer.
+/// [`SymmetricView`](crate::symmetric::SymmetricView) of a symmetric buffer.
 pub trait GroupInput<'a, T>: DevicePtr<T> + sealed::Sealed {
     /// Waits on `stream` for the buffer's last write (cudarc's event
     /// tracking) and gives the record of this read, which the group keeps
@@ -347,7 +347,7 @@ pub trait GroupInput<'a, T>: DevicePtr<T> + sealed::Sealed {
 }
 
 /// A buffer a [`Group`] call writes: cudarc's `CudaViewMut`, or a
-/// [`SymmetricViewMut`](crate::SymmetricViewMut).
+/// [`SymmetricViewMut`](crate::symmetric::SymmetricViewMut).
 pub trait GroupOutput<'a, T>: DevicePtrMut<T> + sealed::Sealed {
     /// As [`GroupInput::into_read`], for a write (waits for the last read
     /// and write).
@@ -358,8 +358,8 @@ pub trait GroupOutput<'a, T>: DevicePtrMut<T> + sealed::Sealed {
 
 impl<T> sealed::Sealed for CudaView<'_, T> {}
 impl<T> sealed::Sealed for CudaViewMut<'_, T> {}
-impl<T> sealed::Sealed for crate::SymmetricView<'_, T> {}
-impl<T> sealed::Sealed for crate::SymmetricViewMut<'_, T> {}
+impl<T> sealed::Sealed for crate::symmetric::SymmetricView<'_, T> {}
+impl<T> sealed::Sealed for crate::symmetric::SymmetricViewMut<'_, T> {}
 
 impl<'a, T> GroupInput<'a, T> for CudaView<'a, T> {
     fn into_read<'g>(self, stream: &'g CudaStream) -> SyncOnDrop<'g>
@@ -381,7 +381,7 @@ impl<'a, T> GroupOutput<'a, T> for CudaViewMut<'a, T> {
     }
 }
 
-impl<'a, T> GroupInput<'a, T> for crate::SymmetricView<'a, T> {
+impl<'a, T> GroupInput<'a, T> for crate::symmetric::SymmetricView<'a, T> {
     fn into_read<'g>(self, stream: &'g CudaStream) -> SyncOnDrop<'g>
     where
         'a: 'g,
@@ -390,7 +390,7 @@ impl<'a, T> GroupInput<'a, T> for crate::SymmetricView<'a, T> {
     }
 }
 
-impl<'a, T> GroupOutput<'a, T> for crate::SymmetricViewMut<'a, T> {
+impl<'a, T> GroupOutput<'a, T> for crate::symmetric::SymmetricViewMut<'a, T> {
     fn into_write<'g>(self, stream: &'g CudaStream) -> SyncOnDrop<'g>
     where
         'a: 'g,

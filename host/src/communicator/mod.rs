@@ -170,7 +170,7 @@ pub struct Communicator {
     /// Whether a [`Group`] is open, and the failure of a dropped group's
     /// `ncclGroupEnd`, for the next call.
     group_state: Mutex<GroupState>,
-    /// The store an [`Id`](crate::Id) started in this process, kept by
+    /// The store an [`Id`](crate::id::Id) started in this process, kept by
     /// rank 0 while it lives (last: dropped after the paths that used it).
     id_store: Option<Arc<intranode_store::TcpStoreServer>>,
 }
@@ -190,7 +190,7 @@ enum KeyScope {
     /// A store shared with the process's other communicators: each gets
     /// the next number of this process's counters.
     Process,
-    /// A store of this group alone (an [`Id`](crate::Id)'s, or
+    /// A store of this group alone (an [`Id`](crate::id::Id)'s, or
     /// `from_devices`' own): every rank uses number 0, whatever else the
     /// process built (ranks that are threads of one process would each
     /// draw a different number from the process's counters).

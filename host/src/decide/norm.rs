@@ -50,7 +50,7 @@ pub fn fused_norm_runs(call: &NormCall) -> bool {
 /// moves both alike) and the message is within
 /// [`Crossovers::fused_norm_max_bytes`]: the fused kernel is the Lamport
 /// one-shot with the norm folded in, so it pays where the one-shot does
-/// and, measured, a little beyond (the built-in table in [`super`]).
+/// and, measured, a little beyond (the built-in table of `decide`).
 pub fn decide_norm(call: &NormCall, crossovers: &Crossovers) -> NormPath {
     if call.forced == Some(NormPath::Unfused) || !fused_norm_runs(call) {
         return NormPath::Unfused;

@@ -1,9 +1,9 @@
 //! The rendezvous: how the ranks of one job meet through the store and
 //! build their [`IntraNodeComm`]s, in one module: the request
-//! (`request.rs`), the sequence ([`run`], here) and the verdict
+//! (`request.rs`), the sequence (`run_scoped`, here) and the verdict
 //! ([`validate`]).
 //!
-//! [`run`] (called by [`IntraNodeComm::rendezvous`]) either returns a complete communicator or
+//! `run_scoped` either returns a complete communicator or
 //! says why not ([`RendezvousError`]): there is no half-initialised object.
 //! Every rank reaches the same outcome, because each step's result is
 //! all-gathered through the store before the next step starts:
@@ -190,6 +190,7 @@ fn nvml_mesh(requests: &[RendezvousRequest]) -> NvlMesh {
 /// includes the wait for the slowest rank). `key_instance` is the number
 /// of its store keys (`Some`: a store of this group alone, where every
 /// rank uses the same number) or drawn from this process's count (`None`).
+/// The steps are those of the module docs, one function each.
 pub(crate) fn run_scoped(
     ctx: &Arc<CudaContext>,
     store: Arc<dyn Store>,
@@ -197,153 +198,33 @@ pub(crate) fn run_scoped(
     world: usize,
     config: &CommConfig,
     times: &mut SetupTimes,
-    instance: Option<u64>,
+    key_instance: Option<u64>,
 ) -> Result<IntraNodeComm, RendezvousError> {
-    let mut since = Instant::now();
     if world == 0 || rank >= world {
         return Err(
             Error::InvalidArgument(format!("rank {rank} is not below world size {world}")).into(),
         );
     }
-    let device = ctx.ordinal();
-    let instance = instance.unwrap_or_else(|| COMM_COUNT.fetch_add(1, Ordering::Relaxed));
-    let mut exchange = StoreExchange::new(format!("{}/comm/{instance}", config.key_prefix()));
-    let s: &dyn Store = &*store;
-    let store_err = |op: &'static str| move |source| Error::Store { op, rank, source };
-
-    // Step 1: requests.
-    let local = RendezvousRequest::local(ctx, rank, world, config);
-    let published = match &local {
-        Ok(r) => Ok(r.clone()),
-        Err(e) => Err(e.to_string()),
-    };
-    let requests = exchange_requests(s, &mut exchange, rank, world, &published);
-    local?;
-    let requests = requests?;
-    // Every rank sees the same requests, so every rank fails here alike.
-    if let Some(why) = debug_level_mismatch(&requests).or_else(|| push_shape_mismatch(&requests)) {
-        return Err(Error::InvalidArgument(format!("rank {rank}: {why}")).into());
-    }
-    times.lap("requests", &mut since);
-
-    // Step 2: mesh and peer access. A disabled or oversized group
-    // skips the queries but still takes part in the exchange.
-    let queries_useful = config.enabled && (2..=MAX_DEVICES).contains(&world);
-    let row = if queries_useful {
-        peer_access_row(ctx, &requests, rank)
-    } else {
-        vec![true; world]
-    };
-    let rows: Vec<Vec<bool>> = exchange
-        .all_gather(s, rank, world, &row)
-        .map_err(store_err("all-gather of peer access"))?;
-    let mesh = if queries_useful {
-        let access = |a: usize, b: usize| {
-            rows.get(a)
-                .and_then(|row| row.get(b))
-                .copied()
-                .unwrap_or(false)
-        };
-        topology::restrict_to_peer_access(&nvml_mesh(&requests), world, access)
-    } else {
-        NvlMesh::zero()
-    };
-    times.lap("topology", &mut since);
-
-    // Step 3: verdicts.
-    let local: std::result::Result<
-        (ValidatedGroup, KernelModule, HostErrorWord, LamportLaunch),
-        RendezvousError,
-    > = match validate(&requests, &mesh, config) {
-        Err(u) => Err(u.into()),
-        Ok(group) => {
-            let lamport = LamportLaunch::new(group.residency.launch_sms(), config.lamport_shapes)
-                .capped(group.residency.max_blocks());
-            KernelModule::load_with(
-                ctx,
-                group.residency.launch_overlap(config.launch_overlap),
-                config.kernel_image,
-            )
-            .map(|k| (k, lamport))
-            .and_then(|(k, l)| {
-                HostErrorWord::new(ctx, config.barrier_timeout()).map(|h| (group, k, h, l))
-            })
-            .map_err(RendezvousError::from)
-        }
-    };
-    if let Ok((_, kernels, _, _)) = &local {
-        let load = kernels.load_report();
-        times.set_kernel_image(&load.image);
-        times.record("kernels: unpack", load.unpack);
-        times.record("kernels: load", load.load);
-        times.record("kernels: resolve", load.resolve);
-        since = Instant::now();
-    } else {
-        times.lap("validate", &mut since);
-    }
-    let verdict = match &local {
-        Ok((group, _, _, _)) => Verdict::Ok {
-            topology: group.topology.to_string(),
-            mesh: group.mesh.0.to_vec(),
-        },
-        Err(RendezvousError::Unsupported(u)) => Verdict::Unsupported(u.to_string()),
-        Err(RendezvousError::Failed(e)) => Verdict::Failed(e.to_string()),
-    };
-    let verdicts: Vec<Verdict> = exchange
-        .all_gather(s, rank, world, &verdict)
-        .map_err(store_err("all-gather of rendezvous verdicts"))?;
-    times.lap("verdicts", &mut since);
-    let (group, kernels, health, lamport_launch) = local?;
-    for (r, v) in verdicts.iter().enumerate() {
-        if let Verdict::Failed(reason) = v {
-            return Err(Error::PeerFailed {
-                rank: r,
-                phase: "intra-node comm set-up",
-                reason: reason.clone(),
-            }
-            .into());
-        }
-    }
-    for (r, v) in verdicts.iter().enumerate() {
-        match v {
-            Verdict::Unsupported(reason) => {
-                return Err(Unsupported::PeerFailed {
-                    rank: r,
-                    reason: reason.clone(),
-                }
-                .into());
-            }
-            Verdict::Ok { .. } if *v != verdict => {
-                return Err(Unsupported::InconsistentTopology {
-                    rank: r,
-                    theirs: format!("{v:?}"),
-                    me: rank,
-                    ours: format!("{verdict:?}"),
-                }
-                .into());
-            }
-            _ => {}
-        }
-    }
-
-    // Step 4: symmetric memory (its last phase is the final all-gather).
-    // The allocation also holds the push form's rings (its scratch,
-    // `config::PushShape::scratch_bytes_for` the world, a multiple of the
-    // granularity and the same on every rank: the rendezvous checked the
-    // shapes); the other forms keep to `group.buffer_bytes`.
-    let symm = SymmetricMemory::rendezvous(
+    let instance = key_instance.unwrap_or_else(|| COMM_COUNT.fetch_add(1, Ordering::Relaxed));
+    let mut meeting = Meeting {
         ctx,
-        s,
-        &mut exchange,
+        store: &*store,
+        exchange: StoreExchange::new(format!("{}/comm/{instance}", config.key_prefix())),
         rank,
         world,
-        group
-            .buffer_bytes
-            .max(config.push_shape.scratch_bytes_for(world)),
-        group.backend,
-    )?;
-    times.lap("symmetric memory", &mut since);
-    tracing::info!("intra-node comm ready: rank {rank}/{world}, device {device}, {group}");
+        config,
+        times,
+        since: Instant::now(),
+    };
+    let requests = meeting.requests()?;
+    let mesh = meeting.mesh(&requests)?;
+    let (group, kernels, health, lamport_launch) = meeting.verdicts(&requests, &mesh)?;
+    let symm = meeting.symmetric_memory(&group)?;
+    let Meeting { exchange, .. } = meeting;
+    tracing::info!(
+        "intra-node comm ready: rank {rank}/{world}, device {}, {group}",
+        ctx.ordinal()
+    );
     let call_checker = (config.debug == DebugLevel::Detail).then(|| {
         CallChecker::new(
             store.clone(),
@@ -359,7 +240,7 @@ pub(crate) fn run_scoped(
         exchange: Mutex::new(exchange),
         rank,
         world,
-        device,
+        device: ctx.ordinal(),
         topology: group.topology,
         #[cfg(intranode_internals)]
         mesh: group.mesh,
@@ -390,4 +271,192 @@ pub(crate) fn run_scoped(
     // push launch.
     comm.push_runnable = comm.push_launch_for(PushUse::AllReduce, 1).is_some();
     Ok(comm)
+}
+
+/// What a rank of the rendezvous carries from step to step.
+struct Meeting<'a> {
+    ctx: &'a Arc<CudaContext>,
+    store: &'a dyn Store,
+    exchange: StoreExchange,
+    rank: usize,
+    world: usize,
+    config: &'a CommConfig,
+    times: &'a mut SetupTimes,
+    since: Instant,
+}
+
+/// What step 3 leaves a rank whose group passed.
+type Validated = (ValidatedGroup, KernelModule, HostErrorWord, LamportLaunch);
+
+impl Meeting<'_> {
+    fn store_err(&self, op: &'static str) -> impl FnOnce(intranode_store::StoreError) -> Error {
+        let rank = self.rank;
+        move |source| Error::Store { op, rank, source }
+    }
+
+    /// Step 1: every rank's request (or why it could not make one).
+    fn requests(&mut self) -> Result<Vec<RendezvousRequest>, RendezvousError> {
+        let (rank, world) = (self.rank, self.world);
+        let local = RendezvousRequest::local(self.ctx, rank, world, self.config);
+        let published = match &local {
+            Ok(r) => Ok(r.clone()),
+            Err(e) => Err(e.to_string()),
+        };
+        let requests = exchange_requests(self.store, &mut self.exchange, rank, world, &published);
+        local?;
+        let requests = requests?;
+        // Every rank sees the same requests, so every rank fails here alike.
+        if let Some(why) =
+            debug_level_mismatch(&requests).or_else(|| push_shape_mismatch(&requests))
+        {
+            return Err(Error::InvalidArgument(format!("rank {rank}: {why}")).into());
+        }
+        self.times.lap("requests", &mut self.since);
+        Ok(requests)
+    }
+
+    /// Step 2: the NVLink mesh, restricted to the pairs whose GPUs can
+    /// access each other. A disabled or oversized group skips the queries
+    /// but still takes part in the exchange.
+    fn mesh(&mut self, requests: &[RendezvousRequest]) -> Result<NvlMesh, RendezvousError> {
+        let (rank, world) = (self.rank, self.world);
+        let queries_useful = self.config.enabled && (2..=MAX_DEVICES).contains(&world);
+        let row = if queries_useful {
+            peer_access_row(self.ctx, requests, rank)
+        } else {
+            vec![true; world]
+        };
+        let rows: Vec<Vec<bool>> = self
+            .exchange
+            .all_gather(self.store, rank, world, &row)
+            .map_err(self.store_err("all-gather of peer access"))?;
+        let mesh = if queries_useful {
+            let access = |a: usize, b: usize| {
+                rows.get(a)
+                    .and_then(|row| row.get(b))
+                    .copied()
+                    .unwrap_or(false)
+            };
+            topology::restrict_to_peer_access(&nvml_mesh(requests), world, access)
+        } else {
+            NvlMesh::zero()
+        };
+        self.times.lap("topology", &mut self.since);
+        Ok(mesh)
+    }
+
+    /// Step 3: this rank's verdict (validation, kernels loaded), then
+    /// every rank's; a failure, a refusal or verdicts that disagree end
+    /// the rendezvous on every rank alike.
+    fn verdicts(
+        &mut self,
+        requests: &[RendezvousRequest],
+        mesh: &NvlMesh,
+    ) -> Result<Validated, RendezvousError> {
+        let (ctx, config) = (self.ctx, self.config);
+        let local: std::result::Result<Validated, RendezvousError> =
+            match validate(requests, mesh, config) {
+                Err(u) => Err(u.into()),
+                Ok(group) => {
+                    let lamport =
+                        LamportLaunch::new(group.residency.launch_sms(), config.lamport_shapes)
+                            .capped(group.residency.max_blocks());
+                    KernelModule::load_with(
+                        ctx,
+                        group.residency.launch_overlap(config.launch_overlap),
+                        config.kernel_image,
+                    )
+                    .map(|k| (k, lamport))
+                    .and_then(|(k, l)| {
+                        HostErrorWord::new(ctx, config.barrier_timeout()).map(|h| (group, k, h, l))
+                    })
+                    .map_err(RendezvousError::from)
+                }
+            };
+        if let Ok((_, kernels, _, _)) = &local {
+            let load = kernels.load_report();
+            self.times.set_kernel_image(&load.image);
+            self.times.record("kernels: unpack", load.unpack);
+            self.times.record("kernels: load", load.load);
+            self.times.record("kernels: resolve", load.resolve);
+            self.since = Instant::now();
+        } else {
+            self.times.lap("validate", &mut self.since);
+        }
+        let verdict = match &local {
+            Ok((group, _, _, _)) => Verdict::Ok {
+                topology: group.topology.to_string(),
+                mesh: group.mesh.0.to_vec(),
+            },
+            Err(RendezvousError::Unsupported(u)) => Verdict::Unsupported(u.to_string()),
+            Err(RendezvousError::Failed(e)) => Verdict::Failed(e.to_string()),
+        };
+        let verdicts: Vec<Verdict> = self
+            .exchange
+            .all_gather(self.store, self.rank, self.world, &verdict)
+            .map_err(self.store_err("all-gather of rendezvous verdicts"))?;
+        self.times.lap("verdicts", &mut self.since);
+        let validated = local?;
+        agree(&verdicts, &verdict, self.rank)?;
+        Ok(validated)
+    }
+
+    /// Step 4: symmetric memory (its last phase is the final all-gather).
+    /// The allocation also holds the push form's rings (its scratch,
+    /// `config::PushShape::scratch_bytes_for` the world, a multiple of the
+    /// granularity and the same on every rank: the rendezvous checked the
+    /// shapes); the other forms keep to `group.buffer_bytes`.
+    fn symmetric_memory(&mut self, group: &ValidatedGroup) -> Result<SymmetricMemory, Error> {
+        let symm = SymmetricMemory::rendezvous(
+            self.ctx,
+            self.store,
+            &mut self.exchange,
+            self.rank,
+            self.world,
+            group
+                .buffer_bytes
+                .max(self.config.push_shape.scratch_bytes_for(self.world)),
+            group.backend,
+        )?;
+        self.times.lap("symmetric memory", &mut self.since);
+        Ok(symm)
+    }
+}
+
+/// Whether every rank's verdict lets the group go on: a peer that failed
+/// or refused ends it (a failure first, so its reason is the one
+/// reported), and so does a verdict that differs from `ours`.
+fn agree(verdicts: &[Verdict], ours: &Verdict, me: usize) -> Result<(), RendezvousError> {
+    for (r, v) in verdicts.iter().enumerate() {
+        if let Verdict::Failed(reason) = v {
+            return Err(Error::PeerFailed {
+                rank: r,
+                phase: "intra-node comm set-up",
+                reason: reason.clone(),
+            }
+            .into());
+        }
+    }
+    for (r, v) in verdicts.iter().enumerate() {
+        match v {
+            Verdict::Unsupported(reason) => {
+                return Err(Unsupported::PeerFailed {
+                    rank: r,
+                    reason: reason.clone(),
+                }
+                .into());
+            }
+            Verdict::Ok { .. } if v != ours => {
+                return Err(Unsupported::InconsistentTopology {
+                    rank: r,
+                    theirs: format!("{v:?}"),
+                    me,
+                    ours: format!("{ours:?}"),
+                }
+                .into());
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }

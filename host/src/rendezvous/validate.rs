@@ -227,8 +227,9 @@ fn mesh_rows(mesh: &NvlMesh, world: usize) -> String {
 /// Decides whether the ranks that sent `requests` (index = rank) can use
 /// the fast path over `mesh` (link counts between their GPUs, index =
 /// rank, already restricted to pairs with CUDA peer access). Checks, in
-/// order: enabled, world size, request consistency, protocol version, one
-/// host, buffer size, backend, overlapping devices, topology.
+/// order: enabled, world size, the requests agree (consistency, protocol
+/// version, one host, buffer size, backend: `requests_agree`),
+/// overlapping devices (`effective_mesh`), topology (`classify`).
 pub fn validate(
     requests: &[RendezvousRequest],
     mesh: &NvlMesh,
@@ -241,6 +242,26 @@ pub fn validate(
     if !(MIN_WORLD..=MAX_WORLD).contains(&world) {
         return Err(Unsupported::WorldSize { world });
     }
+    requests_agree(requests)?;
+    let effective = effective_mesh(requests, mesh, config)?;
+    let (topology, hcm_neighbors) = classify(&effective, world, &requests[0].hostname, config)?;
+    let first = &requests[0];
+    Ok(ValidatedGroup {
+        world,
+        topology,
+        mesh: effective,
+        hcm_neighbors,
+        residency: residency(requests),
+        buffer_bytes: first.buffer_bytes,
+        backend: first.backend,
+    })
+}
+
+/// The requests of a group (at least one) agree: each names its own rank
+/// and the world, and all share the protocol version, the host, a buffer
+/// size (non-zero, a multiple of the granularity) and the backend.
+fn requests_agree(requests: &[RendezvousRequest]) -> Result<(), Unsupported> {
+    let world = requests.len();
     for (index, req) in requests.iter().enumerate() {
         if req.rank != index || req.world != world {
             return Err(Unsupported::InconsistentRequest {
@@ -310,8 +331,19 @@ pub fn validate(
         });
     }
 
-    // Pairs of ranks on one GPU: refused unless allowed; when allowed they
-    // count as linked (the same GPU reaches its own memory).
+    Ok(())
+}
+
+/// `mesh` as the group sees it: pairs of ranks on one GPU refused unless
+/// allowed, and when allowed counted as linked (the same GPU reaches its
+/// own memory); only the ranks' part of the mesh kept.
+fn effective_mesh(
+    requests: &[RendezvousRequest],
+    mesh: &NvlMesh,
+    config: &CommConfig,
+) -> Result<NvlMesh, Unsupported> {
+    let world = requests.len();
+    let first = &requests[0];
     let mut effective = *mesh;
     for a in 0..world {
         for b in a + 1..world {
@@ -339,19 +371,33 @@ pub fn validate(
         }
     }
 
+    Ok(effective)
+}
+
+/// Each rank's three neighbours and itself in a hybrid cube mesh.
+type HcmNeighbors = [[usize; 4]; MAX_DEVICES];
+
+/// The topology of the group's `effective` mesh (fully connected, or a
+/// hybrid cube mesh with its neighbour table), or why it has none we run.
+fn classify(
+    effective: &NvlMesh,
+    world: usize,
+    host: &str,
+    config: &CommConfig,
+) -> Result<(Topology, Option<HcmNeighbors>), Unsupported> {
     let topology = if config.force_fully_connected {
         Topology::FullyConnected
     } else {
-        topology::detect_topology(&effective, world)
+        topology::detect_topology(effective, world)
     };
     let hcm_neighbors = match topology {
         Topology::FullyConnected => None,
-        Topology::HybridCubeMesh => topology::hcm_neighbors(&effective),
+        Topology::HybridCubeMesh => topology::hcm_neighbors(effective),
         Topology::Unknown => {
             return Err(Unsupported::Topology {
                 world,
-                host: first.hostname.clone(),
-                mesh: mesh_rows(&effective, world),
+                host: host.to_owned(),
+                mesh: mesh_rows(effective, world),
             });
         }
     };
@@ -359,19 +405,11 @@ pub fn validate(
         // detect_topology promises a table for this class; be loud if not.
         return Err(Unsupported::Topology {
             world,
-            host: first.hostname.clone(),
-            mesh: mesh_rows(&effective, world),
+            host: host.to_owned(),
+            mesh: mesh_rows(effective, world),
         });
     }
-    Ok(ValidatedGroup {
-        world,
-        topology,
-        mesh: effective,
-        hcm_neighbors,
-        residency: residency(requests),
-        buffer_bytes: first.buffer_bytes,
-        backend: first.backend,
-    })
+    Ok((topology, hcm_neighbors))
 }
 
 impl ValidatedGroup {
