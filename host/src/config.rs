@@ -113,9 +113,9 @@ impl LamportShapes {
     }
 }
 
+// NOTE [l2 prefetch] in `kernels-gpu/src/fused_norm.rs`.
 /// The L2 prefetch of the fused all-reduce + residual + RMSNorm
-/// (`INTRANODE_L2_PREFETCH`; NOTE [l2 prefetch] in
-/// `kernels-gpu/src/fused_norm.rs`): how many extra blocks ask L2 for the
+/// (`INTRANODE_L2_PREFETCH`): how many extra blocks ask L2 for the
 /// region a caller names
 /// ([`Communicator::all_reduce_residual_rmsnorm_prefetch`](crate::Communicator::all_reduce_residual_rmsnorm_prefetch)),
 /// and how much of it at most.
@@ -134,8 +134,8 @@ pub struct L2Prefetch {
 impl Default for L2Prefetch {
     /// 8 blocks, 8 MiB from the region's start: about what HBM (~3 TB/s
     /// on H100) brings in the ~3 us a fused call waits on its peers at
-    /// TP4, and the best of ten settings in v22's decode sweep on 4 H100
-    /// (docs/perf/v22/NOTES.md: 2 blocks held the kernel ~6 us longer, 32
+    /// TP4, and the best of ten settings in a decode sweep on 4 H100
+    /// (2026-11-27, 0236d23: 2 blocks held the kernel ~6 us longer, 32
     /// blocks x 16 MiB gained nothing).
     fn default() -> Self {
         L2Prefetch {

@@ -1,4 +1,4 @@
-//! Issue 36: the production kernels are loaded once per context and kept
+//! The production kernels are loaded once per context and kept
 //! (NOTE [kept kernels] in `kernels/mod.rs`): loading them again, as every
 //! communicator built after the first does, loads nothing, and cycles of
 //! load and drop cost no device memory. Skips visibly without a GPU.

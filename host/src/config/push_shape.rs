@@ -160,8 +160,9 @@ const PUSH_REGISTERS_PER_SM: usize = 64 << 10;
 pub const MAX_PUSH_SLOTS: usize = 16;
 
 /// Most scratch of the push form ([`PushShape::scratch_bytes`]): 1 GiB, a
-/// bound against typos; the largest shape of the issue-28 sweep (132
-/// blocks, 4 slots of 256 KiB, 2 ranks) takes 264 MiB.
+/// bound against typos; the largest shape of the shape sweep on 2 H200
+/// (2026-11-26, 04b694b: 132 blocks, 4 slots of 256 KiB, 2 ranks) takes
+/// 264 MiB.
 pub const MAX_PUSH_SCRATCH_BYTES: usize = 1 << 30;
 
 /// The push form's scratch unit: the symmetric buffer's granularity
@@ -169,8 +170,8 @@ pub const MAX_PUSH_SCRATCH_BYTES: usize = 1 << 30;
 const PUSH_SCRATCH_GRANULARITY_BYTES: usize = 4096;
 
 impl Default for PushShape {
-    /// From the issue-28 sweeps on 2 H200 (docs/PERF_NOTES.md, v12;
-    /// docs/perf/v12/push2-h200x2/): 132 blocks of 512 threads (one per SM
+    /// From the shape sweeps on 2 H200 (2026-11-26, 04b694b): 132 blocks
+    /// of 512 threads (one per SM
     /// of an H100/H200: 80 registers a thread at 2 ranks leave room for
     /// one 512-thread block per SM), chunks of 64 KiB, 2 slots per ring,
     /// lookahead 1 was the fastest shape measured at 64 MiB (332 GB/s bus
@@ -183,7 +184,7 @@ impl Default for PushShape {
     /// default scratch. So on 2 ranks the symmetric buffer grows from 10
     /// to 33 MiB per rank and communicator (beside the 64 MiB of the
     /// Lamport buffers in the pad); on more ranks the chunk shrinks to fit.
-    /// At 3 and 4 ranks on 4 H100 (docs/perf/v15, v17 and v18 NOTES.md)
+    /// At 3 and 4 ranks on 4 H100 (2026-11-27; 0152274, 9926c57, 926d83a)
     /// the shape was measured again: auto takes the push form from 16 MiB
     /// at 3 ranks and from 32 MiB at 4 (`algo::Crossovers::push_min_bytes`),
     /// and 4 ranks run it doubled, on rings of their own: 3 slots of 16
