@@ -113,9 +113,9 @@ impl LamportShapes {
     }
 }
 
+// NOTE [l2 prefetch] in `kernels-gpu/src/fused_norm.rs`.
 /// The L2 prefetch of the fused all-reduce + residual + RMSNorm
-/// (`INTRANODE_L2_PREFETCH`; NOTE [l2 prefetch] in
-/// `kernels-gpu/src/fused_norm.rs`): how many extra blocks ask L2 for the
+/// (`INTRANODE_L2_PREFETCH`): how many extra blocks ask L2 for the
 /// region a caller names
 /// ([`Communicator::all_reduce_residual_rmsnorm_prefetch`](crate::Communicator::all_reduce_residual_rmsnorm_prefetch)),
 /// and how much of it at most.

@@ -351,7 +351,7 @@ pub unsafe fn ipc_get_mem_handle(
     }
 }
 
-/// `cuIpcOpenMemHandle` (v2): maps another process's allocation into this
+/// `cuIpcOpenMemHandle_v2`: maps another process's allocation into this
 /// context and returns its address here (close with
 /// [`ipc_close_mem_handle`]). It fails for a handle of this process's own
 /// allocation.

@@ -150,10 +150,10 @@ pub enum Error {
         /// The buffer's size.
         buffer_bytes: usize,
     },
+    // NOTE [abandoned waits] in `kernels-gpu/src/sync.rs`.
     /// A GPU wait on a peer ran out: the peer died, hung, skipped the
     /// call or took a different path. The communicator is unusable
-    /// afterwards: every later call returns this error again (NOTE
-    /// [abandoned waits] in `kernels-gpu/src/sync.rs`); rebuild it.
+    /// afterwards: every later call returns this error again; rebuild it.
     #[error(
         "rank {rank}: {form} waited {bound_ms} ms {phase} and peer rank {peer} never came (block {block}, slot {slot}); this communicator is unusable from now on: build a new one"
     )]
@@ -182,9 +182,10 @@ pub enum Error {
         /// What the capture cannot hold and what to do instead.
         detail: String,
     },
+    // NOTE [call fingerprints] in `comm/debug.rs`.
     /// Ranks called a collective with different arguments (found by the
-    /// call fingerprints of `INTRANODE_DEBUG=detail`, NOTE [call
-    /// fingerprints] in `comm/debug.rs`); nothing was launched.
+    /// call fingerprints of `INTRANODE_DEBUG=detail`); nothing was
+    /// launched.
     #[error("rank {rank}: ranks disagree on a collective call (INTRANODE_DEBUG=detail): {detail}")]
     CallMismatch {
         /// The rank reporting.
@@ -454,7 +455,7 @@ pub(crate) fn record_drop_error(ctx: &CudaContext, op: &'static str, error: Driv
 /// `CudaContext::synchronize` would return that error instead of waiting,
 /// and a release behind it would be skipped (a kernel module, 10 MB of
 /// machine code, leaked on every communicator dropped while an error was
-/// pending: issue 26). False (after recording the failure) when the
+/// pending). False (after recording the failure) when the
 /// context could not be bound or the wait failed; the caller then leaks
 /// rather than free what a kernel may still touch.
 pub(crate) fn sync_for_drop(ctx: &CudaContext, op: &'static str) -> bool {

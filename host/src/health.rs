@@ -102,8 +102,8 @@ impl HostErrorWord {
 /// error's text: the pair, not the slot alone, since forms share slots
 /// (slot 0 is the two-shot's barrier after the copy-in and the push
 /// form's at the start of a call; slot 2 the Lamport forms' data and the
-/// one-shot's end barrier), and the text names only the form that ran
-/// (issue 36). The slots each form waits on are those of its kernels in
+/// one-shot's end barrier), and the text must name only the form that
+/// ran. The slots each form waits on are those of its kernels in
 /// `kernels-gpu` (`all_reduce.rs`, `push.rs`, `broadcast.rs`,
 /// `lamport.rs`, `fused_norm.rs`, `sync.rs`).
 fn phase_name(form: u32, slot: u32) -> &'static str {

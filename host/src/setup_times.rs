@@ -1,9 +1,9 @@
 //! Where the time of `Communicator::new` goes ([`SetupTimes`]): one
 //! duration per phase (the rendezvous's request exchange, topology, kernel
 //! load split into unpack, load and resolve, the verdicts, symmetric
-//! memory, NCCL), recorded on every construction. A first start on a fresh
-//! machine was close to a minute, almost all of it the driver JIT
-//! compiling the PTX (issue 26); these phases show where it goes now.
+//! memory, NCCL), recorded on every construction, so that a slow start
+//! (on a fresh machine, the driver JIT compiling the PTX can take close to
+//! a minute) shows which phase took the time.
 
 use std::fmt;
 use std::time::{Duration, Instant};

@@ -6,8 +6,8 @@
 //! cuBLAS GEMM or a cudarc copy can write into it; [`SymmetricView`] and
 //! [`SymmetricViewMut`] are views at an offset), and an all-reduce whose
 //! input lies in it reads the peers' copies in place instead of copying
-//! the input into the communicator's own symmetric buffer first (NOTE
-//! [symmetric input] in `kernels-gpu/src/all_reduce.rs`).
+//! the input into the communicator's own symmetric buffer first.
+// NOTE [symmetric input] in `kernels-gpu/src/all_reduce.rs`.
 //!
 //! # Contract
 //!

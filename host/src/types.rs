@@ -171,13 +171,14 @@ impl ReduceOp {
 #[non_exhaustive]
 pub enum AllReduceAlgo {
     /// One-shot without barriers: every rank pushes its input to every
-    /// peer, flags travel with the data (NOTE \[lamport\] in
-    /// `kernels-gpu/src/lamport.rs`). Messages larger than a Lamport slot
-    /// run as [`OneShot`](Self::OneShot).
+    /// peer, flags travel with the data. Messages larger than a Lamport
+    /// slot run as [`OneShot`](Self::OneShot).
+    // NOTE [lamport] in `kernels-gpu/src/lamport.rs`.
     Lamport,
     /// Two-shot without barriers: reduce-scatter and all-gather by stores
-    /// into peers' Lamport buffers (NOTE [lamport two-shot]). Messages
-    /// larger than its buffers take run as [`TwoShot`](Self::TwoShot).
+    /// into peers' Lamport buffers. Messages larger than its buffers take
+    /// run as [`TwoShot`](Self::TwoShot).
+    // NOTE [lamport two-shot].
     LamportTwoShot,
     /// Every rank reads every peer's input: lowest latency.
     OneShot,
@@ -187,8 +188,7 @@ pub enum AllReduceAlgo {
     Hcm,
     /// For large messages: every NVLink byte a store, reduce-scatter and
     /// all-gather merged per chunk through rings of slots per block and
-    /// peer in the symmetric buffers (NOTE [push all-reduce] in
-    /// `kernels-gpu/src/push.rs`); memory stays the symmetric buffer
+    /// peer in the symmetric buffers; memory stays the symmetric buffer
     /// (grown to the push form's scratch) whatever the message. The size
     /// rule picks it at 2 to 4 ranks from the crossover where it was
     /// measured to lead (16 or 32 MiB); at 5 to 8 ranks only a forced call
@@ -196,6 +196,7 @@ pub enum AllReduceAlgo {
     /// the benchmark's `--algos`). Messages above
     /// `decide::push_max_message_bytes` (16 GiB) run as
     /// [`TwoShot`](Self::TwoShot).
+    // NOTE [push all-reduce] in `kernels-gpu/src/push.rs`.
     Push,
     /// NCCL's all-reduce (the fallback).
     Nccl,
@@ -237,8 +238,8 @@ impl AllReduceAlgo {
 #[non_exhaustive]
 pub enum NormPath {
     /// One launch: the Lamport one-shot all-reduce with the residual add
-    /// and the RMSNorm folded in (NOTE [fused norm] in
-    /// `kernels-gpu/src/fused_norm.rs`).
+    /// and the RMSNorm folded in.
+    // NOTE [fused norm] in `kernels-gpu/src/fused_norm.rs`.
     Fused,
     /// The all-reduce the communicator picks (ours or NCCL), then the
     /// residual + RMSNorm kernel.

@@ -85,19 +85,20 @@ impl Work {
     /// one's; the communicator is unusable after it).
     ///
     /// A wait that ran out is reported as soon as the GPU writes it, not
-    /// when the stream has drained (NOTE [early report]): the calls still
-    /// queued behind it then end without waiting, on their own.
+    /// when the stream has drained: the calls still queued behind it then
+    /// end without waiting, on their own.
+    // NOTE [early report].
     pub fn synchronize(&self) -> Result<()> {
         let device = Some(self.stream.context().ordinal());
         let Some(health) = &self.health else {
             return self.stream.synchronize().ctx("cuStreamSynchronize", device);
         };
-        // NOTE [early report] (issue 36): the bound of a wait on a peer
+        // NOTE [early report]: the bound of a wait on a peer
         // holds on the GPU from the moment that wait began, but the stream
         // only drains after every call queued behind the failed one has
         // given up too (each wait of each of them checks the abort word
         // after 100 us, NOTE [abandoned waits]): for a 1 GB message in
-        // hundreds of chunks, or many queued calls, that tail grew with
+        // hundreds of chunks, or many queued calls, that tail grows with
         // the size. So the host polls the stream and the error word
         // together and reports the error as soon as it is written: within
         // the bound plus a poll interval whatever the size.

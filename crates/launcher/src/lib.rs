@@ -15,8 +15,8 @@
 //! so that a signal to the group reaches the rank and everything it
 //! started, and a Ctrl-C at the terminal reaches only the launcher, which
 //! decides what the ranks get. When the job ends, however it ends, every
-//! group is emptied: what a rank left running is stopped and reported
-//! (NOTE [leftover processes] in `supervise.rs`).
+//! group is emptied: what a rank left running is stopped and reported.
+// NOTE [leftover processes] in `leftovers.rs` and `supervise.rs`.
 #![deny(missing_docs)]
 
 pub mod cli;

@@ -5,15 +5,15 @@
 //! line together, in one `write_all` under the stream's lock, so lines of
 //! different ranks never interleave within a line.
 //!
-//! NOTE [batched forwarding]: the lines already read from a rank's pipe
-//! go out together, in one write and one flush, up to [`MAX_BATCH_BYTES`];
-//! a batch ends as soon as what is buffered holds no complete line, that
-//! is before any read that may wait for the rank. So a rank that prints a
-//! line now and then still shows it at once, and so do the complete lines
-//! read together with the start of a line not finished yet (`"A\npartial"`):
-//! only that partial line waits, for its newline, the end of the stream or
-//! [`MAX_LINE_BYTES`]. One write and one flush per line took 9 minutes of
-//! a full core for a billion lines.
+// NOTE [batched forwarding] is the paragraph below.
+//! The lines already read from a rank's pipe go out together, in one write and
+//! one flush, up to [`MAX_BATCH_BYTES`]; a batch ends as soon as what is
+//! buffered holds no complete line, that is before any read that may wait for
+//! the rank. So a rank that prints a line now and then still shows it at once,
+//! and so do the complete lines read together with the start of a line not
+//! finished yet (`"A\npartial"`): only that partial line waits, for its
+//! newline, the end of the stream or [`MAX_LINE_BYTES`]. One write and one
+//! flush per line took 9 minutes of a full core for a billion lines.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 
@@ -23,7 +23,9 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 /// all in memory.
 pub const MAX_LINE_BYTES: u64 = 64 * 1024;
 
-/// Most bytes of lines written together (NOTE [batched forwarding]).
+// NOTE [batched forwarding].
+/// Most bytes of lines written together, in one write (see
+/// [`crate::output`]).
 pub const MAX_BATCH_BYTES: usize = 64 * 1024;
 
 /// The prefix of every line of `rank`: `[3] `.
@@ -31,9 +33,10 @@ pub fn prefix(rank: usize) -> Vec<u8> {
     format!("[{rank}] ").into_bytes()
 }
 
+// NOTE [batched forwarding].
 /// Reads `reader` to its end and hands its lines, each prefixed and ending
 /// in `\n`, to `sink`: whole lines, as many together as were already read
-/// (NOTE [batched forwarding]). A last line without a newline gets one.
+/// (see [`crate::output`]). A last line without a newline gets one.
 ///
 /// Once `sink` fails (the launcher's stdout is a closed pipe, say) reading
 /// goes on without writing, so the rank never blocks on a full pipe; the

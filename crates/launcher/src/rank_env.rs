@@ -1,12 +1,13 @@
 //! The environment each rank starts with.
 //!
-//! NOTE [foreign rank variables]: `intranode_dist_env` reads the rank from
-//! torchrun, Open MPI, Slurm and PMI variables and reports an error when
-//! two of them disagree. A launcher started inside `srun` or `mpirun`
-//! inherits that launcher's variables (`SLURM_PROCID=0`, ...), which would
-//! contradict the `RANK` we set, so [`foreign_rank_vars`] are removed from
-//! every rank's environment. Both lists come from `intranode_dist_env`, so
-//! what we set and remove is what the ranks read.
+// NOTE [foreign rank variables] is the paragraph below.
+//! `intranode_dist_env` reads the rank from torchrun, Open MPI, Slurm and PMI
+//! variables and reports an error when two of them disagree. A launcher
+//! started inside `srun` or `mpirun` inherits that launcher's variables
+//! (`SLURM_PROCID=0`, ...), which would contradict the `RANK` we set, so
+//! [`foreign_rank_vars`] are removed from every rank's environment. Both lists
+//! come from `intranode_dist_env`, so what we set and remove is what the ranks
+//! read.
 
 use intranode_dist_env::store_protocol::STORE_PROTOCOL;
 use intranode_dist_env::{EnvSource, StoreProtocol, vars};

@@ -12,23 +12,23 @@
 //! - something goes wrong first (a rank fails or cannot start, the timeout
 //!   passes, the launcher gets SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1,
 //!   SIGUSR2 or SIGALRM, during start-up too, which then stops starting
-//!   ranks): every rank still running gets SIGTERM (after a rank failure,
-//!   only once `--failure-wait-secs` has passed without them all exiting
-//!   by themselves: NOTE [failure wait]) (or the launcher's own SIGINT,
-//!   SIGHUP or SIGQUIT, forwarded: `signal_for_ranks`) to its process
-//!   group, and SIGKILL when it is still there after the grace period;
+//!   ranks): every rank still running gets SIGTERM (after a rank failure, only
+//!   once `--failure-wait-secs` has passed without them all exiting by
+//!   themselves) (or the launcher's own SIGINT, SIGHUP or SIGQUIT, forwarded:
+//!   `signal_for_ranks`) to its process group, and SIGKILL when it is still
+//!   there after the grace period;
 //! - a second such signal during that grace period sends SIGKILL at once.
 //!
 //! When the job is over, however it ended, whatever the ranks left running
-//! in their process groups (or orphaned) is stopped and reported: NOTE
-//! [leftover processes] in `leftovers.rs`.
+//! in their process groups (or orphaned) is stopped and reported.
 //!
-//! NOTE [pid reuse]: on Linux a rank is reaped only once the job is over
-//! and its group swept (NOTE [leftover processes]), so its pid and group id
-//! cannot be reused while the launcher may still signal them. Elsewhere
-//! the waiter reaps it, and its group is signalled only while its exit has
-//! not been recorded: a new group could take the id only if every member
-//! had gone and the kernel had cycled through the whole pid space in
+// NOTE [failure wait] is on `wait_after_failure`; NOTE [leftover
+// processes] in `leftovers.rs`; NOTE [pid reuse] is the paragraph below.
+//! On Linux a rank is reaped only once the job is over and its group swept, so
+//! its pid and group id cannot be reused while the launcher may still signal
+//! them. Elsewhere the waiter reaps it, and its group is signalled only while
+//! its exit has not been recorded: a new group could take the id only if every
+//! member had gone and the kernel had cycled through the whole pid space in
 //! between, which we accept.
 
 use std::fmt;
@@ -189,8 +189,9 @@ pub struct RankRecord {
     pub stopped: bool,
     /// The launcher sent it SIGKILL after the grace period.
     pub killed: bool,
+    // NOTE [leftover processes].
     /// Processes it left running in its process group when the job ended,
-    /// which the launcher stopped (NOTE [leftover processes]).
+    /// which the launcher stopped.
     pub leftovers: Vec<u32>,
 }
 

@@ -4,17 +4,17 @@
 //! `decide_all_reduce` picks, so every size, element type, op and
 //! topology works; broadcasts go where `select_broadcast_algo` says.
 //!
-//! Its API is that of `cudarc::nccl::Comm` (NOTE [nccl parity]): every
-//! method of `Comm` exists here with the same arguments and type
-//! parameters, for every `NcclType`, so code written for it switches by
-//! changing the type. Our kernels serve `all_reduce` and
-//! `all_reduce_in_place` (bf16, f16, f32: `decide_all_reduce` sends the
-//! other types to NCCL), `broadcast_in_place` (any type), and
-//! `all_gather` / `reduce_scatter` (bf16, f16, f32, up to a size); the
-//! rest goes to NCCL through the `Comm` the communicator owns.
+//! Its API is that of `cudarc::nccl::Comm`: every method of `Comm` exists
+//! here with the same arguments and type parameters, for every `NcclType`,
+//! so code written for it switches by changing the type. Our kernels serve
+//! `all_reduce` and `all_reduce_in_place` (bf16, f16, f32:
+//! `decide_all_reduce` sends the other types to NCCL), `broadcast_in_place`
+//! (any type), and `all_gather` / `reduce_scatter` (bf16, f16, f32, up to a
+//! size); the rest goes to NCCL through the `Comm` the communicator owns.
 //!
-//! NOTE [nccl parity]: the differences from `cudarc::nccl::Comm`, all of
-//! them such that a caller's `comm.method(args)?;` compiles either way
+// NOTE [nccl parity] is the paragraph below.
+//! The differences from `cudarc::nccl::Comm`, all of them such that a
+//! caller's `comm.method(args)?;` compiles either way
 //! (`host/tests/nccl_parity.rs` proves it at compile time):
 //! - collectives return `Result<Work>` (`Result<()>` inside a [`Group`])
 //!   instead of `Result<NcclStatus, NcclError>`;
@@ -29,12 +29,12 @@
 //!   once the group was dropped) instead of panicking in `Drop`;
 //! - construction is collective through a store ([`Communicator::new`]),
 //!   not `Comm::from_rank` with an `Id`.
-//!
-//! (Over 700 lines: `Communicator`'s methods mirror `cudarc::nccl::Comm`'s
-//! one for one (NOTE [nccl parity]) and read best side by side in one
-//! impl; what stands apart (NCCL-only collectives, groups, the fused
-//! norm, symmetric buffers, argument checks) is already in the modules
-//! below.)
+
+// (Over 700 lines: `Communicator`'s methods mirror `cudarc::nccl::Comm`'s
+// one for one (NOTE [nccl parity]) and read best side by side in one
+// impl; what stands apart (NCCL-only collectives, groups, the fused
+// norm, symmetric buffers, argument checks) is already in the modules
+// below.)
 
 mod all_reduce;
 mod args;

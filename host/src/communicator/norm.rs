@@ -11,8 +11,7 @@ impl Communicator {
     /// weight`, row by row, `hidden` being `weight.len()`. Each stored
     /// value is rounded once to `T`; the norm reads the residual as
     /// stored. Works at every size: where `decide::decide_norm` says so,
-    /// one launch of the fused kernel (NOTE \[fused norm\] in
-    /// `kernels-gpu/src/fused_norm.rs`); elsewhere the all-reduce goes
+    /// one launch of the fused kernel; elsewhere the all-reduce goes
     /// where [`Communicator::all_reduce_in_place`] sends it (our kernels
     /// or NCCL), then our residual + norm kernel runs. Both give the same
     /// `input` and `residual` bits; the normed output may differ in the
@@ -41,6 +40,7 @@ impl Communicator {
     /// # Ok(())
     /// # }
     /// ```
+    // NOTE [fused norm] in `kernels-gpu/src/fused_norm.rs`.
     pub fn all_reduce_residual_rmsnorm<T: DType + NcclType>(
         &self,
         input: &mut (impl DevicePtrMut<T> + DevicePtr<T>),
@@ -85,11 +85,10 @@ impl Communicator {
     /// and while the fused kernel waits on its peers, its spare blocks ask
     /// L2 for the start of `next` (at most `INTRANODE_L2_PREFETCH`'s bytes,
     /// 8 MiB by default): in a decode step, the weights of the GEMM that
-    /// reads `output`, so that GEMM finds part of them in L2 instead of
-    /// HBM (NOTE \[l2 prefetch\] in `kernels-gpu/src/fused_norm.rs`). A
-    /// hint: every result has the bits the call without it gives, and
-    /// where the call takes the unfused path, the GPU is older than sm_90
-    /// or the setting is `off`, nothing is prefetched.
+    /// reads `output`, so that GEMM finds part of them in L2 instead of HBM.
+    /// A hint: every result has the bits the call without it gives, and
+    /// where the call takes the unfused path, the GPU is older than sm_90 or
+    /// the setting is `off`, nothing is prefetched.
     ///
     /// # Example
     ///
@@ -114,6 +113,7 @@ impl Communicator {
     /// # Ok(())
     /// # }
     /// ```
+    // NOTE [l2 prefetch] in `kernels-gpu/src/fused_norm.rs`.
     #[allow(clippy::too_many_arguments)]
     pub fn all_reduce_residual_rmsnorm_prefetch<T: DType + NcclType, U>(
         &self,

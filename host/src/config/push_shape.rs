@@ -159,8 +159,9 @@ const PUSH_REGISTERS_PER_SM: usize = 64 << 10;
 pub const MAX_PUSH_SLOTS: usize = 16;
 
 /// Most scratch of the push form ([`PushShape::scratch_bytes`]): 1 GiB, a
-/// bound against typos; the largest shape of the push form's shape sweep
-/// (132 blocks, 4 slots of 256 KiB, 2 ranks) takes 264 MiB.
+/// bound against typos; the largest shape of the shape sweep on 2 H200
+/// (2026-11-26, 04b694b: 132 blocks, 4 slots of 256 KiB, 2 ranks) takes
+/// 264 MiB.
 pub const MAX_PUSH_SCRATCH_BYTES: usize = 1 << 30;
 
 /// The push form's scratch unit: the symmetric buffer's granularity
@@ -168,24 +169,25 @@ pub const MAX_PUSH_SCRATCH_BYTES: usize = 1 << 30;
 const PUSH_SCRATCH_GRANULARITY_BYTES: usize = 4096;
 
 impl Default for PushShape {
-    /// From the shape sweeps on 2 H200 (2026-11-26, 04b694b): 132 blocks of 512
-    /// threads (one per SM of an H100/H200: 80 registers a thread at 2 ranks
-    /// leave room for one 512-thread block per SM), chunks of 64 KiB, 2 slots
-    /// per ring, lookahead 1 was the fastest shape measured at 64 MiB (332 GB/s
-    /// bus bandwidth; 271 at 16 MiB, 353 at 256 MiB); 132 blocks of 128 KiB
-    /// chunks reached 362 GB/s at 1 GiB. Fewer blocks were slower at every size
-    /// (64: 317 / 343 at 64 / 256 MiB), and more slots or lookahead were slower
-    /// (one more pipeline fill per call). The rendezvous caps the blocks at the
-    /// GPU's SM count (`PushShape::for_sms`). Its rings take
-    /// `2 x 132 x (world - 1) x 2 x 64 KiB`: 33 MiB on 2 ranks, the default scratch. So on 2
-    /// ranks the symmetric buffer grows from 10 to 33 MiB per rank and
-    /// communicator (beside the 64 MiB of the Lamport buffers in the pad); on
-    /// more ranks the chunk shrinks to fit. At 3 and 4 ranks on 4 H100
-    /// (2026-11-27, 0152274, 9926c57 and 926d83a) the shape was measured again:
-    /// auto takes the push form from 16 MiB at 3 ranks and from 32 MiB at 4
-    /// (`decide::Crossovers::push_min_bytes`), and 4 ranks run it doubled, on
-    /// rings of their own: 3 slots of 16 KiB chunks in 76 MiB of scratch
-    /// (`PushShape::for_use`).
+    /// From the shape sweeps on 2 H200 (2026-11-26, 04b694b): 132 blocks
+    /// of 512 threads (one per SM of an H100/H200: 80 registers a thread
+    /// at 2 ranks leave room for one 512-thread block per SM), chunks of
+    /// 64 KiB, 2 slots per ring, lookahead 1 was the fastest shape
+    /// measured at 64 MiB (332 GB/s bus bandwidth; 271 at 16 MiB, 353 at
+    /// 256 MiB); 132 blocks of 128 KiB chunks reached 362 GB/s at 1 GiB.
+    /// Fewer blocks were slower at every size (64: 317 / 343 at 64 / 256
+    /// MiB), and more slots or lookahead were slower (one more pipeline
+    /// fill per call). The rendezvous caps the blocks at the GPU's SM
+    /// count (`PushShape::for_sms`). Its rings take
+    /// `2 x 132 x (world - 1) x 2 x 64 KiB`: 33 MiB on 2 ranks, the
+    /// default scratch. So on 2 ranks the symmetric buffer grows from 10
+    /// to 33 MiB per rank and communicator (beside the 64 MiB of the
+    /// Lamport buffers in the pad); on more ranks the chunk shrinks to fit.
+    /// At 3 and 4 ranks on 4 H100 (2026-11-27; 0152274, 9926c57, 926d83a)
+    /// the shape was measured again: auto takes the push form from 16 MiB
+    /// at 3 ranks and from 32 MiB at 4 (`decide::Crossovers::push_min_bytes`),
+    /// and 4 ranks run it doubled, on rings of their own: 3 slots of 16
+    /// KiB chunks in 76 MiB of scratch (`PushShape::for_use`).
     fn default() -> Self {
         PushShape {
             max_blocks: 132,

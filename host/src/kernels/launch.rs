@@ -17,7 +17,7 @@ use intranode_kernels_gpu::layout::{
 
 use crate::driver_ext;
 
-// NOTE [launch overlap] (programmatic dependent launch, issue 19): a
+// NOTE [launch overlap] (programmatic dependent launch): a
 // collective launched with programmatic stream serialization may be
 // scheduled before the kernel ahead of it on the stream (a GEMM, in a
 // decode step) has finished: its blocks are resident and past their launch
@@ -34,7 +34,7 @@ use crate::error::{DriverContext, Error, Result};
 
 /// Modules of this process loaded and not (successfully) unloaded: a
 /// handle kept alive by mistake, or an unload that Drop skipped, shows
-/// here (`intranode-suite module-probe`, issue 36).
+/// here (`intranode-suite module-probe`).
 static LIVE_MODULES: AtomicUsize = AtomicUsize::new(0);
 
 /// How many kernel modules this process has loaded and not unloaded.

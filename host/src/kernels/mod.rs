@@ -107,10 +107,11 @@ pub fn cubin() -> Result<Vec<u8>> {
     unpack(CUBIN_IMAGE, "the embedded cubin")
 }
 
+// NOTE [kept kernels].
 /// How many kernel modules (production and test) this process has loaded
-/// and not unloaded: the production kernels kept for each context (NOTE
-/// [kept kernels]) and what a handle kept alive by mistake, or an unload
-/// skipped in Drop, leaves.
+/// and not unloaded: the production kernels kept for each context and
+/// what a handle kept alive by mistake, or an unload skipped in Drop,
+/// leaves.
 pub fn live_modules() -> usize {
     launch::live_modules()
 }
@@ -210,19 +211,19 @@ pub struct KernelModule {
     l2_prefetch: bool,
 }
 
-// NOTE [kept kernels] (issue 36): the production kernels are loaded once
-// per context and kept loaded for the context's life, as the CUDA runtime
-// keeps a library's kernels: every later `KernelModule` of that context
-// (every communicator built and dropped) shares them. Loading and
-// unloading them cost device memory each time on H100 (driver 580, CUDA
-// 13.0): `intranode-suite module-probe` measured 4.4 MiB kept by the
-// driver per `cuModuleLoadData` + resolve of the 12 MB cubin +
-// `cuModuleUnload` (none without the resolve under lazy loading, none for
-// the 35 KB test PTX; four such modules loaded at once took 52 MiB and
-// gave none of it back when unloaded), through the bare driver calls as
-// through ours, with no handle of ours left (live modules 0). So
-// re-creating communicators lost 4.4 MiB a cycle. Kept, the loss is one
-// module per context, at the first load. A kept module is found again by
+// NOTE [kept kernels]: the production kernels are loaded once per context
+// and kept loaded for the context's life, as the CUDA runtime keeps a
+// library's kernels: every later `KernelModule` of that context (every
+// communicator built and dropped) shares them. Loading and unloading them
+// cost device memory each time on H100 (driver 580, CUDA 13.0):
+// `intranode-suite module-probe` measured 4.4 MiB kept by the driver per
+// `cuModuleLoadData` + resolve of the 12 MB cubin + `cuModuleUnload` (none
+// without the resolve under lazy loading, none for the 35 KB test PTX;
+// four such modules loaded at once took 52 MiB and gave none of it back
+// when unloaded), through the bare driver calls as through ours, with no
+// handle of ours left (live modules 0). So re-creating communicators
+// would lose 4.4 MiB a cycle. Kept, the loss is one module per context,
+// at the first load. A kept module is found again by
 // its context's handle and driver id (`cuCtxGetId`, unique for the
 // program's life): a context destroyed and another created at the same
 // address has another id, and its modules went with it.
@@ -267,15 +268,16 @@ impl KernelModule {
     /// The embedded kernels in `ctx` (the cubin where the device can run
     /// it, else the PTX), every kernel entry point resolved: loaded at the
     /// context's first call and kept loaded for its life, shared by every
-    /// later call (NOTE [kept kernels]).
+    /// later call.
+    // NOTE [kept kernels].
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
         Self::load_with(ctx, false, KernelImage::Auto)
     }
 
     /// The embedded kernels loaded afresh into `ctx`, unloaded when the
     /// value drops (not kept: a check that the context can still load a
-    /// module; each such load and unload may cost device memory, NOTE
-    /// [kept kernels]).
+    /// module; each such load and unload may cost device memory).
+    // NOTE [kept kernels].
     pub fn load_unshared(ctx: &Arc<CudaContext>) -> Result<Self> {
         Self::load_image(ctx, false, KernelImage::Auto)
     }

@@ -39,10 +39,10 @@ pub fn nvl_mesh_from_nvml(devices: &[PciAddress]) -> NvlMesh {
 
 /// The process's NVML, initialised at the first rendezvous and kept: an
 /// `nvmlInit`/`nvmlShutdown` pair per communicator (what `Nvml::init` and
-/// its drop did) leaves one open descriptor behind in libnvidia-ml each
-/// time NVML is torn down for real (issue 36: `recreate`'s bare
-/// intra-node communicator gained one fd a cycle; whole communicators did
-/// not, because NCCL keeps NVML initialised). NCCL does the same. A failed
+/// its drop do) leaves one open descriptor behind in libnvidia-ml each
+/// time NVML is torn down for real (a bare intra-node communicator
+/// re-created in a loop gains one fd a cycle; whole communicators do not,
+/// because NCCL keeps NVML initialised). NCCL does the same. A failed
 /// init is not kept, so a later rendezvous tries again.
 fn shared_nvml() -> Result<&'static Nvml, NvmlError> {
     static NVML: OnceLock<Nvml> = OnceLock::new();
@@ -188,7 +188,7 @@ mod tests {
     }
 
     /// Repeated rendezvous do not cycle NVML: the handle is the same, and
-    /// asking for the mesh again opens no descriptor (issue 36). Where
+    /// asking for the mesh again opens no descriptor. Where
     /// NVML is missing (no driver) it skips, saying so.
     #[test]
     fn nvml_is_initialised_once() {

@@ -32,20 +32,21 @@
 //! variables, because it means an outer launcher's variables leaked into
 //! an inner launcher's ranks and nobody can tell which one is right.
 //!
-//! NOTE [slurm is the outer launcher]: Slurm sets its variables in every
-//! process of an allocation, including the batch script itself
-//! (`SLURM_PROCID=0`) and whatever `mpirun` or `torchrun` starts from
-//! there, so a process that also has torchrun, Open MPI or PMI variables
-//! was started by that inner launcher, and the Slurm variables describe
-//! the outer step. They are read only when no other source is present.
-//! `intranode-run` removes all foreign rank variables from its ranks (see
-//! NOTE [foreign rank variables] in `crates/launcher/src/rank_env.rs`).
+// NOTE [slurm is the outer launcher] is the paragraph below.
+//! Slurm sets its variables in every process of an allocation, including the
+//! batch script itself (`SLURM_PROCID=0`) and whatever `mpirun` or `torchrun`
+//! starts from there, so a process that also has torchrun, Open MPI or PMI
+//! variables was started by that inner launcher, and the Slurm variables
+//! describe the outer step. They are read only when no other source is
+//! present. `intranode-run` removes all foreign rank variables from its ranks.
+// NOTE [foreign rank variables] in `crates/launcher/src/rank_env.rs`.
 //!
 //! `MASTER_ADDR`, `MASTER_PORT` and `INTRANODE_DEVICE` are read whatever
 //! the source; [`DistEnv::store_addr`] joins the first two, and
 //! [`DistEnv::store`] says which protocol the store there speaks
 //! ([`StoreChoice`]: intranode's own, or PyTorch's `TCPStore` under
-//! torchrun; NOTE [store protocol decision]).
+//! torchrun, by the rules of [`store_protocol`]).
+// NOTE [store protocol decision] in `store_protocol.rs`.
 
 // Every public item is documented; CI keeps it so (`cargo xtask doc`).
 #![deny(missing_docs)]

@@ -1,9 +1,10 @@
 //! Which rendezvous store a rank talks to, decided from its environment.
 //!
-//! NOTE [store protocol decision]: this is the one place that decides which
-//! wire protocol the store at `MASTER_ADDR:MASTER_PORT` speaks, so that
-//! every program (examples, suite, benchmark, applications through
-//! `intranode_store::connect_env`) agrees. In order:
+// NOTE [store protocol decision] is the rest of these module docs.
+//! This is the one place that decides which wire protocol the store at
+//! `MASTER_ADDR:MASTER_PORT` speaks, so that every program (examples, suite,
+//! benchmark, applications through `intranode_store::connect_env`) agrees. In
+//! order:
 //!
 //! 1. `INTRANODE_STORE_PROTOCOL=intranode|torch` says it outright
 //!    (`intranode-run` sets `intranode` in every rank, so a torchrun
@@ -25,8 +26,9 @@ use std::fmt;
 
 use crate::DistEnvError;
 
+// NOTE [store protocol decision].
 /// `INTRANODE_STORE_PROTOCOL`: `intranode` or `torch`, overriding the
-/// detection (NOTE [store protocol decision]).
+/// detection (rule 1 of the [module docs](self)).
 pub const STORE_PROTOCOL: &str = "INTRANODE_STORE_PROTOCOL";
 /// `TORCHELASTIC_RUN_ID`: set by torchrun's elastic agent in every worker.
 pub const TORCHELASTIC_RUN_ID: &str = "TORCHELASTIC_RUN_ID";
@@ -60,8 +62,9 @@ impl fmt::Display for StoreProtocol {
     }
 }
 
-/// Which store to join and why: the outcome of NOTE [store protocol
-/// decision].
+// NOTE [store protocol decision].
+/// Which store to join and why: the outcome of the rules in the [module
+/// docs](self).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreChoice {
     /// The protocol the store speaks.
@@ -73,7 +76,8 @@ pub struct StoreChoice {
 }
 
 impl StoreChoice {
-    /// Applies NOTE [store protocol decision] to the variables `var`
+    // NOTE [store protocol decision].
+    /// Applies the rules of the [module docs](self) to the variables `var`
     /// returns.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, DistEnvError> {
         let under_torchrun = var(TORCHELASTIC_RUN_ID).is_some() || var(GROUP_RANK).is_some();

@@ -2,8 +2,8 @@
 //!
 //! `intranode-run` sets the torchrun names below and removes every other
 //! source's rank variables from its ranks ([`EnvSource::var_names`]), so
-//! launcher and reader share this one list (NOTE [foreign rank variables]
-//! in `crates/launcher/src/rank_env.rs`).
+//! launcher and reader share this one list.
+// NOTE [foreign rank variables] in `crates/launcher/src/rank_env.rs`.
 
 use std::fmt;
 

@@ -74,8 +74,7 @@ impl IpcChannel {
     /// permission bits. Pass every rank the directory that one rank chose
     /// with [`IpcChannel::job_dir`] and published with the job id: the
     /// default directory has a name anyone can predict and take first, and
-    /// a rank never falls back on its own (NOTE [hijacked socket
-    /// directory] in `socket_dir.rs`). The job's own directory that
+    /// a rank never falls back on its own. The job's own directory that
     /// `job_dir` may choose is removed when the last channel drops. Socket
     /// files of dead jobs in the directory, and a stale one at our path,
     /// are removed first.
@@ -84,6 +83,7 @@ impl IpcChannel {
     ///
     /// `job_id` may contain ASCII letters, digits, `-`, `_` and `.`; the
     /// whole socket path must fit in `sun_path` (107 bytes).
+    // NOTE [hijacked socket directory] in `socket_dir.rs`.
     pub fn new(
         dir: &Path,
         job_id: &str,
@@ -210,8 +210,8 @@ impl IpcChannel {
     /// and private (it is created if absent), otherwise a directory of the
     /// job's own beside it, `intranode-<euid>-<job_id>`, created 0700.
     /// Also removes the own directories of killed jobs beside it (empty of
-    /// live sockets and older than ten minutes). NOTE [hijacked socket
-    /// directory] in `socket_dir.rs`.
+    /// live sockets and older than ten minutes).
+    // NOTE [hijacked socket directory] in `socket_dir.rs`.
     pub fn job_dir(job_id: &str) -> PathBuf {
         crate::socket_dir::job_dir(&Self::default_dir(), job_id)
     }

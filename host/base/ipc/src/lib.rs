@@ -38,11 +38,12 @@
 //!   file is made 0600 as well. The default directory has a predictable
 //!   name that anyone can take first; when it is refused, the job binds in
 //!   a directory of its own beside it instead, chosen by one rank with
-//!   [`IpcChannel::job_dir`] and published with the job id (NOTE [hijacked
-//!   socket directory] in `socket_dir.rs`). Socket files that no live socket
-//!   holds (killed jobs) are removed when a channel binds; one at our path
-//!   that a live process still holds is an error ([`IpcError::SocketInUse`]),
-//!   as it means two channels claim the same job id and rank.
+//!   [`IpcChannel::job_dir`] and published with the job id. Socket files
+//!   that no live socket holds (killed jobs) are removed when a channel
+//!   binds; one at our path that a live process still holds is an error
+//!   ([`IpcError::SocketInUse`]), as it means two channels claim the same
+//!   job id and rank.
+// NOTE [hijacked socket directory] in `socket_dir.rs`.
 //! - **Who may send.** The socket has `SO_PASSCRED`, so the kernel attaches
 //!   the sender's pid and uid (`SCM_CREDENTIALS`) to every datagram. A
 //!   message is accepted only when that uid is ours and, once the caller has
@@ -60,7 +61,8 @@
 //!   rank in the same order (all ranks call the same collectives in the same
 //!   order, as with any collective API); messages for a later round, and
 //!   point-to-point messages that arrive during a collective (or the other
-//!   way round), are buffered until asked for. See `NOTE [round numbering]`.
+//!   way round), are buffered until asked for.
+// NOTE [round numbering] in `channel.rs`.
 //!
 //! After an error inside a collective the rounds of this channel may be out
 //! of step with its peers': drop the channel (and, in practice, the job).

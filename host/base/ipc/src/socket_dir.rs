@@ -5,17 +5,18 @@
 //! `/tmp/intranode-<euid>` without `XDG_RUNTIME_DIR`, has a name anyone
 //! can predict, and anyone can create it first: as their own directory, as
 //! a symbolic link, or open to all. Such a directory is never used (it
-//! would let another user bind or connect where our ranks do); every job
-//! then used to fail. Now the job falls back to a directory of its own
-//! beside it, `<parent>/intranode-<euid>-<job id>`: nobody can prepare it
-//! in advance without guessing the id (rank 0's pid, the time in
-//! nanoseconds and a counter). One rank decides which directory the job
-//! uses ([`job_dir`], before it publishes the job id) and every rank binds
-//! where it says: when each rank looked at the default directory for
-//! itself, an attacker who removed a squat at the right moment split a job
-//! across two directories and every rank timed out (7 of 20 jobs under a
-//! flapping squat, issue 36). Every rank checks the directory it is given
-//! with `lstat` (ours, a directory, no group or other bits), creating it
+//! would let another user bind or connect where our ranks do), but
+//! failing the job would let any user stop every job of ours. So the job
+//! falls back to a directory of its own beside it,
+//! `<parent>/intranode-<euid>-<job id>`: nobody can prepare it in advance
+//! without guessing the id (rank 0's pid, the time in nanoseconds and a
+//! counter). One rank decides which directory the job uses ([`job_dir`],
+//! before it publishes the job id) and every rank binds where it says: if
+//! each rank looked at the default directory for itself, an attacker who
+//! removed a squat at the right moment would split a job across two
+//! directories and every rank would time out (7 of 20 jobs under a
+//! flapping squat). Every rank checks the directory it is given with
+//! `lstat` (ours, a directory, no group or other bits), creating it
 //! 0700 if absent. The job's own directory is removed when the last
 //! channel of the job drops; those of jobs killed before that are removed
 //! by a later [`job_dir`] once no live socket is left in them and they are

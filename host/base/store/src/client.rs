@@ -32,11 +32,12 @@ pub(crate) const IO_GRACE: Duration = Duration::from_secs(5);
 /// next call reconnects.
 const MAX_LATE_REPLIES: u32 = 4;
 
+// NOTE [client trusts no server] is the doc comment below.
 /// Largest reply [`TcpStore`] reads by default: the largest a server with
-/// the default limits sends (`max_response_bytes`). NOTE [client trusts no
-/// server]: a reply's length used to be checked against `u32::MAX`, so a
-/// server (or anything listening on the port) that announced 4 GiB and
-/// sent it made the client buffer it (1.5 GiB measured). Raise it with
+/// the default limits sends (`max_response_bytes`). A client that checked
+/// a reply's length only against `u32::MAX` would buffer whatever a server
+/// (or anything listening on the port) announced and sent: 1.5 GiB
+/// measured for a 4 GiB reply. Raise it with
 /// [`TcpStore::with_max_reply_bytes`] for a server with larger limits.
 /// [`crate::TorchStore`] caps a `multi_get`'s whole reply with it too
 /// ([`crate::TorchStore::with_max_reply_bytes`]).
@@ -187,7 +188,8 @@ impl ClientConfig {
 /// failed call is never retried by itself, so an `add` is never applied
 /// twice. A parked call (`get`, `wait`, `multi_get`) whose deadline passes
 /// before a slow server answers returns [`StoreError::Timeout`] and keeps
-/// the connection (NOTE [late replies]).
+/// the connection.
+// NOTE [late replies].
 pub struct TcpStore {
     addr: String,
     resolved: Vec<SocketAddr>,
@@ -227,13 +229,13 @@ impl TcpStore {
     /// so clients may start before the server, then handshakes.
     ///
     /// A refused handshake (wrong token, other protocol version) fails at
-    /// once; it would not get better by retrying. A server at its
-    /// connection limit, or out of file descriptors (NOTE [out of
-    /// descriptors] in `server.rs`), is retried like an absent one, until
+    /// once; it would not get better by retrying. A server at its connection
+    /// limit, or out of file descriptors, is retried like an absent one, until
     /// the connect timeout, whose error then gives the server's reason. A
     /// server that accepts but does not answer the hello within
-    /// `config.handshake_timeout` fails at once ([`StoreError::Silent`]).
-    /// An empty token fails before connecting.
+    /// `config.handshake_timeout` fails at once ([`StoreError::Silent`]). An
+    /// empty token fails before connecting.
+    // NOTE [out of descriptors] in `server.rs`.
     pub fn connect<A>(addr: A, config: ClientConfig) -> Result<Self, StoreError>
     where
         A: ToSocketAddrs + fmt::Display,

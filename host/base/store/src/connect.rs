@@ -7,10 +7,10 @@ use intranode_dist_env::{DistEnv, StoreChoice, StoreProtocol};
 
 use crate::{ClientConfig, PrefixStore, Store, StoreError, TcpStore, TorchStore};
 
+// NOTE [store protocol decision] in `intranode_dist_env`.
 /// Joins the rendezvous store of this rank's job: `MASTER_ADDR:MASTER_PORT`,
-/// speaking the protocol [`DistEnv::store`] chose (NOTE [store protocol
-/// decision] in `intranode_dist_env`): [`TcpStore`] under `intranode-run`,
-/// [`TorchStore`] under torchrun. Timeouts come from
+/// speaking the protocol [`DistEnv::store`] chose: [`TcpStore`] under
+/// `intranode-run`, [`TorchStore`] under torchrun. Timeouts come from
 /// [`crate::STORE_TIMEOUT_ENV`], the token from [`crate::TOKEN_ENV`]
 /// ([`ClientConfig::try_from_env`]).
 ///

@@ -177,9 +177,9 @@ pub enum StoreError {
         root: usize,
     },
 
+    // NOTE [one group per prefix] in `exchange.rs`.
     /// An exchange's key holds another group's contribution: two groups
-    /// of ranks use one store under the same prefix (NOTE [one group per
-    /// prefix] in `exchange.rs`).
+    /// of ranks use one store under the same prefix.
     #[error(
         "exchange key {key:?} (rank {rank} of a world of {world}) was written by another group ({theirs}); two groups share this exchange's prefix on one store: give each group a prefix of its own (intranode: INTRANODE_GROUP=<name> on every rank of the group; or a PrefixStore per group)"
     )]

@@ -15,38 +15,38 @@ use crate::store::Store;
 /// number, so its keys (`prefix/seq/...`) never collide with an earlier or
 /// later call, even when a fast rank runs ahead.
 ///
-/// NOTE [exchange key cleanup]: after reading, each rank increments
-/// `prefix/seq/done`; the rank that brings it to `world` knows every rank
-/// has read everything and deletes the call's keys and the counter, so a
-/// long job does not grow the store. A call that fails part-way (a
-/// timeout) leaves its keys behind; the job is broken at that point anyway.
+// NOTE [exchange key cleanup] is the paragraph below.
+/// After reading, each rank increments `prefix/seq/done`; the rank that brings
+/// it to `world` knows every rank has read everything and deletes the call's
+/// keys and the counter, so a long job does not grow the store. A call that
+/// fails part-way (a timeout) leaves its keys behind; the job is broken at
+/// that point anyway.
 ///
-/// NOTE [missing ranks]: a rank that dies (or hangs, or calls another
-/// collective) never writes its key, so the others' blocking read runs
-/// into the store's timeout. Each collective then looks up which of the
-/// ranks' keys are still absent and reports them
-/// ([`StoreError::MissingRanks`]), so the error names the culprit instead
-/// of a list of keys. Every rank's contribution is a key of its own (the
-/// barrier too), which is what makes the absentees visible.
+// NOTE [missing ranks] is the paragraph below.
+/// A rank that dies (or hangs, or calls another collective) never writes its
+/// key, so the others' blocking read runs into the store's timeout. Each
+/// collective then looks up which of the ranks' keys are still absent and
+/// reports them ([`StoreError::MissingRanks`]), so the error names the culprit
+/// instead of a list of keys. Every rank's contribution is a key of its own
+/// (the barrier too), which is what makes the absentees visible.
 ///
-/// NOTE [one group per prefix]: an exchange's keys are its prefix and a
-/// sequence number, so two groups of ranks that share a store and a prefix
-/// (two tensor-parallel groups on one torchrun store, each built with the
-/// same default prefix) would read each other's contributions as their
-/// own. Every contribution is therefore an envelope (world, nonces,
-/// writer's process, value) written only where
-/// its key is absent (`compare_set` from empty): the second writer of a
-/// key fails at once with [`StoreError::ForeignContribution`], naming the
-/// first. An all-gather's envelopes also carry the world and a nonce that
-/// rank 0 draws (the other ranks read rank 0's key first and copy it), and
-/// every reader checks both: a contribution made for another world or
-/// under another rank 0 is refused on read. That catches groups that meet
-/// at the same keys at the same time. It cannot catch everything: no key
-/// says which group a rank belongs to, so a rank may pair with the other
-/// group's rank 0, and a group that comes after the other deleted its
-/// keys, or a broadcast's reader, sees nothing wrong. Groups that share a
-/// store need prefixes of their own: a [`PrefixStore`](crate::PrefixStore)
-/// per group.
+// NOTE [one group per prefix] is the paragraph below.
+/// An exchange's keys are its prefix and a sequence number, so two groups of
+/// ranks that share a store and a prefix (two tensor-parallel groups on one
+/// torchrun store, each built with the same default prefix) would read each
+/// other's contributions as their own. Every contribution is therefore an
+/// envelope (world, nonces, writer's process, value) written only where its
+/// key is absent (`compare_set` from empty): the second writer of a key fails
+/// at once with [`StoreError::ForeignContribution`], naming the first. An
+/// all-gather's envelopes also carry the world and a nonce that rank 0 draws
+/// (the other ranks read rank 0's key first and copy it), and every reader
+/// checks both: a contribution made for another world or under another rank 0
+/// is refused on read. That catches groups that meet at the same keys at the
+/// same time. It cannot catch everything: no key says which group a rank
+/// belongs to, so a rank may pair with the other group's rank 0, and a group
+/// that comes after the other deleted its keys, or a broadcast's reader, sees
+/// nothing wrong. Groups that share a store need prefixes of their own: a
+/// [`PrefixStore`](crate::PrefixStore) per group.
 ///
 /// Values are encoded with bincode 2 (`config::standard()`, serde).
 #[derive(Debug, Clone)]

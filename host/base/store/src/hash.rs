@@ -720,10 +720,10 @@ mod tests {
         assert_eq!(t.stored_bytes(), 0);
     }
 
-    /// Issue 36: fill with 200 KiB values (below malloc's mmap threshold,
-    /// so they live in the arenas), overwrite every one with an empty
-    /// value, refill. Before NOTE [trim on overwrite] no round trimmed, and
-    /// RSS grew by a fill each round.
+    /// Fill with 200 KiB values (below malloc's mmap threshold, so they
+    /// live in the arenas), overwrite every one with an empty value,
+    /// refill. Without NOTE [trim on overwrite] no round trims, and RSS
+    /// grows by a fill each round.
     #[test]
     fn overwriting_with_small_values_trims_like_deleting() {
         let value_bytes = 200 << 10;

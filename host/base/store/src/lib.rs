@@ -10,15 +10,16 @@
 //!   blocking reads parked server-side) and its client, speaking the
 //!   versioned, length-prefixed protocol of [`wire`], optionally guarded by
 //!   a shared token ([`TOKEN_ENV`]). The server's memory stays within the
-//!   bounds of [`ServerLimits`] whatever its clients send (NOTE [memory
-//!   budget]; `docs/SECURITY.md` for the threat model). Every client call
-//!   has one deadline, its reconnect included, and a parked call past it
-//!   ends with its own [`StoreError::Timeout`] (NOTE [late replies]).
-//! - [`TorchStore`]: a client of PyTorch's `TCPStore` (its wire protocol,
-//!   NOTE [torch store protocol]), for ranks started by torchrun.
+//!   bounds of [`ServerLimits`] whatever its clients send
+//!   (`docs/SECURITY.md` for the threat model). Every client call has one
+//!   deadline, its reconnect included, and a parked call past it ends with
+//!   its own [`StoreError::Timeout`].
+// NOTE [memory budget] in `limits.rs`; NOTE [late replies] in `client.rs`.
+//! - [`TorchStore`]: a client of PyTorch's `TCPStore` (speaking its wire
+//!   protocol, described in [`torch`]), for ranks started by torchrun.
 //! - [`connect_env`]: the store of this rank's job, [`TcpStore`] or
-//!   [`TorchStore`] as `intranode_dist_env` decides (NOTE [store protocol
-//!   decision]).
+//!   [`TorchStore`] as `intranode_dist_env` decides.
+// NOTE [store protocol decision] in `intranode_dist_env`.
 //! - [`StoreExchange`]: `all_gather`, `broadcast` and `barrier` of
 //!   serde values (bincode 2), cleaning up their keys as they go; a rank
 //!   that never arrives is named ([`StoreError::MissingRanks`]).

@@ -54,16 +54,17 @@ use crate::StoreError;
 /// allocations of its key and value (as glibc's malloc sizes them): its share of the
 /// hash table and the `Arc` that holds the value.
 ///
-/// NOTE [entry cost]: a table slot is a `(String, Arc<Vec<u8>>)` and one
-/// control byte, 33 bytes. The table holds at most 7 keys per 8 slots and
-/// doubles when full; while it grows, the old table and the new one (three
-/// times the old slots) exist together, so at the peak each key stands for
-/// 3 x 8/7 slots, 114 bytes. The `Arc`'s block (two counts and the `Vec`,
-/// 40 bytes) takes a 48-byte chunk of glibc's malloc. The old figure, 128
-/// bytes per key on top of the bare key and value lengths, let 7.9 M tiny
-/// keys reach 1,356 MiB of RSS under a 1 GiB limit; `tests/limits.rs`
-/// (`tiny_keys_stay_within_max_stored_bytes`) now fills the store with
-/// tiny keys and checks the peak RSS against the limit.
+// NOTE [entry cost] is the paragraph below.
+/// A table slot is a `(String, Arc<Vec<u8>>)` and one control byte, 33
+/// bytes. The table holds at most 7 keys per 8 slots and doubles when full;
+/// while it grows, the old table and the new one (three times the old slots)
+/// exist together, so at the peak each key stands for 3 x 8/7 slots, 114
+/// bytes. The `Arc`'s block (two counts and the `Vec`, 40 bytes) takes a
+/// 48-byte chunk of glibc's malloc. Counting 128 bytes per key on top of the
+/// bare key and value lengths instead would let 7.9 M tiny keys reach
+/// 1,356 MiB of RSS under a 1 GiB limit; `tests/limits.rs`
+/// (`tiny_keys_stay_within_max_stored_bytes`) fills the store with tiny
+/// keys and checks the peak RSS against the limit.
 pub const ENTRY_OVERHEAD_BYTES: usize = TABLE_BYTES_PER_KEY + alloc_bytes(ARC_VEC_BYTES);
 
 /// One slot of the table: the key, the value's `Arc`, a control byte.
@@ -104,7 +105,9 @@ pub(crate) const CLIENT_STACK_BYTES: usize = 256 * 1024;
 /// [`ServerLimits::validate`] so that deadlines never overflow `Instant`.
 const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
-/// Every bound a [`crate::TcpStoreServer`] enforces (NOTE [memory budget]).
+// NOTE [memory budget].
+/// Every bound a [`crate::TcpStoreServer`] enforces: together they bound
+/// the server's memory, whatever its clients send.
 ///
 /// Set them through [`crate::ServerConfig::limits`]; the defaults fit a
 /// rendezvous store for the ranks of one node with room to spare.
@@ -144,8 +147,7 @@ pub struct ServerLimits {
     pub max_buffered_bytes: usize,
     /// Bytes the table may hold, counting the allocations of keys and
     /// values (as malloc sizes them) and [`ENTRY_OVERHEAD_BYTES`] per key
-    /// (1 GiB; NOTE [entry cost]). Writes past it fail with an error
-    /// ("store is full").
+    /// (1 GiB). Writes past it fail with an error ("store is full").
     pub max_stored_bytes: usize,
 }
 
@@ -168,9 +170,10 @@ impl Default for ServerLimits {
 }
 
 impl ServerLimits {
-    /// Checks that the limits can all be honoured together: none is zero,
-    /// a largest request (twice its frame, NOTE [memory budget]) and a
-    /// largest reply each fit the buffer budget, replies fit a frame's
+    // NOTE [memory budget].
+    /// Checks that the limits can all be honoured together: none is zero, a
+    /// largest request (twice its frame: the body and its decoded form) and
+    /// a largest reply each fit the buffer budget, replies fit a frame's
     /// `u32` length, and timeouts are at most a day.
     pub fn validate(&self) -> Result<(), StoreError> {
         let bad = |reason: String| Err(StoreError::InvalidLimits { reason });

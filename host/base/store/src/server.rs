@@ -172,16 +172,16 @@ pub(crate) const TOO_MANY_CONNECTIONS: &str = "too many connections";
 /// log]).
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
 
-/// NOTE [refusal log]: every refused client (wrong or missing token, a
-/// login timeout, a malformed or oversize frame, one over the connection
-/// cap) used to write a warning line at once, one of them from the
-/// acceptor thread: a client without a token made about 7.5k lines a
-/// second, and when the job's stderr was slow or not drained (a paused
-/// terminal, a stalled log collector) the write blocked, first the
-/// acceptor, then every client thread, and no rank could log in. Now a
-/// refusal is only counted, under a lock held for a few instructions; the
-/// acceptor never writes a line. A client thread that has just refused
-/// its client writes the summary of what was counted, at most once per
+/// NOTE [refusal log]: were every refused client (wrong or missing token,
+/// a login timeout, a malformed or oversize frame, one over the connection
+/// cap) to write a warning line at once, one of them from the acceptor
+/// thread, a client without a token would make about 7.5k lines a second,
+/// and when the job's stderr was slow or not drained (a paused terminal, a
+/// stalled log collector) the write would block, first the acceptor, then
+/// every client thread, and no rank could log in. So a refusal is only
+/// counted, under a lock held for a few instructions; the acceptor never
+/// writes a line. A client thread that has just refused its client
+/// writes the summary of what was counted, at most once per
 /// [`REFUSAL_LOG_INTERVAL`] and one thread at a time (the others only
 /// count), so a blocked stderr holds at most one thread; the rest is
 /// written at shutdown.
@@ -596,9 +596,9 @@ impl TcpStoreServer {
         &self.shared.limits
     }
 
-    /// Clients refused so far, and the lines written about them (NOTE
-    /// [refusal log]): the second stays near one a second however many
-    /// clients are refused.
+    // NOTE [refusal log].
+    /// Clients refused so far, and the lines written about them: the
+    /// second stays near one a second however many clients are refused.
     pub fn refusals(&self) -> (u64, u64) {
         let state = self.shared.refusal_log.state();
         (state.total, state.lines)

@@ -7,16 +7,16 @@
 //! protocol, so a rank started by torchrun rendezvouses through the store
 //! torchrun's agent hosts.
 //!
-//! NOTE [torch store protocol]: what PyTorch's client
-//! (`torch/csrc/distributed/c10d/TCPStore.cpp`) sends and its servers
-//! (`TCPStoreBackend.cpp`, `TCPStoreLibUvBackend.cpp`, the default since
-//! 2.4) answer. There are no frames: each request is a one-byte query type
-//! followed by its fields, each reply only its fields. Integers are in the
-//! host's byte order (PyTorch copies them raw); every platform it runs on
-//! is little-endian, so little-endian here. A string or byte vector is a
-//! `u64` length and the bytes. Every key goes out with PyTorch's client
-//! prefix `/` before it ([`TORCH_KEY_PREFIX`]), as Python's `TCPStore`
-//! sends it, so both see the same keys.
+// NOTE [torch store protocol] is the rest of these module docs.
+//! What PyTorch's client (`torch/csrc/distributed/c10d/TCPStore.cpp`) sends
+//! and its servers (`TCPStoreBackend.cpp`, `TCPStoreLibUvBackend.cpp`, the
+//! default since 2.4) answer. There are no frames: each request is a
+//! one-byte query type followed by its fields, each reply only its fields.
+//! Integers are in the host's byte order (PyTorch copies them raw); every
+//! platform it runs on is little-endian, so little-endian here. A string or
+//! byte vector is a `u64` length and the bytes. Every key goes out with
+//! PyTorch's client prefix `/` before it ([`TORCH_KEY_PREFIX`]), as Python's
+//! `TCPStore` sends it, so both see the same keys.
 //!
 //! | query | byte | request fields | reply |
 //! | --- | --- | --- | --- |
@@ -54,10 +54,10 @@
 //! (`tests/hostile_server.rs`
 //! `torch_store_wait_on_a_server_slow_to_cancel_is_a_timeout`).
 //!
-//! Every call has one deadline (NOTE [client trusts no server] in
-//! `client.rs`), the reconnect after an earlier error included: a
-//! `get_with_timeout(1 s)` to a store that went away returns in about a
-//! second, not after the store timeout (`tests/torch_fake.rs`
+// NOTE [client trusts no server] in `client.rs`.
+//! Every call has one deadline, the reconnect after an earlier error
+//! included: a `get_with_timeout(1 s)` to a store that went away returns in
+//! about a second, not after the store timeout (`tests/torch_fake.rs`
 //! `a_calls_own_timeout_bounds_its_reconnect_to_a_gone_store`). A value is
 //! at most PyTorch's 8 MiB, and a `multi_get`'s whole reply at most
 //! [`crate::DEFAULT_MAX_REPLY_BYTES`] (32 MiB, as [`crate::TcpStore`]'s;
@@ -75,7 +75,9 @@ use crate::client::{Attempt, DeadlineStream, IO_GRACE, dial};
 use crate::store::{Store, TimeoutCell, owned_keys};
 use crate::{ClientConfig, DEFAULT_MAX_REPLY_BYTES, StoreError, WireError};
 
-/// The query types of NOTE [torch store protocol].
+// NOTE [torch store protocol].
+/// The query types of PyTorch's `TCPStore` protocol (the table of the
+/// [module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 #[allow(missing_docs)]
@@ -133,7 +135,9 @@ pub const TORCH_MAX_KEYS: usize = 128 * 1024;
 /// store timeout.
 pub const PING_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A [`Store`] backed by PyTorch's `TCPStore` (NOTE [torch store protocol]).
+// NOTE [torch store protocol].
+/// A [`Store`] backed by PyTorch's `TCPStore` (its protocol: the [module
+/// docs](self)).
 ///
 /// One connection behind a mutex, as [`crate::TcpStore`]: calls from
 /// several threads are serialized. After an I/O or protocol error the
@@ -358,7 +362,7 @@ enum Handshake {
 impl TorchStore {
     /// Connects to PyTorch's `TCPStore` at `addr`, retrying with backoff
     /// until `config.connect_timeout` so a rank may start before the
-    /// store, then validates and pings (NOTE [torch store protocol]).
+    /// store, then validates and pings (as the [module docs](self) say).
     /// `config.token` is not used: PyTorch's store has no token.
     pub fn connect<A>(addr: A, config: ClientConfig) -> Result<Self, StoreError>
     where
@@ -586,7 +590,8 @@ fn validate_and_ping(stream: TcpStream, window: Duration) -> Result<TcpStream, H
     let ping_wait = PING_TIMEOUT.min(window).max(Duration::from_secs(1));
     stream.set_nodelay(true).map_err(Handshake::Io)?;
     // One deadline for sending and the whole echo (NOTE [client trusts no
-    // server]): an echo trickled a byte at a time used to pass.
+    // server]): a per-read timeout would let an echo trickled a byte at a
+    // time pass.
     let mut io = DeadlineStream::new(&stream, ping_wait);
     let nonce = std::process::id();
     let mut hello = Request::new(TorchQuery::Validate)

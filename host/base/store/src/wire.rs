@@ -21,13 +21,14 @@
 //! malformed frame, bad handshake) means the server closes it after this
 //! reply.
 //!
-//! NOTE [bounded allocation]: the decoder never allocates more than the
-//! bytes actually present, plus a fixed overhead per list item (which
-//! [`DecodeLimits::max_items`] bounds in the server). Frame lengths are checked against the bound
-//! before any body byte is read (`read_frame` then grows its buffer only
-//! as data arrives), every length inside a body is checked against the
-//! bytes left in the body, and every list count against the smallest size
-//! its items could have. `decode_request` is pure, so the fuzz target in
+// NOTE [bounded allocation] is the paragraph below.
+//! The decoder never allocates more than the bytes actually present, plus a
+//! fixed overhead per list item (which [`DecodeLimits::max_items`] bounds in
+//! the server). Frame lengths are checked against the bound before any body
+//! byte is read (`read_frame` then grows its buffer only as data arrives),
+//! every length inside a body is checked against the bytes left in the body,
+//! and every list count against the smallest size its items could have.
+//! `decode_request` is pure, so the fuzz target in
 //! `host/base/store/fuzz` exercises exactly what the server runs.
 
 use std::io::{self, Read, Write};
@@ -422,7 +423,8 @@ impl<'a> Reader<'a> {
 ///
 /// Pure and total: any input gives `Ok` or `Err`, never a panic, and never
 /// allocates more than `body.len()` bytes plus a fixed overhead per list
-/// item (NOTE [bounded allocation]).
+/// item.
+// NOTE [bounded allocation].
 pub fn decode_request(body: &[u8]) -> Result<Request, WireError> {
     decode_request_limited(body, &DecodeLimits::NONE)
 }

@@ -1,4 +1,4 @@
-//! Both clients against servers that lie and stall (issue 36, finding 3):
+//! Both clients against servers that lie and stall:
 //! a reply announcing a gigabyte, a reply trickled a byte at a time, a
 //! hello answered a byte at a time, a CANCEL_WAIT never answered, a
 //! connection closed mid-reply, a parked call answered only after its
@@ -6,8 +6,8 @@
 //! no server] in `src/client.rs`) and every call by one deadline, and a
 //! parked call past it ends with its own timeout (NOTE [late replies]).
 //! The only timing asserts are generous upper bounds that
-//! show a deadline holds (the fix's budget plus seconds of slack, against
-//! tens of seconds before it).
+//! show a deadline holds (the deadline plus seconds of slack, against the
+//! tens of seconds a client without one would take).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -95,7 +95,7 @@ fn endless(s: &mut TcpStream) {
 }
 
 /// A 1 GiB reply, announced and then sent without end: refused from its
-/// header (before the fix the client buffered it, 1.5 GiB measured).
+/// header (a client that buffered it reached 1.5 GiB).
 #[test]
 fn tcp_store_refuses_a_reply_over_its_cap_from_the_header() {
     let addr = hostile(|mut s| {
@@ -178,10 +178,10 @@ fn tcp_store_handshake_is_bounded_against_a_trickled_hello() {
 
 /// A server merely slow: it answers a 200 ms `get` with `TimedOut`, but
 /// only after the client's grace has passed too. Under load (1000
-/// clients on two cores) that made the client fail such calls with an
-/// i/o error, "did not answer within 5200 ms", and drop its connection.
-/// Now the call's own deadline gives the call's own error, `Timeout`, and
-/// the connection stays: the late reply is read and dropped before the
+/// clients on two cores) a client that treated that as an i/o error
+/// failed such calls with "did not answer within 5200 ms" and dropped its
+/// connection. The call's own deadline must give the call's own error,
+/// `Timeout`, and the connection stay: the late reply is read and dropped before the
 /// next call's (NOTE [late replies] in `src/client.rs`).
 #[test]
 fn tcp_store_parked_call_on_a_slow_server_is_a_timeout_and_keeps_the_connection() {

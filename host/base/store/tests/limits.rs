@@ -1,7 +1,7 @@
 // (Over 700 lines: one attack per test against a real server process,
 // sharing the process and measurement helpers at the bottom.)
 
-//! The server against hostile and careless clients (issue 22): each attack
+//! The server against hostile and careless clients: each attack
 //! runs against a server in a process of its own, and the test asserts the
 //! bounded outcome (peak RSS from `/proc/<pid>/status`, descriptor and
 //! thread counts, the refusal message), never a time. Waits for the server
@@ -315,7 +315,7 @@ fn error(resp: Response) -> String {
 }
 
 /// Large frames before login are refused from their header: 64 clients
-/// announcing 64 MiB each (12 times the data in RSS before the fix) cost
+/// announcing 64 MiB each (12 times the data in RSS if buffered) cost
 /// the server nothing. After login, 16 clients sending 16 MiB values at
 /// once share the buffer budget instead of each holding two copies.
 #[test]
@@ -379,7 +379,7 @@ fn large_frames_before_and_after_login_stay_within_the_budget() {
 }
 
 /// A client trickling its hello a byte at a time is dropped at the login
-/// deadline (it used to reset the timeout with every byte).
+/// deadline, not one timeout reset with every byte.
 #[test]
 fn trickling_clients_are_dropped_at_the_login_deadline() {
     if std::env::var_os(SERVER_CHILD_ENV).is_some() {
@@ -919,12 +919,12 @@ fn wait_of_frame_bytes(frame_bytes: usize, tag: &str) -> Request {
     build(&lens)
 }
 
-/// Issue 30, attack 1: two clients park a `WAIT` whose frames take the
-/// whole buffer budget, send one more byte and close. The server used to
-/// see the unread byte, count them as present and keep their budget
-/// forever: every later request got "server busy" after 30 s. Now they
-/// are dropped (NOTE [hung-up waiters] in `src/server.rs`) and the store
-/// serves on; a half-closed waiter is told why.
+/// Attack: two clients park a `WAIT` whose frames take the whole buffer
+/// budget, send one more byte and close. A server that saw the unread
+/// byte and counted them as present would keep their budget forever, and
+/// every later request would get "server busy" after 30 s. They must be
+/// dropped (NOTE [hung-up waiters] in `src/server.rs`) and the store serve
+/// on; a half-closed waiter is told why.
 #[test]
 fn hung_up_waiters_with_unread_bytes_do_not_wedge_the_store() {
     if std::env::var_os(SERVER_CHILD_ENV).is_some() {
@@ -967,9 +967,8 @@ fn hung_up_waiters_with_unread_bytes_do_not_wedge_the_store() {
     assert!(msg.contains("closed for sending"), "{msg}");
 }
 
-/// Issue 30, attack 7: a reply that finds no buffer space within
-/// `frame_timeout` gets a "server busy" refusal (the connection used to
-/// close without a word).
+/// Attack: a reply that finds no buffer space within `frame_timeout` gets
+/// a "server busy" refusal, not a connection closed without a word.
 #[test]
 fn no_room_for_a_reply_is_a_busy_refusal() {
     if std::env::var_os(SERVER_CHILD_ENV).is_some() {
@@ -1016,11 +1015,11 @@ fn no_room_for_a_reply_is_a_busy_refusal() {
     drop(holder);
 }
 
-/// Issue 30, attack 6: a store filled with tiny keys until "store is
-/// full" stays within `max_stored_bytes` of RSS (NOTE [entry cost] in
-/// `src/limits.rs`; 128 bytes a key was counted where about 190 were
-/// spent, 1,356 MiB for a 1 GiB limit), and gives most of it back once
-/// the keys are deleted.
+/// Attack: a store filled with tiny keys until "store is full" stays
+/// within `max_stored_bytes` of RSS (NOTE [entry cost] in
+/// `src/limits.rs`: counting 128 bytes a key where about 190 are spent
+/// lets RSS reach 1,356 MiB under a 1 GiB limit), and gives most of it
+/// back once the keys are deleted.
 #[test]
 fn tiny_keys_stay_within_max_stored_bytes() {
     if std::env::var_os(SERVER_CHILD_ENV).is_some() {
@@ -1091,12 +1090,12 @@ fn tiny_keys_stay_within_max_stored_bytes() {
 }
 
 /// A store out of file descriptors (`ulimit -n 64` and 100 idle clients):
-/// a new client's connect succeeds into the listen backlog, but the
-/// acceptor could not take it, so its hello went unread and it failed for
-/// good after its handshake timeout, "is another kind of server listening
-/// there?" (5.06 s; with a 30 s handshake timeout it got in after 6.75 s).
-/// Now the acceptor keeps a spare descriptor to take such a connection
-/// and refuse it (NOTE [out of descriptors] in `src/server.rs`): a client
+/// a new client's connect succeeds into the listen backlog, but an
+/// acceptor that cannot take it leaves its hello unread, and the client
+/// fails for good after its handshake timeout, "is another kind of server
+/// listening there?" (5.06 s; with a 30 s handshake timeout it got in
+/// after 6.75 s). So the acceptor keeps a spare descriptor to take such a
+/// connection and refuse it (NOTE [out of descriptors] in `src/server.rs`): a client
 /// that runs out of time is told the server is out of descriptors, and one
 /// with time left retries and gets in once descriptors free up.
 #[test]
@@ -1167,9 +1166,9 @@ fn a_store_out_of_descriptors_refuses_clients_and_lets_them_in_once_freed() {
     assert_eq!(store.get("k").expect("get"), b"v");
 }
 
-/// Issue 30, attack 9: a burst of clients against a small connection cap
-/// all get in within their connect timeout (744 of 1000 failed at once
-/// before: "too many connections" was final).
+/// Attack: a burst of clients against a small connection cap all get in
+/// within their connect timeout (were "too many connections" final, 744
+/// of 1000 would fail at once).
 #[test]
 fn a_connect_burst_over_the_cap_is_retried() {
     if std::env::var_os(SERVER_CHILD_ENV).is_some() {
@@ -1194,11 +1193,11 @@ fn a_connect_burst_over_the_cap_is_retried() {
     }
 }
 
-/// Issue 36, finding 1: fill with 200 KiB values, SET every key to an
-/// empty value, refill, a new connection each round. The counted bytes
-/// fall to almost nothing after each overwrite; before overwrites counted
-/// toward malloc's trim (NOTE [trim on overwrite] in `src/hash.rs`), RSS
-/// grew by one fill per round (1.0 -> 4.0 GiB under a 1 GiB limit).
+/// Attack: fill with 200 KiB values, SET every key to an empty value,
+/// refill, a new connection each round. The counted bytes fall to almost
+/// nothing after each overwrite; unless overwrites count toward malloc's
+/// trim (NOTE [trim on overwrite] in `src/hash.rs`), RSS grows by one
+/// fill per round (1.0 -> 4.0 GiB under a 1 GiB limit).
 #[test]
 fn overwriting_with_empty_values_keeps_rss_within_the_bound() {
     if std::env::var_os(SERVER_CHILD_ENV).is_some() {
@@ -1229,7 +1228,7 @@ fn overwriting_with_empty_values_keeps_rss_within_the_bound() {
             idle as f64 / MIB as f64
         );
         // Freed values are given back as deletes are (at most 16 MiB wait
-        // for the next trim); before the fix all 64 MiB stayed.
+        // for the next trim); without it all 64 MiB would stay.
         assert!(
             rss <= idle + max_stored / 2,
             "round {round}: RSS {rss} after overwriting every value, {idle} idle"
@@ -1271,14 +1270,14 @@ fn logging_server_child() {
     std::mem::forget(server);
 }
 
-/// Issue 36, finding 2: clients without the right token, thousands of
-/// them, against a server whose stderr nobody reads (a stalled log
-/// collector: the pipe fills after 64 KiB). Each refusal used to write a
-/// line at once, the over-the-cap ones from the acceptor: once the pipe
-/// was full every client thread, then the acceptor, blocked in that write
-/// and no rank could log in. Now refusals are counted and summarised at
-/// most once a second by one thread (NOTE [refusal log] in
-/// `src/server.rs`): the rank with the token gets in.
+/// Attack: clients without the right token, thousands of them, against a
+/// server whose stderr nobody reads (a stalled log collector: the pipe
+/// fills after 64 KiB). Were each refusal written as a line at once (the
+/// over-the-cap ones by the acceptor), then once the pipe was full every
+/// client thread, and then the acceptor, would block in that write and no
+/// rank could log in. Refusals are counted and summarised at most once a
+/// second by one thread (NOTE [refusal log] in `src/server.rs`): the rank
+/// with the token gets in.
 #[test]
 fn a_refusal_flood_with_stderr_stalled_keeps_the_store_open() {
     if std::env::var_os(SERVER_CHILD_ENV).is_some() || std::env::var_os(LOGGING_CHILD_ENV).is_some()
@@ -1319,8 +1318,8 @@ fn a_refusal_flood_with_stderr_stalled_keeps_the_store_open() {
         _stdin,
         addr: SocketAddr::from(([127, 0, 0, 1], port)),
     };
-    // 4000 refusals: about 800 KiB of warning lines before the fix, twelve
-    // times what the pipe holds.
+    // 4000 refusals: about 800 KiB of warning lines if each wrote one,
+    // twelve times what the pipe holds.
     let per_thread = 500;
     // A hang guard only: a blocked server would hold each attacker for its
     // read timeout.
@@ -1372,12 +1371,12 @@ fn a_refusal_flood_with_stderr_stalled_keeps_the_store_open() {
     assert_eq!(store.get("after").expect("get"), b"flood");
 }
 
-/// Issue 36, finding 5: WAITs of 4096 one-byte keys, a 20 KiB frame each,
-/// decode to about 229 KiB and hold it while parked; only twice the frame
-/// was reserved, so 2000 of them took RSS far past the formula. Now each
-/// key reserves what it decodes to (NOTE [decoded items] in
-/// `src/limits.rs`): under a 2 MiB buffer budget, at most 2 MiB / 229 KiB
-/// such waits park at once (all 30 did before) and the rest are told the
+/// Attack: WAITs of 4096 one-byte keys, a 20 KiB frame each, decode to
+/// about 229 KiB and hold it while parked; reserving only twice the frame
+/// would let 2000 of them take RSS far past the formula (and all 30 here
+/// would park). Each key reserves what it decodes to (NOTE [decoded
+/// items] in `src/limits.rs`): under a 2 MiB buffer budget, at most
+/// 2 MiB / 229 KiB such waits park at once and the rest are told the
 /// server is busy.
 #[test]
 fn many_tiny_keys_in_parked_waits_are_accounted() {
@@ -1402,9 +1401,9 @@ fn many_tiny_keys_in_parked_waits_are_accounted() {
                 // every frame's deadline (frame_timeout after its send),
                 // so no parked wait ends while a later frame still waits
                 // for room: every TimedOut then parked beside the others.
-                // At 3 s a slow set-up on a busy 2-core machine once let
-                // late frames park after the first waits had ended (12
-                // TimedOut of 30, v17).
+                // At 3 s a slow set-up on a busy 2-core machine let late
+                // frames park after the first waits had ended (12 TimedOut
+                // of 30; 2026-11-27, 9926c57).
                 timeout_ms: 15_000,
             });
             raw

@@ -64,8 +64,8 @@ fn torch_available() -> bool {
         "{REQUIRE_ENV}=1 but torch is not importable: {why}"
     );
     // Straight to the process's stderr: `eprintln!` is captured by the
-    // test harness, which then printed a bare "ok" for a test that did
-    // nothing (issue 36).
+    // test harness, which would then print a bare "ok" for a test that
+    // did nothing.
     let _ = writeln!(
         std::io::stderr(),
         "SKIPPED: the real-TCPStore test needs {} with torch ({why}); \

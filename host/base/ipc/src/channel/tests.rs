@@ -521,7 +521,7 @@ fn other_users_are_kept_out() {
 }
 
 /// A datagram from a socket without a name (a same-user process that
-/// never bound one) is rejected; it used to panic inside nix.
+/// never bound one) is rejected, not a panic inside nix.
 #[test]
 fn unnamed_sender_is_rejected_not_a_panic() {
     let dir = TestDir::new("unnamed");
@@ -708,11 +708,11 @@ fn hijacked_default_dir_child() {
     println!("left-behind {}", bound[0].exists());
 }
 
-/// Issue 30, attack 5: another user (or a careless one) pre-creates the
-/// predictable default directory, as their own, as a symbolic link, open
-/// to everyone, or as a file. Every job used to fail; now the ranks bind
-/// in a directory of the job's own and remove it when done (NOTE
-/// [hijacked socket directory]), and the planted entry is left alone.
+/// Attack: another user (or a careless one) pre-creates the predictable
+/// default directory, as their own, as a symbolic link, open to everyone,
+/// or as a file. The job must not fail: the ranks bind in a directory of
+/// the job's own and remove it when done (NOTE [hijacked socket
+/// directory]), and the planted entry is left alone.
 #[test]
 fn a_hijacked_default_dir_falls_back() {
     if std::env::var_os(HIJACK_CHILD_ENV).is_some() {
@@ -782,7 +782,7 @@ fn a_hijacked_default_dir_falls_back() {
     }
 }
 
-/// Socket files of killed jobs no longer pile up: binding in a directory
+/// Socket files of killed jobs do not pile up: binding in a directory
 /// removes those no live socket holds, and leaves live ones.
 #[test]
 fn sockets_of_dead_jobs_are_removed() {
