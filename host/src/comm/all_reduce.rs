@@ -141,7 +141,9 @@ impl IntraNodeComm {
     ) -> Result<Work> {
         let build = || {
             let launch = self.all_reduce_launch(algo, input, output, elems, elem, op)?;
-            self.check_all_reduce_call(elems, elem, op, algo)?;
+            if self.call_checker.is_some() {
+                self.check_all_reduce_call(elems, elem, op, algo)?;
+            }
             self.increment_usage_counter();
             Ok(launch)
         };
@@ -271,9 +273,16 @@ impl IntraNodeComm {
         }
     }
 
-    /// The parameters every launch shares: peers' buffers and pads, the
-    /// wait bound, the error word.
+    /// The parameters every launch shares (peers' buffers and pads, the
+    /// wait bound, the error word), worked out once at the rendezvous.
     pub(super) fn params_template(&self) -> AllReduceParams {
+        self.shared_params
+    }
+
+    /// [`params_template`](Self::params_template)'s value, from the
+    /// mapped buffers and the error word; none of them moves while the
+    /// communicator lives.
+    pub(crate) fn shared_params(&self) -> AllReduceParams {
         let mut p = AllReduceParams::default();
         let symm = self.symm();
         for (dst, src) in p.bufs.iter_mut().zip(symm.buffer_ptrs()) {

@@ -98,6 +98,10 @@ pub struct IntraNodeComm {
     /// Whether the push form can run an all-reduce here at all (a launch
     /// for one vector exists), worked out once at the rendezvous.
     pub(crate) push_runnable: bool,
+    /// The parameters every launch shares
+    /// ([`shared_params`](Self::shared_params)), worked out once at the
+    /// rendezvous.
+    pub(crate) shared_params: intranode_kernels_gpu::layout::AllReduceParams,
 }
 
 impl fmt::Debug for IntraNodeComm {

@@ -265,11 +265,13 @@ pub(crate) fn run_scoped(
         capture_side: std::sync::OnceLock::new(),
         user_buffers: Default::default(),
         push_runnable: false,
+        shared_params: Default::default(),
     };
-    // Every input of the answer is fixed from here on (shape, world, cap,
-    // buffer), so every call's decision reads it instead of working out a
-    // push launch.
+    // Every input of these is fixed from here on (shape, world, cap,
+    // buffers, error word), so every call reads them instead of working
+    // them out again.
     comm.push_runnable = comm.push_launch_for(PushUse::AllReduce, 1).is_some();
+    comm.shared_params = comm.shared_params();
     Ok(comm)
 }
 
