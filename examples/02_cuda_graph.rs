@@ -13,7 +13,7 @@
 //!    GEMM, then an all-reduce of `--elems` f32) on the communicator's
 //!    stream; the inputs are written on `upload` before the capture, still
 //!    in flight behind a 5 ms kernel when it starts (NOTE [capture and
-//!    event tracking] in `host/src/comm/tracked.rs`);
+//!    event tracking] in `host/src/intra/tracked.rs`);
 //! 4. replays the graph `--replays` times; before each replay the host
 //!    writes fresh inputs on `upload` and the communicator's stream joins
 //!    it; after each replay it synchronizes, asks the communicator for

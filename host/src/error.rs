@@ -182,7 +182,7 @@ pub enum Error {
         /// What the capture cannot hold and what to do instead.
         detail: String,
     },
-    // NOTE [call fingerprints] in `comm/debug.rs`.
+    // NOTE [call fingerprints] in `intra/debug.rs`.
     /// Ranks called a collective with different arguments (found by the
     /// call fingerprints of `INTRANODE_DEBUG=detail`); nothing was
     /// launched.

@@ -41,10 +41,10 @@ mod work;
 // through `internals` (the project's GPU suites and benchmark drive the
 // intra-node communicator, symmetric memory and the rendezvous directly;
 // what only they reach is compiled under `intranode_internals` alone).
-/// The intra-node communicator and its collectives.
-pub(crate) mod comm;
 /// Every decision between our kernels and NCCL's, and the crossovers.
 pub(crate) mod decide;
+/// The intra-node communicator and its collectives.
+pub(crate) mod intra;
 /// The NCCL communicator built through the store.
 pub(crate) mod nccl_comm;
 /// How the ranks meet and decide on the fast path.
@@ -66,8 +66,8 @@ pub mod internals {
         pub use crate::decide::*;
     }
     /// The intra-node communicator and its collectives.
-    pub mod comm {
-        pub use crate::comm::*;
+    pub mod intra {
+        pub use crate::intra::*;
     }
     /// The NCCL communicator built through the store.
     pub mod nccl_comm {

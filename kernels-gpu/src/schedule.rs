@@ -5,7 +5,7 @@
 //! microseconds after the others, a barrier one rank reaches late, a wait
 //! that starts after the data it waits for arrived. Every collective must
 //! stay correct under any of them (NOTE [co-residency] in
-//! `host/src/comm/residency.rs` says what progress needs).
+//! `host/src/intra/residency.rs` says what progress needs).
 //!
 //! The randomness mixes `%globaltimer`, the block, the SM and the site:
 //! different on every rank, call and run, not reproducible (a seed would

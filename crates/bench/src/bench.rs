@@ -282,8 +282,8 @@ impl Collective {
     /// The reduce-scatter or all-gather, if it is one of them.
     pub fn scatter_gather(
         self,
-    ) -> Option<intranode::internals::comm::scatter_gather::ScatterGather> {
-        use intranode::internals::comm::scatter_gather::ScatterGather;
+    ) -> Option<intranode::internals::intra::scatter_gather::ScatterGather> {
+        use intranode::internals::intra::scatter_gather::ScatterGather;
         match self {
             Collective::AllReduce => None,
             Collective::ReduceScatter => Some(ScatterGather::ReduceScatter),

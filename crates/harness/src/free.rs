@@ -92,7 +92,7 @@ pub struct Timer {
     /// The log's address, taken once: stamps go into graphs captured with
     /// cudarc's event tracking on, where a tracked launch on a buffer
     /// written before the capture is refused (NOTE [capture and event
-    /// tracking] in `host/src/comm/tracked.rs`).
+    /// tracking] in `host/src/intra/tracked.rs`).
     log_ptr: u64,
 }
 

@@ -10,7 +10,7 @@ use cudarc::nccl::NcclType;
 use intranode::AllReduceAlgo;
 use intranode::config::CommConfig;
 use intranode::dist_env::DistEnv;
-use intranode::internals::comm::IntraNodeComm;
+use intranode::internals::intra::IntraNodeComm;
 use intranode::kernels::DType;
 use intranode::{Communicator, types::ReduceOp};
 use intranode_store::{ClientConfig, Store, StoreExchange};

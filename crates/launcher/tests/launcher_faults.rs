@@ -39,7 +39,7 @@ fn request(rank: usize, world: usize) -> RendezvousRequest {
         pid: std::process::id(),
         buffer_bytes: 1 << 20,
         backend: intranode::internals::symm_mem::Backend::Vmm,
-        debug: intranode::internals::comm::debug::DebugLevel::Off,
+        debug: intranode::internals::intra::debug::DebugLevel::Off,
         push_shape: intranode::config::PushShape::default(),
         sms: 132,
     }

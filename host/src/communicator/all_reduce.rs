@@ -14,10 +14,10 @@ use cudarc::driver::{CudaView, DevicePtr, DevicePtrMut};
 use cudarc::nccl::{NcclType, ReduceOp as NcclOp};
 
 use super::{Communicator, args};
-use crate::comm::IntraNodeComm;
-use crate::comm::debug;
 use crate::decide::{AllReduceCall, decide_all_reduce};
 use crate::error::{Error, Result};
+use crate::intra::IntraNodeComm;
+use crate::intra::debug;
 use crate::types::AllReduceAlgo;
 use crate::types::{ElemType, ReduceOp};
 use crate::work::Work;
@@ -232,7 +232,7 @@ impl Communicator {
             // `decision.elems` elements of `T`, whose NCCL data type is
             // `elem` (`elem_of`: same data, same size), kept ordered with
             // `stream` by the call's buffers (NOTE [capture and event
-            // tracking] in `comm/tracked.rs`); `Buffers::Apart`'s two are
+            // tracking] in `intra/tracked.rs`); `Buffers::Apart`'s two are
             // distinct borrows, so they do not overlap.
             |(input, output)| unsafe {
                 intra.all_reduce_raw(

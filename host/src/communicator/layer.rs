@@ -5,7 +5,7 @@
 //! [`residual_rmsnorm`](Communicator::residual_rmsnorm), they take their
 //! buffers through `CallBuffers`, so they can be captured into a CUDA
 //! graph under cudarc's event tracking (NOTE [capture and event
-//! tracking] in `comm/tracked.rs`).
+//! tracking] in `intra/tracked.rs`).
 
 use cudarc::driver::{DevicePtr, DevicePtrMut};
 use intranode_kernels_gpu::layout::NormParams;

@@ -43,6 +43,7 @@ mod group;
 mod layer;
 mod nccl_only;
 mod norm;
+mod scatter_gather;
 mod symmetric;
 
 pub use group::{Group, GroupInput, GroupOutput};
@@ -57,13 +58,13 @@ use cudarc::nccl::result::NcclError;
 use cudarc::nccl::{Comm, NcclType, ReduceOp as NcclOp};
 use intranode_store::{Store, StoreExchange};
 
-use crate::comm::IntraNodeComm;
-use crate::comm::debug::{CallChecker, DebugLevel};
-use crate::comm::scatter_gather::ScatterGather;
-use crate::comm::tracked::{CallBuffers, CaptureSide};
 use crate::config::CommConfig;
 use crate::decide::{AllReduceCall, Crossovers, NormCall, decide_norm, select_broadcast_algo};
 use crate::error::{Error, Result};
+use crate::intra::IntraNodeComm;
+use crate::intra::debug::{CallChecker, DebugLevel};
+use crate::intra::scatter_gather::ScatterGather;
+use crate::intra::tracked::{CallBuffers, CaptureSide};
 use crate::kernels::{KernelImage, KernelModule};
 use crate::nccl_comm::nccl_error;
 use crate::rendezvous::RendezvousError;
@@ -155,7 +156,7 @@ pub struct Communicator {
     forced_norm: Option<NormPath>,
     /// Call fingerprints of NCCL calls when there is no intra-node
     /// communicator (whose checker serves otherwise): NOTE [call
-    /// fingerprints] in `comm/debug.rs`.
+    /// fingerprints] in `intra/debug.rs`.
     call_checker: Option<CallChecker>,
     /// Which kernel image to load (`config::KERNEL_IMAGE_ENV`).
     kernel_image: KernelImage,
@@ -165,7 +166,7 @@ pub struct Communicator {
     /// its own), loaded at the first call that needs them.
     kernels: std::sync::OnceLock<KernelModule>,
     /// The side stream of norm calls captured into CUDA graphs (NOTE
-    /// [capture and event tracking] in `comm/tracked.rs`).
+    /// [capture and event tracking] in `intra/tracked.rs`).
     capture_side: std::sync::OnceLock<CaptureSide>,
     /// Whether a [`Group`] is open, and the failure of a dropped group's
     /// `ncclGroupEnd`, for the next call.

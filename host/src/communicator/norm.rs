@@ -1,7 +1,7 @@
 //! The decode step's all-reduce followed by residual add and RMSNorm.
 
 use super::*;
-use crate::comm::fused_norm::PrefetchRegion;
+use crate::intra::fused_norm::PrefetchRegion;
 
 impl Communicator {
     /// The decode step's tail, as TensorRT-LLM's and FlashInfer's

@@ -22,7 +22,7 @@ pub const BUFFER_BYTES_ENV: &str = "INTRANODE_SYMM_MEM_BUFFER_BYTES";
 pub const BACKEND_ENV: &str = "INTRANODE_SYMM_MEM_BACKEND";
 
 /// `detail` turns the call fingerprints on (NOTE [call fingerprints] in
-/// `comm/debug.rs`); `off` (or unset) leaves them off.
+/// `intra/debug.rs`); `off` (or unset) leaves them off.
 pub const DEBUG_ENV: &str = "INTRANODE_DEBUG";
 
 /// Bound of every GPU wait on a peer, in milliseconds.
@@ -48,7 +48,7 @@ pub const TUNING_FILE_ENV: &str = "INTRANODE_TUNING_FILE";
 /// Fixes the launch shape of the Lamport forms, for tuning runs:
 /// `lamport=BLOCKSxTHREADS,lamport-two-shot=BLOCKSxTHREADS` (either part
 /// may be left out; BLOCKS is the most blocks per launch), in place of the
-/// rule of NOTE [lamport launch shape] in `comm/all_reduce.rs`. The
+/// rule of NOTE [lamport launch shape] in `intra/all_reduce.rs`. The
 /// Lamport kernels tie no rank's grid to another's (each rank polls its
 /// own buffer word by word), so ranks may even differ; the barrier-based
 /// algorithms keep their fixed shapes, which the pad layout counts on.

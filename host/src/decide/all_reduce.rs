@@ -41,11 +41,11 @@ pub struct IntraPath {
     pub topology: Topology,
     /// Bytes of each rank's symmetric buffer.
     pub buffer_bytes: usize,
-    /// Whether this rank can run HCM (`comm::hcm::hcm_plan` found its
+    /// Whether this rank can run HCM (`intra::hcm::hcm_plan` found its
     /// place in the cube mesh).
     pub hcm_runnable: bool,
     /// Whether the symmetric buffer holds the push form's rings
-    /// (`comm::launch_shape::push_launch`); the size rule picks it only then.
+    /// (`intra::launch_shape::push_launch`); the size rule picks it only then.
     pub push_runnable: bool,
 }
 

@@ -7,7 +7,7 @@ use crate::topology::MAX_DEVICES;
 
 /// The largest shard (one rank's part) one launch of our Lamport
 /// reduce-scatter or all-gather takes on `world` ranks: one slot of the
-/// Lamport buffers (`comm::scatter_gather`; larger shards run slot by slot).
+/// Lamport buffers (`intra::scatter_gather`; larger shards run slot by slot).
 pub const fn scatter_gather_max_shard_bytes(world: usize) -> usize {
     intranode_kernels_gpu::layout::lamport_slot_bytes(world)
 }
@@ -15,14 +15,14 @@ pub const fn scatter_gather_max_shard_bytes(world: usize) -> usize {
 /// Whether a reduce-scatter or all-gather whose whole buffer (every
 /// shard) is `total_bytes` runs on our kernels (else NCCL): up to the
 /// crossover `scatter_gather_max_bytes`. Shards past a Lamport slot run
-/// as several launches (`comm::scatter_gather`), so any size can.
+/// as several launches (`intra::scatter_gather`), so any size can.
 pub fn scatter_gather_uses_ours(total_bytes: usize, world: usize, crossovers: &Crossovers) -> bool {
     (2..=MAX_DEVICES).contains(&world) && total_bytes <= crossovers.scatter_gather_max_bytes[world]
 }
 
 /// Whether a reduce-scatter or all-gather of ours whose whole buffer is
 /// `total_bytes` takes the push form (where its rings fit the buffer:
-/// `comm::scatter_gather`), not the Lamport one.
+/// `intra::scatter_gather`), not the Lamport one.
 pub fn scatter_gather_uses_push(total_bytes: usize, world: usize, crossovers: &Crossovers) -> bool {
     (2..=MAX_DEVICES).contains(&world)
         && total_bytes >= crossovers.scatter_gather_push_min_bytes[world]

@@ -44,12 +44,12 @@ use cudarc::driver::CudaContext;
 use intranode_store::{Store, StoreExchange};
 use serde::{Deserialize, Serialize};
 
-use crate::comm::debug::CallChecker;
-use crate::comm::launch_shape::LamportLaunch;
-use crate::comm::{HostErrorWord, IntraNodeComm};
 use crate::config::{CommConfig, DebugLevel, PushUse};
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
+use crate::intra::debug::CallChecker;
+use crate::intra::launch_shape::LamportLaunch;
+use crate::intra::{HostErrorWord, IntraNodeComm};
 use crate::kernels::KernelModule;
 use crate::setup_times::SetupTimes;
 use crate::symm_mem::SymmetricMemory;
@@ -245,7 +245,7 @@ pub(crate) fn run_scoped(
         #[cfg(intranode_internals)]
         mesh: group.mesh,
         hcm_neighbors: group.hcm_neighbors,
-        hcm_plan: crate::comm::hcm::hcm_plan(
+        hcm_plan: crate::intra::hcm::hcm_plan(
             group.topology,
             world,
             rank,

@@ -94,7 +94,7 @@ pub struct RendezvousRequest {
     /// SMs of the device as the sender's context sees them (under MPS
     /// with an active-thread percentage, its share): launch shapes spread
     /// over the fewest any rank sees (NOTE [co-residency] in
-    /// `comm/residency.rs`).
+    /// `intra/residency.rs`).
     pub sms: usize,
 }
 

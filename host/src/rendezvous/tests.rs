@@ -4,10 +4,10 @@
 use super::request::{PROTOCOL_VERSION, first_failed_request, hostname};
 use super::validate::residency;
 use super::*;
-use crate::comm::residency::Residency;
 use crate::config::DEFAULT_BUFFER_BYTES;
 use crate::config::*;
 use crate::error::Error;
+use crate::intra::residency::Residency;
 use crate::symm_mem::Backend;
 use crate::topology::{MAX_DEVICES, NvlMesh, Topology};
 

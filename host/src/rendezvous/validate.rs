@@ -8,9 +8,9 @@
 use std::fmt;
 
 use super::request::RendezvousRequest;
-use crate::comm::residency::Residency;
 pub use crate::config::BUFFER_GRANULARITY_BYTES;
 use crate::config::{ALLOW_OVERLAPPING_ENV, CommConfig, ENABLE_ENV, TEST_ENV};
+use crate::intra::residency::Residency;
 use crate::symm_mem::Backend;
 use crate::topology::{self, MAX_DEVICES, NvlMesh, Topology};
 
@@ -189,7 +189,7 @@ pub struct ValidatedGroup {
     /// The hybrid-cube-mesh neighbour table, for [`Topology::HybridCubeMesh`].
     pub hcm_neighbors: Option<[[usize; 4]; MAX_DEVICES]>,
     /// How many blocks a launch may have so that every rank's launch is
-    /// resident at once (NOTE [co-residency] in `comm/residency.rs`).
+    /// resident at once (NOTE [co-residency] in `intra/residency.rs`).
     pub residency: Residency,
     /// Bytes of each rank's symmetric buffer.
     pub buffer_bytes: usize,

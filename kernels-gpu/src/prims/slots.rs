@@ -298,7 +298,7 @@ pub fn slot_on_every_rank<const W: usize>(
 
 /// Vector `i` of every slot, from `raw` (loaded by [`load_slots`]) once
 /// all arrived or `timeout_ns` passed (then reported and used as it is:
-/// the host fails the next call, see `comm/health.rs`), in the one poll
+/// the host fails the next call, see `host/src/health.rs`), in the one poll
 /// loop of the kernels (`sync::poll_until`). Re-polls only the slots
 /// still missing, so polls take less of the L2 that the peers' stores
 /// also go through (measured: no speed-up beyond run-to-run noise, kept

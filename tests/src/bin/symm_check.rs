@@ -40,7 +40,7 @@ use clap::Parser;
 use cudarc::driver::{CudaContext, result};
 use intranode::config::CommConfig;
 use intranode::dist_env::DistEnv;
-use intranode::internals::comm::IntraNodeComm;
+use intranode::internals::intra::IntraNodeComm;
 use intranode::internals::rendezvous::RendezvousError;
 use intranode::internals::symm_mem::Backend;
 use intranode::{Error, gpu};

@@ -5,7 +5,7 @@
 //! The GEMMs take raw device addresses: they go into CUDA graphs that may
 //! be captured under cudarc's event tracking, where a tracked use of a
 //! buffer written before the capture is refused (NOTE [capture and event
-//! tracking] in `host/src/comm/tracked.rs`). The addresses are taken once,
+//! tracking] in `host/src/intra/tracked.rs`). The addresses are taken once,
 //! outside any capture, and every GEMM runs on the one stream that orders
 //! all of the layer's work.
 

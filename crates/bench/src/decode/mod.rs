@@ -118,7 +118,7 @@ pub struct DecodeArgs {
     /// streams), as applications run; the graphs are the same (the
     /// communicator takes every buffer, NCCL's included, through
     /// `CallBuffers`: NOTE [nccl under capture] in
-    /// `host/src/comm/tracked.rs`).
+    /// `host/src/intra/tracked.rs`).
     #[arg(long)]
     pub cudarc_defaults: bool,
     /// Seed of the weights and inputs.

@@ -301,7 +301,7 @@ fn overlap() -> Result<()> {
     if config.allow_overlapping_devices {
         bail!("bad-input rank {rank}: FAIL: unset {ALLOW_OVERLAPPING_ENV} for this case");
     }
-    match intranode::internals::comm::IntraNodeComm::rendezvous(
+    match intranode::internals::intra::IntraNodeComm::rendezvous(
         &p.ctx,
         p.store.clone(),
         rank,
@@ -339,7 +339,7 @@ fn debug_mismatch() -> Result<()> {
         DebugLevel::Off
     };
     let start = std::time::Instant::now();
-    match intranode::internals::comm::IntraNodeComm::rendezvous(
+    match intranode::internals::intra::IntraNodeComm::rendezvous(
         &p.ctx,
         p.store.clone(),
         rank,
@@ -381,7 +381,7 @@ fn world_size() -> Result<()> {
         allow_overlapping_devices: true,
         ..CommConfig::from_env()?
     };
-    match intranode::internals::comm::IntraNodeComm::rendezvous(
+    match intranode::internals::intra::IntraNodeComm::rendezvous(
         &p.ctx,
         p.store.clone(),
         rank,

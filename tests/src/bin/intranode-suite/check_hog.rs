@@ -5,7 +5,7 @@
 //! the ranks' grids start late, a few blocks at a time and apart; with
 //! several ranks on one GPU under MPS their grids also compete for the
 //! SMs the hogs leave (NOTE [co-residency] in
-//! `host/src/comm/residency.rs`). Every output element is checked against
+//! `host/src/intra/residency.rs`). Every output element is checked against
 //! the f64 reference; a wait that runs out fails the stage with the GPU's
 //! report.
 

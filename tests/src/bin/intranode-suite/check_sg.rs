@@ -8,7 +8,7 @@
 use anyhow::Result;
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
-use intranode::internals::comm::scatter_gather::{ScatterGather, ScatterGatherForm};
+use intranode::internals::intra::scatter_gather::{ScatterGather, ScatterGatherForm};
 use intranode::kernels::DType;
 use intranode::types::ReduceOp;
 use intranode_harness::data;
@@ -229,7 +229,7 @@ pub fn run(r: &mut Rank, seed: u64) -> Result<usize> {
     cases += one_type::<f16>(r, seed, &mut call)?;
     cases += one_type::<f32>(r, seed, &mut call)?;
     // A shard past a Lamport slot runs as slot-sized slices, one launch
-    // each (`comm::scatter_gather::shard_slices`): one slot and an odd
+    // each (`intra::scatter_gather::shard_slices`): one slot and an odd
     // tail, bf16 sums only (the slices share every other code path with
     // the cases above).
     let slot_elems = intranode::internals::decide::scatter_gather_max_shard_bytes(r.world()) / 2;

@@ -37,7 +37,7 @@ use half::bf16;
 use intranode::AllReduceAlgo;
 use intranode::Work;
 use intranode::config::CommConfig;
-use intranode::internals::comm::IntraNodeComm;
+use intranode::internals::intra::IntraNodeComm;
 use intranode::internals::rendezvous::RendezvousError;
 use intranode::kernels::KernelModule;
 use intranode::types::ReduceOp;

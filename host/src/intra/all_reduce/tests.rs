@@ -1,8 +1,8 @@
 //! Unit tests of the all-reduce's launches and their shapes.
 
 use super::*;
-use crate::comm::launch_shape::*;
 use crate::config::{LamportShapes, LaunchShape, MAX_LAMPORT_BLOCKS};
+use crate::intra::launch_shape::*;
 use intranode_kernels_gpu::layout::MAX_BLOCKS;
 
 #[test]
