@@ -13,9 +13,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::StoreError;
+use crate::error::StoreError;
 use crate::server::{OUT_OF_DESCRIPTORS, TOO_MANY_CONNECTIONS, check_token, token_from_env};
 use crate::store::{DEFAULT_TIMEOUT, Store, TimeoutCell, owned_keys};
+use crate::vars::{HANDSHAKE_TIMEOUT_ENV, STORE_TIMEOUT_ENV, TOKEN_ENV};
 use crate::wire::{self, FrameError, PROTOCOL_VERSION, Request, Response};
 
 /// Extra time a call waits for its reply beyond its own timeout, so the
@@ -90,15 +91,6 @@ impl fmt::Debug for ClientConfig {
     }
 }
 
-/// Bound of every blocking store operation and of connecting, in
-/// milliseconds (default [`DEFAULT_TIMEOUT`]): how long a rank waits for a
-/// peer that never arrives before the collective names it as missing.
-pub const STORE_TIMEOUT_ENV: &str = "INTRANODE_STORE_TIMEOUT_MS";
-
-/// How long a server that accepted the connection has to answer the hello,
-/// in milliseconds (default [`DEFAULT_HANDSHAKE_TIMEOUT`]).
-pub const HANDSHAKE_TIMEOUT_ENV: &str = "INTRANODE_STORE_HANDSHAKE_TIMEOUT_MS";
-
 /// A positive number of milliseconds from `name`, `default` when unset or
 /// blank.
 fn millis_var(
@@ -120,7 +112,7 @@ fn millis_var(
 }
 
 impl ClientConfig {
-    /// The defaults, with the token read from [`crate::TOKEN_ENV`] and the
+    /// The defaults, with the token read from [`TOKEN_ENV`] and the
     /// timeouts from [`STORE_TIMEOUT_ENV`]. A timeout that does not parse
     /// is logged and ignored; [`ClientConfig::try_from_env`] refuses it
     /// instead. A token that is set but empty or not UTF-8 is logged and
@@ -152,7 +144,7 @@ impl ClientConfig {
         // Read apart from the rest: `from_vars` sees only UTF-8 values.
         let token = token_from_env()?;
         let config = Self::from_vars(|name| match name {
-            crate::TOKEN_ENV => None,
+            TOKEN_ENV => None,
             _ => std::env::var(name).ok(),
         })?;
         Ok(Self { token, ..config })
@@ -160,7 +152,7 @@ impl ClientConfig {
 
     /// [`ClientConfig::try_from_env`] with variables looked up by `var`.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, StoreError> {
-        let token = var(crate::TOKEN_ENV);
+        let token = var(TOKEN_ENV);
         check_token(token.as_deref())?;
         let timeout = millis_var(&var, STORE_TIMEOUT_ENV, DEFAULT_TIMEOUT)?;
         let handshake_timeout = millis_var(&var, HANDSHAKE_TIMEOUT_ENV, DEFAULT_HANDSHAKE_TIMEOUT)?;

@@ -15,13 +15,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crate::StoreError;
+use crate::error::StoreError;
 use crate::hash::{MemTable, TableLimits, Value, WaitFailure};
 use crate::limits::{CLIENT_STACK_BYTES, ServerLimits};
+use crate::vars::TOKEN_ENV;
 use crate::wire::{self, DecodeLimits, PROTOCOL_VERSION, Request, Response, WireError};
-
-/// Environment variable holding the shared secret of server and clients.
-pub const TOKEN_ENV: &str = "INTRANODE_STORE_TOKEN";
 
 /// Pause after `accept` fails for a reason other than an empty queue, and
 /// the spare descriptor could not turn it into a refusal (NOTE [out of
@@ -1405,33 +1403,4 @@ fn execute(shared: &Shared, stream: &TcpStream, req: Request) -> Result<Reply, D
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn token_compare() {
-        assert!(token_matches(b"abc", b"abc"));
-        assert!(!token_matches(b"abc", b"abd"));
-        assert!(!token_matches(b"abc", b"ab"));
-        assert!(token_matches(b"", b""));
-    }
-
-    #[test]
-    fn debug_redacts_token() {
-        let cfg = ServerConfig {
-            token: Some("hunter2".into()),
-            ..ServerConfig::default()
-        };
-        let s = format!("{cfg:?}");
-        assert!(!s.contains("hunter2"), "{s}");
-        assert!(s.contains("redacted"));
-    }
-
-    #[test]
-    fn drop_without_clients_returns() {
-        let server = TcpStoreServer::bind(ServerConfig::default()).unwrap();
-        assert!(server.local_addr().ip().is_loopback());
-        assert_ne!(server.local_addr().port(), 0);
-        drop(server);
-    }
-}
+mod tests;
