@@ -1,6 +1,9 @@
 //! Unit tests of the protocol's encoding and decoding: round trips, truncation,
 //! limits, frames.
 
+use std::io;
+
+use super::message::op;
 use super::*;
 
 fn all_requests() -> Vec<Request> {
