@@ -14,7 +14,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::error::StoreError;
-use crate::server::{OUT_OF_DESCRIPTORS, TOO_MANY_CONNECTIONS, check_token, token_from_env};
+use crate::server::refusal_log::{OUT_OF_DESCRIPTORS, TOO_MANY_CONNECTIONS};
+use crate::server::{check_token, token_from_env};
 use crate::store::{DEFAULT_TIMEOUT, Store, TimeoutCell, owned_keys};
 use crate::vars::{HANDSHAKE_TIMEOUT_ENV, STORE_TIMEOUT_ENV, TOKEN_ENV};
 use crate::wire::{self, FrameError, PROTOCOL_VERSION, Request, Response};

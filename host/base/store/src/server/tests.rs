@@ -1,5 +1,6 @@
 //! Unit tests of the server's token check, config and shutdown.
 
+use super::connection::token_matches;
 use super::*;
 
 #[test]
