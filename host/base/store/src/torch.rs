@@ -71,7 +71,9 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::client::{Attempt, DeadlineStream, IO_GRACE, dial};
+use crate::client::IO_GRACE;
+use crate::client::deadline::DeadlineStream;
+use crate::client::dial::{Attempt, dial};
 use crate::client::{ClientConfig, DEFAULT_MAX_REPLY_BYTES};
 use crate::error::StoreError;
 use crate::store::{Store, TimeoutCell, owned_keys};
