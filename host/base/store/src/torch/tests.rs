@@ -1,7 +1,9 @@
 //! Unit tests of PyTorch's protocol: query bytes, request encoding, reply
 //! lengths and limits.
 
-use super::*;
+use std::io;
+
+use super::protocol::*;
 
 #[test]
 fn query_bytes_are_pytorchs() {
