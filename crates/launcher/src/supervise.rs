@@ -52,7 +52,8 @@ use signal_hook::iterator::Signals;
 use crate::leftovers::{self, Scan};
 use crate::output::{self, forward_lines};
 use crate::rank_env::{foreign_rank_vars, rank_vars};
-use crate::{JobConfig, LaunchError};
+use crate::cli::JobConfig;
+use crate::error::LaunchError;
 
 /// How long ranks may take to go away after SIGKILL before the launcher
 /// gives up on them. Killing a process that holds a GPU context waits for
