@@ -4,6 +4,10 @@
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
+use nix::sys::signal::Signal;
+use signal_hook::consts::SIGUSR1;
+
+use super::signals::{FORWARDED_SIGNALS, STOPPED_AS_SIGTERM, signal_for_ranks};
 use super::*;
 
 fn report(outcome: Outcome) -> Report {
