@@ -215,7 +215,7 @@ impl TcpStore {
     /// server that accepts but does not answer the hello within
     /// `config.handshake_timeout` fails at once ([`StoreError::Silent`]). An
     /// empty token fails before connecting.
-    // NOTE [out of descriptors] in `server.rs`.
+    // NOTE [out of descriptors] in `server/accept.rs`.
     pub fn connect<A>(addr: A, config: ClientConfig) -> Result<Self, StoreError>
     where
         A: ToSocketAddrs + fmt::Display,

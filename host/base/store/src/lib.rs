@@ -14,7 +14,8 @@
 //!   (`docs/SECURITY.md` for the threat model). Every client call has one
 //!   deadline, its reconnect included, and a parked call past it ends with
 //!   its own [`StoreError::Timeout`].
-// NOTE [memory budget] in `limits.rs`; NOTE [late replies] in `client.rs`.
+// NOTE [memory budget] in `limits.rs`; NOTE [late replies] in
+// `client/connection.rs`.
 //! - [`TorchStore`]: a client of PyTorch's `TCPStore` (speaking its wire
 //!   protocol, described in [`torch`]), for ranks started by torchrun.
 //! - [`connect_env`]: the store of this rank's job, [`TcpStore`] or

@@ -291,7 +291,7 @@ impl TorchStore {
     ) -> Result<(), StoreError> {
         check_keys(keys).map_err(|e| self.limit_error(op, e))?;
         let req = keys_request(TorchQuery::Wait, keys);
-        // NOTE [late replies] in `client.rs`: past its own deadline a wait
+        // NOTE [late replies] in `client/connection.rs`: past its own deadline a wait
         // ends with its own error, whatever the server still owes.
         let late = || {
             Failure::Late(StoreError::Timeout {

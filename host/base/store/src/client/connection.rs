@@ -182,7 +182,7 @@ fn handshake(
         ))),
         // Retried within the connect timeout: a server at its connection
         // cap, or out of descriptors (NOTE [out of descriptors] in
-        // `server.rs`), has room again once other clients leave.
+        // `server/accept.rs`), has room again once other clients leave.
         Ok(Response::Refused(reason))
             if reason.starts_with(TOO_MANY_CONNECTIONS)
                 || reason.starts_with(OUT_OF_DESCRIPTORS) =>
