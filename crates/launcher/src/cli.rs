@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::LaunchError;
+use crate::error::LaunchError;
 
 /// Most ranks on one node. Far above any GPU count; it keeps a typo (or
 /// `1e11`) from turning into an allocation abort or a fork bomb.

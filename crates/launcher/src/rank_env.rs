@@ -12,7 +12,7 @@
 use intranode_dist_env::store_protocol::STORE_PROTOCOL;
 use intranode_dist_env::{EnvSource, StoreProtocol, vars};
 
-use crate::JobConfig;
+use crate::cli::JobConfig;
 
 /// Rank variables of other launchers (every source but torchrun's, whose
 /// names we set), removed from every rank's environment.

@@ -1,6 +1,3 @@
-// (Over 700 lines: the waiter, reader and stopper threads share one
-// state machine; a fifth of the file is its tests.)
-
 //! Starting the ranks, watching them, and stopping them all when one fails.
 //!
 //! Every rank gets a waiter thread (blocked in `wait`) and two output
@@ -31,7 +28,12 @@
 //! member had gone and the kernel had cycled through the whole pid space in
 //! between, which we accept.
 
-use std::fmt;
+// What the job ends with (its outcome and every rank's record) in
+// `report.rs`; which signals end a job, what the ranks get for them, and
+// the signal a rank gets when the launcher dies, in `signals.rs`.
+mod report;
+mod signals;
+
 use std::io::{self, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
@@ -40,19 +42,21 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crate::exit::signal_exit_code;
 pub use crate::exit::{RankExit, signal_name};
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use signal_hook::consts::{SIGALRM, SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
+use signal_hook::consts::SIGCHLD;
 use signal_hook::iterator::Signals;
 
+use crate::cli::JobConfig;
+use crate::error::LaunchError;
 use crate::leftovers::{self, Scan};
 use crate::output::{self, forward_lines};
 use crate::rank_env::{foreign_rank_vars, rank_vars};
-use crate::{JobConfig, LaunchError};
+pub use report::{Outcome, RankRecord, Report};
+use signals::{die_with_launcher, signal_for_ranks, stop_signals};
 
 /// How long ranks may take to go away after SIGKILL before the launcher
 /// gives up on them. Killing a process that holds a GPU context waits for
@@ -82,35 +86,6 @@ fn deadline_in(after: Duration) -> Instant {
     now.checked_add(after.min(cap)).unwrap_or(now)
 }
 
-/// The signals that end a job and are forwarded to the ranks as they came:
-/// each means "stop" to any program (SIGHUP: the terminal went away;
-/// SIGQUIT: Ctrl-\\).
-const FORWARDED_SIGNALS: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
-
-/// The signals that end a job, the ranks getting SIGTERM instead: their
-/// default action ends a process, so left unhandled they would end the
-/// launcher with no sweep, but a rank may give them another meaning (a
-/// checkpoint on SIGUSR1, which Slurm's `--signal` sends before a time
-/// limit; its own timer on SIGALRM) and keep running, to be SIGKILLed
-/// after the grace period with no chance to clean up.
-const STOPPED_AS_SIGTERM: [i32; 3] = [SIGUSR1, SIGUSR2, SIGALRM];
-
-/// Every signal that ends a job: the launcher stops the ranks, sweeps
-/// their groups and exits with 128 + the signal's number.
-fn stop_signals() -> impl Iterator<Item = i32> {
-    FORWARDED_SIGNALS.into_iter().chain(STOPPED_AS_SIGTERM)
-}
-
-/// What the ranks get first when the launcher got `signal` (or `None`: the
-/// job ends for another reason): the signal itself when it is one of
-/// [`FORWARDED_SIGNALS`], SIGTERM otherwise.
-fn signal_for_ranks(signal: Option<i32>) -> Signal {
-    signal
-        .filter(|s| FORWARDED_SIGNALS.contains(s))
-        .and_then(|s| Signal::try_from(s).ok())
-        .unwrap_or(Signal::SIGTERM)
-}
-
 /// Pids of the ranks started so far. Held while a rank is being started,
 /// so the orphan reaper never takes a rank that exits at once for an
 /// orphan (NOTE [leftover processes]).
@@ -121,184 +96,6 @@ impl RankPids {
     fn lock(&self) -> MutexGuard<'_, Vec<u32>> {
         // A list of pids cannot be left half-updated.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// Why the job ended: success, or the first thing that went wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Every rank exited 0.
-    Success,
-    /// This rank was the first to exit non-zero or be killed.
-    RankFailed {
-        /// The rank.
-        rank: usize,
-        /// How it ended.
-        exit: RankExit,
-    },
-    /// This rank could not be started (the ranks before it were stopped).
-    SpawnFailed {
-        /// The rank.
-        rank: usize,
-        /// The kind of the error starting it.
-        kind: io::ErrorKind,
-        /// The error starting it.
-        error: String,
-    },
-    /// The job ran past `--timeout`.
-    Timeout {
-        /// The timeout that passed.
-        after: Duration,
-    },
-    /// The launcher got this signal and stopped the ranks with it or with
-    /// SIGTERM (`signal_for_ranks`).
-    Interrupted {
-        /// The signal's number (`SIGINT` is 2).
-        signal: i32,
-    },
-}
-
-impl fmt::Display for Outcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Success => write!(f, "every rank exited with code 0"),
-            Self::RankFailed { rank, exit } => write!(f, "rank {rank} {exit}"),
-            Self::SpawnFailed { rank, error, .. } => {
-                write!(f, "rank {rank} could not be started: {error}")
-            }
-            Self::Timeout { after } => write!(f, "timeout after {} s", after.as_secs_f64()),
-            Self::Interrupted { signal } => {
-                write!(
-                    f,
-                    "the launcher was interrupted by {}",
-                    signal_name(*signal)
-                )
-            }
-        }
-    }
-}
-
-/// What the launcher knows about one rank at the end.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RankRecord {
-    /// Process id, which is also its process group id; `None`: never started.
-    pub pid: Option<u32>,
-    /// How it ended; `None`: still running when the launcher gave up.
-    pub exit: Option<RankExit>,
-    /// The launcher sent it SIGTERM (or a forwarded signal).
-    pub stopped: bool,
-    /// The launcher sent it SIGKILL after the grace period.
-    pub killed: bool,
-    // NOTE [leftover processes].
-    /// Processes it left running in its process group when the job ended,
-    /// which the launcher stopped.
-    pub leftovers: Vec<u32>,
-}
-
-/// The result of a job: its [`Outcome`] and every rank's [`RankRecord`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
-    /// How the job ended.
-    pub outcome: Outcome,
-    /// Every rank's record, indexed by rank.
-    pub ranks: Vec<RankRecord>,
-    /// Orphaned processes outside every rank's group (they made a group of
-    /// their own) that the launcher stopped when the job ended.
-    pub strays: Vec<u32>,
-    /// Why the launcher could not look for what the ranks left running
-    /// (the process table could not be read); it signalled every rank's
-    /// group instead, and exits non-zero even when the ranks succeeded.
-    pub sweep_error: Option<String>,
-}
-
-impl Report {
-    /// Whether every rank exited 0 and nothing they left behind escaped
-    /// the launcher's notice.
-    pub fn success(&self) -> bool {
-        self.outcome == Outcome::Success && self.sweep_error.is_none()
-    }
-
-    /// The launcher's exit code (see the `--help` text).
-    pub fn exit_code(&self) -> u8 {
-        match &self.outcome {
-            Outcome::Success if self.sweep_error.is_some() => 1,
-            Outcome::Success => 0,
-            Outcome::RankFailed { exit, .. } => exit.launcher_code(),
-            Outcome::SpawnFailed { kind, .. } => match kind {
-                io::ErrorKind::NotFound => 127,
-                io::ErrorKind::PermissionDenied => 126,
-                _ => 1,
-            },
-            Outcome::Timeout { .. } => 124,
-            Outcome::Interrupted { signal } => signal_exit_code(*signal),
-        }
-    }
-
-    /// The lines the launcher prints at the end of a failed job: the first
-    /// failure, then one line per rank, then the processes the ranks left
-    /// behind. For a successful job, only the latter (usually nothing).
-    pub fn summary(&self) -> Vec<String> {
-        if self.success() {
-            return self.leftover_lines();
-        }
-        let mut lines = if self.outcome == Outcome::Success {
-            vec![format!("job failed: {}, but see below", self.outcome)]
-        } else {
-            vec![format!("job failed: {}", self.outcome)]
-        };
-        for (rank, record) in self.ranks.iter().enumerate() {
-            let what = match (&record.pid, &record.exit) {
-                (None, _) => "not started".to_owned(),
-                (Some(pid), None) => format!("still running after SIGKILL (pid {pid})"),
-                (Some(_), Some(exit)) if record.killed => {
-                    format!("{exit} (did not stop within the grace period)")
-                }
-                (Some(_), Some(exit)) if record.stopped => {
-                    format!("{exit} (stopped by the launcher)")
-                }
-                (Some(_), Some(exit)) => exit.to_string(),
-            };
-            lines.push(format!("  rank {rank}: {what}"));
-        }
-        lines.extend(self.leftover_lines());
-        lines
-    }
-
-    /// One line per rank that left processes behind, and one for strays.
-    fn leftover_lines(&self) -> Vec<String> {
-        let pids = |pids: &[u32]| {
-            let list: Vec<String> = pids.iter().map(u32::to_string).collect();
-            let noun = if pids.len() == 1 {
-                "process"
-            } else {
-                "processes"
-            };
-            format!("{} {noun} (pid {})", pids.len(), list.join(", "))
-        };
-        let mut lines: Vec<String> = self
-            .ranks
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| !r.leftovers.is_empty())
-            .map(|(rank, r)| {
-                format!(
-                    "rank {rank} left {} running in its process group; the launcher stopped them",
-                    pids(&r.leftovers)
-                )
-            })
-            .collect();
-        if !self.strays.is_empty() {
-            lines.push(format!(
-                "the ranks left {} running outside their process groups; the launcher stopped them",
-                pids(&self.strays)
-            ));
-        }
-        if let Some(why) = &self.sweep_error {
-            lines.push(format!(
-                "could not look for processes the ranks left running ({why}); sent SIGTERM, then SIGKILL, to every rank's process group instead; processes that left their group may still run"
-            ));
-        }
-        lines
     }
 }
 
@@ -861,176 +658,5 @@ fn signal_group(rank: usize, pid: u32, signal: Signal) {
     }
 }
 
-/// Makes the kernel SIGKILL the rank when the launcher dies, so that a
-/// launcher killed with SIGKILL (a CI timeout, the OOM killer) leaves no
-/// rank holding a GPU. Only the rank's first process gets the signal.
-///
-/// NOTE [parent death signal]: Linux sends it when the *thread* that
-/// forked the child exits; ranks are started from the main thread, which
-/// lives as long as the launcher.
-#[cfg(target_os = "linux")]
-fn die_with_launcher(cmd: &mut Command) {
-    let launcher = nix::unistd::getpid();
-    // SAFETY: the closure runs in the forked child before exec, where only
-    // async-signal-safe work is allowed. It makes two system calls,
-    // prctl(2) and getppid(2), through nix wrappers that neither allocate
-    // nor lock, and builds its errors from raw errno values, which does
-    // not allocate either.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-                .map_err(|errno| io::Error::from_raw_os_error(errno as i32))?;
-            // The launcher died between fork and prctl: the signal will
-            // never come, so do not start at all.
-            if nix::unistd::getppid() != launcher {
-                return Err(io::Error::from_raw_os_error(Errno::ESRCH as i32));
-            }
-            Ok(())
-        });
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn die_with_launcher(_cmd: &mut Command) {}
-
 #[cfg(test)]
-mod tests {
-    use std::os::unix::process::ExitStatusExt;
-    use std::process::ExitStatus;
-
-    use super::*;
-
-    fn report(outcome: Outcome) -> Report {
-        Report {
-            outcome,
-            ranks: vec![RankRecord::default()],
-            strays: Vec::new(),
-            sweep_error: None,
-        }
-    }
-
-    #[test]
-    fn exit_codes() {
-        assert_eq!(report(Outcome::Success).exit_code(), 0);
-        let failed = |exit| Outcome::RankFailed { rank: 0, exit };
-        assert_eq!(report(failed(RankExit::Code(3))).exit_code(), 3);
-        assert_eq!(report(failed(RankExit::Code(-1))).exit_code(), 1);
-        assert_eq!(report(failed(RankExit::Signal(9))).exit_code(), 137);
-        assert_eq!(report(failed(RankExit::Unknown("x".into()))).exit_code(), 1);
-        let timeout = Outcome::Timeout {
-            after: Duration::from_secs(2),
-        };
-        assert_eq!(report(timeout).exit_code(), 124);
-        assert_eq!(report(Outcome::Interrupted { signal: 2 }).exit_code(), 130);
-        let spawn = |kind| Outcome::SpawnFailed {
-            rank: 0,
-            kind,
-            error: String::new(),
-        };
-        assert_eq!(report(spawn(io::ErrorKind::NotFound)).exit_code(), 127);
-        assert_eq!(
-            report(spawn(io::ErrorKind::PermissionDenied)).exit_code(),
-            126
-        );
-    }
-
-    #[test]
-    fn what_the_ranks_get_for_each_stop_signal() {
-        for signal in FORWARDED_SIGNALS {
-            assert_eq!(signal_for_ranks(Some(signal)) as i32, signal);
-        }
-        for signal in STOPPED_AS_SIGTERM {
-            assert_eq!(signal_for_ranks(Some(signal)), Signal::SIGTERM);
-        }
-        assert_eq!(signal_for_ranks(None), Signal::SIGTERM);
-        let usr1 = Outcome::Interrupted { signal: SIGUSR1 };
-        assert_eq!(i32::from(report(usr1.clone()).exit_code()), 128 + SIGUSR1);
-        assert_eq!(
-            usr1.to_string(),
-            format!("the launcher was interrupted by SIGUSR1 ({SIGUSR1})")
-        );
-    }
-
-    #[test]
-    fn messages() {
-        assert_eq!(RankExit::Code(3).to_string(), "exited with code 3");
-        assert_eq!(RankExit::Signal(9).to_string(), "was killed by SIGKILL (9)");
-        assert_eq!(signal_name(40), "signal 40");
-        let timeout = Outcome::Timeout {
-            after: Duration::from_millis(1500),
-        };
-        assert_eq!(timeout.to_string(), "timeout after 1.5 s");
-        let timeout = Outcome::Timeout {
-            after: Duration::from_secs(2),
-        };
-        assert_eq!(timeout.to_string(), "timeout after 2 s");
-    }
-
-    #[test]
-    fn summary_lines() {
-        let report = Report {
-            outcome: Outcome::RankFailed {
-                rank: 1,
-                exit: RankExit::Code(3),
-            },
-            ranks: vec![
-                RankRecord {
-                    pid: Some(10),
-                    exit: Some(RankExit::Signal(15)),
-                    stopped: true,
-                    killed: false,
-                    leftovers: vec![20, 21],
-                },
-                RankRecord {
-                    pid: Some(11),
-                    exit: Some(RankExit::Code(3)),
-                    ..Default::default()
-                },
-                RankRecord {
-                    pid: Some(12),
-                    exit: Some(RankExit::Signal(9)),
-                    stopped: true,
-                    killed: true,
-                    leftovers: Vec::new(),
-                },
-                RankRecord {
-                    pid: Some(13),
-                    exit: None,
-                    stopped: true,
-                    killed: true,
-                    leftovers: Vec::new(),
-                },
-                RankRecord::default(),
-            ],
-            strays: vec![30],
-            sweep_error: None,
-        };
-        assert_eq!(
-            report.summary(),
-            [
-                "job failed: rank 1 exited with code 3",
-                "  rank 0: was killed by SIGTERM (15) (stopped by the launcher)",
-                "  rank 1: exited with code 3",
-                "  rank 2: was killed by SIGKILL (9) (did not stop within the grace period)",
-                "  rank 3: still running after SIGKILL (pid 13)",
-                "  rank 4: not started",
-                "rank 0 left 2 processes (pid 20, 21) running in its process group; the launcher stopped them",
-                "the ranks left 1 process (pid 30) running outside their process groups; the launcher stopped them",
-            ]
-        );
-        assert!(self::report(Outcome::Success).summary().is_empty());
-    }
-
-    #[test]
-    fn status_conversion() {
-        assert_eq!(
-            RankExit::from_status(ExitStatus::from_raw(3 << 8)),
-            RankExit::Code(3)
-        );
-        assert_eq!(
-            RankExit::from_status(ExitStatus::from_raw(9)),
-            RankExit::Signal(9)
-        );
-        assert!(RankExit::from_status(ExitStatus::from_raw(0)).success());
-    }
-}
+mod tests;

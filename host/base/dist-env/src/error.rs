@@ -1,6 +1,6 @@
 //! The one error type of this crate.
 
-use crate::EnvSource;
+use crate::vars::EnvSource;
 
 /// Why the environment does not describe a valid rank. `Debug` prints
 /// the message, so `main` returning this error says what to do.

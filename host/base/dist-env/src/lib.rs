@@ -52,12 +52,14 @@
 #![deny(missing_docs)]
 
 mod error;
+mod parse;
 pub mod store_protocol;
 #[cfg(test)]
 mod tests;
 pub mod vars;
 
 pub use error::DistEnvError;
+use parse::{parse_port, parse_usize};
 pub use store_protocol::{StoreChoice, StoreProtocol};
 pub use vars::EnvSource;
 use vars::{Names, SLURM, TASK_LAUNCHERS};
@@ -315,32 +317,4 @@ fn parse_var(
         name,
         value: parse_usize(name, &text, what)?,
     })
-}
-
-/// A decimal number; surrounding whitespace is allowed, a sign is not.
-pub(crate) fn parse_usize(
-    var: &'static str,
-    text: &str,
-    what: &'static str,
-) -> Result<usize, DistEnvError> {
-    let trimmed = text.trim();
-    if trimmed.starts_with('+') {
-        return Err(parse_error(var, text, what));
-    }
-    trimmed.parse().map_err(|_| parse_error(var, text, what))
-}
-
-fn parse_port(text: &str) -> Result<u16, DistEnvError> {
-    match text.trim().parse::<u16>() {
-        Ok(port) if port != 0 && !text.trim().starts_with('+') => Ok(port),
-        _ => Err(parse_error(vars::MASTER_PORT, text, "port (1-65535)")),
-    }
-}
-
-fn parse_error(var: &'static str, text: &str, what: &'static str) -> DistEnvError {
-    DistEnvError::Parse {
-        var,
-        value: text.to_owned(),
-        what,
-    }
 }

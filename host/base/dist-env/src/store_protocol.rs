@@ -24,7 +24,7 @@
 
 use std::fmt;
 
-use crate::DistEnvError;
+use crate::error::DistEnvError;
 
 // NOTE [store protocol decision].
 /// `INTRANODE_STORE_PROTOCOL`: `intranode` or `torch`, overriding the
@@ -111,7 +111,7 @@ impl StoreChoice {
         let key_prefix = match var(TORCHELASTIC_RESTART_COUNT) {
             Some(text) => {
                 let attempt =
-                    crate::parse_usize(TORCHELASTIC_RESTART_COUNT, &text, "restart count")?;
+                    crate::parse::parse_usize(TORCHELASTIC_RESTART_COUNT, &text, "restart count")?;
                 Some(format!("/worker/attempt_{attempt}"))
             }
             None => None,

@@ -16,9 +16,9 @@ use nix::errno::Errno;
 use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr, sockopt};
 use nix::unistd::{geteuid, getuid};
 
+use crate::error::IpcError;
 use crate::socket_dir::{choose_dir, remove_dead_sockets, remove_stale_socket, valid_job_id};
-use crate::wire::{Kind, Message};
-use crate::{IpcError, MAX_PAYLOAD_BYTES, MAX_WORLD};
+use crate::wire::{Kind, MAX_PAYLOAD_BYTES, MAX_WORLD, Message};
 
 /// Longest timeout a channel keeps; longer ones are clamped to it, so that
 /// `Instant::now() + timeout` can never overflow.

@@ -103,11 +103,4 @@ mod wire;
 
 pub use channel::IpcChannel;
 pub use error::IpcError;
-
-/// Largest user payload that [`IpcChannel::send_fd`] carries next to the
-/// descriptor, in bytes.
-pub const MAX_PAYLOAD_BYTES: usize = 4096;
-
-/// Largest world size a channel accepts (a sanity bound; ranks travel as
-/// `u32` in the message header).
-pub const MAX_WORLD: usize = 4096;
+pub use wire::{MAX_PAYLOAD_BYTES, MAX_WORLD};

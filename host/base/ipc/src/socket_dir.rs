@@ -35,7 +35,7 @@ use nix::errno::Errno;
 use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr};
 use nix::unistd::geteuid;
 
-use crate::IpcError;
+use crate::error::IpcError;
 
 /// A job's own directory older than this with no live socket in it
 /// belongs to a job that was killed ([`job_dir`] removes it). Far longer

@@ -10,6 +10,14 @@ pub(crate) const HEADER_BYTES: usize = 24;
 pub(crate) const MAGIC: [u8; 4] = *b"INFD";
 pub(crate) const WIRE_VERSION: u8 = 1;
 
+/// Largest user payload that [`IpcChannel::send_fd`](crate::IpcChannel::send_fd) carries next to the
+/// descriptor, in bytes.
+pub const MAX_PAYLOAD_BYTES: usize = 4096;
+
+/// Largest world size a channel accepts (a sanity bound; ranks travel as
+/// `u32` in the message header).
+pub const MAX_WORLD: usize = 4096;
+
 /// What a datagram belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {

@@ -1,22 +1,23 @@
-// (Over 700 lines: one client type whose every call shares the
-// connection, the login and the one per-call deadline that bounds it
-// (reconnect, handshake, request, reply, the replies owed to earlier
-// calls: NOTE [late replies]). Split, each half would need the other's
-// private connection state.)
-
 //! [`TcpStore`]: the client side of the TCP store.
 
+// Each call's connection, handshake and exchange in `connection.rs`;
+// connecting with retries in `dial.rs` and the one deadline per call in
+// `deadline.rs`, both also used by `TorchStore`.
+mod connection;
+pub(crate) mod deadline;
+pub(crate) mod dial;
+
 use std::fmt;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::StoreError;
-use crate::server::{OUT_OF_DESCRIPTORS, TOO_MANY_CONNECTIONS, check_token, token_from_env};
+use crate::error::StoreError;
+use crate::server::{check_token, token_from_env};
 use crate::store::{DEFAULT_TIMEOUT, Store, TimeoutCell, owned_keys};
-use crate::wire::{self, FrameError, PROTOCOL_VERSION, Request, Response};
+use crate::vars::{HANDSHAKE_TIMEOUT_ENV, STORE_TIMEOUT_ENV, TOKEN_ENV};
+use crate::wire::{self, Request, Response};
+use connection::{Conn, Exchanged, exchange, open};
 
 /// Extra time a call waits for its reply beyond its own timeout, so the
 /// server's answer normally wins over the client's deadline. A parked
@@ -42,10 +43,6 @@ const MAX_LATE_REPLIES: u32 = 4;
 /// [`crate::TorchStore`] caps a `multi_get`'s whole reply with it too
 /// ([`crate::TorchStore::with_max_reply_bytes`]).
 pub const DEFAULT_MAX_REPLY_BYTES: usize = 32 << 20;
-
-/// First and largest pause between connect attempts (doubling in between).
-const BACKOFF_START: Duration = Duration::from_millis(10);
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// Default of [`ClientConfig::handshake_timeout`]: a store answers the
 /// hello as soon as it reads it (its own login deadline is 10 s), so a
@@ -90,15 +87,6 @@ impl fmt::Debug for ClientConfig {
     }
 }
 
-/// Bound of every blocking store operation and of connecting, in
-/// milliseconds (default [`DEFAULT_TIMEOUT`]): how long a rank waits for a
-/// peer that never arrives before the collective names it as missing.
-pub const STORE_TIMEOUT_ENV: &str = "INTRANODE_STORE_TIMEOUT_MS";
-
-/// How long a server that accepted the connection has to answer the hello,
-/// in milliseconds (default [`DEFAULT_HANDSHAKE_TIMEOUT`]).
-pub const HANDSHAKE_TIMEOUT_ENV: &str = "INTRANODE_STORE_HANDSHAKE_TIMEOUT_MS";
-
 /// A positive number of milliseconds from `name`, `default` when unset or
 /// blank.
 fn millis_var(
@@ -120,7 +108,7 @@ fn millis_var(
 }
 
 impl ClientConfig {
-    /// The defaults, with the token read from [`crate::TOKEN_ENV`] and the
+    /// The defaults, with the token read from [`TOKEN_ENV`] and the
     /// timeouts from [`STORE_TIMEOUT_ENV`]. A timeout that does not parse
     /// is logged and ignored; [`ClientConfig::try_from_env`] refuses it
     /// instead. A token that is set but empty or not UTF-8 is logged and
@@ -152,7 +140,7 @@ impl ClientConfig {
         // Read apart from the rest: `from_vars` sees only UTF-8 values.
         let token = token_from_env()?;
         let config = Self::from_vars(|name| match name {
-            crate::TOKEN_ENV => None,
+            TOKEN_ENV => None,
             _ => std::env::var(name).ok(),
         })?;
         Ok(Self { token, ..config })
@@ -160,7 +148,7 @@ impl ClientConfig {
 
     /// [`ClientConfig::try_from_env`] with variables looked up by `var`.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, StoreError> {
-        let token = var(crate::TOKEN_ENV);
+        let token = var(TOKEN_ENV);
         check_token(token.as_deref())?;
         let timeout = millis_var(&var, STORE_TIMEOUT_ENV, DEFAULT_TIMEOUT)?;
         let handshake_timeout = millis_var(&var, HANDSHAKE_TIMEOUT_ENV, DEFAULT_HANDSHAKE_TIMEOUT)?;
@@ -201,14 +189,6 @@ pub struct TcpStore {
     conn: Mutex<Option<Conn>>,
 }
 
-/// A logged-in connection of a [`TcpStore`].
-struct Conn {
-    stream: TcpStream,
-    /// Replies the server still owes to parked calls that ended before it
-    /// answered (NOTE [late replies]).
-    late_replies: u32,
-}
-
 impl fmt::Debug for TcpStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TcpStore")
@@ -235,7 +215,7 @@ impl TcpStore {
     /// server that accepts but does not answer the hello within
     /// `config.handshake_timeout` fails at once ([`StoreError::Silent`]). An
     /// empty token fails before connecting.
-    // NOTE [out of descriptors] in `server.rs`.
+    // NOTE [out of descriptors] in `server/accept.rs`.
     pub fn connect<A>(addr: A, config: ClientConfig) -> Result<Self, StoreError>
     where
         A: ToSocketAddrs + fmt::Display,
@@ -438,334 +418,6 @@ fn parked_for(req: &Request, wait: Duration) -> Request {
             timeout_ms,
         },
         other => other.clone(),
-    }
-}
-
-/// A stream whose every read and write is bounded by what is left until
-/// one deadline (NOTE [client trusts no server]); past it they fail with
-/// `TimedOut`, saying so. Both clients use it, for every call and for
-/// the handshake.
-pub(crate) struct DeadlineStream<'a> {
-    stream: &'a TcpStream,
-    deadline: Option<Instant>,
-    budget: Duration,
-    /// Bytes read so far: a deadline that passes before the first byte of
-    /// a reply leaves the connection in step (NOTE [late replies]).
-    read_bytes: u64,
-}
-
-impl<'a> DeadlineStream<'a> {
-    /// `budget` from now; a budget too large for `Instant` has no deadline.
-    pub(crate) fn new(stream: &'a TcpStream, budget: Duration) -> Self {
-        Self {
-            stream,
-            deadline: Instant::now().checked_add(budget),
-            budget,
-            read_bytes: 0,
-        }
-    }
-
-    /// Bytes read through this stream so far.
-    pub(crate) fn read_bytes(&self) -> u64 {
-        self.read_bytes
-    }
-
-    fn left(&self) -> io::Result<Option<Duration>> {
-        let Some(deadline) = self.deadline else {
-            return Ok(None);
-        };
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(self.late());
-        }
-        Ok(Some(left))
-    }
-
-    fn late(&self) -> io::Error {
-        io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!(
-                "timed out: the store did not answer within {} ms",
-                self.budget.as_millis()
-            ),
-        )
-    }
-
-    fn check(&self, result: io::Result<usize>) -> io::Result<usize> {
-        match result {
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                Err(self.late())
-            }
-            other => other,
-        }
-    }
-}
-
-impl Read for DeadlineStream<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.stream.set_read_timeout(self.left()?)?;
-        let result = (&*self.stream).read(buf);
-        if let Ok(n) = result {
-            self.read_bytes += n as u64;
-        }
-        self.check(result)
-    }
-}
-
-impl Write for DeadlineStream<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.stream.set_write_timeout(self.left()?)?;
-        let result = (&*self.stream).write(buf);
-        self.check(result)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// NOTE [late replies]: a parked call (`get`, `wait`, `multi_get`) waits
-/// for the server's answer up to its own timeout plus [`IO_GRACE`]. A
-/// server that is merely slow (a debug build serving a thousand clients on
-/// two busy cores) can answer later than that. Failing the call with an
-/// i/o error and dropping the connection would turn a 200 ms `get` that
-/// the server answers `TimedOut` a little later into a hard error and a
-/// reconnect (145 of the load test's 1000 clients in one run of eight,
-/// "did not answer within 5200 ms"). So when the deadline passes before
-/// the first byte of the reply, the call returns the same
-/// [`StoreError::Timeout`] as the server's `TimedOut`, and the connection
-/// stays: it is between frames, owing one reply, which the next call reads
-/// and drops before it sends its own request, all within its own deadline. A late reply that is a
-/// refusal (the server closed the connection) fails that next call as the
-/// refusal would have failed the first. More than [`MAX_LATE_REPLIES`]
-/// owed, and the connection is dropped. A deadline that passes inside a
-/// reply still drops the connection with an i/o error: the stream stopped
-/// mid-frame. Tested by `tests/hostile_server.rs`
-/// `tcp_store_parked_call_on_a_slow_server_is_a_timeout_and_keeps_the_connection`
-/// and the load test of `tests/limits.rs`.
-enum Exchanged {
-    /// The reply's body.
-    Reply(Vec<u8>),
-    /// The deadline passed (the error says so) before the first byte of
-    /// a reply: the connection is still in step.
-    NoReply(io::Error),
-    /// The connection failed, or stopped inside a frame: never reuse it.
-    Failed(io::Error),
-}
-
-/// Reads one reply frame of at most `max_reply_bytes`. The length is
-/// checked before anything else is read; the buffer grows only as bytes
-/// arrive.
-fn read_reply(io: &mut DeadlineStream<'_>, max_reply_bytes: usize) -> Exchanged {
-    let before = io.read_bytes();
-    match wire::read_frame(io, max_reply_bytes) {
-        Ok(Some(body)) => Exchanged::Reply(body),
-        Ok(None) => Exchanged::Failed(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "server closed the connection",
-        )),
-        Err(FrameError::Io(e))
-            if e.kind() == io::ErrorKind::TimedOut && io.read_bytes() == before =>
-        {
-            Exchanged::NoReply(e)
-        }
-        Err(FrameError::Io(e)) => Exchanged::Failed(e),
-        Err(FrameError::TooLarge(e)) => Exchanged::Failed(io::Error::other(e)),
-    }
-}
-
-/// On `conn`, within `budget`: reads and drops the replies owed to
-/// earlier calls (NOTE [late replies]), then writes one request frame and
-/// reads one reply frame of at most `max_reply_bytes`.
-fn exchange(conn: &mut Conn, body: &[u8], budget: Duration, max_reply_bytes: usize) -> Exchanged {
-    let mut io = DeadlineStream::new(&conn.stream, budget);
-    while conn.late_replies > 0 {
-        match read_reply(&mut io, max_reply_bytes) {
-            Exchanged::Reply(late) => {
-                conn.late_replies -= 1;
-                if let Ok(Response::Refused(message)) = wire::decode_response(&late) {
-                    return Exchanged::Failed(io::Error::new(
-                        io::ErrorKind::ConnectionAborted,
-                        format!("the store closed the connection: {message}"),
-                    ));
-                }
-            }
-            // This call's request is not sent: it owes nothing more.
-            other => return other,
-        }
-    }
-    if let Err(e) = wire::write_frame(&mut io, body) {
-        return Exchanged::Failed(e);
-    }
-    let reply = read_reply(&mut io, max_reply_bytes);
-    if matches!(reply, Exchanged::NoReply(_)) {
-        conn.late_replies += 1;
-    }
-    reply
-}
-
-/// Connects (retrying until `window` has passed) and handshakes.
-fn open(
-    name: &str,
-    resolve: impl Fn() -> io::Result<Vec<SocketAddr>>,
-    token: Option<&str>,
-    window: Duration,
-    handshake_timeout: Duration,
-) -> Result<(TcpStream, Vec<SocketAddr>), StoreError> {
-    dial(name, resolve, window, "store", |stream, remaining| {
-        // At least a second, so a nearly spent window still gets an
-        // answer.
-        let answer_within = handshake_timeout.min(remaining.max(Duration::from_secs(1)));
-        match handshake(name, stream, token, answer_within) {
-            Ok(stream) => Attempt::Done(stream),
-            Err(Handshake::Refused(e)) => Attempt::Fatal(e),
-            Err(Handshake::Busy(reason)) => Attempt::Retry(io::Error::other(reason)),
-            Err(Handshake::Io(e)) => Attempt::Retry(e),
-        }
-    })
-}
-
-/// What greeting the server on one connection came to ([`dial`]).
-pub(crate) enum Attempt {
-    /// Connected and greeted.
-    Done(TcpStream),
-    /// Not to be retried: the server said no, or nothing in time.
-    Fatal(StoreError),
-    /// Retried within the window: a busy server, a broken connection.
-    Retry(io::Error),
-}
-
-/// Connects to `name` (its addresses from `resolve`, asked again on every
-/// round) and greets the server with `greet(stream, time left)`, retrying
-/// with backoff until `window` has passed, so a rank may start before the
-/// store. Both clients dial this way: intranode's (`TcpStore`) and
-/// PyTorch's (`TorchStore`); `what` names the store in trace events.
-pub(crate) fn dial(
-    name: &str,
-    resolve: impl Fn() -> io::Result<Vec<SocketAddr>>,
-    window: Duration,
-    what: &str,
-    mut greet: impl FnMut(TcpStream, Duration) -> Attempt,
-) -> Result<(TcpStream, Vec<SocketAddr>), StoreError> {
-    let start = Instant::now();
-    let deadline = start.checked_add(window);
-    let left = || match deadline {
-        Some(d) => d.saturating_duration_since(Instant::now()),
-        None => Duration::MAX,
-    };
-    let mut backoff = BACKOFF_START;
-    let mut last_err = io::Error::new(
-        io::ErrorKind::TimedOut,
-        "no connect attempt fit the timeout",
-    );
-    loop {
-        match resolve() {
-            Ok(addrs) if addrs.is_empty() => {
-                last_err = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
-            }
-            Ok(addrs) => {
-                for sa in &addrs {
-                    let remaining = left();
-                    if remaining.is_zero() {
-                        break;
-                    }
-                    // Cap one attempt so a black-holed address does not eat
-                    // the whole window before the next one is tried.
-                    match TcpStream::connect_timeout(sa, remaining.min(Duration::from_secs(5))) {
-                        Ok(stream) => match greet(stream, remaining) {
-                            Attempt::Done(stream) => return Ok((stream, addrs)),
-                            Attempt::Fatal(e) => return Err(e),
-                            Attempt::Retry(e) => last_err = e,
-                        },
-                        Err(e) => last_err = e,
-                    }
-                }
-            }
-            Err(e) => last_err = e,
-        }
-        let remaining = left();
-        if remaining.is_zero() {
-            return Err(StoreError::Connect {
-                addr: name.to_owned(),
-                waited: start.elapsed(),
-                source: last_err,
-            });
-        }
-        tracing::trace!(addr = %name, error = %last_err, "{what} connect failed, retrying");
-        thread::sleep(backoff.min(remaining));
-        backoff = (backoff * 2).min(BACKOFF_MAX);
-    }
-}
-
-enum Handshake {
-    /// The server said no, or said nothing in time: do not retry.
-    Refused(StoreError),
-    /// The server is at its connection limit, or out of descriptors:
-    /// retry.
-    Busy(String),
-    /// The connection failed: retry.
-    Io(io::Error),
-}
-
-fn handshake(
-    name: &str,
-    stream: TcpStream,
-    token: Option<&str>,
-    answer_within: Duration,
-) -> Result<TcpStream, Handshake> {
-    let refused = |reason: String| {
-        Handshake::Refused(StoreError::Handshake {
-            addr: name.to_owned(),
-            reason,
-        })
-    };
-    let hello = Request::Hello {
-        version: PROTOCOL_VERSION,
-        token: token.map(|t| t.as_bytes().to_vec()),
-    };
-    let body = wire::encode_request(&hello).map_err(|e| refused(e.to_string()))?;
-    stream.set_nodelay(true).map_err(Handshake::Io)?;
-    let silent = || {
-        Handshake::Refused(StoreError::Silent {
-            addr: name.to_owned(),
-            waited: answer_within,
-        })
-    };
-    let mut io = DeadlineStream::new(&stream, answer_within);
-    match wire::write_frame(&mut io, &body) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::TimedOut => return Err(silent()),
-        Err(e) => return Err(Handshake::Io(e)),
-    }
-    // A hello reply is a few bytes, or a refusal naming a reason.
-    let reply = match read_reply(&mut io, 64 << 10) {
-        Exchanged::Reply(reply) => reply,
-        Exchanged::NoReply(_) => return Err(silent()),
-        Exchanged::Failed(e) if e.kind() == io::ErrorKind::TimedOut => return Err(silent()),
-        Exchanged::Failed(e) => return Err(Handshake::Io(e)),
-    };
-    match wire::decode_response(&reply) {
-        Ok(Response::Hello { version }) if version == PROTOCOL_VERSION => Ok(stream),
-        Ok(Response::Hello { version }) => Err(refused(format!(
-            "server speaks protocol version {version}, client speaks {PROTOCOL_VERSION}"
-        ))),
-        // Retried within the connect timeout: a server at its connection
-        // cap, or out of descriptors (NOTE [out of descriptors] in
-        // `server.rs`), has room again once other clients leave.
-        Ok(Response::Refused(reason))
-            if reason.starts_with(TOO_MANY_CONNECTIONS)
-                || reason.starts_with(OUT_OF_DESCRIPTORS) =>
-        {
-            Err(Handshake::Busy(reason))
-        }
-        Ok(Response::Error(reason) | Response::Refused(reason)) => Err(refused(reason)),
-        Ok(other) => Err(refused(format!("unexpected reply {other:?}"))),
-        Err(e) => Err(refused(format!("malformed reply: {e}"))),
     }
 }
 

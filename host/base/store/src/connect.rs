@@ -5,7 +5,12 @@ use std::sync::Arc;
 
 use intranode_dist_env::{DistEnv, StoreChoice, StoreProtocol};
 
-use crate::{ClientConfig, PrefixStore, Store, StoreError, TcpStore, TorchStore};
+use crate::client::{ClientConfig, TcpStore};
+use crate::error::StoreError;
+use crate::prefix::PrefixStore;
+use crate::store::Store;
+use crate::torch::TorchStore;
+use crate::vars::TOKEN_ENV;
 
 // NOTE [store protocol decision] in `intranode_dist_env`.
 /// Joins the rendezvous store of this rank's job: `MASTER_ADDR:MASTER_PORT`,
@@ -41,7 +46,7 @@ pub fn connect(
                 tracing::warn!(
                     addr,
                     "{} is set but PyTorch's TCPStore takes no token; not sent",
-                    crate::TOKEN_ENV
+                    TOKEN_ENV
                 );
             }
             Arc::new(TorchStore::connect(addr, config)?)

@@ -58,7 +58,7 @@ pub enum StoreError {
         "store at {addr} accepted the connection but did not answer the hello within {} ms \
          (handshake timeout, {}): is another kind of server listening there?",
         waited.as_millis(),
-        crate::HANDSHAKE_TIMEOUT_ENV
+        crate::vars::HANDSHAKE_TIMEOUT_ENV
     )]
     Silent {
         /// The server address.

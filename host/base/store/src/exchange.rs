@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::StoreError;
+use crate::error::StoreError;
 use crate::store::Store;
 
 /// Collective exchanges of serializable values through a [`Store`].
@@ -390,7 +390,7 @@ impl StoreExchange {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::HashStore;
+    use crate::hash::HashStore;
 
     #[test]
     fn validates_rank_and_world() {

@@ -14,7 +14,8 @@
 //!   (`docs/SECURITY.md` for the threat model). Every client call has one
 //!   deadline, its reconnect included, and a parked call past it ends with
 //!   its own [`StoreError::Timeout`].
-// NOTE [memory budget] in `limits.rs`; NOTE [late replies] in `client.rs`.
+// NOTE [memory budget] in `limits.rs`; NOTE [late replies] in
+// `client/connection.rs`.
 //! - [`TorchStore`]: a client of PyTorch's `TCPStore` (speaking its wire
 //!   protocol, described in [`torch`]), for ranks started by torchrun.
 //! - [`connect_env`]: the store of this rank's job, [`TcpStore`] or
@@ -60,19 +61,18 @@ mod prefix;
 mod server;
 mod store;
 pub mod torch;
+mod vars;
 pub mod wire;
 
-pub use client::{
-    ClientConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_REPLY_BYTES, HANDSHAKE_TIMEOUT_ENV,
-    STORE_TIMEOUT_ENV, TcpStore,
-};
+pub use client::{ClientConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_REPLY_BYTES, TcpStore};
 pub use connect::{connect, connect_env};
 pub use error::StoreError;
 pub use exchange::StoreExchange;
 pub use hash::HashStore;
 pub use limits::{ENTRY_OVERHEAD_BYTES, ServerLimits};
 pub use prefix::PrefixStore;
-pub use server::{ServerConfig, TOKEN_ENV, TcpStoreServer};
+pub use server::{ServerConfig, TcpStoreServer};
 pub use store::{DEFAULT_TIMEOUT, Store};
 pub use torch::TorchStore;
+pub use vars::{HANDSHAKE_TIMEOUT_ENV, STORE_TIMEOUT_ENV, TOKEN_ENV};
 pub use wire::WireError;

@@ -48,7 +48,7 @@
 
 use std::time::Duration;
 
-use crate::StoreError;
+use crate::error::StoreError;
 
 /// Bytes each key costs in [`ServerLimits::max_stored_bytes`] beyond the
 /// allocations of its key and value (as glibc's malloc sizes them): its share of the

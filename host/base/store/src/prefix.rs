@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::StoreError;
+use crate::error::StoreError;
 use crate::store::Store;
 
 /// A view of another store where every key is prefixed with `prefix/`,

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::StoreError;
+use crate::error::StoreError;
 
 /// Default timeout of blocking operations, as in c10d (300 s).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);

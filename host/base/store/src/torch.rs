@@ -1,8 +1,3 @@
-// (Over 700 lines: PyTorch's protocol has no frames, so every query's
-// encoding and reply parsing, the handshake and the per-call deadline
-// live in one reader; a tenth is unit tests. NOTE [torch store protocol]
-// below is the map.)
-
 //! [`TorchStore`]: a client of PyTorch's `TCPStore`, speaking its wire
 //! protocol, so a rank started by torchrun rendezvouses through the store
 //! torchrun's agent hosts.
@@ -65,69 +60,32 @@
 //! length before it is read (`tests/torch_fake.rs`
 //! `multi_get_caps_the_whole_reply`).
 
+// The bytes of the protocol (queries, PyTorch's constants and limits,
+// request encoding, reply fields) in `protocol.rs`.
+mod protocol;
+
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::client::{Attempt, DeadlineStream, IO_GRACE, dial};
+use crate::client::IO_GRACE;
+use crate::client::deadline::DeadlineStream;
+use crate::client::dial::{Attempt, dial};
+use crate::client::{ClientConfig, DEFAULT_MAX_REPLY_BYTES};
+use crate::error::StoreError;
 use crate::store::{Store, TimeoutCell, owned_keys};
-use crate::{ClientConfig, DEFAULT_MAX_REPLY_BYTES, StoreError, WireError};
-
-// NOTE [torch store protocol].
-/// The query types of PyTorch's `TCPStore` protocol (the table of the
-/// [module docs](self)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-#[allow(missing_docs)]
-pub enum TorchQuery {
-    Validate = 0,
-    Set = 1,
-    CompareSet = 2,
-    Get = 3,
-    Add = 4,
-    Check = 5,
-    Wait = 6,
-    GetNumKeys = 7,
-    DeleteKey = 8,
-    Append = 9,
-    MultiGet = 10,
-    MultiSet = 11,
-    CancelWait = 12,
-    Ping = 13,
-}
-
-impl TorchQuery {
-    /// The query for a byte, `None` for any other byte.
-    pub fn from_byte(byte: u8) -> Option<Self> {
-        use TorchQuery::*;
-        [
-            Validate, Set, CompareSet, Get, Add, Check, Wait, GetNumKeys, DeleteKey, Append,
-            MultiGet, MultiSet, CancelWait, Ping,
-        ]
-        .get(usize::from(byte))
-        .copied()
-    }
-}
-
-/// VALIDATE's magic number (`validationMagicNumber` in PyTorch's
-/// `TCPStoreBackend.hpp`).
-pub const TORCH_VALIDATION_MAGIC: u32 = 0x3C85_F7CE;
-/// CHECK's reply when every key exists (`CheckResponseType::READY`).
-pub const TORCH_CHECK_READY: u8 = 0;
-/// CHECK's reply when some key is missing (`CheckResponseType::NOT_READY`).
-pub const TORCH_CHECK_NOT_READY: u8 = 1;
-/// WAIT's reply once every key exists (`WaitResponseType::STOP_WAITING`).
-pub const TORCH_STOP_WAITING: u8 = 0;
-/// CANCEL_WAIT's reply (`WaitResponseType::WAIT_CANCELED`).
-pub const TORCH_WAIT_CANCELED: u8 = 1;
-/// Longest key the libuv server reads (`MAX_STRING_LEN`).
-pub const TORCH_MAX_KEY_BYTES: usize = 8 * 1024;
-/// Longest value the libuv server reads (`MAX_PAYLOAD_LEN`).
-pub const TORCH_MAX_VALUE_BYTES: usize = 8 * 1024 * 1024;
-/// Most keys in one query the libuv server reads (`MAX_KEY_COUNT`).
-pub const TORCH_MAX_KEYS: usize = 128 * 1024;
+use crate::wire::WireError;
+use protocol::{
+    Request, check_keys, check_value, is_timeout, keys_request, read_bytes, read_i64, read_u8,
+    read_u32, read_value, read_value_len,
+};
+pub use protocol::{
+    TORCH_CHECK_NOT_READY, TORCH_CHECK_READY, TORCH_KEY_PREFIX, TORCH_MAX_KEY_BYTES,
+    TORCH_MAX_KEYS, TORCH_MAX_VALUE_BYTES, TORCH_STOP_WAITING, TORCH_VALIDATION_MAGIC,
+    TORCH_WAIT_CANCELED, TorchQuery,
+};
 
 /// How long the connect's PING may take to come back. A live `TCPStore`
 /// answers in microseconds; ten seconds covers a host under heavy load
@@ -161,177 +119,6 @@ impl fmt::Debug for TorchStore {
             .field("timeout", &self.timeout.get())
             .finish_non_exhaustive()
     }
-}
-
-/// A request being written: the query byte, then its fields.
-struct Request(Vec<u8>);
-
-impl Request {
-    fn new(query: TorchQuery) -> Self {
-        Self(vec![query as u8])
-    }
-
-    fn u32(mut self, value: u32) -> Self {
-        self.0.extend_from_slice(&value.to_le_bytes());
-        self
-    }
-
-    fn u64(mut self, value: u64) -> Self {
-        self.0.extend_from_slice(&value.to_le_bytes());
-        self
-    }
-
-    fn i64(mut self, value: i64) -> Self {
-        self.0.extend_from_slice(&value.to_le_bytes());
-        self
-    }
-
-    fn bytes(self, bytes: &[u8]) -> Self {
-        let mut req = self.u64(bytes.len() as u64);
-        req.0.extend_from_slice(bytes);
-        req
-    }
-
-    /// A key as PyTorch's client sends it: [`TORCH_KEY_PREFIX`] first
-    /// (`TCPStore::keyPrefix_`), so a key this client sets is the key a
-    /// Python rank's `store.get` asks for, and the other way round.
-    fn key(self, key: &str) -> Self {
-        let mut req = self.u64((TORCH_KEY_PREFIX.len() + key.len()) as u64);
-        req.0.extend_from_slice(TORCH_KEY_PREFIX.as_bytes());
-        req.0.extend_from_slice(key.as_bytes());
-        req
-    }
-}
-
-/// What PyTorch's `TCPStore` client puts before every key on the wire
-/// (`keyPrefix_`). Without it a Rust rank and a Python rank that name the
-/// same key never meet: seen on 2 H200 with PyTorch 2.11 (2026-11-26), a
-/// wait on `py/hello` for the `/py/hello` that Python had set never ended.
-pub const TORCH_KEY_PREFIX: &str = "/";
-
-fn over_limit(what: &'static str, got: usize, max: usize, limit: &'static str) -> WireError {
-    WireError::OverLimit {
-        what,
-        got: got as u64,
-        max: max as u64,
-        limit,
-    }
-}
-
-/// Refuses what PyTorch's libuv server would close the connection over.
-fn check_keys(keys: &[&str]) -> Result<(), WireError> {
-    if keys.len() > TORCH_MAX_KEYS {
-        return Err(over_limit(
-            "list items",
-            keys.len(),
-            TORCH_MAX_KEYS,
-            "PyTorch's MAX_KEY_COUNT",
-        ));
-    }
-    for key in keys {
-        if TORCH_KEY_PREFIX.len() + key.len() > TORCH_MAX_KEY_BYTES {
-            return Err(over_limit(
-                "key bytes",
-                TORCH_KEY_PREFIX.len() + key.len(),
-                TORCH_MAX_KEY_BYTES,
-                "PyTorch's MAX_STRING_LEN",
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn check_value(value: &[u8]) -> Result<(), WireError> {
-    if value.len() > TORCH_MAX_VALUE_BYTES {
-        return Err(over_limit(
-            "value bytes",
-            value.len(),
-            TORCH_MAX_VALUE_BYTES,
-            "PyTorch's MAX_PAYLOAD_LEN",
-        ));
-    }
-    Ok(())
-}
-
-/// Reads one byte vector (`u64` length, bytes). NOTE [client trusts no
-/// server]: a length over PyTorch's own [`TORCH_MAX_VALUE_BYTES`] is
-/// refused before any of it is read (a server that declared 1 GiB, or
-/// sent without end, was buffered up to 2 GiB before); below it the buffer
-/// grows only as bytes arrive.
-fn read_bytes(stream: &mut impl Read) -> io::Result<Vec<u8>> {
-    let len = read_value_len(stream)?;
-    read_value(stream, len)
-}
-
-/// The length of a byte vector, refused over [`TORCH_MAX_VALUE_BYTES`].
-fn read_value_len(stream: &mut impl Read) -> io::Result<u64> {
-    let len = read_u64(stream)?;
-    if len > TORCH_MAX_VALUE_BYTES as u64 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!(
-                "the store announced a value of {len} bytes, over PyTorch's MAX_PAYLOAD_LEN \
-                 ({TORCH_MAX_VALUE_BYTES} bytes): not read"
-            ),
-        ));
-    }
-    Ok(len)
-}
-
-/// The `len` bytes of a byte vector whose length was read.
-fn read_value(stream: &mut impl Read, len: u64) -> io::Result<Vec<u8>> {
-    let mut value = Vec::new();
-    stream.take(len).read_to_end(&mut value)?;
-    if (value.len() as u64) < len {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            format!(
-                "the store closed the connection {} bytes into a {len}-byte value",
-                value.len()
-            ),
-        ));
-    }
-    Ok(value)
-}
-
-/// `read_exact`, saying "closed" where std says "failed to fill whole
-/// buffer".
-fn read_array<const N: usize>(stream: &mut impl Read) -> io::Result<[u8; N]> {
-    let mut buf = [0; N];
-    stream.read_exact(&mut buf).map_err(|e| {
-        if e.kind() == io::ErrorKind::UnexpectedEof {
-            io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the store closed the connection before its reply was complete",
-            )
-        } else {
-            e
-        }
-    })?;
-    Ok(buf)
-}
-
-fn read_u8(stream: &mut impl Read) -> io::Result<u8> {
-    Ok(read_array::<1>(stream)?[0])
-}
-
-fn read_u32(stream: &mut impl Read) -> io::Result<u32> {
-    Ok(u32::from_le_bytes(read_array(stream)?))
-}
-
-fn read_u64(stream: &mut impl Read) -> io::Result<u64> {
-    Ok(u64::from_le_bytes(read_array(stream)?))
-}
-
-fn read_i64(stream: &mut impl Read) -> io::Result<i64> {
-    Ok(i64::from_le_bytes(read_array(stream)?))
-}
-
-fn is_timeout(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    )
 }
 
 /// What went wrong in one call; turned into a [`StoreError`] with the
@@ -504,7 +291,7 @@ impl TorchStore {
     ) -> Result<(), StoreError> {
         check_keys(keys).map_err(|e| self.limit_error(op, e))?;
         let req = keys_request(TorchQuery::Wait, keys);
-        // NOTE [late replies] in `client.rs`: past its own deadline a wait
+        // NOTE [late replies] in `client/connection.rs`: past its own deadline a wait
         // ends with its own error, whatever the server still owes.
         let late = || {
             Failure::Late(StoreError::Timeout {
@@ -616,14 +403,6 @@ fn validate_and_ping(stream: TcpStream, window: Duration) -> Result<TcpStream, H
         )),
         Err(e) => Err(Handshake::Io(e)),
     }
-}
-
-fn keys_request(query: TorchQuery, keys: &[&str]) -> Request {
-    let mut req = Request::new(query).u64(keys.len() as u64);
-    for key in keys {
-        req = req.key(key);
-    }
-    req
 }
 
 impl Store for TorchStore {
@@ -773,67 +552,4 @@ impl Store for TorchStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn query_bytes_are_pytorchs() {
-        // The order of `QueryType` in PyTorch's TCPStoreBackend.hpp.
-        for (byte, query) in [
-            (0, TorchQuery::Validate),
-            (1, TorchQuery::Set),
-            (6, TorchQuery::Wait),
-            (11, TorchQuery::MultiSet),
-            (12, TorchQuery::CancelWait),
-            (13, TorchQuery::Ping),
-        ] {
-            assert_eq!(query as u8, byte);
-            assert_eq!(TorchQuery::from_byte(byte), Some(query));
-        }
-        assert_eq!(TorchQuery::from_byte(14), None);
-    }
-
-    #[test]
-    fn requests_encode_little_endian_with_u64_lengths() {
-        let req = Request::new(TorchQuery::Add).key("k").i64(-2);
-        let mut want = vec![4u8];
-        want.extend_from_slice(&2u64.to_le_bytes());
-        want.extend_from_slice(b"/k");
-        want.extend_from_slice(&(-2i64).to_le_bytes());
-        assert_eq!(req.0, want);
-        let req = keys_request(TorchQuery::Check, &["a", "bc"]);
-        assert_eq!(req.0[0], 5);
-        assert_eq!(req.0[1..9], 2u64.to_le_bytes());
-        // Each key with PyTorch's "/" before it.
-        assert_eq!(req.0.len(), 1 + 8 + 8 + 2 + 8 + 3);
-    }
-
-    #[test]
-    fn garbage_lengths_fail_without_allocating() {
-        let mut reply = Vec::new();
-        reply.extend_from_slice(&u64::MAX.to_le_bytes());
-        reply.extend_from_slice(b"abc");
-        let err = read_bytes(&mut reply.as_slice()).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
-        assert!(err.to_string().contains("MAX_PAYLOAD_LEN"), "{err}");
-        let mut reply = Vec::new();
-        reply.extend_from_slice(&(TORCH_MAX_VALUE_BYTES as u64).to_le_bytes());
-        reply.extend_from_slice(b"abc");
-        let err = read_bytes(&mut reply.as_slice()).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
-        assert!(err.to_string().contains("3 bytes into"), "{err}");
-    }
-
-    #[test]
-    fn limits_are_checked_before_sending() {
-        // The limit counts the "/" PyTorch's client puts before a key.
-        let long = "k".repeat(TORCH_MAX_KEY_BYTES);
-        let err = check_keys(&[&long]).unwrap_err();
-        assert!(err.to_string().contains("MAX_STRING_LEN"), "{err}");
-        check_keys(&[&long[1..]]).unwrap();
-        let big = vec![0u8; TORCH_MAX_VALUE_BYTES + 1];
-        let err = check_value(&big).unwrap_err();
-        assert!(err.to_string().contains("MAX_PAYLOAD_LEN"), "{err}");
-        check_value(&big[1..]).unwrap();
-    }
-}
+mod tests;

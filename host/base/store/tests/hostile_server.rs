@@ -182,7 +182,7 @@ fn tcp_store_handshake_is_bounded_against_a_trickled_hello() {
 /// failed such calls with "did not answer within 5200 ms" and dropped its
 /// connection. The call's own deadline must give the call's own error,
 /// `Timeout`, and the connection stay: the late reply is read and dropped before the
-/// next call's (NOTE [late replies] in `src/client.rs`).
+/// next call's (NOTE [late replies] in `src/client/connection.rs`).
 #[test]
 fn tcp_store_parked_call_on_a_slow_server_is_a_timeout_and_keeps_the_connection() {
     let timeout = Duration::from_millis(200);

@@ -923,8 +923,8 @@ fn wait_of_frame_bytes(frame_bytes: usize, tag: &str) -> Request {
 /// budget, send one more byte and close. A server that saw the unread
 /// byte and counted them as present would keep their budget forever, and
 /// every later request would get "server busy" after 30 s. They must be
-/// dropped (NOTE [hung-up waiters] in `src/server.rs`) and the store serve
-/// on; a half-closed waiter is told why.
+/// dropped (NOTE [hung-up waiters] in `src/server/connection.rs`) and the
+/// store serve on; a half-closed waiter is told why.
 #[test]
 fn hung_up_waiters_with_unread_bytes_do_not_wedge_the_store() {
     if std::env::var_os(SERVER_CHILD_ENV).is_some() {
@@ -1095,9 +1095,10 @@ fn tiny_keys_stay_within_max_stored_bytes() {
 /// fails for good after its handshake timeout, "is another kind of server
 /// listening there?" (5.06 s; with a 30 s handshake timeout it got in
 /// after 6.75 s). So the acceptor keeps a spare descriptor to take such a
-/// connection and refuse it (NOTE [out of descriptors] in `src/server.rs`): a client
-/// that runs out of time is told the server is out of descriptors, and one
-/// with time left retries and gets in once descriptors free up.
+/// connection and refuse it (NOTE [out of descriptors] in
+/// `src/server/accept.rs`): a client that runs out of time is told the
+/// server is out of descriptors, and one with time left retries and gets
+/// in once descriptors free up.
 #[test]
 fn a_store_out_of_descriptors_refuses_clients_and_lets_them_in_once_freed() {
     if std::env::var_os(SERVER_CHILD_ENV).is_some() {
@@ -1276,8 +1277,8 @@ fn logging_server_child() {
 /// over-the-cap ones by the acceptor), then once the pipe was full every
 /// client thread, and then the acceptor, would block in that write and no
 /// rank could log in. Refusals are counted and summarised at most once a
-/// second by one thread (NOTE [refusal log] in `src/server.rs`): the rank
-/// with the token gets in.
+/// second by one thread (NOTE [refusal log] in
+/// `src/server/refusal_log.rs`): the rank with the token gets in.
 #[test]
 fn a_refusal_flood_with_stderr_stalled_keeps_the_store_open() {
     if std::env::var_os(SERVER_CHILD_ENV).is_some() || std::env::var_os(LOGGING_CHILD_ENV).is_some()

@@ -14,8 +14,8 @@ use nix::sys::socket::{
 };
 
 use super::IpcChannel;
-use crate::wire::{HEADER_BYTES, Kind, Message, decode_header, encode_header};
-use crate::{IpcError, MAX_PAYLOAD_BYTES};
+use crate::error::IpcError;
+use crate::wire::{HEADER_BYTES, Kind, MAX_PAYLOAD_BYTES, Message, decode_header, encode_header};
 
 /// The kernel's limit on descriptors in one `SCM_RIGHTS` message
 /// (`SCM_MAX_FD` in `include/net/scm.h`). The control buffer is sized for it
