@@ -27,8 +27,9 @@ impl IntraNodeComm {
     /// `algo` (the entry points of this type that take an explicit
     /// algorithm: tests and the benchmark): [`decide_all_reduce`] with
     /// `algo` forced, so a Lamport form hands messages larger than its
-    /// buffers to its barrier twin. `Communicator` decides itself and
-    /// calls the `_decided` functions, which do not decide again.
+    /// buffers to its barrier twin. `Communicator` decides itself
+    /// (`communicator/all_reduce.rs`) and calls `all_reduce_raw`, which
+    /// does not decide again.
     pub fn resolve(&self, algo: AllReduceAlgo, elem: ElemType, elems: usize) -> AllReduceAlgo {
         let call = AllReduceCall {
             elem: Some(elem),
