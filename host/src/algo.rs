@@ -1,4 +1,4 @@
-// (Over 700 lines: about half is the decision's unit tests, kept beside
+// (Over 700 lines, 954: about half is the decision's unit tests, kept beside
 // the rules they pin down.)
 
 //! The one place that decides which all-reduce runs: ours (the Lamport

@@ -1,4 +1,4 @@
-// (Over 700 lines: the waiter, reader and stopper threads share one
+// (Over 700 lines, 1035: the waiter, reader and stopper threads share one
 // state machine; a fifth of the file is its tests.)
 
 //! Starting the ranks, watching them, and stopping them all when one fails.

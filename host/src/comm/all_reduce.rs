@@ -1,4 +1,4 @@
-// (Over 700 lines: a quarter of them are tests; the launch shapes (push,
+// (Over 700 lines, 892: a quarter of them are tests; the launch shapes (push,
 // Lamport, block counts) and the launches that use them are one
 // decision, and the tests pin the two together. If it grows, the shapes
 // (up to `most_bytes`) are the seam for a `launch_shape.rs`.)

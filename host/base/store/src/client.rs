@@ -1,4 +1,4 @@
-// (Over 700 lines: one client type whose every call shares the
+// (Over 700 lines, 910: one client type whose every call shares the
 // connection, the login and the one per-call deadline that bounds it
 // (reconnect, handshake, request, reply, the replies owed to earlier
 // calls: NOTE [late replies]). Split, each half would need the other's

@@ -1,4 +1,4 @@
-// (Over 700 lines: the table, its memory accounting (what every value,
+// (Over 700 lines, 813: the table, its memory accounting (what every value,
 // key and parked waiter is charged, and when freed bytes count toward the
 // trim) and the waits on it are one lock's worth of invariants; about a
 // fifth is their unit tests.)

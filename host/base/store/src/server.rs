@@ -1,4 +1,4 @@
-// (Over 700 lines: the accept loop, the per-client thread and the
+// (Over 700 lines, 1437: the accept loop, the per-client thread and the
 // limits they enforce belong together; the last part is tests.)
 
 //! [`TcpStoreServer`]: serves a [`MemTable`] over the [`crate::wire`]

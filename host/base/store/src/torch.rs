@@ -1,4 +1,4 @@
-// (Over 700 lines: PyTorch's protocol has no frames, so every query's
+// (Over 700 lines, 834: PyTorch's protocol has no frames, so every query's
 // encoding and reply parsing, the handshake and the per-call deadline
 // live in one reader; a tenth is unit tests. NOTE [torch store protocol]
 // below is the map.)

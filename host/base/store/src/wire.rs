@@ -1,4 +1,4 @@
-// (Over 700 lines: every request and response of the protocol with its
+// (Over 700 lines, 1153: every request and response of the protocol with its
 // encoding, one table to read when the version changes; a quarter is
 // tests.)
 
