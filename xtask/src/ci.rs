@@ -31,11 +31,12 @@ pub enum Step {
     /// count near its top, and has not grown past the count by more than
     /// 10 %
     LongFiles,
-    /// host/ptx/ against the kernel source (`build-ptx --check`), then
-    /// `check-ptx` for sm_90 and sm_80
+    /// clippy of the kernels for the GPU (both sets), host/ptx/ against
+    /// the kernel source (`build-ptx --check`), then `check-ptx` for sm_90
+    /// and sm_80
     Kernels,
-    /// clippy, warnings denied: the workspace, intranode as users build it
-    /// (no internals, no test kernels), the kernels for the GPU (both sets)
+    /// clippy, warnings denied: the workspace, and intranode as users
+    /// build it (no internals, no test kernels)
     Clippy,
     /// The examples checked alone, without internals, so no other crate's
     /// features hide an example that reaches past the public API
@@ -155,10 +156,32 @@ fn run_step(root: &Path, step: Step, steps: &mut Steps) -> Result<()> {
     }
 }
 
-/// The committed PTX first, so a kernel change without `build-ptx
-/// --write` fails before ptxas runs; `check-ptx` then finds those builds
-/// done.
+/// Clippy first (seconds), then the committed PTX, so a kernel change
+/// without `build-ptx --write` fails before ptxas runs; `check-ptx` then
+/// finds those builds done.
 fn kernels(root: &Path, steps: &mut Steps) -> Result<()> {
+    let cargo = intranode_ptx_builder::cargo_binary();
+    let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
+    // The kernels as the GPU sees them, both sets (each PTX is built from
+    // one of them alone).
+    steps.time("clippy, kernels for the GPU", || {
+        for features in [&[][..], &["--features", "test-kernels"]] {
+            let mut args = vec![
+                "clippy",
+                "-p",
+                "intranode-kernels-gpu",
+                "--target",
+                intranode_ptx_builder::TARGET,
+                "-Zbuild-std=core",
+                "--target-dir",
+                "target/ptx-clippy",
+            ];
+            args.extend_from_slice(features);
+            args.extend_from_slice(&["--", "-D", "warnings"]);
+            run(root, cargo, &args)?;
+        }
+        Ok(())
+    })?;
     steps.time("committed PTX (kernels built from source)", || {
         crate::committed::check(root, |arch, set| {
             crate::build_ptx_for(root, arch, set, None)
@@ -207,26 +230,6 @@ fn clippy(root: &Path, cargo: &str, steps: &mut Steps) -> Result<()> {
                 "warnings",
             ],
         )
-    })?;
-    // The kernels as the GPU sees them, both sets (each PTX is built from
-    // one of them alone).
-    steps.time("clippy, kernels for the GPU", || {
-        for features in [&[][..], &["--features", "test-kernels"]] {
-            let mut args = vec![
-                "clippy",
-                "-p",
-                "intranode-kernels-gpu",
-                "--target",
-                intranode_ptx_builder::TARGET,
-                "-Zbuild-std=core",
-                "--target-dir",
-                "target/ptx-clippy",
-            ];
-            args.extend_from_slice(features);
-            args.extend_from_slice(&["--", "-D", "warnings"]);
-            run(root, cargo, &args)?;
-        }
-        Ok(())
     })
 }
 

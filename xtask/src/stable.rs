@@ -627,6 +627,32 @@ mod tests {
     }
 
     #[test]
+    fn a_changed_added_or_removed_file_is_named() {
+        let dir = RunDir::new("xtask-test").unwrap();
+        std::fs::create_dir_all(dir.path().join("a/src")).unwrap();
+        std::fs::write(dir.path().join("a/src/lib.rs"), b"x").unwrap();
+        std::fs::write(dir.path().join("a/Cargo.lock"), b"1").unwrap();
+        let before = fingerprint(dir.path()).unwrap();
+        // A lock file cargo rewrites is no change.
+        std::fs::write(dir.path().join("a/Cargo.lock"), b"2").unwrap();
+        assert_eq!(
+            first_change(&before, &fingerprint(dir.path()).unwrap()),
+            None
+        );
+        std::fs::write(dir.path().join("a/src/lib.rs"), b"y").unwrap();
+        let changed = first_change(&before, &fingerprint(dir.path()).unwrap());
+        assert_eq!(changed.as_deref(), Some("a/src/lib.rs"));
+        std::fs::write(dir.path().join("a/src/lib.rs"), b"x").unwrap();
+        std::fs::write(dir.path().join("a/src/gen.rs"), b"").unwrap();
+        let added = first_change(&before, &fingerprint(dir.path()).unwrap());
+        assert_eq!(added.as_deref(), Some("a/src/gen.rs"));
+        std::fs::remove_file(dir.path().join("a/src/gen.rs")).unwrap();
+        std::fs::remove_file(dir.path().join("a/src/lib.rs")).unwrap();
+        let removed = first_change(&before, &fingerprint(dir.path()).unwrap());
+        assert_eq!(removed.as_deref(), Some("a/src/lib.rs"));
+    }
+
+    #[test]
     fn run_dirs_are_distinct_and_removed() {
         let a = RunDir::new("xtask-test").unwrap();
         let b = RunDir::new("xtask-test").unwrap();
