@@ -1,9 +1,11 @@
 //! `ci`: everything CI checks, as named steps (`--only`, `--skip`), each
-//! timed. The kernels step is mostly one core's work (the kernel crate is
-//! one codegen unit, ptxas one thread), so when other steps run too it
-//! runs beside them, in a child process (`cargo xtask ci --only kernels`)
-//! whose output goes to a log file and is printed when it ends; a failure
-//! there stops the other steps at their next boundary.
+//! timed. The kernels step is a chain of one thread's work (the kernel
+//! crate is one codegen unit, ptxas one thread) and the longest of the
+//! run, so when other steps run too it runs beside them, in a child
+//! process (`cargo xtask ci --only kernels`) whose output goes to a log
+//! file and is printed when it ends; a failure there stops the other steps
+//! at their next boundary. The other steps then run at a lower priority
+//! ([`yield_to_beside`]): they fill what the chain leaves of the cores.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -79,7 +81,9 @@ fn selected(only: &[Step], skip: &[Step]) -> Vec<Step> {
 fn run_steps(root: &Path, selected: &[Step], steps: &mut Steps) -> Result<()> {
     // Started first: it is the longest step, and others overlap it.
     let mut beside = if selected.contains(&Step::Kernels) && selected.len() > 1 {
-        Some(Beside::start(root)?)
+        let beside = Beside::start(root)?;
+        yield_to_beside();
+        Some(beside)
     } else {
         None
     };
@@ -104,6 +108,32 @@ fn run_steps(root: &Path, selected: &[Step], steps: &mut Steps) -> Result<()> {
         result = result.and(kernels);
     }
     result
+}
+
+/// Lowers this thread's priority, and so that of every command it starts
+/// from now on, below the kernels step's (started before): that chain
+/// takes a core whenever it can run, the parallel builds of the other
+/// steps take the rest and both cores once it ends (shared evenly with
+/// cargo's two jobs, the chain would get a third of a 2-core machine).
+/// Best effort: where `renice` is missing or refuses, the steps share the
+/// cores evenly, as without it.
+fn yield_to_beside() {
+    // On Linux a thread's nice value is its own; commands started from
+    // this (the main) thread inherit it.
+    let pid = std::process::id().to_string();
+    let result = Command::new("renice")
+        .args(["-n", "10", "-p", &pid])
+        .stdout(Stdio::null())
+        .status();
+    match result {
+        Ok(status) if status.success() => {
+            eprintln!("xtask: the other steps run at nice 10, below the kernels step");
+        }
+        Ok(status) => {
+            eprintln!("xtask: renice failed ({status}); the steps share the cores evenly")
+        }
+        Err(e) => eprintln!("xtask: no renice ({e}); the steps share the cores evenly"),
+    }
 }
 
 fn run_step(root: &Path, step: Step, steps: &mut Steps) -> Result<()> {
