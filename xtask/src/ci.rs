@@ -274,33 +274,37 @@ struct Beside {
 
 impl Beside {
     fn start(root: &Path) -> Result<Self> {
-        let log = root.join(KERNELS_LOG);
+        let exe = std::env::current_exe().context("finding xtask's own executable")?;
+        let mut cmd = Command::new(&exe);
+        cmd.args(["ci", "--only", "kernels"]).current_dir(root);
+        Self::start_command(cmd, root.join(KERNELS_LOG))
+    }
+
+    /// Starts `cmd` with its output in `log`.
+    fn start_command(mut cmd: Command, log: PathBuf) -> Result<Self> {
         if let Some(dir) = log.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         let file =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let exe = std::env::current_exe().context("finding xtask's own executable")?;
         eprintln!(
-            "xtask: the kernels step runs beside the others: {} ci --only kernels > {}",
-            exe.display(),
+            "xtask: the kernels step runs beside the others: {cmd:?} > {}",
             log.display()
         );
-        let mut child = Command::new(&exe)
-            .args(["ci", "--only", "kernels"])
-            .current_dir(root)
+        let started = Instant::now();
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(file.try_clone().context("duplicating the log's handle")?)
             .stderr(file)
             .spawn()
-            .with_context(|| format!("starting {}", exe.display()))?;
+            .with_context(|| format!("starting {cmd:?}"))?;
         let waiter = std::thread::spawn(move || {
             let status = child.wait()?;
             Ok((status, Instant::now()))
         });
         Ok(Self {
             log,
-            started: Instant::now(),
+            started,
             waiter: Some(waiter),
         })
     }
@@ -414,6 +418,48 @@ mod tests {
             "{table}"
         );
         assert!(table.trim_end().ends_with("total"), "{table}");
+    }
+
+    /// A command beside, its log in a folder of the test's own.
+    fn beside(script: &str) -> (Beside, crate::stable::RunDir) {
+        let dir = crate::stable::RunDir::new("xtask-ci-test").unwrap();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", script]);
+        (
+            Beside::start_command(cmd, dir.path().join("beside.log")).unwrap(),
+            dir,
+        )
+    }
+
+    #[test]
+    fn a_step_beside_that_fails_fails_the_run_and_is_timed() {
+        let (mut b, _dir) = beside("echo built; echo broken >&2; exit 3");
+        let mut steps = Steps::new();
+        let waited = Instant::now();
+        while b.fail_if_failed(&mut steps).is_ok() {
+            assert!(
+                waited.elapsed() < Duration::from_secs(60),
+                "the failure was never seen"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(steps.done.len(), 1);
+        assert!(steps.table().contains("kernels, beside"));
+        // Seen once: the end of the run has nothing more to wait for.
+        assert!(b.finish(&mut steps).is_ok());
+        assert_eq!(steps.done.len(), 1);
+    }
+
+    #[test]
+    fn a_step_beside_that_passes_is_waited_for() {
+        let (b, dir) = beside("sleep 0.1; echo checked");
+        let mut steps = Steps::new();
+        assert!(b.finish(&mut steps).is_ok());
+        assert_eq!(steps.done.len(), 1);
+        let log = std::fs::read_to_string(dir.path().join("beside.log")).unwrap();
+        assert_eq!(log, "checked\n");
+        let (b, _dir) = beside("exit 1");
+        assert!(b.finish(&mut Steps::new()).is_err());
     }
 
     #[test]

@@ -189,10 +189,10 @@ const CRATE_FAIL_BYTES: u64 = 9 << 20;
 /// removed with everything in it when dropped: two runs on one machine
 /// (two CI clones, say) never meet in it.
 #[derive(Debug)]
-struct RunDir(PathBuf);
+pub(crate) struct RunDir(PathBuf);
 
 impl RunDir {
-    fn new(what: &str) -> Result<Self> {
+    pub(crate) fn new(what: &str) -> Result<Self> {
         let base = std::env::temp_dir();
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -213,7 +213,7 @@ impl RunDir {
         bail!("no fresh folder for {what} under {}", base.display())
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }
