@@ -1,4 +1,4 @@
-// (Over 700 lines: the table and both sides made from it, the GPU's entry
+// (Over 700 lines, 994: the table and both sides made from it, the GPU's entry
 // points and the host's typed keys, are one contract and change together;
 // about 100 lines are the tests that hold the table and the names
 // together. If it grows, the host side (module `table`) is the seam for

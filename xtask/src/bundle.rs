@@ -123,9 +123,9 @@ pub fn build(root: &Path, out: Option<&Path>) -> Result<()> {
             "echo \"== {t}\"; ./{t} --test-threads=1 || fail=1\n"
         ));
     }
-    // The examples run on every local GPU under the launcher (the GPU
-    // suite of issue 17 runs 02_cuda_graph: capture under cudarc's
-    // defaults); without 2 GPUs they say so and pass.
+    // The examples run on every local GPU under the launcher (02_cuda_graph
+    // is the GPU check of capture under cudarc's defaults); without 2 GPUs
+    // they say so and pass.
     script.push_str("gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')\n");
     for example in EXAMPLES {
         script.push_str(&format!(

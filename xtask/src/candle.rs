@@ -367,7 +367,7 @@ pub fn example(root: &Path, out: Option<&Path>) -> Result<()> {
         bail!(
             "`cargo build --release --locked` of examples/candle-tp failed ({status}): cargo's \
              message above says what (a lock file that no longer matches the manifests: \
-             `cargo xtask candle-lock` checks it without building candle)"
+             `cargo xtask ci --only candle-lock` checks it without building candle)"
         );
     }
     let bin = target_dir.join("release").join("candle-tp");

@@ -1,6 +1,6 @@
 //! The committed kernels (`host/ptx/`: the PTX, xz-compressed for the
 //! production set, and the production cubins, xz-compressed): `build-ptx --write`
-//! regenerates them, `check-committed-ptx` (part of `ci`) fails when the
+//! regenerates them, `build-ptx --check` (part of `ci`) fails when the
 //! PTX differs from what the kernel source emits now, and `check-ptx`
 //! when a committed cubin differs from what the pinned ptxas makes of
 //! that PTX. The host crate embeds them, so users build it without a

@@ -43,13 +43,12 @@ const SIZES: [u64; 9] = [
 ];
 
 /// `cargo xtask figures [DIR]`: rewrites README.md's figure block.
-pub fn run(root: &Path, args: &[String]) -> Result<()> {
+pub fn run(root: &Path, dir: Option<&str>) -> Result<()> {
     let readme_path = root.join("README.md");
     let readme = std::fs::read_to_string(&readme_path).context("reading README.md")?;
-    let dir = match args {
-        [] => marked_folder(&readme)?,
-        [dir] => dir.clone(),
-        _ => bail!("usage: cargo xtask figures [DIR] (a dated results folder)"),
+    let dir = match dir {
+        Some(dir) => dir.to_owned(),
+        None => marked_folder(&readme)?,
     };
     let block = block(&root.join(&dir), &dir)?;
     print!("{block}");

@@ -1,77 +1,13 @@
 //! `cargo xtask`: the project's build tasks, in Rust rather than scripts.
 //!
-//! - `build-ptx [--arch sm_90] [--out DIR]`: builds the kernels to PTX, the
-//!   production kernels and the test kernels (`intranode_ptx_builder::KernelSet`),
-//!   and prints the files' paths. `build-ptx --write` regenerates the
-//!   committed kernels the host crate embeds (`host/ptx/`: both PTX sets
-//!   for every committed architecture, the production PTX xz-compressed, the
-//!   production cubins assembled by the pinned ptxas, and the source
-//!   stamp): run it after changing the kernels.
-//! - `check-committed-ptx`: fails when `host/ptx/` differs from what the
-//!   kernel source emits now.
-//! - `stable-embed`: builds and runs `tests/stable-embed` (a user's crate
-//!   outside the workspace) with the stable tool chain.
-//! - `package`: the published crates
-//!   (`stable::PUBLISHED`): names, `cargo publish --workspace --dry-run`,
-//!   each under crates.io's 10 MiB, doc tests of the packaged `intranode`
-//!   and `cargo install` of the packaged launcher with the `rust-version`
-//!   tool chain, then a stable
-//!   build and run of a crate that depends on `intranode = "0.1.0"`
-//!   patched to the unpacked packages (`tests/stable-embed`'s program).
-//! - `doc`: `cargo doc --no-deps` of the published crates (intranode, its
-//!   store, dist-env and ipc, the kernels' crate, the PTX builder and the
-//!   launcher) with warnings denied; each denies `missing_docs`.
-//! - `check-ptx [--arch sm_90]`: assembles both PTX files with `ptxas -v`
-//!   (fetched from PyPI into `.cache/` when absent) and fails on assembler
-//!   errors, out-of-line calls (`.extern .func`), spills or stack frames
-//!   (beyond the few `ptxas::ALLOWED_SPILLS` lists for sm_80), a kernel
-//!   over 128 registers (a 512-thread block's share), a PTX for a JIT-only
-//!   architecture without `.maxnreg` on every entry,
-//!   or a committed production cubin (`host/ptx/kernels-<arch>.cubin.xz`)
-//!   that differs from the machine code ptxas made; prints registers per
-//!   kernel, and fails where the production kernels' spill table in
-//!   docs/RELEASE.md (for sm_80) is not what ptxas reports (`--write`
-//!   rewrites it).
-//! - `long-files`: fails, naming them, when a `.rs` file git tracks is
-//!   over 700 lines without a `// (Over 700 lines: ...)` reason among its
-//!   first 60 lines (`ci` runs it too).
-//! - `ci`: everything CI checks (fmt, the reason atop every tracked `.rs`
-//!   file over 700 lines (`long_files`), committed PTX, clippy for host and
-//!   kernel targets (both kernel sets), the examples alone, the candle
-//!   example's lock, tests, doc, build-ptx, check-ptx, stable-embed,
-//!   package).
-//! - `device-bundle [--out DIR]`: release binaries and test executables,
-//!   stripped, for a GPU machine that has no Rust tool chain.
-//! - `demo`: the main job: one process per visible GPU (`nvidia-smi -L`
-//!   narrowed by `CUDA_VISIBLE_DEVICES`) under `intranode-run`, a short
-//!   all-reduce sweep of ours against NCCL, checked, as a table. Exits 0
-//!   without running only where the machine has no GPU; GPUs that cannot
-//!   be used, or fewer than 2 visible, are an error (so are they for
-//!   `bench`, and fewer than 1 for `decode`).
-//! - `bench [--out DIR] [-- BENCH ARGS]`: the full benchmark under
-//!   `intranode-run` at every world size the local GPUs allow, results and
-//!   one plot of all of them in `DIR` (default `target/bench-out`).
-//! - `decode [--out DIR] [-- DECODE ARGS]`: the tensor-parallel decode
-//!   benchmark on every local GPU under `intranode-run`, results in `DIR`
-//!   (default `target/decode-out`).
-//! - `cuda-toolkit`: the CUDA 13.0 compiler from PyPI wheels, unpacked
-//!   into `.cache/cuda-13.0` when absent; prints the variables that make a
-//!   build use it.
-//! - `candle-lock`: checks that `examples/candle-tp/Cargo.lock` resolves
-//!   the example's manifests with `--locked`, without building candle
-//!   (fetches candle-core into `.cache/` once), and runs the unit tests of
-//!   its timing statistics (`src/stats.rs`, std only, `rustc --test`).
-//! - `candle-example [--out DIR]`: the release build of
-//!   `examples/candle-tp` (candle 0.11 with CUDA, stable Rust) with that
-//!   toolkit; with `--out`, the stripped binary, `libcudart.so.13` and
-//!   `intranode-run` in `DIR`, for a GPU machine.
-//! - `figures [DIR]`: README.md's figure tables made from one dated
-//!   results folder (`docs/perf/results/...`; default: the one the README
-//!   names).
+//! The tasks and their options are one declared tree, [`Task`]: its doc
+//! comments are what `cargo xtask --help` and `cargo xtask TASK --help`
+//! print.
 
 mod bench;
 mod bundle;
 mod candle;
+mod ci;
 mod committed;
 mod decode;
 mod figures;
@@ -84,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use intranode_ptx_builder::KernelSet;
 
 fn main() {
@@ -94,65 +30,198 @@ fn main() {
     }
 }
 
+/// intranode's build tasks: kernels, checks, GPU jobs.
+#[derive(Debug, Parser)]
+#[command(bin_name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Build the kernels to PTX, both sets (production and test), and
+    /// print the files' paths
+    ///
+    /// The production kernels and the test kernels
+    /// (`intranode_ptx_builder::KernelSet`), each a PTX file in `--out`.
+    /// `--write` regenerates the committed kernels the host crate embeds
+    /// (host/ptx/: both PTX sets for every committed architecture, the
+    /// production PTX xz-compressed, the production cubins assembled by
+    /// the pinned ptxas, and the source stamp): run it after changing the
+    /// kernels. `--check` fails when host/ptx/ differs from what the kernel
+    /// source emits now (CI's first kernel check; no ptxas needed).
+    BuildPtx {
+        /// The architecture to build for
+        #[arg(long, default_value = intranode_ptx_builder::DEFAULT_ARCH)]
+        arch: String,
+        /// Where the PTX files go [default: target/ptx]
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Regenerate host/ptx/ (every committed architecture)
+        #[arg(long, conflicts_with_all = ["arch", "out", "check"])]
+        write: bool,
+        /// Fail when host/ptx/ differs from the kernel source
+        #[arg(long, conflicts_with_all = ["arch", "out"])]
+        check: bool,
+    },
+    /// Assemble the PTX with the pinned ptxas and check the kernel rules
+    ///
+    /// Builds both PTX sets of each `--arch` and assembles them with
+    /// `ptxas -v` (fetched from PyPI into .cache/ when absent). Fails on
+    /// assembler errors, out-of-line calls (`.extern .func`), spills or
+    /// stack frames (beyond the few `ptxas::ALLOWED_SPILLS` lists for
+    /// sm_80), a kernel over 128 registers (a 512-thread block's share), a
+    /// PTX for a JIT-only architecture without `.maxnreg` on every entry,
+    /// a committed production cubin (host/ptx/kernels-<arch>.cubin.xz)
+    /// that differs from the machine code ptxas made, or a spill table in
+    /// docs/RELEASE.md (sm_80) that is not what ptxas reports. Prints the
+    /// registers of every kernel.
+    CheckPtx {
+        /// The architectures to check (repeat the option for several)
+        #[arg(
+            long = "arch",
+            value_name = "ARCH",
+            default_value = intranode_ptx_builder::DEFAULT_ARCH
+        )]
+        archs: Vec<String>,
+        /// Rewrite docs/RELEASE.md's spill tables instead of checking them
+        #[arg(long)]
+        write: bool,
+    },
+    /// Run everything CI checks (`--only STEP` runs some of it)
+    ///
+    /// The steps run in the order `--only` lists them. The kernels step
+    /// (nightly builds of the kernels, one thread each, and single-threaded
+    /// ptxas runs) runs beside the others, its output in
+    /// target/ci-kernels.log, printed when it ends. Prints each step's wall
+    /// time at the end, pass or fail.
+    Ci {
+        /// Run only these steps (repeat, or separate with commas)
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            value_name = "STEP",
+            conflicts_with = "skip"
+        )]
+        only: Vec<ci::Step>,
+        /// Run every step but these (the steps `--only` lists)
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            value_name = "STEP",
+            hide_possible_values = true
+        )]
+        skip: Vec<ci::Step>,
+    },
+    /// Document the published crates, every rustdoc warning an error (a
+    /// step of `ci`)
+    ///
+    /// `cargo doc --no-deps` of intranode, its store, dist-env and ipc, the
+    /// kernels' crate, the PTX builder and the launcher, as users see them
+    /// and with `internals`; each crate denies `missing_docs`.
+    Doc,
+    /// Build and run tests/stable-embed (a user's crate) with the stable
+    /// tool chain (a step of `ci`)
+    StableEmbed,
+    /// Package the published crates and build them as a user would (a step
+    /// of `ci`)
+    ///
+    /// The published names (`stable::PUBLISHED`), `cargo publish
+    /// --workspace --dry-run`, each `.crate` under crates.io's 10 MiB, the
+    /// doc tests of the packaged intranode and `cargo install` of the
+    /// packaged launcher with the `rust-version` tool chain, then a stable
+    /// build and run of a crate that depends on `intranode = "0.1.0"`
+    /// patched to the unpacked packages (tests/stable-embed's program).
+    Package,
+    /// Build stripped release binaries and test executables for a GPU
+    /// machine that has no Rust tool chain
+    DeviceBundle {
+        /// Where the bundle goes [default: bundle]
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+    /// Run the main job: a short all-reduce sweep on the local GPUs, ours
+    /// against NCCL, checked
+    ///
+    /// One process per visible GPU (`nvidia-smi -L` narrowed by
+    /// `CUDA_VISIBLE_DEVICES`) under intranode-run; results in
+    /// target/demo-out/. Exits 0 without running only where the machine has
+    /// no GPU; GPUs that cannot be used, or fewer than 2 visible, are an
+    /// error (so are they for `bench`, and fewer than 1 for `decode`).
+    Demo,
+    /// Run the full all-reduce benchmark at every world size the local GPUs
+    /// allow, with one plot of them all
+    Bench {
+        /// Where the results go [default: target/bench-out]
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Arguments for `intranode-bench bench`, after `--`
+        #[arg(last = true, value_name = "BENCH ARGS")]
+        bench_args: Vec<String>,
+    },
+    /// Run the tensor-parallel decode benchmark on every local GPU
+    Decode {
+        /// Where the results go [default: target/decode-out]
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Arguments for `intranode-bench decode`, after `--`
+        #[arg(last = true, value_name = "DECODE ARGS")]
+        decode_args: Vec<String>,
+    },
+    /// Fetch the CUDA 13.0 compiler from PyPI wheels into
+    /// .cache/cuda-13.0 and print the variables that make a build use it
+    CudaToolkit,
+    /// Build examples/candle-tp (release, candle with CUDA, stable Rust)
+    /// with that toolkit
+    ///
+    /// With `--out`, the stripped binary, libcudart.so.13 and intranode-run
+    /// in DIR, for a GPU machine.
+    CandleExample {
+        /// Where the bundle for a GPU machine goes
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+    /// Remake README.md's figure tables from a dated results folder
+    Figures {
+        /// The folder (docs/perf/results/...) [default: the one README.md
+        /// names]
+        #[arg(value_name = "DIR")]
+        dir: Option<String>,
+    },
+}
+
 fn try_main() -> Result<()> {
-    // `figures [DIR]` takes a positional folder the other tasks do not:
-    // it is dispatched before the common options are parsed.
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some((task, rest)) = args.split_first()
-        && task == "figures"
-    {
-        return figures::run(&root()?, rest);
-    }
-    let opts = Opts::parse();
-    let task = opts.task.as_str();
-    if !opts.passthrough.is_empty() && task != "bench" && task != "decode" {
-        bail!("only `bench` and `decode` take arguments after `--`\n{USAGE}");
-    }
-    if opts.write && (!["build-ptx", "check-ptx"].contains(&task) || opts.out.is_some()) {
-        bail!(
-            "--write belongs to `build-ptx` (it writes host/ptx/) and `check-ptx` (its spill \
-             table in {})\n{USAGE}",
-            ptxas::SPILL_DOC
-        );
-    }
-    match task {
-        "build-ptx" if opts.write => {
-            for path in committed::write(&root()?)? {
+    let cli = Cli::parse();
+    let root = root()?;
+    match cli.task {
+        Task::BuildPtx { write: true, .. } => {
+            for path in committed::write(&root)? {
                 println!("{}", path.display());
             }
         }
-        "build-ptx" => {
-            for set in KernelSet::ALL {
-                let path = build_ptx(&opts, set)?;
-                println!("{}", path.display());
-            }
-        }
-        "check-committed-ptx" => {
-            let root = root()?;
+        Task::BuildPtx { check: true, .. } => {
             committed::check(&root, |arch, set| build_ptx_for(&root, arch, set, None))?;
         }
-        "stable-embed" => stable::run(&root()?)?,
-        "package" => stable::run_packaged(&root()?)?,
-        "doc" => doc(&root()?)?,
-        "long-files" => long_files::check(&root()?)?,
-        "check-ptx" => {
-            let root = root()?;
+        Task::BuildPtx { arch, out, .. } => {
             for set in KernelSet::ALL {
-                let path = build_ptx(&opts, set)?;
-                let (cubin, kernels) = ptxas::check(&root, &path, &opts.arch)?;
-                if set == KernelSet::Production {
-                    committed::check_cubin(&root, &opts.arch, &cubin)?;
-                    ptxas::check_spill_table(&root, &opts.arch, &kernels, opts.write)?;
-                }
+                let path = build_ptx_for(&root, &arch, set, out.as_deref())?;
+                println!("{}", path.display());
             }
         }
-        "ci" => ci(&opts)?,
-        "device-bundle" => bundle::build(&root()?, opts.out.as_deref())?,
-        "demo" => demo()?,
-        "bench" => bench::run(&root()?, opts.out.as_deref(), &opts.passthrough)?,
-        "decode" => decode::run(&root()?, opts.out.as_deref(), &opts.passthrough)?,
-        "cuda-toolkit" => {
-            let cuda_root = candle::toolkit(&root()?)?;
+        Task::CheckPtx { archs, write } => check_ptx(&root, &archs, write)?,
+        Task::Ci { only, skip } => ci::run_ci(&root, &only, &skip)?,
+        Task::Doc => doc(&root)?,
+        Task::StableEmbed => stable::run(&root)?,
+        Task::Package => stable::run_packaged(&root)?,
+        Task::DeviceBundle { out } => bundle::build(&root, out.as_deref())?,
+        Task::Demo => demo(&root)?,
+        Task::Bench { out, bench_args } => bench::run(&root, out.as_deref(), &bench_args)?,
+        Task::Decode { out, decode_args } => decode::run(&root, out.as_deref(), &decode_args)?,
+        Task::CudaToolkit => {
+            let cuda_root = candle::toolkit(&root)?;
             println!("export PATH={}:$PATH", cuda_root.join("bin").display());
             println!("export CUDA_ROOT={}", cuda_root.display());
             println!(
@@ -161,60 +230,10 @@ fn try_main() -> Result<()> {
             );
             println!("export CUDA_COMPUTE_CAP=90");
         }
-        "candle-lock" => candle::check_lock(&root()?)?,
-        "candle-example" => candle::example(&root()?, opts.out.as_deref())?,
-        other => bail!("unknown task {other:?}\n{USAGE}"),
+        Task::CandleExample { out } => candle::example(&root, out.as_deref())?,
+        Task::Figures { dir } => figures::run(&root, dir.as_deref())?,
     }
     Ok(())
-}
-
-const USAGE: &str = "usage: cargo xtask <build-ptx|check-ptx|check-committed-ptx|stable-embed|package|doc|long-files|ci|device-bundle|demo|bench|decode|cuda-toolkit|candle-lock|candle-example|figures> [--arch sm_XX] [--out DIR] [--write] [-- ARGS of intranode-bench bench or decode]";
-
-/// The tasks, for `--help` (the module docs say more).
-const HELP: &str = "\
-tasks:
-  build-ptx [--write]   build the kernels to PTX (--write: regenerate host/ptx/)
-  check-committed-ptx   fail when host/ptx/ differs from the kernel source
-  check-ptx [--write]   assemble the PTX with ptxas (fetched from PyPI when absent; --write: its spill table in docs/RELEASE.md)
-  stable-embed          build and run a user's crate with the stable tool chain
-  package               package the public crates, check size, build a stable user crate against them
-  doc                   cargo doc of the public crates, warnings denied
-  long-files            fail on a tracked .rs file over 700 lines with no reason at its top
-  ci                    everything CI checks
-  device-bundle         stripped release binaries for a GPU machine
-  demo                  all-reduce sweep on the local GPUs (writes target/demo-out/)
-  bench                 the full benchmark (default out: target/bench-out/)
-  decode                the tensor-parallel decode benchmark (default out: target/decode-out/)
-  cuda-toolkit          CUDA 13.0 from PyPI wheels into .cache/
-  candle-lock           check examples/candle-tp/Cargo.lock with --locked, test its stats.rs
-  candle-example        build examples/candle-tp (stable Rust, CUDA toolkit)
-  figures [DIR]         remake README.md's figure tables from a dated results folder";
-
-// The command line: a task and the options some tasks take. The task is a
-// string matched in `try_main`, which refuses names it does not know.
-#[derive(Debug, Parser)]
-#[command(
-    bin_name = "cargo xtask",
-    about = "intranode's build tasks (xtask/src/main.rs says more)",
-    after_help = HELP
-)]
-struct Opts {
-    /// What to do (the list below).
-    task: String,
-    /// The architecture of the kernels built and checked.
-    #[arg(long, default_value = intranode_ptx_builder::DEFAULT_ARCH)]
-    arch: String,
-    /// Where the task writes (build-ptx, device-bundle, bench, decode,
-    /// candle-example).
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// `build-ptx --write`: regenerate the committed PTX; `check-ptx
-    /// --write`: rewrite the spill table in docs/RELEASE.md.
-    #[arg(long)]
-    write: bool,
-    /// What follows `--`, handed to `intranode-bench bench` or `decode`.
-    #[arg(last = true)]
-    passthrough: Vec<String>,
 }
 
 /// The workspace root, from this crate's manifest directory.
@@ -225,14 +244,10 @@ fn root() -> Result<PathBuf> {
         .context("xtask has no parent directory")
 }
 
-/// Builds the PTX of `set` for `opts.arch` into `opts.out` (default
-/// `target/ptx`).
-fn build_ptx(opts: &Opts, set: KernelSet) -> Result<PathBuf> {
-    build_ptx_for(&root()?, &opts.arch, set, opts.out.as_deref())
-}
-
 /// Builds the PTX of `set` for `arch` into `out` (default `target/ptx`)
-/// and returns the file's path.
+/// and returns the file's path. A build whose sources have not changed
+/// since the last one is cargo's no-op, so callers build again rather
+/// than pass paths around.
 pub(crate) fn build_ptx_for(
     root: &Path,
     arch: &str,
@@ -253,6 +268,24 @@ pub(crate) fn build_ptx_for(
     let path = out_dir.join(set.file_name(arch));
     std::fs::write(&path, ptx).with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
+}
+
+/// `check-ptx`: both kernel sets of every architecture in `archs` built
+/// and assembled by the pinned ptxas, the rules checked, the committed
+/// production cubin compared, the spill table checked (`write`: written).
+pub(crate) fn check_ptx(root: &Path, archs: &[String], write: bool) -> Result<()> {
+    for arch in archs {
+        for set in KernelSet::ALL {
+            let path = build_ptx_for(root, arch, set, None)?;
+            println!("{}", path.display());
+            let (cubin, kernels) = ptxas::check(root, &path, arch)?;
+            if set == KernelSet::Production {
+                committed::check_cubin(root, arch, &cubin)?;
+                ptxas::check_spill_table(root, arch, &kernels, write)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Runs a command in the workspace root, failing with its command line.
@@ -283,7 +316,7 @@ pub(crate) fn run_env(
 
 /// What turns `intranode::internals` off: the crate as users build it
 /// (the workspace's `.cargo/config.toml` turns it on for the suites).
-const AS_USERS_BUILD: &[(&str, &str)] = &[("INTRANODE_INTERNALS", "0")];
+pub(crate) const AS_USERS_BUILD: &[(&str, &str)] = &[("INTRANODE_INTERNALS", "0")];
 
 /// `cargo doc -p intranode --no-deps` (and the CUDA-free crates it
 /// re-exports, the kernels' crate and PTX builder it is built from, and
@@ -293,29 +326,15 @@ const AS_USERS_BUILD: &[(&str, &str)] = &[("INTRANODE_INTERNALS", "0")];
 /// crate-private modules break otherwise unseen). The kernels' crate is
 /// documented as docs.rs builds it, for the host: its shared modules
 /// (`layout`, `entries`, ...), not the nvptx64-only kernels.
-fn doc(root: &Path) -> Result<()> {
+pub(crate) fn doc(root: &Path) -> Result<()> {
     let cargo = intranode_ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
     for internals in ["0", "1"] {
-        let args = vec![
-            "doc",
-            "-p",
-            "intranode",
-            "-p",
-            "intranode-dist-env",
-            "-p",
-            "intranode-ipc",
-            "-p",
-            "intranode-store",
-            "-p",
-            "intranode-kernels-gpu",
-            "-p",
-            "intranode-ptx-builder",
-            "-p",
-            "intranode-launcher",
-            "--no-deps",
-            "--locked",
-        ];
+        let mut args = vec!["doc"];
+        for p in stable::PUBLISHED {
+            args.extend(["-p", p]);
+        }
+        args.extend(["--no-deps", "--locked"]);
         eprintln!(
             "xtask: $ INTRANODE_INTERNALS={internals} RUSTDOCFLAGS=\"-D warnings\" {cargo} {}",
             args.join(" ")
@@ -337,188 +356,17 @@ fn doc(root: &Path) -> Result<()> {
     Ok(())
 }
 
-fn ci(opts: &Opts) -> Result<()> {
-    let mut steps = Steps::default();
-    let result = ci_steps(opts, &mut steps);
-    // Printed pass or fail, so a slow or failing step shows at once.
-    eprint!("{}", steps.table());
-    result
-}
-
-/// Each step of `ci` and its wall time.
-#[derive(Default)]
-struct Steps {
-    done: Vec<(&'static str, std::time::Duration)>,
-}
-
-impl Steps {
-    /// Runs `step`, noting its time even when it fails.
-    fn time<T>(&mut self, name: &'static str, step: impl FnOnce() -> Result<T>) -> Result<T> {
-        let started = std::time::Instant::now();
-        let result = step();
-        self.done.push((name, started.elapsed()));
-        result
-    }
-
-    fn table(&self) -> String {
-        let total: std::time::Duration = self.done.iter().map(|(_, t)| *t).sum();
-        let mut out = String::from("xtask: ci steps (wall time)\n");
-        for (name, t) in &self.done {
-            out.push_str(&format!("xtask:   {:>7.1} s  {name}\n", t.as_secs_f64()));
-        }
-        out.push_str(&format!("xtask:   {:>7.1} s  total\n", total.as_secs_f64()));
-        out
-    }
-}
-
-fn ci_steps(opts: &Opts, steps: &mut Steps) -> Result<()> {
-    let root = root()?;
-    let cargo = intranode_ptx_builder::cargo_binary();
-    let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
-    steps.time("fmt", || {
-        run(&root, cargo, &["fmt", "--all", "--", "--check"])
-    })?;
-    steps.time("long files", || long_files::check(&root))?;
-    // Early, so a kernel change without `build-ptx --write` fails fast;
-    // the builds are kept for check-ptx below.
-    let mut built = std::collections::HashMap::new();
-    steps.time("committed PTX (kernels built from source)", || {
-        committed::check(&root, |arch, set| {
-            let path = build_ptx_for(&root, arch, set, None)?;
-            built.insert((arch.to_owned(), set), path.clone());
-            Ok(path)
-        })
-    })?;
-    steps.time("clippy, workspace", || {
-        run(
-            &root,
-            cargo,
-            &[
-                "clippy",
-                "--workspace",
-                "--all-targets",
-                "--locked",
-                "--",
-                "-D",
-                "warnings",
-            ],
-        )
-    })?;
-    // The host crate as users build it: in the workspace, the suites turn
-    // its `test-kernels` feature on for everyone, and `.cargo/config.toml`
-    // its `internals`.
-    steps.time("clippy, intranode as users build it", || {
-        run_env(
-            &root,
-            AS_USERS_BUILD,
-            cargo,
-            &[
-                "clippy",
-                "-p",
-                "intranode",
-                "--all-targets",
-                "--locked",
-                "--",
-                "-D",
-                "warnings",
-            ],
-        )
-    })?;
-    // The kernels as the GPU sees them, both sets (each PTX is built from
-    // one of them alone).
-    steps.time("clippy, kernels for the GPU", || {
-        for features in [&[][..], &["--features", "test-kernels"]] {
-            let mut args = vec![
-                "clippy",
-                "-p",
-                "intranode-kernels-gpu",
-                "--target",
-                intranode_ptx_builder::TARGET,
-                "-Zbuild-std=core",
-                "--target-dir",
-                "target/ptx-clippy",
-            ];
-            args.extend_from_slice(features);
-            args.extend_from_slice(&["--", "-D", "warnings"]);
-            run(&root, cargo, &args)?;
-        }
-        Ok(())
-    })?;
-    // The examples alone, without `internals`: in the workspace, other
-    // crates' features (the suites' `test-kernels`) and the internals would
-    // hide an example that uses more than the public API.
-    steps.time("examples as users build them", || {
-        run_env(
-            &root,
-            AS_USERS_BUILD,
-            cargo,
-            &[
-                "check",
-                "-p",
-                "intranode-examples",
-                "--examples",
-                "--locked",
-            ],
-        )
-    })?;
-    steps.time("candle example's lock", || candle::check_lock(&root))?;
-    steps.time("tests, workspace", || {
-        run(&root, cargo, &["test", "--workspace", "--locked"])
-    })?;
-    // `intranode-kernels-gpu` keeps doctests out of the workspace run
-    // (`doctest = false`); its few host-side examples, the typed kernel
-    // keys' compile-fail one among them (`entries.rs`), run here.
-    steps.time("doc tests, kernels", || {
-        run(
-            &root,
-            cargo,
-            &["test", "-p", "intranode-kernels-gpu", "--doc", "--locked"],
-        )
-    })?;
-    steps.time("docs", || doc(&root))?;
-    // The default architecture (or `--arch`), then the other one the
-    // kernels promise to support.
-    let mut archs = vec![opts.arch.clone()];
-    if opts.arch != "sm_80" {
-        archs.push("sm_80".into());
-    }
-    steps.time("check-ptx (ptxas, spills, cubin)", || {
-        for arch in &archs {
-            for set in KernelSet::ALL {
-                let path = match built.get(&(arch.clone(), set)) {
-                    Some(path) => path.clone(),
-                    None => build_ptx_for(&root, arch, set, None)?,
-                };
-                println!("{}", path.display());
-                let (cubin, kernels) = ptxas::check(&root, &path, arch)?;
-                if set == KernelSet::Production {
-                    committed::check_cubin(&root, arch, &cubin)?;
-                    ptxas::check_spill_table(&root, arch, &kernels, false)?;
-                }
-            }
-        }
-        Ok(())
-    })?;
-    steps.time("a user's crate on stable", || stable::run(&root))?;
-    steps.time("the packaged crates (1.88.0)", || {
-        stable::run_packaged(&root)
-    })?;
-    eprintln!("xtask: ci passed");
-    Ok(())
-}
-
 /// The demo: exits 0 without running anything only where the machine has
 /// no GPU; GPUs that cannot be used, or fewer than 2 visible, fail it.
-fn demo() -> Result<()> {
-    let root = root()?;
+fn demo(root: &Path) -> Result<()> {
     let Some(gpus) = gpus::for_task("demo", 2)? else {
         return Ok(());
     };
-    build_launcher_and_bench(&root)?;
+    build_launcher_and_bench(root)?;
     let n = gpus.to_string();
     // The demo writes its results (`bench-out/`) where it runs: under
     // `target/`, not in the repository.
-    let dir = job_out_dir(&root, None, "demo-out")?;
+    let dir = job_out_dir(root, None, "demo-out")?;
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let release = root.join("target").join("release");
     let launcher = release.join("intranode-run");
@@ -538,8 +386,6 @@ fn demo() -> Result<()> {
     )
 }
 
-/// Release builds of `intranode-run` and `intranode-bench`, the binaries
-/// `demo`, `bench` and `decode` start.
 /// Where a job run in the workspace root writes: `out` relative to the
 /// caller's directory, else `target/<default>`.
 fn job_out_dir(root: &Path, out: Option<&Path>, default: &str) -> Result<PathBuf> {
@@ -551,6 +397,8 @@ fn job_out_dir(root: &Path, out: Option<&Path>, default: &str) -> Result<PathBuf
     })
 }
 
+/// Release builds of `intranode-run` and `intranode-bench`, the binaries
+/// `demo`, `bench` and `decode` start.
 fn build_launcher_and_bench(root: &Path) -> Result<()> {
     let cargo = intranode_ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
@@ -573,37 +421,124 @@ fn build_launcher_and_bench(root: &Path) -> Result<()> {
 mod tests {
     use clap::{CommandFactory, Parser};
 
-    use super::{Opts, Steps};
+    use super::{Cli, Task, ci::Step};
 
-    #[test]
-    fn the_step_table_names_every_step_and_the_total_even_after_a_failure() {
-        let mut steps = Steps::default();
-        steps.time("first", || Ok(())).unwrap();
-        assert!(
-            steps
-                .time("second", || -> anyhow::Result<()> { anyhow::bail!("no") })
-                .is_err()
-        );
-        let table = steps.table();
-        assert!(
-            table.contains("s  first\n") && table.contains("s  second\n"),
-            "{table}"
-        );
-        assert!(table.trim_end().ends_with("total"), "{table}");
+    fn parse(args: &[&str]) -> Result<Task, clap::Error> {
+        Cli::try_parse_from(std::iter::once("xtask").chain(args.iter().copied())).map(|c| c.task)
     }
 
     #[test]
-    fn the_command_line_parses() {
-        Opts::command().debug_assert();
-        let o = Opts::try_parse_from(["xtask", "bench", "--out", "d", "--", "--sizes", "1"])
-            .expect("bench with passthrough");
-        assert_eq!(o.task, "bench");
-        assert_eq!(o.arch, intranode_ptx_builder::DEFAULT_ARCH);
-        assert_eq!(o.out.as_deref(), Some(std::path::Path::new("d")));
-        assert_eq!(o.passthrough, ["--sizes", "1"]);
-        let o = Opts::try_parse_from(["xtask", "check-ptx", "--arch", "sm_80"]).expect("arch");
-        assert_eq!((o.arch.as_str(), o.write), ("sm_80", false));
-        assert!(Opts::try_parse_from(["xtask", "build-ptx", "--frobnicate"]).is_err());
-        assert!(Opts::try_parse_from(["xtask", "build-ptx", "--out"]).is_err());
+    fn the_command_tree_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn bench_and_decode_take_what_follows_the_double_dash() {
+        let Task::Bench { out, bench_args } =
+            parse(&["bench", "--out", "d", "--", "--sizes", "1"]).unwrap()
+        else {
+            panic!("not bench");
+        };
+        assert_eq!(out.as_deref(), Some(std::path::Path::new("d")));
+        assert_eq!(bench_args, ["--sizes", "1"]);
+        let Task::Decode { out, decode_args } =
+            parse(&["decode", "--", "--models", "llama3-8b"]).unwrap()
+        else {
+            panic!("not decode");
+        };
+        assert_eq!((out, decode_args.len()), (None, 2));
+        // Nothing else takes them.
+        assert!(parse(&["check-ptx", "--", "x"]).is_err());
+        assert!(parse(&["demo", "--", "x"]).is_err());
+    }
+
+    #[test]
+    fn build_ptx_modes_exclude_each_other() {
+        let Task::BuildPtx {
+            arch,
+            out,
+            write,
+            check,
+        } = parse(&["build-ptx"]).unwrap()
+        else {
+            panic!("not build-ptx");
+        };
+        assert_eq!(arch, intranode_ptx_builder::DEFAULT_ARCH);
+        assert_eq!((out, write, check), (None, false, false));
+        assert!(matches!(
+            parse(&["build-ptx", "--write"]).unwrap(),
+            Task::BuildPtx { write: true, .. }
+        ));
+        assert!(matches!(
+            parse(&["build-ptx", "--check"]).unwrap(),
+            Task::BuildPtx { check: true, .. }
+        ));
+        for bad in [
+            &["build-ptx", "--write", "--check"][..],
+            &["build-ptx", "--write", "--out", "d"],
+            &["build-ptx", "--check", "--arch", "sm_80"],
+            &["build-ptx", "--out"],
+            &["build-ptx", "--frobnicate"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn check_ptx_takes_several_architectures() {
+        let Task::CheckPtx { archs, write } = parse(&["check-ptx"]).unwrap() else {
+            panic!("not check-ptx");
+        };
+        assert_eq!(
+            (archs.as_slice(), write),
+            (&["sm_90".to_owned()][..], false)
+        );
+        let Task::CheckPtx { archs, write } =
+            parse(&["check-ptx", "--arch", "sm_90", "--arch", "sm_80", "--write"]).unwrap()
+        else {
+            panic!("not check-ptx");
+        };
+        assert_eq!((archs, write), (vec!["sm_90".into(), "sm_80".into()], true));
+    }
+
+    #[test]
+    fn ci_steps_are_named() {
+        let Task::Ci { only, skip } = parse(&["ci", "--only", "fmt,long-files"]).unwrap() else {
+            panic!("not ci");
+        };
+        assert_eq!((only, skip), (vec![Step::Fmt, Step::LongFiles], vec![]));
+        let Task::Ci { only, skip } = parse(&["ci", "--skip", "package"]).unwrap() else {
+            panic!("not ci");
+        };
+        assert_eq!((only, skip), (vec![], vec![Step::Package]));
+        assert!(parse(&["ci", "--only", "no-such-step"]).is_err());
+        assert!(parse(&["ci", "--only", "fmt", "--skip", "test"]).is_err());
+    }
+
+    #[test]
+    fn figures_takes_an_optional_folder() {
+        assert!(matches!(
+            parse(&["figures"]).unwrap(),
+            Task::Figures { dir: None }
+        ));
+        let Task::Figures { dir } = parse(&["figures", "docs/perf/results/x"]).unwrap() else {
+            panic!("not figures");
+        };
+        assert_eq!(dir.as_deref(), Some("docs/perf/results/x"));
+        assert!(parse(&["figures", "a", "b"]).is_err());
+    }
+
+    #[test]
+    fn every_task_has_help_and_unknown_tasks_fail() {
+        let mut cli = Cli::command();
+        for task in cli.get_subcommands_mut() {
+            assert!(
+                task.get_about().is_some(),
+                "{} has no help",
+                task.get_name()
+            );
+        }
+        assert!(parse(&["check-committed-ptx"]).is_err());
+        assert!(parse(&[]).is_err());
     }
 }

@@ -72,11 +72,11 @@ const MAX_REGISTERS: u32 = intranode_ptx_builder::MAX_REGISTERS_PER_THREAD;
 /// kernels need more than 128 registers and a 512-thread launch of them
 /// fails on an A100; with it ptxas keeps them at 128 and spills to local
 /// memory (cached in L1), a cost no A100 has measured. The push form's
-/// one-pass loop (v14: push of tile t+D and copy-out of tile t-D together)
-/// raised the w7/w8 figures and added the f16/bf16 w8 ones. v21's copy
-/// tail four vectors at a time (`prims::grid::copy4`, measured on sm_90,
-/// where nothing spills) raised the f32 two-shot's w4 figure and added
-/// its w3 one and the f32 reduce-scatter's w8. Any other spill, or more
+/// one-pass loop (push of tile t+D and copy-out of tile t-D together)
+/// makes the w7/w8 figures and the f16/bf16 w8 ones; the copy tail four
+/// vectors at a time (`prims::grid::copy4`, measured on sm_90, where
+/// nothing spills) the f32 two-shot's w3 and w4 figures and the f32
+/// reduce-scatter's w8. Any other spill, or more
 /// bytes, fails the check (docs/RELEASE.md).
 const ALLOWED_SPILLS: &[(&str, &str, u32)] = &[
     ("sm_80", "two_shot_f32_w4", 32 + 272),

@@ -47,7 +47,7 @@ pub fn run(root: &Path) -> Result<()> {
     std::fs::copy(root.join("Cargo.lock"), &lock)
         .with_context(|| format!("seeding {}", lock.display()))?;
     let manifest = crate_dir.join("Cargo.toml");
-    let target_dir = root.join("target").join("stable-embed");
+    let target_dir = stable_target_dir(root);
     let manifest = manifest.to_str().context("path is not UTF-8")?;
     let target_dir = target_dir.to_str().context("path is not UTF-8")?;
     let status = cargo_run_on_stable(manifest, target_dir, &[], &rustc)?;
@@ -59,6 +59,16 @@ pub fn run(root: &Path) -> Result<()> {
     }
     eprintln!("xtask: tests/stable-embed builds and runs on {rustc}");
     Ok(())
+}
+
+/// The target folder of every stable build of a user's crate: the one by
+/// path (`stable-embed`) and the one against the packaged crates
+/// (`package`) build the same dependencies with the same tool chain and
+/// profile, so the second finds them built. The crates that differ (ours,
+/// by path from the workspace or from this run's unpacked packages) are
+/// packages of their own to cargo, built apart.
+fn stable_target_dir(root: &Path) -> PathBuf {
+    root.join("target").join("stable-embed")
 }
 
 /// Removes what would leak this build's tool chain, flags or target
@@ -179,10 +189,10 @@ const CRATE_FAIL_BYTES: u64 = 9 << 20;
 /// removed with everything in it when dropped: two runs on one machine
 /// (two CI clones, say) never meet in it.
 #[derive(Debug)]
-struct RunDir(PathBuf);
+pub(crate) struct RunDir(PathBuf);
 
 impl RunDir {
-    fn new(what: &str) -> Result<Self> {
+    pub(crate) fn new(what: &str) -> Result<Self> {
         let base = std::env::temp_dir();
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -203,7 +213,7 @@ impl RunDir {
         bail!("no fresh folder for {what} under {}", base.display())
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }
@@ -270,17 +280,22 @@ fn private_cargo_home(run_dir: &Path) -> Result<PathBuf> {
 
 /// `cargo xtask package`:
 /// 1. the published names ([`check_published_names`]);
-/// 2. `cargo publish --workspace --dry-run`: cargo packages every
-///    published crate and verifies each (a build of the `.crate` alone)
-///    against the others' packages, as crates.io would receive them;
+/// 2. `cargo publish --workspace --dry-run --no-verify`: cargo packages
+///    every published crate as crates.io would receive it and runs the
+///    registry's checks, without building (the builds are 4 and 5);
 /// 3. each `.crate` under the crates.io limit, unpacked;
 /// 4. with exactly the `rust-version` tool chain ([`msrv_toolchain`]):
 ///    the doc tests inside the packaged `intranode` (its README's
 ///    example among them), and `cargo install` of `intranode-run` from
-///    the packaged launcher; both build every published crate;
+///    the packaged launcher (unoptimised, in the same target folder, so
+///    it finds the dependencies built); between them they build every
+///    published crate from its package alone, against the others'
+///    packages: what the dry run's verification would build;
 /// 5. with stable, `tests/stable-embed`'s program as a crate that depends
 ///    on `intranode = "0.1.0"`: the build users get from a registry, with
-///    no workspace, kernel sources, nightly or ptxas around.
+///    no workspace, kernel sources, nightly or ptxas around;
+/// 6. the unpacked packages unchanged by those builds (cargo's own
+///    verification fails a build script that writes outside `OUT_DIR`).
 ///
 /// The unpacked crates depend on each other by version, as on crates.io;
 /// `[patch.crates-io]` points them at one another until they are published.
@@ -301,11 +316,10 @@ pub fn run_packaged(root: &Path) -> Result<()> {
              rustup toolchain install {msrv} --profile minimal (.ci/run does)"
         );
     }
-    // A target folder of its own, emptied first: the verification builds
-    // each crate against the others as registry packages, and cargo takes
-    // a registry package of a name and version as immutable, so a build
-    // of an earlier `intranode-kernels-gpu 0.1.0` left in `target/` would
-    // stand in for today's (a layout field added since then went missing).
+    // A target folder of its own, emptied first: cargo takes a registry
+    // package of a name and version as immutable, so anything of an
+    // earlier `intranode-kernels-gpu 0.1.0` left there would stand in for
+    // today's (a layout field added since then once went missing).
     let dry_run_dir = root.join("target").join("publish-dry-run");
     if dry_run_dir.exists() {
         std::fs::remove_dir_all(&dry_run_dir)
@@ -320,21 +334,24 @@ pub fn run_packaged(root: &Path) -> Result<()> {
     crate::run(root, cargo, &["fetch", "--locked"])?;
     let cargo_home = private_cargo_home(run_dir.path())?;
     let cargo_home = cargo_home.to_str().context("path is not UTF-8")?;
-    crate::run_env(
-        root,
-        &[
-            ("CARGO_TARGET_DIR", dry_run_dir),
-            ("CARGO_HOME", cargo_home),
-        ],
-        cargo,
-        &[
-            "publish",
-            "--workspace",
-            "--dry-run",
-            "--locked",
-            "--allow-dirty",
-        ],
-    )?;
+    timed("the dry run", || {
+        crate::run_env(
+            root,
+            &[
+                ("CARGO_TARGET_DIR", dry_run_dir),
+                ("CARGO_HOME", cargo_home),
+            ],
+            cargo,
+            &[
+                "publish",
+                "--workspace",
+                "--dry-run",
+                "--no-verify",
+                "--locked",
+                "--allow-dirty",
+            ],
+        )
+    })?;
     // The same packages again where cargo documents them
     // (`target/package/NAME-VERSION.crate`; the dry run keeps its own in
     // internal folders): packaging alone, the builds were verified above.
@@ -387,18 +404,21 @@ pub fn run_packaged(root: &Path) -> Result<()> {
         patch_args.push(format!("patch.crates-io.{p}.path={dir:?}"));
     }
     let patch_args: Vec<&str> = patch_args.iter().map(String::as_str).collect();
-
-    // The doc tests inside the packaged `intranode`, on the oldest Rust
-    // the crates promise.
     let host = unpacked.join("intranode-0.1.0");
     std::fs::copy(root.join("Cargo.lock"), host.join("Cargo.lock"))
         .context("seeding the packaged intranode's lock")?;
+    let before = fingerprint(&unpacked)?;
+
+    // The doc tests inside the packaged `intranode`, on the oldest Rust
+    // the crates promise.
     let msrv_target = work.join("target-msrv");
     let msrv_target = msrv_target.to_str().context("path is not UTF-8")?;
     let mut args = vec!["run", msrv.as_str(), "cargo", "test", "--doc", "--offline"];
     args.extend_from_slice(&patch_args);
     args.extend(["--target-dir", msrv_target]);
-    rustup_outside(&host, &args, "doc tests of the packaged intranode")?;
+    timed("the doc tests on the rust-version", || {
+        rustup_outside(&host, &args, "doc tests of the packaged intranode")
+    })?;
     // `cargo install` of the launcher from its package.
     let launcher = unpacked.join("intranode-launcher-0.1.0");
     let install_root = work.join("install");
@@ -410,6 +430,8 @@ pub fn run_packaged(root: &Path) -> Result<()> {
         "cargo",
         "install",
         "--offline",
+        // The doc tests' profile: their dependencies are built already.
+        "--debug",
         "--path",
         launcher_dir,
         "--root",
@@ -418,7 +440,9 @@ pub fn run_packaged(root: &Path) -> Result<()> {
         msrv_target,
     ];
     args.extend_from_slice(&patch_args);
-    rustup_outside(&launcher, &args, "cargo install of the packaged launcher")?;
+    timed("the launcher's install on the rust-version", || {
+        rustup_outside(&launcher, &args, "cargo install of the packaged launcher")
+    })?;
     let run = Path::new(install_root).join("bin").join("intranode-run");
     let help = Command::new(&run)
         .arg("--help")
@@ -450,9 +474,11 @@ pub fn run_packaged(root: &Path) -> Result<()> {
     std::fs::copy(root.join("Cargo.lock"), app.join("Cargo.lock")).context("seeding the lock")?;
     let manifest = app.join("Cargo.toml");
     let manifest = manifest.to_str().context("path is not UTF-8")?;
-    let target_dir = work.join("target");
+    let target_dir = stable_target_dir(root);
     let target_dir = target_dir.to_str().context("path is not UTF-8")?;
-    let status = cargo_run_on_stable(manifest, target_dir, &["--offline"], "packaged crates")?;
+    let status = timed("the stable build against the packages", || {
+        cargo_run_on_stable(manifest, target_dir, &["--offline"], "packaged crates")
+    })?;
     if !status.success() {
         bail!(
             "the stable build against the packaged crates failed ({status}): a user's build \
@@ -460,7 +486,58 @@ pub fn run_packaged(root: &Path) -> Result<()> {
         );
     }
     eprintln!("xtask: a stable crate builds and runs against the packaged crates");
+    let after = fingerprint(&unpacked)?;
+    if let Some(changed) = first_change(&before, &after) {
+        bail!(
+            "building the packaged crates changed {changed} in {}: a build script may write \
+             only under OUT_DIR",
+            unpacked.display()
+        );
+    }
     Ok(())
+}
+
+/// Runs `step`, then says how long `what` took.
+fn timed<T>(what: &str, step: impl FnOnce() -> Result<T>) -> Result<T> {
+    let started = std::time::Instant::now();
+    let result = step();
+    eprintln!("xtask: {what}: {:.1} s", started.elapsed().as_secs_f64());
+    result
+}
+
+/// Every file under `dir` but the lock files (cargo prunes the seeded
+/// ones to what each package uses), by path relative to `dir`, with its
+/// contents.
+fn fingerprint(dir: &Path) -> Result<std::collections::BTreeMap<PathBuf, Vec<u8>>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut pending = vec![dir.to_owned()];
+    while let Some(d) = pending.pop() {
+        for entry in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
+            let path = entry?.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.file_name().is_some_and(|n| n != "Cargo.lock") {
+                let bytes =
+                    std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+                let rel = path.strip_prefix(dir).unwrap_or(&path).to_owned();
+                files.insert(rel, bytes);
+            }
+        }
+    }
+    Ok(files)
+}
+
+/// The first file added, removed or changed between two [`fingerprint`]s.
+fn first_change(
+    before: &std::collections::BTreeMap<PathBuf, Vec<u8>>,
+    after: &std::collections::BTreeMap<PathBuf, Vec<u8>>,
+) -> Option<String> {
+    let changed = before
+        .iter()
+        .find(|(path, bytes)| after.get(*path) != Some(*bytes))
+        .map(|(path, _)| path)
+        .or_else(|| after.keys().find(|path| !before.contains_key(*path)))?;
+    Some(changed.display().to_string())
 }
 
 /// Fails above [`CRATE_FAIL_BYTES`] and warns above [`CRATE_WARN_BYTES`]
@@ -547,6 +624,32 @@ mod tests {
         let err = check_crate_size(file, CRATE_FAIL_BYTES + 1).unwrap_err();
         assert!(err.to_string().contains("over the 9 MiB"), "{err}");
         const { assert!(CRATE_FAIL_BYTES < CRATES_IO_LIMIT_BYTES) };
+    }
+
+    #[test]
+    fn a_changed_added_or_removed_file_is_named() {
+        let dir = RunDir::new("xtask-test").unwrap();
+        std::fs::create_dir_all(dir.path().join("a/src")).unwrap();
+        std::fs::write(dir.path().join("a/src/lib.rs"), b"x").unwrap();
+        std::fs::write(dir.path().join("a/Cargo.lock"), b"1").unwrap();
+        let before = fingerprint(dir.path()).unwrap();
+        // A lock file cargo rewrites is no change.
+        std::fs::write(dir.path().join("a/Cargo.lock"), b"2").unwrap();
+        assert_eq!(
+            first_change(&before, &fingerprint(dir.path()).unwrap()),
+            None
+        );
+        std::fs::write(dir.path().join("a/src/lib.rs"), b"y").unwrap();
+        let changed = first_change(&before, &fingerprint(dir.path()).unwrap());
+        assert_eq!(changed.as_deref(), Some("a/src/lib.rs"));
+        std::fs::write(dir.path().join("a/src/lib.rs"), b"x").unwrap();
+        std::fs::write(dir.path().join("a/src/gen.rs"), b"").unwrap();
+        let added = first_change(&before, &fingerprint(dir.path()).unwrap());
+        assert_eq!(added.as_deref(), Some("a/src/gen.rs"));
+        std::fs::remove_file(dir.path().join("a/src/gen.rs")).unwrap();
+        std::fs::remove_file(dir.path().join("a/src/lib.rs")).unwrap();
+        let removed = first_change(&before, &fingerprint(dir.path()).unwrap());
+        assert_eq!(removed.as_deref(), Some("a/src/lib.rs"));
     }
 
     #[test]

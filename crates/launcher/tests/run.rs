@@ -1,4 +1,4 @@
-// (Over 700 lines: one end-to-end case per launcher behaviour, each
+// (Over 700 lines, 799: one end-to-end case per launcher behaviour, each
 // short; splitting them would only spread the shared rank scripts.)
 
 //! End-to-end tests of the `intranode-run` binary with `sh` as the rank.

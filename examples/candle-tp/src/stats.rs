@@ -1,6 +1,6 @@
 //! The timing plan and its statistics, pure and std-only so that they are
-//! tested without CUDA (`cargo xtask candle-lock` compiles this file alone
-//! with `rustc --test`, as CI does; `cargo test` in the example runs the
+//! tested without CUDA (`cargo xtask ci --only candle-lock` compiles this
+//! file alone with `rustc --test`; `cargo test` in the example runs the
 //! same tests where candle builds).
 //!
 //! Why windows: on a shared machine the same back-end's tokens/s moved

@@ -30,12 +30,6 @@
 //! - construction is collective through a store ([`Communicator::new`]),
 //!   not `Comm::from_rank` with an `Id`.
 
-// (Over 700 lines: `Communicator`'s methods mirror `cudarc::nccl::Comm`'s
-// one for one (NOTE [nccl parity]) and read best side by side in one
-// impl; what stands apart (NCCL-only collectives, groups, the fused
-// norm, symmetric buffers, argument checks) is already in the modules
-// below.)
-
 mod all_reduce;
 mod args;
 mod construct;

@@ -1,4 +1,4 @@
-// (Over 700 lines: one attack per test against a real server process,
+// (Over 700 lines, 1432: one attack per test against a real server process,
 // sharing the process and measurement helpers at the bottom.)
 
 //! The server against hostile and careless clients: each attack

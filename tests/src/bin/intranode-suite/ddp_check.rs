@@ -2,8 +2,8 @@
 //! `broadcast_coalesced`,
 //! gradient buckets and communication hooks), run under `intranode-run`.
 //!
-//! (Over 700 lines: one check per `ddp` feature, sharing the rank set-up
-//! and the f64 references.)
+// (Over 700 lines, 960: one check per `ddp` feature, sharing the rank set-up
+// and the f64 references.)
 //!
 //! 1. Raw broadcasts through the intra-node kernel: byte counts around the
 //!    16-byte vector and half a symmetric buffer, aligned and misaligned,

@@ -1,4 +1,4 @@
-// (Over 700 lines: 22 tests, each a whole exchange between real sockets
+// (Over 700 lines, 945: 22 tests, each a whole exchange between real sockets
 // and processes, sharing the helpers at the top.)
 
 //! Unit tests: threads as ranks, forked and spawned processes as ranks
