@@ -38,9 +38,9 @@ pub fn run(root: &Path, out: Option<&Path>, bench_args: &[String]) -> Result<()>
         return Ok(());
     };
     let worlds = world_sizes(gpus);
-    let out = crate::job_out_dir(root, out, "bench-out")?;
+    let out = crate::jobs::job_out_dir(root, out, "bench-out")?;
     let out_str = out.to_str().context("output path is not UTF-8")?;
-    crate::build_launcher_and_bench(root)?;
+    crate::jobs::build_launcher_and_bench(root)?;
     let mut jsons = Vec::new();
     for world in worlds {
         let n = world.to_string();
@@ -56,7 +56,7 @@ pub fn run(root: &Path, out: Option<&Path>, bench_args: &[String]) -> Result<()>
             out_str,
         ];
         args.extend(bench_args.iter().map(String::as_str));
-        crate::run(root, "target/release/intranode-run", &args)?;
+        crate::process::run(root, "target/release/intranode-run", &args)?;
         jsons.push(out.join(format!("bench_w{world}.json")));
     }
     let png = out.join("allreduce.png");
@@ -68,7 +68,7 @@ pub fn run(root: &Path, out: Option<&Path>, bench_args: &[String]) -> Result<()>
     args.push("--out".into());
     args.push(png.to_str().context("output path is not UTF-8")?.into());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    crate::run(root, "target/release/intranode-bench", &args)?;
+    crate::process::run(root, "target/release/intranode-bench", &args)?;
     println!(
         "intranode bench: results in {} (bench_w*.json, .csv, .png; allreduce.png has every world size)",
         out.display()

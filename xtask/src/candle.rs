@@ -377,7 +377,7 @@ pub fn example(root: &Path, out: Option<&Path>) -> Result<()> {
     };
     let cargo = intranode_ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
-    crate::run(
+    crate::process::run(
         root,
         cargo,
         &["build", "--release", "--locked", "-p", "intranode-launcher"],

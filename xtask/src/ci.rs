@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 
-use crate::{AS_USERS_BUILD, run, run_env};
+use crate::process::{AS_USERS_BUILD, run, run_env};
 
 /// The architectures CI checks the kernels for: the default (committed,
 /// with its cubin) and the other one the kernels promise to support.
@@ -180,7 +180,7 @@ fn run_step(root: &Path, step: Step, steps: &mut Steps) -> Result<()> {
                 )
             })
         }
-        Step::Doc => steps.time("docs", || crate::doc(root)),
+        Step::Doc => steps.time("docs", || crate::doc::doc(root)),
         Step::StableEmbed => steps.time("a user's crate on stable", || crate::stable::run(root)),
         Step::Package => steps.time("the packaged crates", || crate::stable::run_packaged(root)),
     }
@@ -214,12 +214,12 @@ fn kernels(root: &Path, steps: &mut Steps) -> Result<()> {
     })?;
     steps.time("committed PTX (kernels built from source)", || {
         crate::committed::check(root, |arch, set| {
-            crate::build_ptx_for(root, arch, set, None)
+            crate::ptx_build::build_ptx_for(root, arch, set, None)
         })
     })?;
     for arch in CI_ARCHS {
         steps.time_owned(format!("check-ptx {arch} (ptxas, spills, cubin)"), || {
-            crate::check_ptx(root, &[arch.to_owned()], false)
+            crate::check_ptx::check_ptx(root, &[arch.to_owned()], false)
         })?;
     }
     Ok(())

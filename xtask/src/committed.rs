@@ -26,7 +26,7 @@ pub fn write(root: &Path) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     for arch in intranode_ptx_builder::COMMITTED_ARCHS {
         for set in KernelSet::ALL {
-            let built = crate::build_ptx_for(root, arch, set, None)?;
+            let built = crate::ptx_build::build_ptx_for(root, arch, set, None)?;
             let dest = dir.join(set.committed_file_name(arch));
             let text =
                 std::fs::read(&built).with_context(|| format!("reading {}", built.display()))?;

@@ -20,9 +20,9 @@ pub fn run(root: &Path, out: Option<&Path>, decode_args: &[String]) -> Result<()
     let Some(gpus) = crate::gpus::for_task("decode", 1)? else {
         return Ok(());
     };
-    let out = crate::job_out_dir(root, out, "decode-out")?;
+    let out = crate::jobs::job_out_dir(root, out, "decode-out")?;
     let out_str = out.to_str().context("output path is not UTF-8")?;
-    crate::build_launcher_and_bench(root)?;
+    crate::jobs::build_launcher_and_bench(root)?;
     let n = gpus.to_string();
     let mut args = vec![
         "--nproc-per-node",
@@ -36,7 +36,7 @@ pub fn run(root: &Path, out: Option<&Path>, decode_args: &[String]) -> Result<()
         out_str,
     ];
     args.extend(decode_args.iter().map(String::as_str));
-    crate::run(root, "target/release/intranode-run", &args)?;
+    crate::process::run(root, "target/release/intranode-run", &args)?;
     println!(
         "intranode decode: results in {} (decode_w{gpus}.json, .md)",
         out.display()

@@ -293,7 +293,7 @@ mod tests {
     /// The README's committed tables are what its committed folder gives.
     #[test]
     fn readme_figures_match_their_results_folder() {
-        let root = crate::root().unwrap();
+        let root = crate::process::root().unwrap();
         let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
         let dir = marked_folder(&readme).unwrap();
         let made = block(&root.join(&dir), &dir).unwrap();
@@ -345,7 +345,7 @@ mod readme_snippet {
 
     #[test]
     fn readme_quick_start_is_the_doc_tested_example() {
-        let root = crate::root().unwrap();
+        let root = crate::process::root().unwrap();
         let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
         let readme = first_rust_block(&read("README.md")).expect("README.md has a rust block");
         let crate_doc =

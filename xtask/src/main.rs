@@ -7,21 +7,31 @@
 mod bench;
 mod bundle;
 mod candle;
+mod check_ptx;
 mod ci;
 mod committed;
 mod decode;
+mod doc;
 mod figures;
 mod gpus;
+mod jobs;
 mod long_files;
+mod process;
+mod ptx_build;
 mod ptxas;
 mod stable;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
 use intranode_ptx_builder::KernelSet;
+
+use check_ptx::check_ptx;
+use doc::doc;
+use jobs::demo;
+use process::root;
+use ptx_build::build_ptx_for;
 
 fn main() {
     if let Err(e) = try_main() {
@@ -234,187 +244,6 @@ fn try_main() -> Result<()> {
         Task::Figures { dir } => figures::run(&root, dir.as_deref())?,
     }
     Ok(())
-}
-
-/// The workspace root, from this crate's manifest directory.
-fn root() -> Result<PathBuf> {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_owned)
-        .context("xtask has no parent directory")
-}
-
-/// Builds the PTX of `set` for `arch` into `out` (default `target/ptx`)
-/// and returns the file's path. A build whose sources have not changed
-/// since the last one is cargo's no-op, so callers build again rather
-/// than pass paths around.
-pub(crate) fn build_ptx_for(
-    root: &Path,
-    arch: &str,
-    set: KernelSet,
-    out: Option<&Path>,
-) -> Result<PathBuf> {
-    let target_dir = root.join("target").join("ptx");
-    let ptx = intranode_ptx_builder::build_ptx(&intranode_ptx_builder::PtxBuild {
-        workspace_root: root.to_owned(),
-        arch: arch.to_owned(),
-        kernels: set,
-        target_dir: target_dir.clone(),
-        cargo: intranode_ptx_builder::cargo_binary(),
-    })
-    .with_context(|| format!("building the {} for {arch}", set.describe()))?;
-    let out_dir = out.map(Path::to_owned).unwrap_or(target_dir);
-    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let path = out_dir.join(set.file_name(arch));
-    std::fs::write(&path, ptx).with_context(|| format!("writing {}", path.display()))?;
-    Ok(path)
-}
-
-/// `check-ptx`: both kernel sets of every architecture in `archs` built
-/// and assembled by the pinned ptxas, the rules checked, the committed
-/// production cubin compared, the spill table checked (`write`: written).
-pub(crate) fn check_ptx(root: &Path, archs: &[String], write: bool) -> Result<()> {
-    for arch in archs {
-        for set in KernelSet::ALL {
-            let path = build_ptx_for(root, arch, set, None)?;
-            println!("{}", path.display());
-            let (cubin, kernels) = ptxas::check(root, &path, arch)?;
-            if set == KernelSet::Production {
-                committed::check_cubin(root, arch, &cubin)?;
-                ptxas::check_spill_table(root, arch, &kernels, write)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Runs a command in the workspace root, failing with its command line.
-pub(crate) fn run(root: &Path, program: &str, args: &[&str]) -> Result<()> {
-    run_env(root, &[], program, args)
-}
-
-/// [`run`] with environment variables set for the command.
-pub(crate) fn run_env(
-    root: &Path,
-    env: &[(&str, &str)],
-    program: &str,
-    args: &[&str],
-) -> Result<()> {
-    let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
-    eprintln!("xtask: $ {}{program} {}", shown.concat(), args.join(" "));
-    let status = Command::new(program)
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir(root)
-        .status()
-        .with_context(|| format!("starting {program}"))?;
-    if !status.success() {
-        bail!("`{program} {}` failed ({status})", args.join(" "));
-    }
-    Ok(())
-}
-
-/// What turns `intranode::internals` off: the crate as users build it
-/// (the workspace's `.cargo/config.toml` turns it on for the suites).
-pub(crate) const AS_USERS_BUILD: &[(&str, &str)] = &[("INTRANODE_INTERNALS", "0")];
-
-/// `cargo doc -p intranode --no-deps` (and the CUDA-free crates it
-/// re-exports, the kernels' crate and PTX builder it is built from, and
-/// the launcher: every published crate),
-/// every rustdoc warning an error: the public API as users see it, then
-/// with `internals` (the suites' and benchmark's API, whose links into
-/// crate-private modules break otherwise unseen). The kernels' crate is
-/// documented as docs.rs builds it, for the host: its shared modules
-/// (`layout`, `entries`, ...), not the nvptx64-only kernels.
-pub(crate) fn doc(root: &Path) -> Result<()> {
-    let cargo = intranode_ptx_builder::cargo_binary();
-    let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
-    for internals in ["0", "1"] {
-        let mut args = vec!["doc"];
-        for p in stable::PUBLISHED {
-            args.extend(["-p", p]);
-        }
-        args.extend(["--no-deps", "--locked"]);
-        eprintln!(
-            "xtask: $ INTRANODE_INTERNALS={internals} RUSTDOCFLAGS=\"-D warnings\" {cargo} {}",
-            args.join(" ")
-        );
-        let status = Command::new(cargo)
-            .args(&args)
-            .env("RUSTDOCFLAGS", "-D warnings")
-            .env("INTRANODE_INTERNALS", internals)
-            .current_dir(root)
-            .status()
-            .with_context(|| format!("starting {cargo}"))?;
-        if !status.success() {
-            bail!(
-                "`INTRANODE_INTERNALS={internals} cargo doc` of the published crates has \
-                 warnings or errors ({status})"
-            );
-        }
-    }
-    Ok(())
-}
-
-/// The demo: exits 0 without running anything only where the machine has
-/// no GPU; GPUs that cannot be used, or fewer than 2 visible, fail it.
-fn demo(root: &Path) -> Result<()> {
-    let Some(gpus) = gpus::for_task("demo", 2)? else {
-        return Ok(());
-    };
-    build_launcher_and_bench(root)?;
-    let n = gpus.to_string();
-    // The demo writes its results (`bench-out/`) where it runs: under
-    // `target/`, not in the repository.
-    let dir = job_out_dir(root, None, "demo-out")?;
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let release = root.join("target").join("release");
-    let launcher = release.join("intranode-run");
-    let bench = release.join("intranode-bench");
-    run(
-        &dir,
-        launcher.to_str().context("path is not UTF-8")?,
-        &[
-            "--nproc-per-node",
-            &n,
-            "--timeout",
-            "600",
-            "--",
-            bench.to_str().context("path is not UTF-8")?,
-            "demo",
-        ],
-    )
-}
-
-/// Where a job run in the workspace root writes: `out` relative to the
-/// caller's directory, else `target/<default>`.
-fn job_out_dir(root: &Path, out: Option<&Path>, default: &str) -> Result<PathBuf> {
-    Ok(match out {
-        Some(p) => std::env::current_dir()
-            .context("reading the current directory")?
-            .join(p),
-        None => root.join("target").join(default),
-    })
-}
-
-/// Release builds of `intranode-run` and `intranode-bench`, the binaries
-/// `demo`, `bench` and `decode` start.
-fn build_launcher_and_bench(root: &Path) -> Result<()> {
-    let cargo = intranode_ptx_builder::cargo_binary();
-    let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
-    run(
-        root,
-        cargo,
-        &[
-            "build",
-            "--release",
-            "--locked",
-            "-p",
-            "intranode-launcher",
-            "-p",
-            "intranode-bench",
-        ],
-    )
 }
 
 #[cfg(test)]

@@ -331,11 +331,11 @@ pub fn run_packaged(root: &Path) -> Result<()> {
     let run_dir = RunDir::new("package")?;
     // Every dependency's package into the shared home, under its lock:
     // the packaging below, in a home of its own, finds them there.
-    crate::run(root, cargo, &["fetch", "--locked"])?;
+    crate::process::run(root, cargo, &["fetch", "--locked"])?;
     let cargo_home = private_cargo_home(run_dir.path())?;
     let cargo_home = cargo_home.to_str().context("path is not UTF-8")?;
     timed("the dry run", || {
-        crate::run_env(
+        crate::process::run_env(
             root,
             &[
                 ("CARGO_TARGET_DIR", dry_run_dir),
@@ -365,7 +365,7 @@ pub fn run_packaged(root: &Path) -> Result<()> {
     for p in PUBLISHED {
         args.extend(["-p", p]);
     }
-    crate::run_env(root, &[("CARGO_HOME", cargo_home)], cargo, &args)?;
+    crate::process::run_env(root, &[("CARGO_HOME", cargo_home)], cargo, &args)?;
     let work = root.join("target").join("stable-packaged");
     if work.exists() {
         std::fs::remove_dir_all(&work).with_context(|| format!("clearing {}", work.display()))?;
