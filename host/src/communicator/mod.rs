@@ -31,6 +31,7 @@
 //!   not `Comm::from_rank` with an `Id`.
 
 mod all_reduce;
+mod alloc;
 mod args;
 mod construct;
 mod group;
@@ -38,7 +39,6 @@ mod layer;
 mod nccl_only;
 mod norm;
 mod scatter_gather;
-mod symmetric;
 
 pub use group::{Group, GroupInput, GroupOutput};
 
