@@ -60,9 +60,11 @@
 
 use crate::elem::{Element, load_vec, store_vec};
 use crate::layout::{
-    AllReduceParams, FORM_ALL_GATHER, FORM_LAMPORT, FORM_LAMPORT_TWO_SHOT, FORM_REDUCE_SCATTER,
-    PHASE_COUNTED, PHASE_END, PHASE_REDUCED, PHASE_START, PHASE_STORED, lamport_stride_bytes,
+    AllReduceParams, FORM_LAMPORT, FORM_LAMPORT_TWO_SHOT, PHASE_COUNTED, PHASE_END, PHASE_REDUCED,
+    PHASE_START, PHASE_STORED, lamport_stride_bytes,
 };
+#[cfg(not(feature = "test-kernels"))]
+use crate::layout::{FORM_ALL_GATHER, FORM_REDUCE_SCATTER};
 use crate::prims::grid::{self, unroll};
 use crate::prims::slots::{
     LamportCall, decode, encode, kth_destination, push_slots, put, reduce_slots,
@@ -84,10 +86,13 @@ impl Marks for () {
     fn mark(&self, _phase: usize) {}
 }
 
+// The kernels' bodies (each `#[cfg(not(feature = "test-kernels"))]`): the
+// test PTX compiles only the phases its probes time.
 /// # Safety
 /// `p.pads` must hold the mapped pads of W ranks (`rank < W`), the caller
 /// buffers `p.elems` elements with `p.elems * T::BYTES` at most
 /// `lamport_slot_bytes(W)`; every rank passes the same `p.elems`.
+#[cfg(not(feature = "test-kernels"))]
 #[inline(always)]
 pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded from the caller.
@@ -134,6 +139,7 @@ pub(crate) unsafe fn lamport_marked<T: Element, const W: usize, const OP: u32, M
 /// `p.pads` must hold the mapped pads of W ranks (`rank < W`), the caller
 /// buffers `p.elems` elements with `ceil(vectors / W)` vectors at most
 /// `lamport2_slot_bytes(W) / 16`; every rank passes the same `p.elems`.
+#[cfg(not(feature = "test-kernels"))]
 #[inline(always)]
 pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded from the caller.
@@ -296,6 +302,7 @@ pub(crate) unsafe fn lamport2_marked<T: Element, const W: usize, const OP: u32, 
 /// the shard of `n` elements in `vecs` vectors, its slot stride, the bytes
 /// from one shard's start to the next on the side that holds every shard
 /// (`p.shard_stride_elems`, or `n` when 0) and this thread's place.
+#[cfg(not(feature = "test-kernels"))]
 struct ShardCall {
     call: LamportCall,
     n: usize,
@@ -306,6 +313,7 @@ struct ShardCall {
     stride: usize,
 }
 
+#[cfg(not(feature = "test-kernels"))]
 impl ShardCall {
     /// # Safety
     /// `p.pads` must hold this rank's mapped pad at `p.rank`.
@@ -342,6 +350,7 @@ impl ShardCall {
 /// `p.elems` when 0) after the last, and `p.output` `p.elems`;
 /// `ceil(p.elems / LANES)` vectors fit `lamport_slot_bytes(W)`; every rank
 /// passes the same `p.elems`.
+#[cfg(not(feature = "test-kernels"))]
 #[inline(always)]
 pub(crate) unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded from the caller.
@@ -400,6 +409,7 @@ pub(crate) unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &A
 /// # Safety
 /// As for [`lamport_rs`], with `p.input` holding `p.elems` elements and
 /// `p.output` the W shards.
+#[cfg(not(feature = "test-kernels"))]
 #[inline(always)]
 pub(crate) unsafe fn lamport_ag<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded from the caller.

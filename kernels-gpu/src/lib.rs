@@ -88,7 +88,6 @@ pub mod ptx;
 pub mod schedule;
 // The test PTX uses only the wait constants of `sync`.
 #[cfg(target_arch = "nvptx64")]
-#[cfg_attr(feature = "test-kernels", allow(dead_code))]
 pub mod sync;
 
 // The production kernels (`entries::Kernel`): every build but the test
@@ -106,13 +105,11 @@ pub mod fused_norm;
 // The Lamport forms' functions are also the test PTX's phase probes'
 // (`timing::probe_lamport*_phases_w*`), with the primitives below them.
 #[cfg(target_arch = "nvptx64")]
-#[cfg_attr(feature = "test-kernels", allow(dead_code))]
 pub mod lamport;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod norm;
 // The primitives the production kernels are made of, below them.
 #[cfg(target_arch = "nvptx64")]
-#[cfg_attr(feature = "test-kernels", allow(dead_code, unused_imports))]
 pub mod prims;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod push;
