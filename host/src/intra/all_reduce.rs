@@ -281,8 +281,8 @@ impl IntraNodeComm {
 
     /// [`params_template`](Self::params_template)'s value, from the
     /// mapped buffers and the error word; none of them moves while the
-    /// communicator lives.
-    pub(crate) fn shared_params(&self) -> AllReduceParams {
+    /// communicator lives, so the rendezvous works it out once.
+    pub(crate) fn work_out_shared_params(&self) -> AllReduceParams {
         let mut p = AllReduceParams::default();
         let symm = self.symm();
         for (dst, src) in p.bufs.iter_mut().zip(symm.buffer_ptrs()) {

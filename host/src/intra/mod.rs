@@ -99,8 +99,8 @@ pub struct IntraNodeComm {
     /// for one vector exists), worked out once at the rendezvous.
     pub(crate) push_runnable: bool,
     /// The parameters every launch shares
-    /// ([`shared_params`](Self::shared_params)), worked out once at the
-    /// rendezvous.
+    /// ([`work_out_shared_params`](Self::work_out_shared_params)), worked
+    /// out once at the rendezvous.
     pub(crate) shared_params: intranode_kernels_gpu::layout::AllReduceParams,
 }
 

@@ -271,7 +271,7 @@ pub(crate) fn run_scoped(
     // buffers, error word), so every call reads them instead of working
     // them out again.
     comm.push_runnable = comm.push_launch_for(PushUse::AllReduce, 1).is_some();
-    comm.shared_params = comm.shared_params();
+    comm.shared_params = comm.work_out_shared_params();
     Ok(comm)
 }
 
