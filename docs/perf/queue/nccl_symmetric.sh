@@ -1,6 +1,7 @@
 #!/bin/bash
-# Queued for a machine of 2, 4 or 8 GPUs (H100 or H200): NCCL's symmetric kernels (NCCL 2.27 and later: ncclMemAlloc
-# buffers registered as windows with NCCL_WIN_COLL_SYMMETRIC, graph
+# Queued for a machine of 2, 4 or 8 GPUs (H100 or H200): NCCL's
+# symmetric kernels (NCCL 2.27 and later: ncclMemAlloc buffers
+# registered as windows with NCCL_WIN_COLL_SYMMETRIC, graph
 # replay) beside plain NCCL and our auto, every result checked, at world
 # 2, 4 and 8 as the machine has GPUs (GPUs 0..w-1, one rank each), each
 # world twice: NCCL's default and NCCL_GRAPH_MIXING_SUPPORT=0 (NCCL reads
