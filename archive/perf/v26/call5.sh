@@ -1,0 +1,25 @@
+#!/bin/bash
+# 1 H200, the final code (after the review mends): the hog and graph
+# stages at 4 ranks under MPS, the recreate leak check at 4 ranks, and
+# the examples as users run them (cudarc's defaults, event tracking on).
+set -u
+unpack() { mkdir -p $2; for f in $1/*.gz; do n=$(basename $f .gz); gzip -dc $f > $2/$n && chmod +x $2/$n; done; }
+unpack bundle2/new /tmp/new; unpack bundle2/ex /tmp/ex
+mkdir -p /tmp/l
+export INTRANODE_ALLOW_OVERLAPPING_DEVICES=1 NCCL_NVLS_ENABLE=0 INTRANODE_BARRIER_TIMEOUT_MS=10000 INTRANODE_REQUIRE_GPUS=1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
+go() { local tag=$1 to=$2; shift 2; local t0=$SECONDS
+  timeout $to "$@" > /tmp/l/$tag.log 2>&1; local rc=$?
+  pkill -f nvidia-cuda-mps >/dev/null 2>&1 && sleep 1
+  echo "$tag rc=$rc $((SECONDS-t0))s: $(grep -hE 'rank 0.*(passed|ok|checked|lost|cycles)|passed|rror|got |never' /tmp/l/$tag.log | sed 's/\x1b\[[0-9;]*m//g' | head -3 | cut -c1-300)"; }
+R=/tmp/new/intranode-run
+S() { local tag=$1 to=$2; shift 2; go $tag $to $R --mps --failure-wait-secs 5 --timeout $((to-10)) --nproc-per-node 4 --gpus 0,0,0,0 -- /tmp/new/intranode-suite "$@"; }
+{
+S hog4 60 check --only-hog
+S graph4 110 check --only-graph
+S recreate4 100 recreate
+go fr4 60 $R --mps --timeout 50 --nproc-per-node 1 --gpus 0 -- /tmp/ex/04_from_rank --gpus 0,0,0,0 --steps 5 --replays 50
+go fd4 40 /tmp/ex/05_from_devices --gpus 0,0,0,0 --eager 20 --replays 50
+go graph1 40 $R --timeout 30 --nproc-per-node 1 --gpus 0 -- /tmp/ex/02_cuda_graph
+} 2>&1 | tee $OUT/summary.txt
+tar czf $OUT/logs.tgz -C /tmp l
