@@ -26,7 +26,7 @@ pub const MAX_RANKS: usize = 8;
 /// of a B200 (148). The flags and counters of 264 blocks take
 /// 60 KiB of the 64 KiB before [`LAMPORT_OFFSET_BYTES`]
 /// (`flags_fit_below_the_counters`). The other forms keep their own,
-/// smaller caps (`host/src/intra/launch_shape.rs`).
+/// smaller caps (`host/src/intra/launch.rs`).
 pub const MAX_BLOCKS: usize = 264;
 /// Barrier slots per launch: start (0), middle (1), explicit barrier (3);
 /// 2 only names Lamport waits in reports ([`SLOT_PUSH`], outside the

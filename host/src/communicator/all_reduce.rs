@@ -17,6 +17,7 @@ use super::{Communicator, args};
 use crate::decide::{AllReduceCall, decide_all_reduce};
 use crate::error::{Error, Result};
 use crate::intra::IntraNodeComm;
+use crate::intra::all_reduce::RawAllReduce;
 use crate::intra::debug;
 use crate::types::AllReduceAlgo;
 use crate::types::{ElemType, ReduceOp};
@@ -228,22 +229,23 @@ impl Communicator {
                     Ok((both, both))
                 }
             },
-            // SAFETY: both addresses come from live device buffers of
-            // `decision.elems` elements of `T`, whose NCCL data type is
-            // `elem` (`elem_of`: same data, same size), kept ordered with
-            // `stream` by the call's buffers (NOTE [capture and event
-            // tracking] in `intra/tracked.rs`); `Buffers::Apart`'s two are
-            // distinct borrows, so they do not overlap.
-            |(input, output)| unsafe {
-                intra.all_reduce_raw(
+            |(input, output)| {
+                let call = RawAllReduce {
                     input,
                     output,
-                    decision.elems,
+                    elems: decision.elems,
                     elem,
                     op,
-                    decision.algo,
-                    stream,
-                )
+                    algo: decision.algo,
+                };
+                // SAFETY: both addresses come from live device buffers of
+                // `decision.elems` elements of `T`, whose NCCL data type
+                // is `elem` (`elem_of`: same data, same size), kept
+                // ordered with `stream` by the call's buffers (NOTE
+                // [capture and event tracking] in `intra/tracked.rs`);
+                // `Buffers::Apart`'s two are distinct borrows, so they do
+                // not overlap.
+                unsafe { intra.all_reduce_raw(&call, stream) }
             },
         )
     }

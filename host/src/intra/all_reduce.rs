@@ -1,6 +1,7 @@
-//! The all-reduce of ours over addresses (`IntraNodeComm::all_reduce_raw`):
-//! the kernel, grid and parameters of one call (`all_reduce_launch`), on
-//! the caller's stream; the grids come from `launch_shape.rs`.
+//! The all-reduce of ours over addresses (`IntraNodeComm::all_reduce_raw`
+//! of a [`RawAllReduce`]): the kernel, grid and parameters of one call
+//! (`launch_of`), on the caller's stream; the grids come from
+//! `launch.rs`.
 //!
 //! NOTE [IntraNodeComm stream semantics] (from the seed): everything is
 //! enqueued on the caller's stream; there is no communication stream and
@@ -15,8 +16,9 @@ use cudarc::driver::CudaStream;
 use intranode_kernels_gpu::entries::Collective;
 use intranode_kernels_gpu::layout::{AllReduceParams, MAX_RANKS};
 
-use super::launch_shape::{PushLaunch, launch_shape, push_launch, push_launch_rings};
-use super::{IntraNodeComm, Launch};
+use super::IntraNodeComm;
+use super::launch::Launch;
+use super::launch::{PushLaunch, launch_shape, push_launch, push_launch_rings};
 use crate::config::{PushShape, PushUse};
 use crate::decide::{
     IntraPath, lamport_max_message_bytes, lamport_two_shot_max_message_bytes,
@@ -68,6 +70,24 @@ fn most_bytes(algo: AllReduceAlgo, world: usize) -> usize {
     }
 }
 
+/// One all-reduce of ours over device addresses, as decided: what
+/// [`IntraNodeComm::all_reduce_raw`] launches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawAllReduce {
+    /// Device address of this rank's input.
+    pub input: u64,
+    /// Device address of this rank's output (may be `input`).
+    pub output: u64,
+    /// Elements per rank.
+    pub elems: usize,
+    /// What the elements are.
+    pub elem: ElemType,
+    /// The reduction.
+    pub op: ReduceOp,
+    /// The form, as decided.
+    pub algo: AllReduceAlgo,
+}
+
 impl IntraNodeComm {
     /// This group's intra-node path, as [`decide_all_reduce`] sees it.
     pub(crate) fn intra_path(&self) -> IntraPath {
@@ -106,57 +126,51 @@ impl IntraNodeComm {
     /// [`push_ring_bytes`](Self::push_ring_bytes). `None` where they do
     /// not fit.
     pub(crate) fn push_launch_for(&self, what: PushUse, vecs: usize) -> Option<PushLaunch> {
-        let mut shape = self.push_shape.for_use(what, self.world());
+        let mut shape = self.push_shape.for_use(what, self.world);
         // The push kernels take their tiles and rings from the grid they
         // get, so a shared GPU's cap only means more tiles per block.
-        shape.max_blocks = shape.max_blocks.min(self.max_blocks());
+        shape.max_blocks = shape.max_blocks.min(self.residency.max_blocks());
         let ring_bytes = self.push_ring_bytes(&shape);
         match what {
-            PushUse::AllReduce => push_launch(&shape, vecs, self.world(), ring_bytes),
+            PushUse::AllReduce => push_launch(&shape, vecs, self.world, ring_bytes),
             PushUse::ReduceScatter | PushUse::AllGather => {
-                push_launch_rings(&shape, vecs, self.world(), ring_bytes, 1)
+                push_launch_rings(&shape, vecs, self.world, ring_bytes, 1)
             }
         }
     }
 
-    /// All-reduce over raw device addresses with `algo` as decided
-    /// ([`crate::decide::decide_all_reduce`]; not decided again here: an algorithm that
-    /// cannot take the call, a Lamport form past its buffers, is an
-    /// error).
+    /// All-reduce over raw device addresses, as decided
+    /// ([`crate::decide::decide_all_reduce`]; not decided again here: an
+    /// algorithm that cannot take the call, a Lamport form past its
+    /// buffers, is an error).
     ///
     /// # Safety
-    /// `input` and `output` must each be device memory of this comm's
-    /// device holding `elems` elements of `elem` (they may be equal, not
-    /// otherwise overlapping), valid until the stream passes the call.
-    #[allow(clippy::too_many_arguments)]
+    /// `call.input` and `call.output` must each be device memory of this
+    /// comm's device holding `call.elems` elements of `call.elem` (they
+    /// may be equal, not otherwise overlapping), valid until the stream
+    /// passes the call.
     pub unsafe fn all_reduce_raw(
         &self,
-        input: u64,
-        output: u64,
-        elems: usize,
-        elem: ElemType,
-        op: ReduceOp,
-        algo: AllReduceAlgo,
+        call: &RawAllReduce,
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
         let build = || {
-            let launch = self.all_reduce_launch(algo, input, output, elems, elem, op)?;
+            let launch = self.launch_of(call)?;
             if self.call_checker.is_some() {
-                self.check_all_reduce_call(elems, elem, op, algo)?;
+                self.check_all_reduce_call(call.elems, call.elem, call.op, call.algo)?;
             }
             self.increment_usage_counter();
             Ok(launch)
         };
         // SAFETY: the caller vouches for input and output, the peers'
-        // buffers and pads live as long as `self`; `all_reduce_launch`
-        // keeps the grid and the message within what the kernel takes (see
-        // there).
+        // buffers and pads live as long as `self`; `launch_of` keeps the
+        // grid and the message within what the kernel takes (see there).
         unsafe { self.run("all_reduce", stream, build) }
     }
 
-    /// The launch of one all-reduce with `algo` (as decided): the kernel
+    /// The launch of one all-reduce of ours (as decided): the kernel
     /// (looked up once, here), the grid and the parameter block; `None`
-    /// for an empty call. An error where `algo` cannot take the call.
+    /// for an empty call. An error where `call.algo` cannot take the call.
     ///
     /// The grid: `blocks_for` and `push_launch` stay within MAX_BLOCKS
     /// for the kernels that count blocks in the pad (the Lamport ones do
@@ -164,31 +178,34 @@ impl IntraNodeComm {
     /// least, rings inside the buffer and at least 32 threads
     /// (`push_launch`); the Lamport forms and the push form get no more
     /// than `most_bytes`.
-    pub(super) fn all_reduce_launch(
+    pub(super) fn launch_of(
         &self,
-        algo: AllReduceAlgo,
-        input: u64,
-        output: u64,
-        elems: usize,
-        elem: ElemType,
-        op: ReduceOp,
+        call: &RawAllReduce,
     ) -> Result<Option<Launch<(AllReduceParams,)>>> {
-        let key = collective_kernel(algo, elem, self.world()).ok_or_else(|| {
+        let RawAllReduce {
+            input,
+            output,
+            elems,
+            elem,
+            op,
+            algo,
+        } = *call;
+        let key = collective_kernel(algo, elem, self.world).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "all_reduce on rank {}: no intra-node kernel for {} on {} ranks (nccl runs through Communicator)",
-                self.rank(),
+                self.rank,
                 algo.name(),
-                self.world()
+                self.world
             ))
         })?;
         let bytes = elems.saturating_mul(elem.bytes());
-        if bytes > most_bytes(algo, self.world()) {
+        if bytes > most_bytes(algo, self.world) {
             return Err(Error::InvalidArgument(format!(
                 "all_reduce on rank {}: {bytes} bytes exceed the {} bytes {} takes on {} ranks (decide_all_reduce hands such calls to another form)",
-                self.rank(),
-                most_bytes(algo, self.world()),
+                self.rank,
+                most_bytes(algo, self.world),
                 algo.name(),
-                self.world()
+                self.world
             )));
         }
         let mut params = self.params_template();
@@ -197,8 +214,8 @@ impl IntraNodeComm {
         // form walks the whole message through its rings (below).
         let mut chunk_elems = self.half_buffer_bytes() / elem.bytes();
         if algo == AllReduceAlgo::Hcm {
-            let plan = self.hcm_plan().map_err(|why| {
-                Error::InvalidArgument(format!("all_reduce on rank {}: {why}", self.rank()))
+            let plan = self.hcm_plan.as_ref().map_err(|why| {
+                Error::InvalidArgument(format!("all_reduce on rank {}: {why}", self.rank))
             })?;
             params.hcm_group_mask = plan.group_mask;
             params.hcm_relay = plan.relay as u32;
@@ -219,8 +236,8 @@ impl IntraNodeComm {
         if chunk_elems == 0 {
             return Err(Error::InvalidArgument(format!(
                 "all_reduce on rank {}: the {}-byte symmetric buffer holds no chunk for {}",
-                self.rank(),
-                self.symm().buffer_bytes(),
+                self.rank,
+                self.symm.buffer_bytes(),
                 algo.name()
             )));
         }
@@ -245,7 +262,7 @@ impl IntraNodeComm {
                 let vecs = elems
                     .min(chunk_elems)
                     .div_ceil(intranode_kernels_gpu::math::elems_per_vec(elem.bytes()));
-                launch_shape(algo, vecs, self.world(), self.lamport_launch())
+                launch_shape(algo, vecs, self.world, &self.lamport_launch)
             }
         };
         Ok(Some(Launch {
@@ -284,7 +301,7 @@ impl IntraNodeComm {
     /// communicator lives, so the rendezvous works it out once.
     pub(crate) fn work_out_shared_params(&self) -> AllReduceParams {
         let mut p = AllReduceParams::default();
-        let symm = self.symm();
+        let symm = &self.symm;
         for (dst, src) in p.bufs.iter_mut().zip(symm.buffer_ptrs()) {
             *dst = *src;
         }
@@ -293,10 +310,10 @@ impl IntraNodeComm {
         }
         p.half_bytes = self.half_buffer_bytes() as u64;
         p.timeout_ns = u64::try_from(self.barrier_timeout().as_nanos()).unwrap_or(u64::MAX);
-        p.error = self.health().device_ptr();
+        p.error = self.health.device_ptr();
         // NOTE [abandoned waits] in `kernels-gpu/src/sync.rs`.
-        p.abort = p.pads[self.rank()] + (intranode_kernels_gpu::layout::ABORT_WORD * 4) as u64;
-        p.rank = self.rank() as u32;
+        p.abort = p.pads[self.rank] + (intranode_kernels_gpu::layout::ABORT_WORD * 4) as u64;
+        p.rank = self.rank as u32;
         p
     }
 }

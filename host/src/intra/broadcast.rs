@@ -14,12 +14,13 @@ use intranode_kernels_gpu::entries::Broadcast;
 use intranode_kernels_gpu::layout::{BroadcastParams, MAX_BLOCKS};
 use intranode_kernels_gpu::math::VEC_BYTES;
 
-use super::{IntraNodeComm, Launch};
+use super::IntraNodeComm;
+use super::launch::Launch;
 use crate::error::{Error, Result};
 use crate::kernels::{Grid, KernelKey};
 use crate::work::Work;
 
-use super::launch_shape::THREADS;
+use super::launch::THREADS;
 /// Most blocks per launch: like two-shot, a broadcast is bandwidth-bound
 /// on one peer's buffer. Not tuned separately.
 const BROADCAST_MAX_BLOCKS: usize = 64;

@@ -10,8 +10,9 @@ use cudarc::driver::CudaStream;
 use intranode_kernels_gpu::entries::FusedNorm;
 use intranode_kernels_gpu::layout::{FusedNormParams, PREFETCH_PIECE_BYTES, fused_norm_threads};
 
+use super::IntraNodeComm;
 use super::debug::CallFingerprint;
-use super::{IntraNodeComm, Launch};
+use super::launch::Launch;
 use crate::config::{L2Prefetch, MAX_LAMPORT_BLOCKS};
 use crate::decide::{AllReduceCall, NormCall, fused_norm_runs};
 use crate::error::{Error, Result};

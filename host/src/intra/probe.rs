@@ -7,6 +7,7 @@
 use intranode_kernels_gpu::layout::AllReduceParams;
 
 use super::IntraNodeComm;
+use super::all_reduce::RawAllReduce;
 use crate::error::{Error, Result};
 use crate::types::AllReduceAlgo;
 use crate::types::{ElemType, ReduceOp};
@@ -34,7 +35,14 @@ impl IntraNodeComm {
             )));
         }
         let launch = self
-            .all_reduce_launch(algo, input, output, elems, ElemType::Bf16, ReduceOp::Sum)?
+            .launch_of(&RawAllReduce {
+                input,
+                output,
+                elems,
+                elem: ElemType::Bf16,
+                op: ReduceOp::Sum,
+                algo,
+            })?
             .ok_or_else(|| {
                 Error::InvalidArgument(format!(
                     "lamport_probe_launch on rank {}: an empty call",

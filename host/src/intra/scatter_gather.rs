@@ -14,7 +14,8 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use intranode_kernels_gpu::entries::Collective;
 use intranode_kernels_gpu::layout::AllReduceParams;
 
-use super::{IntraNodeComm, Launch};
+use super::IntraNodeComm;
+use super::launch::Launch;
 use crate::config::PushUse;
 use crate::decide::{scatter_gather_max_shard_bytes, scatter_gather_uses_push};
 use crate::error::{Error, Result};
@@ -151,7 +152,7 @@ impl IntraNodeComm {
         what: ScatterGather,
         shard: usize,
         elem: ElemType,
-    ) -> Option<super::launch_shape::PushLaunch> {
+    ) -> Option<super::launch::PushLaunch> {
         let whole_bytes = shard
             .saturating_mul(elem.bytes())
             .saturating_mul(self.world());
@@ -196,7 +197,7 @@ impl IntraNodeComm {
         what: ScatterGather,
         shard: usize,
         elem: ElemType,
-    ) -> Option<super::launch_shape::PushLaunch> {
+    ) -> Option<super::launch::PushLaunch> {
         use intranode_kernels_gpu::math::{PUSH_MAX_VECS, elems_per_vec};
         let vecs = shard
             .div_ceil(elems_per_vec(elem.bytes()))
@@ -320,7 +321,7 @@ impl IntraNodeComm {
     unsafe fn scatter_gather_push(
         &self,
         what: ScatterGather,
-        launch: super::launch_shape::PushLaunch,
+        launch: super::launch::PushLaunch,
         input: u64,
         output: u64,
         shard: usize,

@@ -13,7 +13,9 @@ use intranode_kernels_gpu::entries::Barrier;
 use intranode_kernels_gpu::layout::{BarrierParams, MAX_RANKS};
 use intranode_store::Store;
 
-use super::{IntraNodeComm, Launch};
+use super::IntraNodeComm;
+use super::all_reduce::RawAllReduce;
+use super::launch::Launch;
 use crate::decide::{AllReduceCall, decide_all_reduce};
 use crate::error::{DriverContext, Error, Result};
 use crate::kernels::Grid;
@@ -225,7 +227,17 @@ impl IntraNodeComm {
             // SAFETY: both pointers come from live device buffers of
             // `elems` elements that the call's buffers keep ordered with
             // `stream` (NOTE [capture and event tracking] in `tracked.rs`).
-            |(i, o)| unsafe { self.all_reduce_raw(i, o, elems, T::ELEM, op, algo, stream) },
+            |(input, output)| unsafe {
+                let call = RawAllReduce {
+                    input,
+                    output,
+                    elems,
+                    elem: T::ELEM,
+                    op,
+                    algo,
+                };
+                self.all_reduce_raw(&call, stream)
+            },
         )
     }
 
@@ -243,7 +255,17 @@ impl IntraNodeComm {
             stream,
             |bufs| bufs.output(buf, "all-reduce buffer"),
             // SAFETY: `ptr` is a live device buffer of `elems` elements.
-            |ptr| unsafe { self.all_reduce_raw(ptr, ptr, elems, T::ELEM, op, algo, stream) },
+            |ptr| unsafe {
+                let call = RawAllReduce {
+                    input: ptr,
+                    output: ptr,
+                    elems,
+                    elem: T::ELEM,
+                    op,
+                    algo,
+                };
+                self.all_reduce_raw(&call, stream)
+            },
         )
     }
 }

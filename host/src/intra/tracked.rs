@@ -374,3 +374,45 @@ impl<T> DevicePtrMut<T> for Ordered<T> {
         (self.ptr, SyncOnDrop::Sync(None))
     }
 }
+
+/// A call's buffers, as every collective of ours takes them.
+impl super::IntraNodeComm {
+    /// The buffers of one call on `stream` (NOTE [capture and event
+    /// tracking] above).
+    pub(crate) fn call_buffers<'a>(
+        &'a self,
+        stream: &'a Arc<CudaStream>,
+    ) -> Result<CallBuffers<'a>> {
+        CallBuffers::new(&self.ctx, stream, self.device, self.rank, || {
+            if let Some(side) = self.capture_side.get() {
+                return Ok(side);
+            }
+            let side = CaptureSide::new(&self.ctx, self.device)?;
+            // Another thread may have won the race: either side will do.
+            let _ = self.capture_side.set(side);
+            self.capture_side.get().ok_or_else(|| {
+                Error::InvalidArgument("the capture side stream could not be kept".into())
+            })
+        })
+    }
+
+    /// The one path of a call of ours over a caller's buffers: `take`
+    /// registers them with the call's [`CallBuffers`] (NOTE
+    /// [capture and event tracking] above) and returns their addresses,
+    /// `run` enqueues the call on them (`IntraNodeComm::run` in
+    /// `launch.rs`: checks, launch, `Work`), then the buffers' uses are
+    /// recorded.
+    pub(crate) fn with_buffers<'a, P>(
+        &'a self,
+        stream: &'a Arc<CudaStream>,
+        take: impl FnOnce(&mut CallBuffers<'a>) -> Result<P>,
+        run: impl FnOnce(P) -> Result<crate::work::Work>,
+    ) -> Result<crate::work::Work> {
+        let mut bufs = self.call_buffers(stream)?;
+        let addresses = take(&mut bufs)?;
+        bufs.ready()?;
+        let work = run(addresses)?;
+        bufs.finish()?;
+        Ok(work)
+    }
+}

@@ -4,6 +4,8 @@
 //! kernel's argument array and calls `cuLaunchKernel`. Every launch of the
 //! crate goes through it, so the launch's safety argument is written once;
 //! each caller only vouches for its own kernel's contract.
+//! `KernelModule::launch`, the launch of a kernel of the table by its
+//! typed key, is here too: a call's launch enters this file alone.
 
 use std::ffi::{CString, c_void};
 use std::fmt::Display;
@@ -15,6 +17,7 @@ use intranode_kernels_gpu::layout::{
     AllReduceParams, BarrierParams, BroadcastParams, FusedNormParams, NormParams,
 };
 
+use super::KernelKey;
 use crate::driver_ext;
 
 // NOTE [launch overlap] (programmatic dependent launch): a
@@ -90,6 +93,44 @@ impl Grid {
             blocks: clamp(blocks),
             threads: clamp(threads),
             shared_bytes: 0,
+        }
+    }
+}
+
+/// The launch of a kernel of the table, here beside the one call of
+/// `cuLaunchKernel` it ends in.
+impl super::KernelModule {
+    /// Enqueues the kernel of `key` on `stream` in `grid`, with `args` as
+    /// its parameters: their types are the key's (`KernelKey<A>`, from the
+    /// table in `kernels-gpu/src/entries.rs`), checked by the compiler.
+    ///
+    /// # Safety
+    /// As for `Module::launch`: the values in `args` hold what the kernel
+    /// expects (live device addresses, lengths), their addresses stay
+    /// valid until `stream` passes the kernel, and `grid` suits the kernel.
+    pub(crate) unsafe fn launch<A: KernelArgs>(
+        &self,
+        key: KernelKey<A>,
+        grid: Grid,
+        stream: &CudaStream,
+        args: A,
+    ) -> Result<()> {
+        let f = self
+            .functions
+            .get(key.index())
+            .ok_or_else(|| Error::MissingKernel {
+                name: key.to_string(),
+            })?;
+        let family = key.kernel().family;
+        // A kernel launched overlapped begins with `griddepcontrol.wait`:
+        // the table's `overlapped` families, whose GPU side emits it.
+        let overlap = self.overlap && family.overlapped();
+        // SAFETY: forwarded from the caller; `f` is `key`'s entry point
+        // (the table is in `Kernel::index` order) and `args` has the types
+        // of its parameters (the key's).
+        unsafe {
+            self.module
+                .launch(*f, family.launch_op(), grid, stream, overlap, args)
         }
     }
 }

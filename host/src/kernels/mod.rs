@@ -487,40 +487,6 @@ impl KernelModule {
         self.module.context()
     }
 
-    /// Enqueues the kernel of `key` on `stream` in `grid`, with `args` as
-    /// its parameters: their types are the key's (`KernelKey<A>`, from the
-    /// table in `kernels-gpu/src/entries.rs`), checked by the compiler.
-    ///
-    /// # Safety
-    /// As for `Module::launch`: the values in `args` hold what the kernel
-    /// expects (live device addresses, lengths), their addresses stay
-    /// valid until `stream` passes the kernel, and `grid` suits the kernel.
-    pub(crate) unsafe fn launch<A: KernelArgs>(
-        &self,
-        key: KernelKey<A>,
-        grid: Grid,
-        stream: &CudaStream,
-        args: A,
-    ) -> Result<()> {
-        let f = self
-            .functions
-            .get(key.index())
-            .ok_or_else(|| Error::MissingKernel {
-                name: key.to_string(),
-            })?;
-        let family = key.kernel().family;
-        // A kernel launched overlapped begins with `griddepcontrol.wait`:
-        // the table's `overlapped` families, whose GPU side emits it.
-        let overlap = self.overlap && family.overlapped();
-        // SAFETY: forwarded from the caller; `f` is `key`'s entry point
-        // (the table is in `Kernel::index` order) and `args` has the types
-        // of its parameters (the key's).
-        unsafe {
-            self.module
-                .launch(*f, family.launch_op(), grid, stream, overlap, args)
-        }
-    }
-
     /// `out = a + b` elementwise, computed in f32 and rounded once, on
     /// `stream`. All three must have the same length; any length and any
     /// element offset work (misaligned views take the scalar path).

@@ -1,11 +1,25 @@
-//! The launch shapes of our collectives: how many blocks of how many
-//! threads a call gets, and for the push form the rings it lays out in
-//! the buffer. Functions of the call's size, the world and the shapes the
-//! rendezvous agreed on alone, so every rank launches the same grid.
+//! How a collective of ours launches.
+//!
+//! - The launch shapes: how many blocks of how many threads a call gets,
+//!   and for the push form the rings it lays out in the buffer. Functions
+//!   of the call's size, the world and the shapes the rendezvous agreed on
+//!   alone, so every rank launches the same grid.
+//! - The one path from a decided call to its `Work`
+//!   ([`IntraNodeComm::run`]): the checks every call makes, the
+//!   collective's own [`Launch`], then the launch, refused past the
+//!   blocks this rank may hold resident.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use cudarc::driver::CudaStream;
 use intranode_kernels_gpu::layout::MAX_BLOCKS;
 
+use super::IntraNodeComm;
+
 use crate::config::{LamportShapes, LaunchShape, MAX_LAMPORT_BLOCKS, PushShape};
+use crate::error::{Error, Result};
+use crate::kernels::{Grid, KernelArgs, KernelKey};
 use crate::types::AllReduceAlgo;
 
 /// Threads per block of the collective kernels: 16 warps keep enough
@@ -219,5 +233,97 @@ pub(super) fn launch_shape(
             blocks_for(algo, vecs, world).min(lamport.max_blocks),
             THREADS,
         ),
+    }
+}
+
+/// One launch of a collective of ours, decided: the kernel (typed by the
+/// arguments it takes, from the table in `kernels-gpu/src/entries.rs`),
+/// the grid, and the arguments. Built once per call by the collective's
+/// own builder (the all-reduce's `launch_of`; the ones in
+/// `broadcast_raw`, `scatter_gather_raw`,
+/// `all_reduce_residual_rmsnorm_raw`, `barrier`), enqueued by
+/// [`IntraNodeComm::run`] / [`IntraNodeComm::launch`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Launch<A> {
+    pub(crate) key: KernelKey<A>,
+    pub(crate) grid: Grid,
+    pub(crate) args: A,
+}
+
+impl IntraNodeComm {
+    /// The one path from a decided call of ours to its [`Work`]: the
+    /// checks every call makes ([`check_call`](Self::check_call), named
+    /// `what`), then `build` (the collective's own checks and its
+    /// [`Launch`], `None` for an empty call), then the launch.
+    ///
+    /// # Safety
+    /// As for [`launch`](Self::launch), for what `build` returns.
+    pub(crate) unsafe fn run<A: KernelArgs>(
+        &self,
+        what: &str,
+        stream: &Arc<CudaStream>,
+        build: impl FnOnce() -> Result<Option<Launch<A>>>,
+    ) -> Result<crate::work::Work> {
+        self.check_call(what, stream)?;
+        let launch = build()?;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch(launch, stream) }
+    }
+
+    /// Enqueues `launch` on `stream` (nothing for `None`: an empty call)
+    /// and returns the call's [`Work`](crate::work::Work): the one launch
+    /// of every collective of ours.
+    ///
+    /// # Safety
+    /// The arguments hold what the kernel expects (live device addresses
+    /// of this comm's device, valid until the stream passes the kernel;
+    /// lengths within the kernel's limits) and the grid suits it.
+    pub(crate) unsafe fn launch<A: KernelArgs>(
+        &self,
+        launch: Option<Launch<A>>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<crate::work::Work> {
+        if let Some(l) = launch {
+            // Every builder sizes its grid within the cap (NOTE
+            // [co-residency]); one that did not would deadlock ranks
+            // sharing a GPU, so it is refused here, loudly, not launched.
+            if l.grid.blocks as usize > self.residency.max_blocks() {
+                return Err(Error::InvalidArgument(format!(
+                    "rank {}: a launch of {} blocks exceeds the {} this rank may hold resident ({} ranks share its GPU); this is a bug in intranode",
+                    self.rank,
+                    l.grid.blocks,
+                    self.residency.max_blocks(),
+                    self.residency.ranks_per_gpu
+                )));
+            }
+            // SAFETY: forwarded from the caller.
+            unsafe { self.kernels.launch(l.key, l.grid, stream, l.args) }?;
+        }
+        Ok(crate::work::Work::new(
+            stream.clone(),
+            Some(self.health_arc()),
+        ))
+    }
+
+    /// Counts one use (each collective calls it once); returns the new
+    /// count.
+    pub fn increment_usage_counter(&self) -> u64 {
+        self.usage_counter.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// What every collective checks before it enqueues anything: no
+    /// earlier wait of this communicator ran out, and `stream` belongs to
+    /// its device. `what` names the call in the error.
+    pub(crate) fn check_call(&self, what: &str, stream: &CudaStream) -> Result<()> {
+        self.health.check()?;
+        if stream.context().ordinal() != self.device {
+            return Err(Error::InvalidArgument(format!(
+                "{what} on rank {}: stream is on device {}, the communicator on device {}",
+                self.rank,
+                stream.context().ordinal(),
+                self.device
+            )));
+        }
+        Ok(())
     }
 }
