@@ -7,7 +7,7 @@ use super::MAX_THREADS_PER_BLOCK;
 /// The launch shape of the push form (`INTRANODE_PUSH_LAUNCH`): the most
 /// blocks and chunk bytes of a launch, its threads and ring slots, and the
 /// scratch its rings may take; the host fits the chunk to the symmetric
-/// buffer and the message (`intra::launch::push_launch`).
+/// buffer and the message (`intra::launch_shape::push_launch`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PushShape {
     /// The most blocks of a launch (`blocks=`, capped at the SM count).

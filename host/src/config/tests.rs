@@ -189,7 +189,7 @@ fn the_all_reduce_and_all_gather_take_their_worlds_rings_unless_set() {
     assert_eq!(d.scratch_bytes_for(4), 76 << 20);
     // Its rings fit the scratch with whole 16 KiB chunks.
     let launch =
-        crate::intra::launch::push_launch(&four, 1 << 26, 4, d.scratch_bytes_for(4)).unwrap();
+        crate::intra::launch_shape::push_launch(&four, 1 << 26, 4, d.scratch_bytes_for(4)).unwrap();
     assert_eq!(
         (
             launch.blocks,
@@ -219,7 +219,8 @@ fn the_all_reduce_and_all_gather_take_their_worlds_rings_unless_set() {
     );
     assert_eq!(ag.scratch_bytes, 76 << 20);
     let launch =
-        crate::intra::launch::push_launch_rings(&ag, 1 << 26, 4, ag.scratch_bytes, 1).unwrap();
+        crate::intra::launch_shape::push_launch_rings(&ag, 1 << 26, 4, ag.scratch_bytes, 1)
+            .unwrap();
     assert_eq!((launch.blocks, launch.chunk_vecs), (132, 2048));
     for world in [2, 3, 5, 8] {
         let s = d.for_use(PushUse::AllGather, world);

@@ -45,7 +45,7 @@ pub struct IntraPath {
     /// place in the cube mesh).
     pub hcm_runnable: bool,
     /// Whether the symmetric buffer holds the push form's rings
-    /// (`intra::launch::push_launch`); the size rule picks it only then.
+    /// (`intra::launch_shape::push_launch`); the size rule picks it only then.
     pub push_runnable: bool,
 }
 

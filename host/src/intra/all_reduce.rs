@@ -17,8 +17,9 @@ use intranode_kernels_gpu::entries::Collective;
 use intranode_kernels_gpu::layout::{AllReduceParams, MAX_RANKS};
 
 use super::IntraNodeComm;
+use super::debug::all_reduce_fingerprint;
 use super::launch::Launch;
-use super::launch::{PushLaunch, launch_shape, push_launch, push_launch_rings};
+use super::launch_shape::{PushLaunch, launch_shape, push_launch, push_launch_rings};
 use crate::config::{PushShape, PushUse};
 use crate::decide::{
     IntraPath, lamport_max_message_bytes, lamport_two_shot_max_message_bytes,
@@ -270,6 +271,23 @@ impl IntraNodeComm {
             grid: Grid::new(blocks, threads),
             args: (params,),
         }))
+    }
+
+    /// Under `INTRANODE_DEBUG=detail`: checks that every rank makes this
+    /// all-reduce call with the same arguments (NOTE [call fingerprints] in
+    /// `debug.rs`).
+    /// Without it: nothing.
+    pub(crate) fn check_all_reduce_call(
+        &self,
+        elems: usize,
+        elem: ElemType,
+        op: ReduceOp,
+        algo: AllReduceAlgo,
+    ) -> Result<()> {
+        match &self.call_checker {
+            Some(c) => c.check(|call| all_reduce_fingerprint(call, elems, elem, op.name(), algo)),
+            None => Ok(()),
+        }
     }
 
     /// Every rank's copy of the `bytes` at `input`, when `algo` reads a

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::kernels::{Grid, KernelKey};
 use crate::work::Work;
 
-use super::launch::THREADS;
+use super::launch_shape::THREADS;
 /// Most blocks per launch: like two-shot, a broadcast is bandwidth-bound
 /// on one peer's buffer. Not tuned separately.
 const BROADCAST_MAX_BLOCKS: usize = 64;

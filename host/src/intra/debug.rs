@@ -30,11 +30,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use intranode_store::{Store, StoreExchange};
 use serde::{Deserialize, Serialize};
 
-use super::IntraNodeComm;
 use crate::error::{Error, Result};
 use crate::types::AllReduceAlgo;
 use crate::types::ElemType;
-use crate::types::ReduceOp;
 
 pub use crate::config::DebugLevel;
 
@@ -80,24 +78,6 @@ pub fn all_reduce_fingerprint(
         elem: elem.suffix().into(),
         op: op.into(),
         algo: algo.name().into(),
-    }
-}
-
-impl IntraNodeComm {
-    /// Under `INTRANODE_DEBUG=detail`: checks that every rank makes this
-    /// all-reduce call with the same arguments (NOTE [call fingerprints]).
-    /// Without it: nothing.
-    pub(crate) fn check_all_reduce_call(
-        &self,
-        elems: usize,
-        elem: ElemType,
-        op: ReduceOp,
-        algo: AllReduceAlgo,
-    ) -> Result<()> {
-        match self.call_checker() {
-            Some(c) => c.check(|call| all_reduce_fingerprint(call, elems, elem, op.name(), algo)),
-            None => Ok(()),
-        }
     }
 }
 

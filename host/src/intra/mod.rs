@@ -9,6 +9,7 @@ pub mod debug;
 pub mod fused_norm;
 pub mod hcm;
 pub mod launch;
+pub mod launch_shape;
 #[cfg(feature = "test-kernels")]
 pub mod probe;
 pub mod residency;
@@ -30,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::kernels::KernelModule;
 use crate::symm_mem::SymmetricMemory;
 use crate::topology::{MAX_DEVICES, Topology};
-use launch::LamportLaunch;
+use launch_shape::LamportLaunch;
 
 /// The intra-node communicator of one rank. See the module docs.
 pub struct IntraNodeComm {

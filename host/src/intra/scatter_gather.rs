@@ -152,7 +152,7 @@ impl IntraNodeComm {
         what: ScatterGather,
         shard: usize,
         elem: ElemType,
-    ) -> Option<super::launch::PushLaunch> {
+    ) -> Option<super::launch_shape::PushLaunch> {
         let whole_bytes = shard
             .saturating_mul(elem.bytes())
             .saturating_mul(self.world());
@@ -197,7 +197,7 @@ impl IntraNodeComm {
         what: ScatterGather,
         shard: usize,
         elem: ElemType,
-    ) -> Option<super::launch::PushLaunch> {
+    ) -> Option<super::launch_shape::PushLaunch> {
         use intranode_kernels_gpu::math::{PUSH_MAX_VECS, elems_per_vec};
         let vecs = shard
             .div_ceil(elems_per_vec(elem.bytes()))
@@ -321,7 +321,7 @@ impl IntraNodeComm {
     unsafe fn scatter_gather_push(
         &self,
         what: ScatterGather,
-        launch: super::launch::PushLaunch,
+        launch: super::launch_shape::PushLaunch,
         input: u64,
         output: u64,
         shard: usize,

@@ -48,7 +48,7 @@ use crate::config::{CommConfig, DebugLevel, PushUse};
 use crate::driver_ext;
 use crate::error::{DriverContext, Error, Result};
 use crate::intra::debug::CallChecker;
-use crate::intra::launch::LamportLaunch;
+use crate::intra::launch_shape::LamportLaunch;
 use crate::intra::{HostErrorWord, IntraNodeComm};
 use crate::kernels::KernelModule;
 use crate::setup_times::SetupTimes;

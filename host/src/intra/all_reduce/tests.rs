@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::config::{LamportShapes, LaunchShape, MAX_LAMPORT_BLOCKS};
-use crate::intra::launch::*;
+use crate::intra::launch_shape::*;
 use intranode_kernels_gpu::layout::MAX_BLOCKS;
 
 #[test]
