@@ -3,7 +3,7 @@
 //! writes, so runs at several world sizes fill one file.
 
 use anyhow::Result;
-use intranode::internals::decide::Crossovers;
+use intranode::config::Crossovers;
 
 use crate::results::Row;
 

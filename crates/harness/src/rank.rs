@@ -218,6 +218,12 @@ impl Rank {
         self.env.world_size
     }
 
+    /// Whether the communicator has the intra-node path (our kernels);
+    /// `comm.intra_reason()` says why not where it has none.
+    pub fn has_intra_path(&self) -> bool {
+        self.comm.intra_reason().is_none()
+    }
+
     /// Our algorithms this group can run (none without the intra-node
     /// path; HCM only where its plan holds), in the order the sweeps use.
     pub fn intra_algos(&self) -> Vec<AllReduceAlgo> {

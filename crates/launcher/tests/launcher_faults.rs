@@ -38,8 +38,8 @@ fn request(rank: usize, world: usize) -> RendezvousRequest {
         uuid: [rank as u8 + 1; 16],
         pid: std::process::id(),
         buffer_bytes: 1 << 20,
-        backend: intranode::internals::symm_mem::Backend::Vmm,
-        debug: intranode::internals::intra::debug::DebugLevel::Off,
+        backend: intranode::config::Backend::Vmm,
+        debug: intranode::config::DebugLevel::Off,
         push_shape: intranode::config::PushShape::default(),
         sms: 132,
     }

@@ -53,7 +53,7 @@ fn shards<T: DType + NcclType>(
                     Some(Some(ScatterGatherForm::Lamport)),
                     Some(Some(ScatterGatherForm::Push)),
                 ] {
-                    if forced.is_some() && r.comm.intra().is_none() {
+                    if forced.is_some() && !r.has_intra_path() {
                         continue;
                     }
                     *call += 1;
