@@ -129,7 +129,7 @@ impl IntraNodeComm {
     /// device holding `elems` elements of `elem` (they may be equal, not
     /// otherwise overlapping), valid until the stream passes the call.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn all_reduce_raw(
+    pub(crate) unsafe fn all_reduce_raw(
         &self,
         input: u64,
         output: u64,

@@ -135,7 +135,7 @@ impl IntraNodeComm {
     }
 
     /// This rank's part in the hybrid-cube-mesh all-reduce, or why the
-    /// group cannot run it (see [`hcm::hcm_plan`]).
+    /// group cannot run it (see `hcm::hcm_plan`).
     pub fn hcm_plan(&self) -> std::result::Result<&hcm::HcmPlan, &hcm::HcmUnavailable> {
         self.hcm_plan.as_ref()
     }

@@ -25,7 +25,7 @@ use crate::work::Work;
 impl IntraNodeComm {
     /// The decision for a call of `elems` elements of `elem` that names
     /// `algo` (the entry points of this type that take an explicit
-    /// algorithm: tests and the benchmark): [`decide_all_reduce`] with
+    /// algorithm: tests and the benchmark): `decide_all_reduce` with
     /// `algo` forced, so a Lamport form hands messages larger than its
     /// buffers to its barrier twin. `Communicator` decides itself
     /// (`communicator/all_reduce.rs`) and calls `all_reduce_raw`, which
@@ -159,7 +159,7 @@ impl IntraNodeComm {
     }
 
     /// The hybrid-cube-mesh neighbour table, for
-    /// [`crate::topology::Topology::HybridCubeMesh`] (see [`crate::topology::hcm_neighbors`]).
+    /// [`crate::topology::Topology::HybridCubeMesh`] (see `topology::hcm_neighbors`).
     pub fn hcm_neighbors(&self) -> Option<&[[usize; 4]; MAX_DEVICES]> {
         self.hcm_neighbors.as_ref()
     }

@@ -28,11 +28,10 @@ pub use request::{
     RendezvousRequest, debug_level_mismatch, exchange_requests, push_shape_mismatch,
 };
 pub use validate::{Unsupported, ValidatedGroup, validate};
-// What the suites check the rendezvous against.
+// What the launcher's fault tests build their requests with
+// (`crate::internals`).
 #[cfg(intranode_internals)]
 pub use request::{PROTOCOL_VERSION, hostname};
-#[cfg(intranode_internals)]
-pub use validate::{BUFFER_GRANULARITY_BYTES, MAX_WORLD, MIN_WORLD, residency};
 
 use std::ffi::CString;
 use std::sync::Arc;

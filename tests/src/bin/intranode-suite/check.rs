@@ -243,8 +243,8 @@ fn sweep<T: DType + NcclType>(
         .map_or(5 << 20, |c| c.buffer_bytes() / T::ELEM.bytes());
     // The largest message of the Lamport two-shot: the fullest its
     // buffers get, several vectors per thread.
-    let lamport_elems = intranode::internals::decide::lamport_two_shot_max_message_bytes(r.world())
-        / T::ELEM.bytes();
+    let lamport_elems =
+        intranode::internals::lamport_two_shot_max_message_bytes(r.world()) / T::ELEM.bytes();
     let lengths = sweep_lengths(buffer_elems, lamport_elems);
     let mut cases = 0;
     for &algo in algos {

@@ -154,7 +154,7 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
             ("nccl comm", &|p: &mut Proc| {
                 let (rank, world) = (p.rank(), p.world());
                 let mut exchange = StoreExchange::new("intranode/recreate/nccl");
-                let c = intranode::internals::nccl_comm::nccl_comm(
+                let c = intranode::internals::nccl_comm(
                     &p.stream,
                     p.store.as_ref(),
                     &mut exchange,
