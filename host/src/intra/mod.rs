@@ -55,9 +55,6 @@ pub struct IntraNodeComm {
     pub(crate) world: usize,
     pub(crate) device: usize,
     pub(crate) topology: Topology,
-    /// Read only by the suites (the mesh's class is `topology`).
-    #[cfg(intranode_internals)]
-    pub(crate) mesh: crate::topology::NvlMesh,
     pub(crate) hcm_neighbors: Option<[[usize; 4]; MAX_DEVICES]>,
     /// This rank's part in HCM, or why the group cannot run it.
     pub(crate) hcm_plan: std::result::Result<hcm::HcmPlan, hcm::HcmUnavailable>,
@@ -264,7 +261,7 @@ impl IntraNodeComm {
     }
 
     /// The same, shared (work handles keep it).
-    pub fn health_arc(&self) -> Arc<HostErrorWord> {
+    pub(crate) fn health_arc(&self) -> Arc<HostErrorWord> {
         self.health.clone()
     }
 
@@ -296,13 +293,16 @@ impl IntraNodeComm {
 
     /// Counts one use (each collective calls it once); returns the new
     /// count.
-    pub fn increment_usage_counter(&self) -> u64 {
+    pub(crate) fn increment_usage_counter(&self) -> u64 {
         self.usage_counter.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Runs `f` with the store and the group's exchange (for further
     /// host-side collectives; every rank must make the same calls).
-    pub fn with_exchange<R>(&self, f: impl FnOnce(&dyn Store, &mut StoreExchange) -> R) -> R {
+    pub(crate) fn with_exchange<R>(
+        &self,
+        f: impl FnOnce(&dyn Store, &mut StoreExchange) -> R,
+    ) -> R {
         let mut exchange = self.exchange.lock().unwrap_or_else(PoisonError::into_inner);
         f(&*self.store, &mut exchange)
     }
@@ -310,7 +310,7 @@ impl IntraNodeComm {
     /// Allocates `len` elements of `T` that every peer maps (collective:
     /// every rank calls it with the same `len`, in the same order), for
     /// work on `stream`. See [`crate::symmetric`].
-    pub fn alloc_symmetric<T>(
+    pub(crate) fn alloc_symmetric<T>(
         &self,
         len: usize,
         stream: &Arc<CudaStream>,

@@ -241,8 +241,6 @@ pub(crate) fn run_scoped(
         world,
         device: ctx.ordinal(),
         topology: group.topology,
-        #[cfg(intranode_internals)]
-        mesh: group.mesh,
         hcm_neighbors: group.hcm_neighbors,
         hcm_plan: crate::intra::hcm::hcm_plan(
             group.topology,
