@@ -5,8 +5,8 @@
 //!
 //! Apart from it: the launcher's rank variables (`dist_env`, read by the
 //! application), the store's client settings (`intranode-store`), and
-//! `switches::required_gpus` (crate-private; `internals::switches`), which
-//! only the GPU test suites read.
+//! `switches::required_gpus` (crate-private), which only the GPU test
+//! suites read.
 
 use std::path::{Path, PathBuf};
 
@@ -541,9 +541,8 @@ pub fn read_crossovers(path: &Path) -> Result<Crossovers, ConfigError> {
 
 /// The names of the environment switches [`CommConfig::from_env`] reads
 /// (README, "Environment"), and the GPU test suites' requirement: for
-/// this crate and, through `internals::switches`, its test suites and
-/// benchmark; users set the variables by name or the fields of
-/// [`CommConfig`].
+/// this crate (the few its test suites name are in `internals`); users
+/// set the variables by name or the fields of [`CommConfig`].
 mod push_shape;
 pub(crate) mod switches;
 

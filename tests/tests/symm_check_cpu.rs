@@ -66,8 +66,7 @@ fn run_ranks_on(devices: &[usize], extra: &[(&str, &str)], args: &[&str]) -> Vec
     let children: Vec<_> = (0..world)
         .map(|rank| {
             let mut cmd = Command::new(SYMM_CHECK.as_str());
-            for var in foreign_rank_vars().chain([intranode::internals::switches::REQUIRE_GPUS_ENV])
-            {
+            for var in foreign_rank_vars().chain([intranode::internals::REQUIRE_GPUS_ENV]) {
                 cmd.env_remove(var);
             }
             // Exactly the variables intranode-run gives a rank.

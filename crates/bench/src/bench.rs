@@ -280,10 +280,8 @@ pub enum Collective {
 
 impl Collective {
     /// The reduce-scatter or all-gather, if it is one of them.
-    pub fn scatter_gather(
-        self,
-    ) -> Option<intranode::internals::intra::scatter_gather::ScatterGather> {
-        use intranode::internals::intra::scatter_gather::ScatterGather;
+    pub fn scatter_gather(self) -> Option<intranode::internals::ScatterGather> {
+        use intranode::internals::ScatterGather;
         match self {
             Collective::AllReduce => None,
             Collective::ReduceScatter => Some(ScatterGather::ReduceScatter),

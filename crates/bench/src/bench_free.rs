@@ -13,8 +13,8 @@ use anyhow::{Context, Result, bail};
 use cudarc::driver::{CudaSlice, DevicePtr};
 use half::{bf16, f16};
 use intranode::AllReduceAlgo;
-use intranode::internals::decide::scatter_gather::scatter_gather_uses_ours;
-use intranode::internals::intra::scatter_gather::{ScatterGather, ScatterGatherForm};
+use intranode::internals::scatter_gather_uses_ours;
+use intranode::internals::{ScatterGather, ScatterGatherForm};
 use intranode::kernels::ElemType;
 use intranode::types::ReduceOp;
 use intranode_harness::data;
@@ -504,7 +504,7 @@ fn run_scatter_gather(r: &mut Rank, args: &BenchArgs, what: ScatterGather) -> Re
     let max_calls = args.calls.max(args.large_calls).max(1);
     let mut timer = Timer::new(r, 2 * max_calls + 2 * SKEW_K + 256)?;
     let mut algos: Vec<&str> = Vec::new();
-    if r.comm.intra().is_some() {
+    if r.has_intra_path() {
         // Our two forms forced only on request (`--algos lamport,push`).
         algos.extend(["ours", "lamport", "push"]);
     }

@@ -8,7 +8,7 @@
 use anyhow::{Context, Result};
 use cudarc::driver::DevicePtr;
 use cudarc::driver::sys::CUevent_flags;
-use intranode::internals::intra::HostErrorWord;
+use intranode::internals::HostErrorWord;
 use intranode::kernels::TestKernelModule;
 
 use intranode_harness::free::Dist;

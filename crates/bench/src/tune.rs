@@ -3,7 +3,7 @@
 //! writes, so runs at several world sizes fill one file.
 
 use anyhow::Result;
-use intranode::internals::decide::Crossovers;
+use intranode::config::Crossovers;
 
 use crate::results::Row;
 
@@ -52,12 +52,13 @@ pub(crate) fn tune(rows: &[Row], world: usize, path: &std::path::Path) -> Result
         }
     }
     // Beyond a slot the Lamport rows ran as one-shot (its fallback).
-    x.lamport_max_bytes[world] = limits[0].min(
-        intranode::internals::decide::lamport_max_message_bytes(world),
-    );
+    x.lamport_max_bytes[world] =
+        limits[0].min(intranode::internals::lamport_max_message_bytes(world));
     // Beyond its buffers the Lamport two-shot rows ran as two-shot.
     x.lamport_two_shot_max_bytes[world] = limits[1]
-        .min(intranode::internals::decide::lamport_two_shot_max_message_bytes(world))
+        .min(intranode::internals::lamport_two_shot_max_message_bytes(
+            world,
+        ))
         .max(x.lamport_max_bytes[world]);
     x.one_shot_max_bytes[world] = limits[2].max(limits[1]).max(limits[0]);
     x.two_shot_max_bytes[world] = limits[3].max(x.one_shot_max_bytes[world]);

@@ -11,7 +11,7 @@ use std::hash::Hasher;
 use anyhow::{Result, bail};
 use fnv::FnvHasher;
 use half::{bf16, f16};
-use intranode::internals::intra::scatter_gather::ScatterGather;
+use intranode::internals::ScatterGather;
 use intranode::kernels::{DType, ElemType};
 use intranode::types::ReduceOp;
 

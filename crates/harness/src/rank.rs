@@ -10,7 +10,7 @@ use cudarc::nccl::NcclType;
 use intranode::AllReduceAlgo;
 use intranode::config::CommConfig;
 use intranode::dist_env::DistEnv;
-use intranode::internals::intra::IntraNodeComm;
+use intranode::internals::IntraNodeComm;
 use intranode::kernels::DType;
 use intranode::{Communicator, types::ReduceOp};
 use intranode_store::{ClientConfig, Store, StoreExchange};
@@ -57,7 +57,7 @@ impl Proc {
             .with_context(|| format!("joining the rendezvous store at {addr}"))?;
         // A named group (INTRANODE_GROUP) keeps the harness's own keys
         // apart too, so several groups of ranks can share one store.
-        let exchange_prefix = match std::env::var(intranode::internals::switches::GROUP_ENV) {
+        let exchange_prefix = match std::env::var(intranode::internals::GROUP_ENV) {
             Ok(name) if !name.trim().is_empty() => {
                 format!("{exchange_prefix}/group/{}", name.trim().replace('/', "_"))
             }
@@ -216,6 +216,12 @@ impl Rank {
 
     pub fn world(&self) -> usize {
         self.env.world_size
+    }
+
+    /// Whether the communicator has the intra-node path (our kernels);
+    /// `comm.intra_reason()` says why not where it has none.
+    pub fn has_intra_path(&self) -> bool {
+        self.comm.intra_reason().is_none()
     }
 
     /// Our algorithms this group can run (none without the intra-node

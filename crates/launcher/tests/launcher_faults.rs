@@ -6,7 +6,7 @@
 //!
 //! The ranks are this test executable started again in child mode
 //! ([`fault_rank_child`]); they run the GPU-free steps of the library's
-//! rendezvous (`intranode::internals::rendezvous::exchange_requests`, the store
+//! rendezvous (`intranode::internals::exchange_requests`, the store
 //! barrier of `StoreExchange`). The GPU phases (barrier and all-reduce
 //! kernels) are `intranode-suite faults`.
 
@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use intranode::dist_env::DistEnv;
-use intranode::internals::rendezvous::{RendezvousRequest, exchange_requests};
+use intranode::internals::{RendezvousRequest, exchange_requests};
 use intranode_store::{ClientConfig, Store, StoreError, StoreExchange, TcpStore};
 
 use common::LAUNCHER;
@@ -29,8 +29,8 @@ const STORE_TIMEOUT_MS: u64 = 1500;
 
 fn request(rank: usize, world: usize) -> RendezvousRequest {
     RendezvousRequest {
-        protocol_version: intranode::internals::rendezvous::PROTOCOL_VERSION,
-        hostname: intranode::internals::rendezvous::hostname(),
+        protocol_version: intranode::internals::PROTOCOL_VERSION,
+        hostname: intranode::internals::hostname(),
         rank,
         world,
         device: rank,
@@ -38,8 +38,8 @@ fn request(rank: usize, world: usize) -> RendezvousRequest {
         uuid: [rank as u8 + 1; 16],
         pid: std::process::id(),
         buffer_bytes: 1 << 20,
-        backend: intranode::internals::symm_mem::Backend::Vmm,
-        debug: intranode::internals::intra::debug::DebugLevel::Off,
+        backend: intranode::config::Backend::Vmm,
+        debug: intranode::config::DebugLevel::Off,
         push_shape: intranode::config::PushShape::default(),
         sms: 132,
     }

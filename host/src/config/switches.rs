@@ -116,7 +116,7 @@ pub const TIMING_ENV: &str = "INTRANODE_TIMING";
 pub const GROUP_ENV: &str = "INTRANODE_GROUP";
 
 /// Turns a GPU test's skip into a failure: the number of GPUs a device
-/// run promises (`INTRANODE_REQUIRE_GPUS=4`). Read by [`required_gpus`].
+/// run promises (`INTRANODE_REQUIRE_GPUS=4`). Read by `required_gpus`.
 pub const REQUIRE_GPUS_ENV: &str = "INTRANODE_REQUIRE_GPUS";
 
 /// The number of GPUs a device run promises (`INTRANODE_REQUIRE_GPUS`; 0 when

@@ -74,7 +74,7 @@ fn most_bytes(algo: AllReduceAlgo, world: usize) -> usize {
 /// One all-reduce of ours over device addresses, as decided: what
 /// [`IntraNodeComm::all_reduce_raw`] launches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RawAllReduce {
+pub(crate) struct RawAllReduce {
     /// Device address of this rank's input.
     pub input: u64,
     /// Device address of this rank's output (may be `input`).
@@ -150,7 +150,7 @@ impl IntraNodeComm {
     /// comm's device holding `call.elems` elements of `call.elem` (they
     /// may be equal, not otherwise overlapping), valid until the stream
     /// passes the call.
-    pub unsafe fn all_reduce_raw(
+    pub(crate) unsafe fn all_reduce_raw(
         &self,
         call: &RawAllReduce,
         stream: &Arc<CudaStream>,

@@ -43,7 +43,7 @@ impl IntraNodeComm {
     /// Broadcasts `buf` from `root` to every rank, in place, on `stream`:
     /// the root's elements are read, every other rank's overwritten. Every
     /// rank must call it with the same length and root.
-    pub fn broadcast<T>(
+    pub(crate) fn broadcast<T>(
         &self,
         buf: &mut impl DevicePtrMut<T>,
         root: usize,
@@ -68,7 +68,7 @@ impl IntraNodeComm {
     /// `buf` must be device memory of this comm's device holding `bytes`
     /// bytes, valid until the stream passes the call, and not written by
     /// other work meanwhile.
-    pub unsafe fn broadcast_raw(
+    pub(crate) unsafe fn broadcast_raw(
         &self,
         buf: u64,
         bytes: usize,

@@ -134,7 +134,7 @@ impl IntraNodeComm {
     /// passes the call; `prefetch`, if any, device memory of this context
     /// that is not freed before the stream passes the call.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn all_reduce_residual_rmsnorm_raw(
+    pub(crate) unsafe fn all_reduce_residual_rmsnorm_raw(
         &self,
         input: u64,
         residual: u64,

@@ -124,7 +124,7 @@ impl IntraNodeComm {
 
     /// Counts one use (each collective calls it once); returns the new
     /// count.
-    pub fn increment_usage_counter(&self) -> u64 {
+    pub(crate) fn increment_usage_counter(&self) -> u64 {
         self.usage_counter.fetch_add(1, Ordering::Relaxed) + 1
     }
 

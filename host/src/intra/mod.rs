@@ -43,9 +43,6 @@ pub struct IntraNodeComm {
     pub(crate) world: usize,
     pub(crate) device: usize,
     pub(crate) topology: Topology,
-    /// Read only by the suites (the mesh's class is `topology`).
-    #[cfg(intranode_internals)]
-    pub(crate) mesh: crate::topology::NvlMesh,
     pub(crate) hcm_neighbors: Option<[[usize; 4]; MAX_DEVICES]>,
     /// This rank's part in HCM, or why the group cannot run it.
     pub(crate) hcm_plan: std::result::Result<hcm::HcmPlan, hcm::HcmUnavailable>,
@@ -123,7 +120,7 @@ impl IntraNodeComm {
     }
 
     /// This rank's part in the hybrid-cube-mesh all-reduce, or why the
-    /// group cannot run it (see [`hcm::hcm_plan`]). For the suites: the
+    /// group cannot run it (see `hcm::hcm_plan`). For the suites: the
     /// all-reduce reads the field.
     #[cfg(intranode_internals)]
     pub fn hcm_plan(&self) -> std::result::Result<&hcm::HcmPlan, &hcm::HcmUnavailable> {
@@ -146,7 +143,7 @@ impl IntraNodeComm {
     }
 
     /// The same, shared (work handles keep it).
-    pub fn health_arc(&self) -> Arc<HostErrorWord> {
+    pub(crate) fn health_arc(&self) -> Arc<HostErrorWord> {
         self.health.clone()
     }
 
@@ -178,7 +175,10 @@ impl IntraNodeComm {
 
     /// Runs `f` with the store and the group's exchange (for further
     /// host-side collectives; every rank must make the same calls).
-    pub fn with_exchange<R>(&self, f: impl FnOnce(&dyn Store, &mut StoreExchange) -> R) -> R {
+    pub(crate) fn with_exchange<R>(
+        &self,
+        f: impl FnOnce(&dyn Store, &mut StoreExchange) -> R,
+    ) -> R {
         let mut exchange = self.exchange.lock().unwrap_or_else(PoisonError::into_inner);
         f(&*self.store, &mut exchange)
     }
@@ -186,7 +186,7 @@ impl IntraNodeComm {
     /// Allocates `len` elements of `T` that every peer maps (collective:
     /// every rank calls it with the same `len`, in the same order), for
     /// work on `stream`. See [`crate::symmetric`].
-    pub fn alloc_symmetric<T>(
+    pub(crate) fn alloc_symmetric<T>(
         &self,
         len: usize,
         stream: &Arc<CudaStream>,

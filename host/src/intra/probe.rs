@@ -15,7 +15,7 @@ use crate::types::{ElemType, ReduceOp};
 impl IntraNodeComm {
     /// The parameter block and the grid (blocks, threads) of a bf16 sum
     /// of `elems` elements with `algo` (`Lamport` or `LamportTwoShot`),
-    /// as [`Self::all_reduce_raw`] would launch it.
+    /// as `all_reduce_raw` would launch it.
     ///
     /// A probe launched with them is one call of this communicator: every
     /// rank must launch it where it would make that call, and nothing else

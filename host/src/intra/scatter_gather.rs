@@ -87,7 +87,7 @@ impl IntraNodeComm {
     /// `stream`, with our kernels in the form the crossovers pick
     /// (`sg_auto_push_launch`: the push form past a Lamport slot per
     /// shard); `elem` is the buffers' element type.
-    pub fn scatter_gather<T>(
+    pub(crate) fn scatter_gather<T>(
         &self,
         what: ScatterGather,
         elem: ElemType,
@@ -99,7 +99,7 @@ impl IntraNodeComm {
         self.scatter_gather_as(what, None, elem, send, recv, op, stream)
     }
 
-    /// [`scatter_gather`](Self::scatter_gather) in `form` (`None`: as
+    /// `scatter_gather` (what `Communicator` calls) in `form` (`None`: as
     /// the crossovers pick). The push form needs its rings
     /// to fit the symmetric buffer (`config::PushShape`); forced where they
     /// do not, it is an error.
@@ -223,7 +223,7 @@ impl IntraNodeComm {
     /// `shard` on the other, not overlapping, valid until the stream passes
     /// the call.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn scatter_gather_raw(
+    pub(crate) unsafe fn scatter_gather_raw(
         &self,
         what: ScatterGather,
         form: Option<ScatterGatherForm>,

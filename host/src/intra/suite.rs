@@ -6,20 +6,17 @@
 //! builds, so the crate as users build it carries none of them.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
 use intranode_kernels_gpu::entries::Barrier;
 use intranode_kernels_gpu::layout::{BarrierParams, MAX_RANKS};
-use intranode_store::Store;
 
 use super::IntraNodeComm;
 use super::all_reduce::RawAllReduce;
 use super::launch::Launch;
 use crate::decide::{AllReduceCall, decide_all_reduce};
-use crate::error::{DriverContext, Error, Result};
+use crate::error::{Error, Result};
 use crate::kernels::Grid;
-use crate::topology::{MAX_DEVICES, NvlMesh};
 use crate::types::AllReduceAlgo;
 use crate::types::{DType, ElemType, ReduceOp};
 use crate::work::Work;
@@ -27,7 +24,7 @@ use crate::work::Work;
 impl IntraNodeComm {
     /// The decision for a call of `elems` elements of `elem` that names
     /// `algo` (the entry points of this type that take an explicit
-    /// algorithm: tests and the benchmark): [`decide_all_reduce`] with
+    /// algorithm: tests and the benchmark): `decide_all_reduce` with
     /// `algo` forced, so a Lamport form hands messages larger than its
     /// buffers to its barrier twin. `Communicator` decides itself
     /// (`communicator/all_reduce.rs`) and calls `all_reduce_raw`, which
@@ -154,32 +151,9 @@ impl IntraNodeComm {
         self.device
     }
 
-    /// The NVLink mesh between the ranks (index = rank; pairs on one GPU
-    /// count as linked).
-    pub fn mesh(&self) -> &NvlMesh {
-        &self.mesh
-    }
-
-    /// The hybrid-cube-mesh neighbour table, for
-    /// [`crate::topology::Topology::HybridCubeMesh`] (see [`crate::topology::hcm_neighbors`]).
-    pub fn hcm_neighbors(&self) -> Option<&[[usize; 4]; MAX_DEVICES]> {
-        self.hcm_neighbors.as_ref()
-    }
-
     /// This rank's context.
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
-    }
-
-    /// The store the group met through.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
-    }
-
-    /// How many collectives this communicator has run (seed
-    /// `getIntraNodeCommUsageCounter`).
-    pub fn usage_counter(&self) -> u64 {
-        self.usage_counter.load(Ordering::Relaxed)
     }
 
     /// A host-side barrier of all ranks through the store (not ordered
@@ -192,13 +166,6 @@ impl IntraNodeComm {
                 rank,
                 source,
             })
-    }
-
-    /// Waits for all work in this rank's context (host side).
-    pub fn synchronize(&self) -> Result<()> {
-        self.ctx
-            .synchronize()
-            .ctx("cuCtxSynchronize", Some(self.device))
     }
 
     /// [`all_reduce`](Self::all_reduce) with `algo` as resolved.

@@ -28,11 +28,10 @@ pub use request::{
     RendezvousRequest, debug_level_mismatch, exchange_requests, push_shape_mismatch,
 };
 pub use validate::{Unsupported, ValidatedGroup, validate};
-// What the suites check the rendezvous against.
+// What the launcher's fault tests build their requests with
+// (`crate::internals`).
 #[cfg(intranode_internals)]
 pub use request::{PROTOCOL_VERSION, hostname};
-#[cfg(intranode_internals)]
-pub use validate::{BUFFER_GRANULARITY_BYTES, MAX_WORLD, MIN_WORLD, residency};
 
 use std::ffi::CString;
 use std::sync::Arc;
@@ -242,8 +241,6 @@ pub(crate) fn run_scoped(
         world,
         device: ctx.ordinal(),
         topology: group.topology,
-        #[cfg(intranode_internals)]
-        mesh: group.mesh,
         hcm_neighbors: group.hcm_neighbors,
         hcm_plan: crate::intra::hcm::hcm_plan(
             group.topology,

@@ -61,5 +61,3 @@ mod suite;
 
 pub use allocator::Backend;
 pub use handle::SymmetricMemory;
-#[cfg(intranode_internals)]
-pub use suite::{BufferView, check_view_bounds};

@@ -42,8 +42,7 @@ mod nvml;
 mod test_meshes;
 
 pub use classify::{Topology, detect_topology};
-// The builders and the machinery's queries: crate-private, and for the
-// project's suites through `internals::topology`.
+// The builders and the machinery's queries: crate-private.
 pub(crate) use classify::{HCM_RELAY_SLOT, hcm_neighbors, restrict_to_peer_access};
 pub(crate) use links::{LinkSource, RemoteEndpoint, nvl_mesh_from_links};
 pub use mesh::{MAX_DEVICES, NvlMesh, PciAddress};

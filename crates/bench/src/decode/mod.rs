@@ -162,7 +162,7 @@ pub fn run(args: &DecodeArgs) -> Result<()> {
     if (variants.contains(&Variant::Ours)
         || variants.contains(&Variant::Fused)
         || variants.contains(&Variant::FusedPrefetch))
-        && r.comm.intra().is_none()
+        && !r.has_intra_path()
     {
         notes.push(format!(
             "ours, fused: no intra-node path ({}), so the communicator sends every all-reduce to NCCL, unfused",

@@ -14,7 +14,7 @@
 //!
 //! Main types: [`IpcChannel`] (one rank's end of a job's channel) and
 //! [`IpcError`] (every failure, naming our rank and the peer or path).
-//! `intranode` re-exports this crate as `intranode::internals::ipc_channel`.
+//! `intranode`'s symmetric memory passes its blocks' descriptors with it.
 //!
 //! Architecture Invariant: this crate knows nothing of CUDA; it moves
 //! descriptors between processes and does not look at what they are.

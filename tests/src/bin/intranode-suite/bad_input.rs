@@ -25,9 +25,7 @@ use cudarc::nccl::ReduceOp as NcclOp;
 use half::{bf16, f16};
 use intranode::AllReduceAlgo;
 use intranode::config::{CommConfig, DebugLevel};
-use intranode::internals::rendezvous::RendezvousError;
-use intranode::internals::rendezvous::Unsupported;
-use intranode::internals::switches::{ALLOW_OVERLAPPING_ENV, DEBUG_ENV};
+use intranode::internals::{ALLOW_OVERLAPPING_ENV, DEBUG_ENV, RendezvousError, Unsupported};
 use intranode::types::ReduceOp;
 use intranode_harness::data;
 use intranode_harness::rank::{Proc, Rank};
@@ -301,7 +299,7 @@ fn overlap() -> Result<()> {
     if config.allow_overlapping_devices {
         bail!("bad-input rank {rank}: FAIL: unset {ALLOW_OVERLAPPING_ENV} for this case");
     }
-    match intranode::internals::intra::IntraNodeComm::rendezvous(
+    match intranode::internals::IntraNodeComm::rendezvous(
         &p.ctx,
         p.store.clone(),
         rank,
@@ -339,7 +337,7 @@ fn debug_mismatch() -> Result<()> {
         DebugLevel::Off
     };
     let start = std::time::Instant::now();
-    match intranode::internals::intra::IntraNodeComm::rendezvous(
+    match intranode::internals::IntraNodeComm::rendezvous(
         &p.ctx,
         p.store.clone(),
         rank,
@@ -381,7 +379,7 @@ fn world_size() -> Result<()> {
         allow_overlapping_devices: true,
         ..CommConfig::from_env()?
     };
-    match intranode::internals::intra::IntraNodeComm::rendezvous(
+    match intranode::internals::IntraNodeComm::rendezvous(
         &p.ctx,
         p.store.clone(),
         rank,

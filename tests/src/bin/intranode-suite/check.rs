@@ -110,7 +110,7 @@ fn require_forms(r: &mut Rank, algos: &[Option<AllReduceAlgo>]) -> Result<String
             r.comm.intra_reason().unwrap_or("?")
         );
     };
-    let topology = intra.topology();
+    let topology = r.comm.topology();
     let missing: Vec<&str> = FORMS
         .iter()
         .filter(|f| !algos.contains(&Some(**f)))
@@ -128,7 +128,7 @@ fn require_forms(r: &mut Rank, algos: &[Option<AllReduceAlgo>]) -> Result<String
             }
         );
     }
-    let device = intra.device();
+    let device = r.comm.ordinal();
     let devices: Vec<usize> = r.all_gather(&device)?;
     let mut distinct = devices.clone();
     distinct.sort_unstable();
@@ -243,8 +243,8 @@ fn sweep<T: DType + NcclType>(
         .map_or(5 << 20, |c| c.buffer_bytes() / T::ELEM.bytes());
     // The largest message of the Lamport two-shot: the fullest its
     // buffers get, several vectors per thread.
-    let lamport_elems = intranode::internals::decide::lamport_two_shot_max_message_bytes(r.world())
-        / T::ELEM.bytes();
+    let lamport_elems =
+        intranode::internals::lamport_two_shot_max_message_bytes(r.world()) / T::ELEM.bytes();
     let lengths = sweep_lengths(buffer_elems, lamport_elems);
     let mut cases = 0;
     for &algo in algos {
@@ -394,11 +394,9 @@ pub fn run(args: &CheckArgs) -> Result<()> {
 /// so a check that reads the output before the error word would report a
 /// wrong value for what was a reported timeout.
 fn with_gpu_report(r: &Rank, e: anyhow::Error) -> anyhow::Error {
-    match r.comm.intra().map(|c| c.health().check()) {
-        Some(Err(reported)) => e.context(format!(
-            "the GPU had reported a wait that ran out: {reported}"
-        )),
-        _ => e,
+    match r.comm.check() {
+        Err(reported) => e.context(format!("the communicator had already reported: {reported}")),
+        Ok(()) => e,
     }
 }
 
@@ -601,12 +599,9 @@ fn run_stages(r: &mut Rank, args: &CheckArgs) -> Result<()> {
         symm_line(&s, t_symm.elapsed())
     );
     let barrier_report = crate::check_barriers::run(r)?;
-    let intra = match r.comm.intra() {
-        Some(c) => format!("intra-node {:?}", c.topology()),
-        None => format!(
-            "no intra-node path ({})",
-            r.comm.intra_reason().unwrap_or("?")
-        ),
+    let intra = match r.comm.intra_reason() {
+        None => format!("intra-node {:?}", r.comm.topology()),
+        Some(why) => format!("no intra-node path ({why})"),
     };
     println!(
         "check rank {}/{} ok: {intra}; {cases} sweep cases ({:.1} s), {} back-to-back calls ({:.1} s), {} graph replays x 10 all-reduces ({:.1} s), all bitwise identical across ranks and within tolerance of the f64 reference",

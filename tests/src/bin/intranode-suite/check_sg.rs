@@ -8,7 +8,7 @@
 use anyhow::Result;
 use cudarc::nccl::NcclType;
 use half::{bf16, f16};
-use intranode::internals::intra::scatter_gather::{ScatterGather, ScatterGatherForm};
+use intranode::internals::{ScatterGather, ScatterGatherForm};
 use intranode::kernels::DType;
 use intranode::types::ReduceOp;
 use intranode_harness::data;
@@ -53,7 +53,7 @@ fn shards<T: DType + NcclType>(
                     Some(Some(ScatterGatherForm::Lamport)),
                     Some(Some(ScatterGatherForm::Push)),
                 ] {
-                    if forced.is_some() && r.comm.intra().is_none() {
+                    if forced.is_some() && !r.has_intra_path() {
                         continue;
                     }
                     *call += 1;
@@ -232,7 +232,7 @@ pub fn run(r: &mut Rank, seed: u64) -> Result<usize> {
     // each (`intra::scatter_gather::shard_slices`): one slot and an odd
     // tail, bf16 sums only (the slices share every other code path with
     // the cases above).
-    let slot_elems = intranode::internals::decide::scatter_gather_max_shard_bytes(r.world()) / 2;
+    let slot_elems = intranode::internals::scatter_gather_max_shard_bytes(r.world()) / 2;
     cases += shards::<bf16>(r, seed, &mut call, &[slot_elems + 13], false)?;
     cases += back_to_back(r, seed, &mut call)?;
     Ok(cases)

@@ -277,7 +277,7 @@ fn mismatched_lengths(r: &mut Rank) -> Result<()> {
 /// The symmetric-buffer checks; `algos` as the suite's `--algos`.
 pub fn run(r: &mut Rank, algos: &[Option<AllReduceAlgo>], seed: u64) -> Result<SymmReport> {
     let mut report = SymmReport::default();
-    if r.comm.intra().is_none() {
+    if !r.has_intra_path() {
         return Ok(report);
     }
     let mut call = 1u64 << 40;

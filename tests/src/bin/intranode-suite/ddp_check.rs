@@ -118,7 +118,7 @@ impl Ctx<'_> {
 
     fn paths(&self) -> Vec<BroadcastAlgo> {
         let mut v = Vec::new();
-        if self.comm.intra().is_some() {
+        if self.comm.intra_reason().is_none() {
             v.push(BroadcastAlgo::SymmMem);
         }
         if self.comm.nccl().is_ok() {
@@ -159,14 +159,14 @@ fn raw_broadcasts(c: &mut Ctx<'_>) -> Result<usize> {
                     .map(|i| byte(seed, call, rank, i))
                     .collect();
                 let mut d: CudaSlice<u8> = c.stream.clone_htod(&mine)?;
-                let intra = c.comm.intra().context("intra-node path vanished")?;
                 {
                     let mut view = d.slice_mut(offset..);
-                    intra.broadcast(&mut view, root, &c.stream)?;
+                    c.comm
+                        .broadcast_in_place_with(&mut view, root, BroadcastAlgo::SymmMem)?;
                 }
                 let got = c.stream.clone_dtoh(&d)?;
                 c.stream.synchronize()?;
-                intra.health().check()?;
+                c.comm.check()?;
                 for (i, &g) in got.iter().enumerate() {
                     let want = if i < offset {
                         mine[i]
@@ -386,9 +386,7 @@ fn coalesced_case(
         }
         .map_err(what)?;
     }
-    if let Some(intra) = c.comm.intra() {
-        intra.health().check()?;
-    }
+    c.comm.check()?;
     Ok(sizes.len())
 }
 
@@ -450,7 +448,6 @@ fn interleaved(c: &mut Ctx<'_>, calls: usize) -> Result<String> {
                 64 << 10
             };
             let bytes = 1 + (rng >> 8) as usize % max_bytes;
-            let intra = c.comm.intra().context("intra-node path vanished")?;
             if rng & 1 == 0 {
                 let elems = bytes.div_ceil(4);
                 let input = c
@@ -462,7 +459,8 @@ fn interleaved(c: &mut Ctx<'_>, calls: usize) -> Result<String> {
                 } else {
                     AllReduceAlgo::TwoShot
                 };
-                intra.all_reduce(&input, &mut out, ReduceOp::Sum, algo, &c.stream)?;
+                c.comm
+                    .all_reduce_with(&input, &mut out, &ReduceOp::Sum.to_nccl(), algo)?;
                 pending.push(Pending::Reduce {
                     out,
                     call,
@@ -473,17 +471,14 @@ fn interleaved(c: &mut Ctx<'_>, calls: usize) -> Result<String> {
                 let root = (rng >> 4) as usize % c.world;
                 let mine: Vec<u8> = (0..bytes).map(|i| byte(c.seed, call, c.rank, i)).collect();
                 let mut buf = c.stream.clone_htod(&mine)?;
-                intra.broadcast(&mut buf, root, &c.stream)?;
+                c.comm
+                    .broadcast_in_place_with(&mut buf, root, BroadcastAlgo::SymmMem)?;
                 pending.push(Pending::Bcast { buf, call, root });
                 bcasts += 1;
             }
         }
         c.stream.synchronize()?;
-        c.comm
-            .intra()
-            .context("intra-node path vanished")?
-            .health()
-            .check()?;
+        c.comm.check()?;
         let mut got = Vec::with_capacity(pending.len());
         for p in &pending {
             got.push(match p {
@@ -521,9 +516,9 @@ fn interleaved(c: &mut Ctx<'_>, calls: usize) -> Result<String> {
 /// inputs: the kernels' epochs live on the device, so a replayed broadcast
 /// and all-reduce keep interleaving correctly.
 fn graph_replays(c: &mut Ctx<'_>, replays: usize) -> Result<String> {
-    let Some(intra) = c.comm.intra() else {
+    if c.comm.intra_reason().is_some() {
         return Ok("graph replay skipped (no intra-node path)".into());
-    };
+    }
     let (reduce_elems, bcast_bytes) = ([4095usize, 200_003], [17usize, 300_001]);
     let roots = [c.world - 1, 0];
     let mut ins = Vec::new();
@@ -544,8 +539,10 @@ fn graph_replays(c: &mut Ctx<'_>, replays: usize) -> Result<String> {
         .context("begin capture")?;
     for k in 0..2 {
         let algo = [AllReduceAlgo::OneShot, AllReduceAlgo::TwoShot][k];
-        intra.all_reduce(&ins[k], &mut outs[k], ReduceOp::Sum, algo, &c.stream)?;
-        intra.broadcast(&mut bufs[k], roots[k], &c.stream)?;
+        c.comm
+            .all_reduce_with(&ins[k], &mut outs[k], &ReduceOp::Sum.to_nccl(), algo)?;
+        c.comm
+            .broadcast_in_place_with(&mut bufs[k], roots[k], BroadcastAlgo::SymmMem)?;
     }
     let graph = c
         .stream
@@ -574,7 +571,7 @@ fn graph_replays(c: &mut Ctx<'_>, replays: usize) -> Result<String> {
             received.push(c.stream.clone_dtoh(&bufs[k])?);
         }
         c.stream.synchronize()?;
-        intra.health().check()?;
+        c.comm.check()?;
         for k in 0..2 {
             data::verify(
                 &reduced[k],
@@ -745,9 +742,7 @@ fn run_hook_case<T: DType + NcclType + DeviceRepr + ValidAsZeroBits>(
             }
         }
     }
-    if let Some(intra) = c.comm.intra() {
-        intra.health().check()?;
-    }
+    c.comm.check()?;
     Ok(HookOutcome {
         fingerprint: fp.finish(),
         buckets: buckets.len(),
@@ -946,12 +941,9 @@ pub fn run(args: &DdpCheckArgs) -> Result<()> {
     let (rank, world) = (c.rank, c.world);
     let (store, mut exchange) = (c.store.clone(), c.exchange);
     exchange.barrier(store.as_ref(), rank, world)?;
-    let path = match c.comm.intra() {
-        Some(i) => format!("intra-node {:?}", i.topology()),
-        None => format!(
-            "no intra-node path ({})",
-            c.comm.intra_reason().unwrap_or("?")
-        ),
+    let path = match c.comm.intra_reason() {
+        None => format!("intra-node {:?}", c.comm.topology()),
+        Some(why) => format!("no intra-node path ({why})"),
     };
     println!(
         "ddp-check rank {rank}/{world} ok ({path}, {:.1} s): {raw} raw broadcasts bitwise; {coalesced}; {inter}; {graph}; {hooks}",

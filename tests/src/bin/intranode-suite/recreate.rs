@@ -154,7 +154,7 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
             ("nccl comm", &|p: &mut Proc| {
                 let (rank, world) = (p.rank(), p.world());
                 let mut exchange = StoreExchange::new("intranode/recreate/nccl");
-                let c = intranode::internals::nccl_comm::nccl_comm(
+                let c = intranode::internals::nccl_comm(
                     &p.stream,
                     p.store.as_ref(),
                     &mut exchange,
@@ -201,7 +201,7 @@ pub fn run(args: &RecreateArgs) -> Result<()> {
         // One call of ours (where the group has the intra-node path) and
         // one of NCCL's: what a communicator keeps may be made at its
         // first call.
-        if comm.intra().is_some() {
+        if comm.intra_reason().is_none() {
             comm.all_reduce_with(&send, &mut recv, &op, AllReduceAlgo::Lamport)
                 .with_context(|| format!("cycle {i}: our all-reduce"))?;
         }
@@ -373,7 +373,7 @@ fn stream_variant(p: &mut Proc, args: &RecreateArgs) -> Result<(f64, i64, i64)> 
             step(i, &format!("all-reduce of {n} f32"));
             let sent = send.slice(..n);
             match forced {
-                Some(algo) if comm.intra().is_some() => {
+                Some(algo) if comm.intra_reason().is_none() => {
                     comm.all_reduce_with(&sent, recv, &op, algo)
                 }
                 _ => comm.all_reduce(&sent, recv, &op),

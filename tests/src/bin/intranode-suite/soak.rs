@@ -196,30 +196,13 @@ impl Soak<'_> {
     /// The all-reduce itself, on the pair's first `spec.elems` elements.
     fn reduce<T: DType + NcclType>(&self, pair: &mut Pair<T>, spec: &Spec) -> Result<()> {
         let n = spec.elems;
-        match (spec.in_place, spec.algo) {
-            (true, None) => {
-                self.r
-                    .comm
-                    .all_reduce_in_place(&mut pair.input.slice_mut(0..n), &spec.op.to_nccl())?;
-            }
-            (true, Some(algo)) => {
-                let intra = self
-                    .r
-                    .comm
-                    .intra()
-                    .context("a forced algorithm needs the intra-node path")?;
-                intra.all_reduce_in_place(
-                    &mut pair.input.slice_mut(0..n),
-                    spec.op,
-                    algo,
-                    &self.r.stream,
-                )?;
-            }
-            (false, algo) => {
-                let input = pair.input.slice(0..n);
-                let mut output = pair.output.slice_mut(0..n);
-                self.r.all_reduce(&input, &mut output, spec.op, algo)?;
-            }
+        if spec.in_place {
+            self.r
+                .all_reduce_in_place(&mut pair.input.slice_mut(0..n), spec.op, spec.algo)?;
+        } else {
+            let input = pair.input.slice(0..n);
+            let mut output = pair.output.slice_mut(0..n);
+            self.r.all_reduce(&input, &mut output, spec.op, spec.algo)?;
         }
         Ok(())
     }
@@ -518,9 +501,7 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     }
     flush(&mut s, &mut pending, &describe)?;
     let elapsed = start.elapsed();
-    if let Some(intra) = r.comm.intra() {
-        intra.health().check()?;
-    }
+    r.comm.check()?;
     let (free, fds) = sample(&r)?;
     samples.push((done, free, fds));
     let baseline = baseline.unwrap_or((free, fds));
@@ -587,9 +568,7 @@ fn flush(
     let stream = s.r.stream.clone();
     let counts = stream.clone_dtoh(&s.counters)?;
     stream.synchronize()?;
-    if let Some(intra) = s.r.comm.intra() {
-        intra.health().check()?;
-    }
+    s.r.comm.check()?;
     for (slot, (call, spec, graph)) in pending.iter().enumerate() {
         if counts[slot] != 0 {
             bail!(
