@@ -78,12 +78,12 @@
 //! the input is 16-byte aligned and lies in one allocation; the rest is
 //! the caller's contract (`intranode::symmetric` docs).
 
-use crate::elem::{Element, Lanes, load_vec, store_vec};
+use crate::index;
+use crate::index::hcm_chunk_elems;
 use crate::layout::{
     AllReduceParams, FORM_HCM, FORM_ONE_SHOT, FORM_TWO_SHOT, SLOT_END, SLOT_MID, SLOT_START,
 };
-use crate::math;
-use crate::math::hcm_chunk_elems;
+use crate::packed::{Element, Lanes, load_vec, store_vec};
 use crate::prims::grid::{self, Walk, copy4_all};
 use crate::prims::reduce::{combine, combine_in_order, finish_op, load_each, reduce_vec};
 use crate::ptx;
@@ -134,7 +134,7 @@ impl Chunk {
     /// Shard `r` of this chunk: `r`'s share of `basis_vecs`, cut at `vecs`.
     #[inline(always)]
     fn shard<const W: usize>(&self, r: usize) -> (usize, usize) {
-        let (start, end) = math::even_split(self.basis_vecs, W, r);
+        let (start, end) = index::even_split(self.basis_vecs, W, r);
         let cut = |x: usize| if x < self.vecs { x } else { self.vecs };
         (cut(start), cut(end))
     }
@@ -353,7 +353,7 @@ unsafe fn load_partial<T: Element>(base: u64, i: usize) -> Lanes {
 
 /// HCM (NOTE [hcm groups]): group one-shot into an f32 partial sum, then
 /// a swap of partial sums with the relay. The half holds the chunk's input
-/// vectors, then their partials (`math::hcm_chunk_elems`).
+/// vectors, then their partials (`index::hcm_chunk_elems`).
 ///
 /// # Safety
 /// See [`run_chunks`]; `p.hcm_group_mask` holds G ranks and `p.hcm_relay`
@@ -430,10 +430,10 @@ unsafe fn run_chunks<T: Element, const W: usize, const OP: u32, const ALGO: u32>
     } else {
         (p.half_bytes as usize) / T::BYTES
     };
-    let chunks = math::div_ceil(elems, chunk_elems).max(1);
-    let aligned = math::all_vec_aligned(&[p.input as usize, p.output as usize]);
+    let chunks = index::div_ceil(elems, chunk_elems).max(1);
+    let aligned = index::all_vec_aligned(&[p.input as usize, p.output as usize]);
     let (tid, stride) = grid::place();
-    let basis_vecs = math::div_ceil(
+    let basis_vecs = index::div_ceil(
         if elems < chunk_elems {
             elems
         } else {
@@ -456,7 +456,7 @@ unsafe fn run_chunks<T: Element, const W: usize, const OP: u32, const ALGO: u32>
             input: p.input + (first * T::BYTES) as u64,
             output: p.output + (first * T::BYTES) as u64,
             elems: n,
-            vecs: math::div_ceil(n, T::LANES),
+            vecs: index::div_ceil(n, T::LANES),
             basis_vecs,
             aligned,
             tid,

@@ -24,8 +24,8 @@
 //! before their barrier; the mapping of a vector to a block depends only on
 //! its index, never on the chunk's length.
 
+use crate::index::{self, VEC_BYTES};
 use crate::layout::{BroadcastParams, FORM_BROADCAST, SLOT_START};
-use crate::math::{self, VEC_BYTES};
 use crate::prims::grid::{self, Walk, copy4_all};
 use crate::ptx;
 use crate::sync::{Peers, ReportTo, block_barrier, call_epoch, finish_call, pick};
@@ -95,10 +95,10 @@ pub(crate) unsafe fn broadcast<const W: usize>(p: &BroadcastParams) {
     let base = unsafe { call_epoch(own_pad) };
     let bytes = p.bytes as usize;
     let chunk_bytes = p.half_bytes as usize;
-    let chunks = math::div_ceil(bytes, chunk_bytes).max(1);
+    let chunks = index::div_ceil(bytes, chunk_bytes).max(1);
     // Chunks start at multiples of `half_bytes` (a multiple of 16), so the
     // buffer's own alignment decides for every chunk.
-    let aligned = math::all_vec_aligned(&[p.buf as usize]);
+    let aligned = index::all_vec_aligned(&[p.buf as usize]);
     let (tid, s) = grid::place();
     let peers = Peers {
         pads: &p.pads,
@@ -122,7 +122,7 @@ pub(crate) unsafe fn broadcast<const W: usize>(p: &BroadcastParams) {
         } else {
             chunk_bytes
         };
-        let vecs = math::div_ceil(n, VEC_BYTES);
+        let vecs = index::div_ceil(n, VEC_BYTES);
         let user = (p.buf + first as u64) as *mut u8;
         // SAFETY: `half` holds `half_bytes >= 16 * vecs` bytes; `user` holds
         // `n` bytes (the caller's promise); the pads are mapped.

@@ -7,8 +7,8 @@
 //! and step on the main path: one 16-byte vector of the 16-bit type against
 //! two of f32.
 
-use crate::elem::{Bf16, Element, F16};
-use crate::math;
+use crate::index;
+use crate::packed::{Bf16, Element, F16};
 use crate::ptx;
 
 /// `dst[i] = round(src[i])` for `i < n`.
@@ -20,9 +20,9 @@ use crate::ptx;
 unsafe fn narrow<T: Element>(src: *const f32, dst: *mut T, n: usize) {
     let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
     let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
-    let aligned = math::all_vec_aligned(&[src as usize, dst as usize]);
+    let aligned = index::all_vec_aligned(&[src as usize, dst as usize]);
     let (vecs, tail_start) = if aligned {
-        math::split_vec_tail(n, T::BYTES)
+        index::split_vec_tail(n, T::BYTES)
     } else {
         (0, 0)
     };
@@ -66,9 +66,9 @@ unsafe fn narrow<T: Element>(src: *const f32, dst: *mut T, n: usize) {
 unsafe fn widen<T: Element>(src: *const T, dst: *mut f32, n: usize) {
     let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
     let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
-    let aligned = math::all_vec_aligned(&[src as usize, dst as usize]);
+    let aligned = index::all_vec_aligned(&[src as usize, dst as usize]);
     let (vecs, tail_start) = if aligned {
-        math::split_vec_tail(n, T::BYTES)
+        index::split_vec_tail(n, T::BYTES)
     } else {
         (0, 0)
     };

@@ -44,8 +44,8 @@ fn grid() -> (usize, usize) {
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod kernels {
     use super::grid;
-    use crate::elem::Element;
-    use crate::math;
+    use crate::index;
+    use crate::packed::Element;
     use crate::ptx;
 
     /// `g / (1 + exp(-g))`, `exp(-g)` as `2^(-g log2(e))`: infinite for
@@ -72,7 +72,7 @@ pub mod kernels {
     ) {
         let (tid, stride) = grid();
         let aligned = cols.is_multiple_of(T::LANES)
-            && math::all_vec_aligned(&[gate_up as usize, out as usize]);
+            && index::all_vec_aligned(&[gate_up as usize, out as usize]);
         if aligned {
             let row_vecs = cols / T::LANES;
             let total = rows * row_vecs;
@@ -128,7 +128,7 @@ pub mod kernels {
 #[cfg(all(target_arch = "nvptx64", feature = "test-kernels"))]
 pub mod fill_kernels {
     use super::{grid, uniform};
-    use crate::elem::{Bf16, Element, F16};
+    use crate::packed::{Bf16, Element, F16};
 
     /// # Safety
     /// `out` holds `n` elements.

@@ -1,8 +1,8 @@
 //! Elementwise kernels: the smallest typed kernels, used by the first GPU
 //! test to prove the whole pipeline (Rust -> PTX -> cudarc launch).
 
-use crate::elem::{Bf16, Element, F16};
-use crate::math;
+use crate::index;
+use crate::packed::{Bf16, Element, F16};
 use crate::ptx;
 
 /// `out[i] = a[i] + b[i]`, computed in f32 and rounded once.
@@ -16,9 +16,9 @@ use crate::ptx;
 unsafe fn add<T: Element>(a: *const T, b: *const T, out: *mut T, n: usize) {
     let tid = (ptx::block_idx_x() * ptx::block_dim_x() + ptx::thread_idx_x()) as usize;
     let stride = (ptx::grid_dim_x() * ptx::block_dim_x()) as usize;
-    let aligned = math::all_vec_aligned(&[a as usize, b as usize, out as usize]);
+    let aligned = index::all_vec_aligned(&[a as usize, b as usize, out as usize]);
     let (vecs, tail_start) = if aligned {
-        math::split_vec_tail(n, T::BYTES)
+        index::split_vec_tail(n, T::BYTES)
     } else {
         (0, 0)
     };

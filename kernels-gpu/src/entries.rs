@@ -88,7 +88,7 @@ macro_rules! kernel_table {
                 /// Barrier-free one-shot (NOTE \[lamport\] in `lamport.rs`).
                 Lamport = "lamport" "", [Bf16 F16 F32], [2 3 4 5 6 7 8], collective(lamport, world);
                 /// Barrier-free two-shot (NOTE [lamport two-shot]).
-                LamportTwoShot = "lamport2" "", [Bf16 F16 F32], [2 3 4 5 6 7 8], collective(lamport2, world);
+                LamportTwoShot = "lamport_two_shot" "", [Bf16 F16 F32], [2 3 4 5 6 7 8], collective(lamport_two_shot, world);
                 /// The two-shot's first hop as a collective: reduce-scatter.
                 ReduceScatter = "lamport_rs" "", [Bf16 F16 F32], [2 3 4 5 6 7 8], collective(lamport_rs, world);
                 /// The two-shot's second hop as a collective: all-gather.
@@ -98,7 +98,7 @@ macro_rules! kernel_table {
                 /// [push all-reduce] in `push.rs`).
                 Push = "push" "", [Bf16 F16 F32], [2 3 4 5 6 7 8], collective(push, world);
                 /// Reduce-scatter of large shards through the push rings
-                /// (NOTE [push reduce-scatter and all-gather] in `push_sg.rs`).
+                /// (NOTE [push reduce-scatter and all-gather] in `push_scatter_gather.rs`).
                 PushReduceScatter = "push_rs" "", [Bf16 F16 F32], [2 3 4 5 6 7 8], collective(push_reduce_scatter, world);
                 /// All-gather of large shards through the push rings.
                 PushAllGather = "push_ag" "", [Bf16 F16 F32], [2 3 4 5 6 7 8], collective(push_all_gather, world);
@@ -162,17 +162,17 @@ mod instances {
     use crate::all_reduce::{hcm, one_shot, two_shot};
     use crate::broadcast::broadcast;
     use crate::decode::kernels::silu_mul;
-    use crate::elem::{Bf16, F16};
     use crate::fused_norm::lamport_rmsnorm;
-    use crate::lamport::{lamport, lamport_ag, lamport_rs, lamport2};
+    use crate::lamport::{lamport, lamport_ag, lamport_rs, lamport_two_shot};
     use crate::layout::{
         AllReduceParams, BroadcastParams, FusedNormParams, NormParams, OP_AVG, OP_MAX, OP_MIN,
         OP_SUM,
     };
     use crate::norm::residual_rmsnorm;
+    use crate::packed::{Bf16, F16};
     use crate::ptx;
     use crate::push::push;
-    use crate::push_sg::{push_all_gather, push_reduce_scatter};
+    use crate::push_scatter_gather::{push_all_gather, push_reduce_scatter};
 
     /// Walks the table: one `instance!` per family.
     macro_rules! define_instances {
@@ -761,11 +761,11 @@ mod table {
         /// random fill.
         FillUniform(Elem),
         /// `probe_lamport_phases_w<n>(AllReduceParams, stamps)` (one-shot)
-        /// or `probe_lamport2_phases_w<n>` (two-shot): bf16 sum with its
+        /// or `probe_lamport_two_shot_phases_w<n>` (two-shot): bf16 sum with its
         /// phases stamped, for `n` in [`TestKernel::PHASE_WORLDS`]
         /// (`world_slot` indexes it; [`TestKernel::phases`] makes them).
         Phases {
-            /// The two-shot (`lamport2`) rather than the one-shot.
+            /// The two-shot (`lamport_two_shot`) rather than the one-shot.
             two_shot: bool,
             /// Index into [`TestKernel::PHASE_WORLDS`].
             world_slot: u8,
@@ -853,7 +853,7 @@ mod table {
                 } => write!(
                     f,
                     "probe_lamport{}_phases_w{}",
-                    if two_shot { "2" } else { "" },
+                    if two_shot { "_two_shot" } else { "" },
                     Self::PHASE_WORLDS
                         .get(world_slot as usize)
                         .copied()
@@ -947,7 +947,7 @@ mod table {
             let name = |k: Option<KernelKey<(AllReduceParams,)>>| k.map(|k| k.to_string());
             assert_eq!(
                 name(Collective::LamportTwoShot.key(Elem::Bf16, 8)),
-                Some("lamport2_bf16_w8".into())
+                Some("lamport_two_shot_bf16_w8".into())
             );
             assert_eq!(
                 name(Collective::Hcm.key(Elem::Bf16, 6)),

@@ -44,10 +44,10 @@
 //! value: every output has the bits it has without it. The blocks are
 //! extra, so the rows' blocks and their sums do not change either.
 
-use crate::elem::Element;
 use crate::layout::{
     FORM_FUSED_NORM, FusedNormParams, OP_SUM, PREFETCH_PIECE_BYTES, lamport_stride_bytes,
 };
+use crate::packed::Element;
 use crate::prims::row::{WARP, add_vec, block_sum, inv_rms, scale_vec, sum_sq_vec};
 use crate::prims::slots::{push_slots, reduce_slots, take};
 use crate::ptx;

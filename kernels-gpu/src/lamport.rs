@@ -58,13 +58,13 @@
 //! between shards on the side that holds them all (at 4 ranks a slot is
 //! 8 MiB).
 
-use crate::elem::{Element, load_vec, store_vec};
 use crate::layout::{
     AllReduceParams, FORM_LAMPORT, FORM_LAMPORT_TWO_SHOT, PHASE_COUNTED, PHASE_END, PHASE_REDUCED,
     PHASE_START, PHASE_STORED, lamport_stride_bytes,
 };
 #[cfg(not(feature = "test-kernels"))]
 use crate::layout::{FORM_ALL_GATHER, FORM_REDUCE_SCATTER};
+use crate::packed::{Element, load_vec, store_vec};
 use crate::prims::grid::{self, unroll};
 use crate::prims::slots::{
     LamportCall, decode, encode, kth_destination, push_slots, put, reduce_slots,
@@ -110,9 +110,9 @@ pub(crate) unsafe fn lamport_marked<T: Element, const W: usize, const OP: u32, M
 ) {
     marks.mark(PHASE_START);
     let elems = p.elems as usize;
-    let vecs = crate::math::div_ceil(elems, T::LANES);
+    let vecs = crate::index::div_ceil(elems, T::LANES);
     let slot_bytes = lamport_stride_bytes(vecs) as u64;
-    let aligned = crate::math::all_vec_aligned(&[p.input as usize, p.output as usize]);
+    let aligned = crate::index::all_vec_aligned(&[p.input as usize, p.output as usize]);
     let (tid, stride) = grid::place();
 
     // Start the call and push our slot on every rank, ourselves included.
@@ -138,29 +138,36 @@ pub(crate) unsafe fn lamport_marked<T: Element, const W: usize, const OP: u32, M
 /// # Safety
 /// `p.pads` must hold the mapped pads of W ranks (`rank < W`), the caller
 /// buffers `p.elems` elements with `ceil(vectors / W)` vectors at most
-/// `lamport2_slot_bytes(W) / 16`; every rank passes the same `p.elems`.
+/// `lamport_two_shot_slot_bytes(W) / 16`; every rank passes the same `p.elems`.
 #[cfg(not(feature = "test-kernels"))]
 #[inline(always)]
-pub(crate) unsafe fn lamport2<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
+pub(crate) unsafe fn lamport_two_shot<T: Element, const W: usize, const OP: u32>(
+    p: &AllReduceParams,
+) {
     // SAFETY: forwarded from the caller.
-    unsafe { lamport2_marked::<T, W, OP, ()>(p, &()) }
+    unsafe { lamport_two_shot_marked::<T, W, OP, ()>(p, &()) }
 }
 
-/// [`lamport2`], marking its phases with `marks`.
+/// [`lamport_two_shot`], marking its phases with `marks`.
 ///
 /// # Safety
-/// As for [`lamport2`].
+/// As for [`lamport_two_shot`].
 #[inline(always)]
-pub(crate) unsafe fn lamport2_marked<T: Element, const W: usize, const OP: u32, M: Marks>(
+pub(crate) unsafe fn lamport_two_shot_marked<
+    T: Element,
+    const W: usize,
+    const OP: u32,
+    M: Marks,
+>(
     p: &AllReduceParams,
     marks: &M,
 ) {
     marks.mark(PHASE_START);
     let elems = p.elems as usize;
-    let vecs = crate::math::div_ceil(elems, T::LANES);
-    let shard = crate::math::div_ceil(vecs, W);
+    let vecs = crate::index::div_ceil(elems, T::LANES);
+    let shard = crate::index::div_ceil(vecs, W);
     let slot_bytes = lamport_stride_bytes(shard) as u64;
-    let aligned = crate::math::all_vec_aligned(&[p.input as usize, p.output as usize]);
+    let aligned = crate::index::all_vec_aligned(&[p.input as usize, p.output as usize]);
     let (tid, stride) = grid::place();
     let me = p.rank as usize;
 
@@ -323,7 +330,7 @@ impl ShardCall {
         // the block starts here (`ShardCall::new` opens each kernel).
         let call = unsafe { LamportCall::begin(&p.pads, p.rank) };
         let n = p.elems as usize;
-        let vecs = crate::math::div_ceil(n, T::LANES);
+        let vecs = crate::index::div_ceil(n, T::LANES);
         let (tid, stride) = grid::place();
         ShardCall {
             call,
@@ -342,7 +349,7 @@ impl ShardCall {
 }
 
 /// Reduce-scatter, Lamport style (NOTE [lamport reduce-scatter and
-/// all-gather]): the scatter hop of [`lamport2`] with the user's shards.
+/// all-gather]): the scatter hop of [`lamport_two_shot`] with the user's shards.
 ///
 /// # Safety
 /// `p.pads` must hold the mapped pads of W ranks (`rank < W`); `p.input`
@@ -356,7 +363,7 @@ pub(crate) unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &A
     // SAFETY: forwarded from the caller.
     let c = unsafe { ShardCall::new::<T>(p) };
     // Every shard start must be aligned for the vector path.
-    let aligned = crate::math::all_vec_aligned(&[
+    let aligned = crate::index::all_vec_aligned(&[
         p.input as usize,
         (p.input + c.shard_bytes) as usize,
         p.output as usize,
@@ -366,7 +373,7 @@ pub(crate) unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &A
     let dst = slot_on_every_rank::<W>(p, area, c.slot_bytes);
     let mut j = c.tid;
     while j < c.vecs {
-        // Constant indices (`unroll!`, see `lamport2`'s scatter): a rolled
+        // Constant indices (`unroll!`, see `lamport_two_shot`'s scatter): a rolled
         // loop over `dst` puts it in local memory.
         unroll!(k in [0 1 2 3 4 5 6 7] => {
             if let Some(d) = dst.get(k) {
@@ -403,7 +410,7 @@ pub(crate) unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &A
 }
 
 /// All-gather, Lamport style (NOTE [lamport reduce-scatter and
-/// all-gather]): the gather hop of [`lamport2`] with the user's input as
+/// all-gather]): the gather hop of [`lamport_two_shot`] with the user's input as
 /// this rank's shard.
 ///
 /// # Safety
@@ -414,7 +421,7 @@ pub(crate) unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &A
 pub(crate) unsafe fn lamport_ag<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded from the caller.
     let c = unsafe { ShardCall::new::<T>(p) };
-    let aligned = crate::math::all_vec_aligned(&[
+    let aligned = crate::index::all_vec_aligned(&[
         p.input as usize,
         p.output as usize,
         (p.output + c.shard_bytes) as usize,
@@ -436,7 +443,7 @@ pub(crate) unsafe fn lamport_ag<T: Element, const W: usize, const OP: u32>(p: &A
     }
     let own = pick(&p.pads, p.rank) + area;
     let write_out = |j: usize, raw: [[u32; 4]; W]| {
-        // Constant indices, as in `lamport2`'s gather: a loop around
+        // Constant indices, as in `lamport_two_shot`'s gather: a loop around
         // `store_vec` would move `raw` to local memory.
         unroll!(r in [0 1 2 3 4 5 6 7] => {
             if let Some(v) = raw.get(r) {

@@ -138,7 +138,7 @@ pub const fn lamport_slot_bytes(world: usize) -> usize {
 /// Bytes of the largest slot of one rank in each area (scatter, gather) of
 /// a Lamport buffer in the two-shot form: the largest shard it takes (a
 /// multiple of [`LAMPORT_SLOT_ALIGN`]).
-pub const fn lamport2_slot_bytes(world: usize) -> usize {
+pub const fn lamport_two_shot_slot_bytes(world: usize) -> usize {
     match (LAMPORT_BUFFER_BYTES / 2).checked_div(world) {
         Some(bytes) => bytes & !(LAMPORT_SLOT_ALIGN - 1),
         None => 0,
@@ -162,8 +162,8 @@ pub const fn lamport_stride_bytes(vectors: usize) -> usize {
 /// The largest message, in bytes, the Lamport two-shot takes on `world`
 /// ranks: every shard (`ceil(vectors / world)` 16-byte vectors) fits a
 /// slot.
-pub const fn lamport2_max_bytes(world: usize) -> usize {
-    world * lamport2_slot_bytes(world)
+pub const fn lamport_two_shot_max_bytes(world: usize) -> usize {
+    world * lamport_two_shot_slot_bytes(world)
 }
 
 /// Reduction operators (`AllReduceParams::op`): the sum.
@@ -320,7 +320,7 @@ pub struct AllReduceParams {
     /// Push form only: slots per ring, 2 at least, the same on every rank.
     pub push_slots: u32,
     /// Push form only: the lookahead asked for, the same on every rank
-    /// (`math::push_lookahead`: 0 or out of `1..push_slots` takes the
+    /// (`index::push_lookahead`: 0 or out of `1..push_slots` takes the
     /// default for the slots).
     pub push_lookahead: u32,
     /// Every rank's copy of the caller's input, mapped into this process,
@@ -535,7 +535,7 @@ pub struct StoreExitParams {
 }
 
 /// The phases a Lamport phase probe stamps (`timing::probe_lamport_phases_w*`
-/// and `probe_lamport2_phases_w*`, `intranode-bench phases`): each block
+/// and `probe_lamport_two_shot_phases_w*`, `intranode-bench phases`): each block
 /// writes `%globaltimer` at the end of each, after a block barrier, to
 /// `stamps[block * PHASES + phase]`.
 pub const PHASES: usize = 5;
@@ -581,18 +581,20 @@ mod tests {
         assert_eq!(lamport_slot_bytes(2), 16 << 20);
         assert_eq!(lamport_slot_bytes(4), 8 << 20);
         for world in 1..=MAX_RANKS {
-            let slot = lamport2_slot_bytes(world);
+            let slot = lamport_two_shot_slot_bytes(world);
             assert!(slot.is_multiple_of(16) && 2 * slot * world * LAMPORT_BUFFERS <= LAMPORT_BYTES);
         }
-        assert_eq!(lamport2_max_bytes(4), 16 << 20);
-        assert_eq!(lamport2_max_bytes(2), 16 << 20);
+        assert_eq!(lamport_two_shot_max_bytes(4), 16 << 20);
+        assert_eq!(lamport_two_shot_max_bytes(2), 16 << 20);
         assert_eq!(lamport_slot_bytes(0), 0);
         // A message that fits the largest slot has a stride that fits it.
         for world in 1..=MAX_RANKS {
             let one = lamport_slot_bytes(world);
             assert!(lamport_stride_bytes(one / 16) <= one);
-            let two = lamport2_slot_bytes(world);
-            let shard = lamport2_max_bytes(world).div_ceil(16).div_ceil(world);
+            let two = lamport_two_shot_slot_bytes(world);
+            let shard = lamport_two_shot_max_bytes(world)
+                .div_ceil(16)
+                .div_ceil(world);
             assert!(lamport_stride_bytes(shard) <= two);
         }
         assert_eq!(lamport_stride_bytes(1), 128);

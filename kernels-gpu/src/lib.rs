@@ -8,9 +8,9 @@
 //!   (acquire/release flags, fences, 16-byte vector accesses, conversions,
 //!   `%globaltimer`). Each one's instruction and scope is checked by a test
 //!   on the emitted PTX (`host/tests/ptx_scopes.rs`).
-//! - [`math`]: index and chunk arithmetic, plain functions shared with the
+//! - [`index`]: index and chunk arithmetic, plain functions shared with the
 //!   host (and unit-tested there).
-//! - `elem`: element types (bf16, f16, f32) as packed 16-byte vectors,
+//! - `packed`: element types (bf16, f16, f32) as packed 16-byte vectors,
 //!   widened to f32 for arithmetic.
 //! - `sync`: the peer barriers and flags over signal pads, with bounded
 //!   waits.
@@ -74,13 +74,13 @@
 
 pub mod decode;
 pub mod entries;
+pub mod index;
 pub mod layout;
-pub mod math;
 pub mod pattern;
 
 // Shared by the production and the test kernels.
 #[cfg(target_arch = "nvptx64")]
-pub mod elem;
+pub mod packed;
 #[cfg(target_arch = "nvptx64")]
 pub mod ptx;
 // The schedule fuzzer's delays (nothing outside feature `schedule-fuzz`).
@@ -114,7 +114,7 @@ pub mod prims;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
 pub mod push;
 #[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
-pub mod push_sg;
+pub mod push_scatter_gather;
 
 // The test and probe kernels (`entries::TestKernel`,
 // `entries::SCOPE_PROBES`): the test PTX only.

@@ -22,9 +22,9 @@
 //! microseconds for one row of 4096). Other rows (odd hidden sizes,
 //! misaligned views) walk element by element.
 
-use crate::elem::Element;
+use crate::index;
 use crate::layout::NormParams;
-use crate::math;
+use crate::packed::Element;
 use crate::prims::row::{WARP, add_vec, inv_rms, scale, scale_vec, sum_sq_vec, warp_sum};
 use crate::prims::unroll;
 use crate::ptx;
@@ -214,7 +214,7 @@ unsafe fn rows_scalar<T: Element, const RESIDUAL: bool>(p: &NormParams) {
 pub(crate) unsafe fn residual_rmsnorm<T: Element, const RESIDUAL: bool>(p: &NormParams) {
     let residual = if RESIDUAL { p.residual } else { p.input };
     let aligned = (p.hidden as usize).is_multiple_of(T::LANES)
-        && math::all_vec_aligned(&[
+        && index::all_vec_aligned(&[
             p.input as usize,
             residual as usize,
             p.weight as usize,

@@ -5,7 +5,7 @@
 //!
 //! NOTE [push all-reduce]: the message is cut into tiles of W chunks of
 //! `chunk_vecs` 16-byte vectors, chunk `o` of a tile owned by rank `o`;
-//! tiles go to blocks round robin (`math::push_chunk`). Block `b` of every
+//! tiles go to blocks round robin (`index::push_chunk`). Block `b` of every
 //! rank walks its tiles `t = 0, 1, ...` and, per tile:
 //!
 //! - **RS push** (`push_rs`): rank `s` loads its input's chunk `o` (read
@@ -23,7 +23,7 @@
 //!   all-gather destination is the one pointer `reduce` computes.
 //!
 //! The steps are software-pipelined in one block with a lookahead `D =
-//! math::push_lookahead(S, requested)`, `1 <= D <= S - 1` (the launch
+//! index::push_lookahead(S, requested)`, `1 <= D <= S - 1` (the launch
 //! shape's `lookahead`; by default 1 below 4 slots, `S / 2` from 4 on):
 //! iteration `t` waits, reduces tile `t`, pushes tile `t + D`'s chunks
 //! and copies tile `t - D` out, then signals. So a wait is on data its
@@ -51,7 +51,7 @@
 //! count of block `b` is the same on every rank at call boundaries: the
 //! owner's `PUSH_TILES_DONE + b` word, updated at the end of each call, is
 //! the base, and a wait asks for `base + need` with a wrapping compare
-//! (`math::push_counter_reached`). A peer already in the next call can
+//! (`index::push_counter_reached`). A peer already in the next call can
 //! only have counted further, never confused a wait of this one.
 //!
 //! Waits of iteration `t` (thread `k < W - 1` for the k-th peer):
@@ -82,15 +82,15 @@
 //! slots (the host derives them from the call, the buffer size and the
 //! launch shape of `config::PUSH_LAUNCH_ENV`).
 
-use crate::elem::{Element, load_vec, store_vec};
+use crate::index::{
+    self, PUSH_RING_AG, PUSH_RING_RS, push_block_tiles, push_chunk, push_counter_reached,
+    push_lookahead, push_peer_index, push_slot_offset, push_tiles,
+};
 use crate::layout::{
     AllReduceParams, FORM_PUSH, PUSH_AG_FREE, PUSH_AG_READY, PUSH_RS_READY, PUSH_TILES_DONE,
     SLOT_PUSH, SLOT_START, push_counter_index,
 };
-use crate::math::{
-    self, PUSH_RING_AG, PUSH_RING_RS, push_block_tiles, push_chunk, push_counter_reached,
-    push_lookahead, push_peer_index, push_slot_offset, push_tiles,
-};
+use crate::packed::{Element, load_vec, store_vec};
 use crate::prims::grid::{Walk, copy4};
 use crate::prims::reduce::{combine_in_order, finish_op};
 use crate::ptx;
@@ -101,7 +101,7 @@ use crate::sync::{
 
 /// One call's geometry as this block sees it. Everything but the thread
 /// fields is the same on every rank. Vector indices are u32
-/// (`math::PUSH_MAX_VECS`), as in the old bandwidth form, where 64-bit
+/// (`index::PUSH_MAX_VECS`), as in the old bandwidth form, where 64-bit
 /// ones cost 50 % more registers.
 pub(crate) struct Plan {
     pub(crate) elems: usize,
@@ -128,7 +128,7 @@ impl Plan {
     pub(crate) fn new<T: Element>(p: &AllReduceParams, aligned: bool) -> Self {
         let elems = p.elems as usize;
         // At most PUSH_MAX_VECS (the host's promise), so u32 holds it.
-        let vecs = math::div_ceil(elems, T::LANES) as u32;
+        let vecs = index::div_ceil(elems, T::LANES) as u32;
         Plan {
             elems,
             vecs,
@@ -284,7 +284,7 @@ unsafe fn reduce<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams,
     // `rs[r]` / `ag[r]`, shifted so that `.add(i)` is vector `i - start`
     // of the slot: rank r's pushed chunk here, and my slot on rank r.
     // Indexed with constants only (the loops unroll over W).
-    let shift = start as u64 * math::VEC_BYTES as u64;
+    let shift = start as u64 * index::VEC_BYTES as u64;
     let mut rs = [0u64; W];
     let mut ag = [0u64; W];
     let mut r = 0;
@@ -597,10 +597,10 @@ pub(crate) unsafe fn signal<const W: usize>(
 ///
 /// # Safety
 /// `p` must describe mapped buffers and pads of W ranks (`rank < W`),
-/// caller buffers of `p.elems` elements (at most `math::PUSH_MAX_VECS`
+/// caller buffers of `p.elems` elements (at most `index::PUSH_MAX_VECS`
 /// vectors), `p.push_slots >= 2` and `p.push_chunk_vecs >= 1` with
-/// `W x chunk_vecs <= math::PUSH_MAX_TILE_VECS`, and both rings
-/// (`math::push_ring_bytes` of the grid) inside every rank's buffer;
+/// `W x chunk_vecs <= index::PUSH_MAX_TILE_VECS`, and both rings
+/// (`index::push_ring_bytes` of the grid) inside every rank's buffer;
 /// every rank launches the same grid, of at most `layout::MAX_BLOCKS`
 /// blocks of at least W - 1 threads, with the same chunk and slots.
 #[inline(always)]
@@ -608,7 +608,7 @@ pub(crate) unsafe fn push<T: Element, const W: usize, const OP: u32>(p: &AllRedu
     let own_pad = pick(&p.pads, p.rank) as *mut u32;
     // SAFETY: the host passes this rank's mapped pad.
     let epoch = unsafe { call_epoch(own_pad) };
-    let aligned = math::all_vec_aligned(&[p.input as usize, p.output as usize]);
+    let aligned = index::all_vec_aligned(&[p.input as usize, p.output as usize]);
     let c = Plan::new::<T>(p, aligned);
     let n = push_block_tiles(
         push_tiles(c.vecs, W as u32, c.chunk_vecs),

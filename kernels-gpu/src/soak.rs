@@ -5,7 +5,7 @@
 //! elements: they run next to an all-reduce that moves the same bytes over
 //! NVLink, so their speed hardly matters.
 
-use crate::elem::{Bf16, Element, F16};
+use crate::packed::{Bf16, Element, F16};
 use crate::pattern::{self, SoakParams};
 use crate::ptx;
 

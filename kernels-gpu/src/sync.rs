@@ -125,7 +125,7 @@ pub(crate) unsafe fn report(to: ReportTo, peer: u32, block: u32, slot: u32, rank
 /// waits]), but it no longer tells any peer that it arrived anywhere: no
 /// barrier flag (`arrive_with`), no push counter (`push::signal`), no
 /// Lamport two-shot gather data reduced from a slot that never came
-/// (`lamport::lamport2`). Before, its later flags carried real epochs: on
+/// (`lamport::lamport_two_shot`). Before, its later flags carried real epochs: on
 /// 8 ranks on 4 time-sliced GPUs with a 5 s bound, ranks 0, 2, 3 and 4
 /// gave up on rank 1, went
 /// on, and ranks 1, 5, 6 and 7, which came later, found every flag they

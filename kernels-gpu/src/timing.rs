@@ -10,11 +10,11 @@
 //! store floor), and the phase probes of `intranode-bench phases`: the
 //! collectives' own Lamport code with each phase stamped.
 
-use crate::elem::Bf16;
-use crate::lamport::{Marks, lamport_marked, lamport2_marked};
+use crate::lamport::{Marks, lamport_marked, lamport_two_shot_marked};
 use crate::layout::{
     AllReduceParams, MAX_RANKS, OP_SUM, PHASES, PingPongParams, PollStormParams, StoreExitParams,
 };
+use crate::packed::Bf16;
 use crate::ptx;
 use crate::sync::{ERROR_POLL_AFTER_NS, ERROR_POLL_INTERVAL_NS, Wait, pick, poll_until};
 
@@ -217,18 +217,18 @@ macro_rules! phase_probes {
         /// The Lamport two-shot with its phases stamped.
         ///
         /// # Safety
-        /// As for `lamport::lamport2` with `p` of bf16 elements on this
+        /// As for `lamport::lamport_two_shot` with `p` of bf16 elements on this
         /// many ranks; `stamps` must hold `PHASES` u64 per block.
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $two(p: AllReduceParams, stamps: *mut u64) {
             // SAFETY: forwarded from the caller.
-            unsafe { lamport2_marked::<Bf16, $w, OP_SUM, _>(&p, &BlockMarks { stamps }) }
+            unsafe { lamport_two_shot_marked::<Bf16, $w, OP_SUM, _>(&p, &BlockMarks { stamps }) }
         }
     )*};
 }
 
 phase_probes!(
-    probe_lamport_phases_w2 probe_lamport2_phases_w2 2,
-    probe_lamport_phases_w4 probe_lamport2_phases_w4 4,
-    probe_lamport_phases_w8 probe_lamport2_phases_w8 8
+    probe_lamport_phases_w2 probe_lamport_two_shot_phases_w2 2,
+    probe_lamport_phases_w4 probe_lamport_two_shot_phases_w4 4,
+    probe_lamport_phases_w8 probe_lamport_two_shot_phases_w8 8
 );

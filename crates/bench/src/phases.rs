@@ -4,7 +4,7 @@
 //! `hop`).
 //!
 //! Each rank replays a graph of `--graph-calls` phase probes
-//! (`probe_lamport{,2}_phases_w<n>` of the test PTX): the production
+//! (`probe_lamport{,_two_shot}_phases_w<n>` of the test PTX): the production
 //! one-shot and two-shot code, bf16 sum, launched with the parameters
 //! and grid of a real call (`IntraNodeComm::lamport_probe_launch`), each
 //! block stamping `%globaltimer` at the end of every phase

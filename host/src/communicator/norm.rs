@@ -170,7 +170,7 @@ impl Communicator {
                 }),
                 None => None,
             };
-            let aligned = intranode_kernels_gpu::math::all_vec_aligned(&[
+            let aligned = intranode_kernels_gpu::index::all_vec_aligned(&[
                 x as usize,
                 res as usize,
                 w as usize,

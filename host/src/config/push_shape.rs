@@ -19,7 +19,7 @@ pub struct PushShape {
     pub max_chunk_bytes: usize,
     /// Ring slots per block and peer (`slots=`).
     pub slots: usize,
-    /// Tiles of lookahead (`intranode_kernels_gpu::math::push_lookahead`), 0
+    /// Tiles of lookahead (`intranode_kernels_gpu::index::push_lookahead`), 0
     /// for the default of the slots.
     pub lookahead: usize,
     /// The push form's scratch (`scratch=`). The symmetric buffer is

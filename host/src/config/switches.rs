@@ -61,7 +61,7 @@ pub const LAMPORT_LAUNCH_ENV: &str = "INTRANODE_LAMPORT_LAUNCH";
 /// slot, a multiple of 16), `slots=N` (slots per ring, 2 to 16),
 /// `lookahead=N` (tiles the pushes run ahead of the reductions, 1 to
 /// `slots - 1`; 0, the default, takes 1 below 4 slots and `slots / 2`
-/// from 4 on: `intranode_kernels_gpu::math::push_lookahead`) and `scratch=BYTES`
+/// from 4 on: `intranode_kernels_gpu::index::push_lookahead`) and `scratch=BYTES`
 /// (the symmetric buffer is allocated at least this large for the rings,
 /// a multiple of 4096 up to 1 GiB; 0: the rings fit the buffer of
 /// `BUFFER_BYTES_ENV`) and `double=0|1` (twice the blocks of half the

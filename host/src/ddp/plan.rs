@@ -24,7 +24,7 @@ use crate::types::ElemType;
 
 /// Alignment of every entry inside a bucket, in bytes: the kernels' vector
 /// width.
-pub const BUCKET_ALIGN_BYTES: usize = intranode_kernels_gpu::math::VEC_BYTES;
+pub const BUCKET_ALIGN_BYTES: usize = intranode_kernels_gpu::index::VEC_BYTES;
 
 /// One buffer to place: its element type and length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -19,14 +19,14 @@ pub const fn lamport_max_message_bytes(world: usize) -> usize {
 /// The largest message the Lamport two-shot takes on `world` ranks;
 /// larger ones run as two-shot.
 pub const fn lamport_two_shot_max_message_bytes(world: usize) -> usize {
-    intranode_kernels_gpu::layout::lamport2_max_bytes(world)
+    intranode_kernels_gpu::layout::lamport_two_shot_max_bytes(world)
 }
 
 /// The largest message the push form takes (its kernels index
-/// vectors in u32, `intranode_kernels_gpu::math::PUSH_MAX_VECS`); larger ones
+/// vectors in u32, `intranode_kernels_gpu::index::PUSH_MAX_VECS`); larger ones
 /// run as two-shot.
 pub const fn push_max_message_bytes() -> usize {
-    intranode_kernels_gpu::math::PUSH_MAX_VECS as usize * intranode_kernels_gpu::math::VEC_BYTES
+    intranode_kernels_gpu::index::PUSH_MAX_VECS as usize * intranode_kernels_gpu::index::VEC_BYTES
 }
 
 /// Largest message HCM takes on a hybrid cube mesh; NCCL above. PyTorch's

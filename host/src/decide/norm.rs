@@ -30,9 +30,9 @@ pub struct NormCall {
 /// on this: a larger one would store past them into the peers' pads).
 pub fn fused_norm_runs(call: &NormCall) -> bool {
     let ar = &call.all_reduce;
-    let lanes = ar
-        .elem
-        .map_or(0, |e| intranode_kernels_gpu::math::elems_per_vec(e.bytes()));
+    let lanes = ar.elem.map_or(0, |e| {
+        intranode_kernels_gpu::index::elems_per_vec(e.bytes())
+    });
     ar.intra
         .is_some_and(|p| p.topology == Topology::FullyConnected)
         && (2..=MAX_DEVICES).contains(&ar.world)

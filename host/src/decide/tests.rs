@@ -149,7 +149,7 @@ fn lamport_forms_never_take_more_than_their_buffers() {
         assert_eq!(decide(l2, two, world), l2);
         assert_eq!(decide(l2, two + 1, world), AllReduceAlgo::TwoShot);
         // The kernel's own condition: every shard fits a slot.
-        let slot = intranode_kernels_gpu::layout::lamport2_slot_bytes(world);
+        let slot = intranode_kernels_gpu::layout::lamport_two_shot_slot_bytes(world);
         assert!(two.div_ceil(16).div_ceil(world) * 16 <= slot);
         assert_eq!(
             decide(AllReduceAlgo::TwoShot, 1 << 30, world),

@@ -221,12 +221,12 @@ impl IntraNodeComm {
             params.hcm_group_mask = plan.group_mask;
             params.hcm_relay = plan.relay as u32;
             params.hcm_relay_first = u32::from(plan.relay_first);
-            chunk_elems = intranode_kernels_gpu::math::hcm_chunk_elems(
+            chunk_elems = intranode_kernels_gpu::index::hcm_chunk_elems(
                 self.half_buffer_bytes(),
                 elem.bytes(),
             );
         }
-        let vecs_total = elems.div_ceil(intranode_kernels_gpu::math::elems_per_vec(elem.bytes()));
+        let vecs_total = elems.div_ceil(intranode_kernels_gpu::index::elems_per_vec(elem.bytes()));
         let push = if algo == AllReduceAlgo::Push {
             let launch = self.push_launch_for(PushUse::AllReduce, vecs_total);
             chunk_elems = if launch.is_some() { elems.max(1) } else { 0 };
@@ -262,7 +262,7 @@ impl IntraNodeComm {
             None => {
                 let vecs = elems
                     .min(chunk_elems)
-                    .div_ceil(intranode_kernels_gpu::math::elems_per_vec(elem.bytes()));
+                    .div_ceil(intranode_kernels_gpu::index::elems_per_vec(elem.bytes()));
                 launch_shape(algo, vecs, self.world, &self.lamport_launch)
             }
         };

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtrMut};
 use intranode_kernels_gpu::entries::Broadcast;
+use intranode_kernels_gpu::index::VEC_BYTES;
 use intranode_kernels_gpu::layout::{BroadcastParams, MAX_BLOCKS};
-use intranode_kernels_gpu::math::VEC_BYTES;
 
 use super::IntraNodeComm;
 use super::launch::Launch;

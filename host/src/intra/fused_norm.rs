@@ -161,7 +161,7 @@ impl IntraNodeComm {
                     forced: None,
                 },
                 hidden,
-                aligned: intranode_kernels_gpu::math::all_vec_aligned(&[
+                aligned: intranode_kernels_gpu::index::all_vec_aligned(&[
                     input as usize,
                     residual as usize,
                     weight as usize,
@@ -206,7 +206,7 @@ impl IntraNodeComm {
             ar.input = input;
             ar.output = input;
             ar.elems = elems as u64;
-            let row_vecs = hidden / intranode_kernels_gpu::math::elems_per_vec(elem.bytes());
+            let row_vecs = hidden / intranode_kernels_gpu::index::elems_per_vec(elem.bytes());
             let sms = self.lamport_launch().sms;
             let (row_blocks, threads) = launch_shape(rows, row_vecs, sms);
             let plan = prefetch_plan(

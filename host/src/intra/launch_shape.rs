@@ -26,7 +26,7 @@ pub(crate) struct PushLaunch {
     pub threads: usize,
     pub chunk_vecs: usize,
     pub slots: usize,
-    /// `1..slots` (`intranode_kernels_gpu::math::push_lookahead`).
+    /// `1..slots` (`intranode_kernels_gpu::index::push_lookahead`).
     pub lookahead: usize,
 }
 
@@ -85,7 +85,7 @@ pub(crate) fn push_launch_rings(
     buffer_bytes: usize,
     rings: usize,
 ) -> Option<PushLaunch> {
-    use intranode_kernels_gpu::math::{PUSH_MAX_TILE_VECS, VEC_BYTES};
+    use intranode_kernels_gpu::index::{PUSH_MAX_TILE_VECS, VEC_BYTES};
     let peers = world.checked_sub(1).filter(|&p| p > 0)?;
     let slots = shape.slots.max(2);
     let max_blocks = shape.max_blocks.clamp(1, MAX_BLOCKS);
@@ -115,8 +115,10 @@ pub(crate) fn push_launch_rings(
         threads,
         chunk_vecs,
         slots,
-        lookahead: intranode_kernels_gpu::math::push_lookahead(slots as u32, shape.lookahead as u32)
-            as usize,
+        lookahead: intranode_kernels_gpu::index::push_lookahead(
+            slots as u32,
+            shape.lookahead as u32,
+        ) as usize,
     })
 }
 

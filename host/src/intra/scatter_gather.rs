@@ -4,7 +4,7 @@
 //! [`crate::decide::scatter_gather_max_shard_bytes`] (a Lamport slot), and
 //! larger shards as one such launch per slot-sized slice of every shard.
 //! The push form (NOTE [push reduce-scatter and all-gather] in
-//! `kernels-gpu/src/push_sg.rs`): one launch of any size through the push
+//! `kernels-gpu/src/push_scatter_gather.rs`): one launch of any size through the push
 //! all-reduce's rings, from `Crossovers::scatter_gather_push_min_bytes`
 //! on. `Communicator` decides when ours run and sends the rest to NCCL.
 
@@ -198,7 +198,7 @@ impl IntraNodeComm {
         shard: usize,
         elem: ElemType,
     ) -> Option<super::launch_shape::PushLaunch> {
-        use intranode_kernels_gpu::math::{PUSH_MAX_VECS, elems_per_vec};
+        use intranode_kernels_gpu::index::{PUSH_MAX_VECS, elems_per_vec};
         let vecs = shard
             .div_ceil(elems_per_vec(elem.bytes()))
             .checked_mul(self.world())
@@ -285,7 +285,8 @@ impl IntraNodeComm {
                     elems,
                     shard,
                 );
-                let vecs = elems.div_ceil(intranode_kernels_gpu::math::elems_per_vec(elem.bytes()));
+                let vecs =
+                    elems.div_ceil(intranode_kernels_gpu::index::elems_per_vec(elem.bytes()));
                 // One vector per thread over every SM, as the Lamport
                 // one-shot: each thread moves its vector of all W slots.
                 let (blocks, threads) =

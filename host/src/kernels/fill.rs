@@ -33,7 +33,7 @@ impl TestKernelModule {
         let (po, _ro) = out.device_ptr_mut(stream);
         // One element per work item: a 16-byte "element" makes the grid
         // helper count elements.
-        let grid = elementwise_grid(n, intranode_kernels_gpu::math::VEC_BYTES);
+        let grid = elementwise_grid(n, intranode_kernels_gpu::index::VEC_BYTES);
         // SAFETY: `fill_uniform_<ty>(out: *T, n: usize, seed: u64, std:
         // f32)` takes these four arguments; `out` holds `n` elements and
         // stays alive until the stream passes the kernel (the guard

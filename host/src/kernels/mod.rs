@@ -538,9 +538,9 @@ pub(crate) fn present<A>(
 fn elementwise_grid(elems: usize, elem_bytes: usize) -> Grid {
     const BLOCK: usize = 256;
     const MAX_BLOCKS: usize = 132 * 4;
-    let per_vec = intranode_kernels_gpu::math::elems_per_vec(elem_bytes).max(1);
-    let work_items = intranode_kernels_gpu::math::div_ceil(elems, per_vec).max(1);
-    let blocks = intranode_kernels_gpu::math::div_ceil(work_items, BLOCK).clamp(1, MAX_BLOCKS);
+    let per_vec = intranode_kernels_gpu::index::elems_per_vec(elem_bytes).max(1);
+    let work_items = intranode_kernels_gpu::index::div_ceil(elems, per_vec).max(1);
+    let blocks = intranode_kernels_gpu::index::div_ceil(work_items, BLOCK).clamp(1, MAX_BLOCKS);
     Grid::new(blocks, BLOCK)
 }
 

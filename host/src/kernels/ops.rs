@@ -81,7 +81,7 @@ impl KernelModule {
         let (py, _ry) = y.device_ptr_mut(stream);
         // One work item per element: a 16-byte "element" makes the grid
         // helper count elements.
-        let grid = elementwise_grid(n, intranode_kernels_gpu::math::VEC_BYTES);
+        let grid = elementwise_grid(n, intranode_kernels_gpu::index::VEC_BYTES);
         // SAFETY: `axpy_f32(y: *f32, x: *f32, a: f32, n: usize)` takes these
         // four arguments; both buffers hold `n` elements and stay alive
         // until the stream passes the kernel.

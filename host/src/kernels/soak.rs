@@ -33,7 +33,7 @@ pub struct SoakCall {
 fn soak_grid(elems: usize) -> Grid {
     const BLOCK: usize = 256;
     const MAX_BLOCKS: usize = 132 * 8;
-    let blocks = intranode_kernels_gpu::math::div_ceil(elems.max(1), BLOCK).clamp(1, MAX_BLOCKS);
+    let blocks = intranode_kernels_gpu::index::div_ceil(elems.max(1), BLOCK).clamp(1, MAX_BLOCKS);
     Grid::new(blocks, BLOCK)
 }
 

@@ -158,7 +158,7 @@ impl TestKernelModule {
     }
 
     /// Enqueues the phase probe of the Lamport one-shot or two-shot
-    /// (`probe_lamport{,2}_phases_w<world>`, bf16 sum) with the parameter
+    /// (`probe_lamport{,_two_shot}_phases_w<world>`, bf16 sum) with the parameter
     /// block and grid of a real call (`IntraNodeComm::lamport_probe_launch`):
     /// each block stamps `layout::PHASES` `%globaltimer` values into
     /// `stamps` (`stamps[block * PHASES + phase]`).
@@ -192,7 +192,7 @@ impl TestKernelModule {
             threads,
             shared_bytes: 0,
         };
-        // SAFETY: `probe_lamport{,2}_phases_w<n>(p: AllReduceParams,
+        // SAFETY: `probe_lamport{,_two_shot}_phases_w<n>(p: AllReduceParams,
         // stamps: *mut u64)`; the call's parameters, grid and stamps are
         // the caller's promise.
         unsafe { self.launch(kernel, grid, stream, (params, stamps)) }

@@ -34,7 +34,7 @@ macro_rules! unroll {
 pub(crate) use unroll;
 
 /// An index of a grid-stride walk: `usize`, or `u32` where 64-bit
-/// indices cost registers (the push form, `math::PUSH_MAX_VECS`).
+/// indices cost registers (the push form, `index::PUSH_MAX_VECS`).
 pub trait Index: Copy + PartialOrd + Add<Output = Self> + Mul<Output = Self> {
     /// 3 in this type: the offset of a round's last vector, in strides.
     const THREE: Self;

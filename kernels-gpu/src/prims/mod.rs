@@ -1,8 +1,8 @@
 //! Device primitives: what the collectives are made of, one floor below
 //! them. The collectives (`all_reduce`, `lamport`, `push`, `broadcast`,
 //! `fused_norm`, `norm`) import from here and from the floors under it
-//! ([`crate::sync`], [`crate::elem`], [`crate::ptx`], [`crate::layout`],
-//! [`crate::math`]); nothing here imports a collective, and no collective
+//! ([`crate::sync`], [`crate::packed`], [`crate::ptx`], [`crate::layout`],
+//! [`crate::index`]); nothing here imports a collective, and no collective
 //! imports another's helpers (the all-reduce entry points, which name
 //! every all-reduce form, are the one downward import between them).
 //!
@@ -21,7 +21,7 @@
 //!
 //! The peer barriers and flags (typed by [`crate::sync::Peers`]) are
 //! [`crate::sync`], the vector loads and stores of caller buffers
-//! [`crate::elem`]: the floors below this one.
+//! [`crate::packed`]: the floors below this one.
 
 pub mod grid;
 pub mod reduce;

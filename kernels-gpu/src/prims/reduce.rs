@@ -2,8 +2,8 @@
 //! the same order on every rank (rank order 0..W), so results are bitwise
 //! identical across ranks.
 
-use crate::elem::{Element, Lanes};
 use crate::layout::{OP_AVG, OP_MAX, OP_MIN};
+use crate::packed::{Element, Lanes};
 use crate::ptx;
 
 /// `a op b`, lane by lane.

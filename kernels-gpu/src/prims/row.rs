@@ -15,7 +15,7 @@
 //! unfused one in the last bit; every rank computes the same bits either
 //! way.
 
-use crate::elem::Element;
+use crate::packed::Element;
 use crate::prims::grid::unroll;
 use crate::ptx;
 

@@ -7,11 +7,11 @@
 //! the bounded wait for a vector of every slot, and the zeroing that
 //! leaves the buffer empty for the next call that uses it.
 
-use crate::elem::{Element, Lanes, load_vec};
+use crate::index::{lamport_decode_word, lamport_encode_word};
 use crate::layout::{
     AllReduceParams, LAMPORT_BUFFER_BYTES, LAMPORT_OFFSET_BYTES, MAX_RANKS, SLOT_LAMPORT,
 };
-use crate::math::{lamport_decode_word, lamport_encode_word};
+use crate::packed::{Element, Lanes, load_vec};
 use crate::prims::reduce::{combine_in_order, finish_op};
 use crate::ptx;
 use crate::sync::{ReportTo, Wait, pick, poll_until, report, start_lamport_call};
@@ -28,7 +28,7 @@ use crate::sync::{ReportTo, Wait, pick, poll_until, report, start_lamport_call};
 /// count's `atom`, NOTE [call count] in `sync.rs`), and no store of the
 /// call can go before it, since the epoch picks the buffer. The input's
 /// loads do not need the epoch: the one-shot's push ([`push_slots`]) and
-/// the two-shot's scatter (`lamport::lamport2`) issue their first ones
+/// the two-shot's scatter (`lamport::lamport_two_shot`) issue their first ones
 /// before `begin`, so the two latencies overlap instead of adding up. The
 /// input is the previous kernel's output, so those loads come after
 /// `griddepcontrol.wait` as before (the entries' prologue); only the
@@ -61,7 +61,7 @@ impl LamportCall {
 }
 
 /// NOTE [lamport]: -0.0 becomes +0.0, then the sign bits flip, so no
-/// encoded word is zero (`math::lamport_encode_word`). The price: a result
+/// encoded word is zero (`index::lamport_encode_word`). The price: a result
 /// that would be -0.0 (all inputs -0.0, or an average that underflows from
 /// below) comes out +0.0; every rank gets the same bits.
 #[inline(always)]

@@ -126,7 +126,7 @@ fn block_counts_stay_inside_the_pad_layout() {
 
 #[test]
 fn push_launch_fits_the_buffer_and_the_kernels() {
-    use intranode_kernels_gpu::math::{
+    use intranode_kernels_gpu::index::{
         PUSH_MAX_TILE_VECS, push_block_tiles, push_ring_bytes, push_tiles,
     };
     let shapes = [

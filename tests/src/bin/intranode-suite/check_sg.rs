@@ -106,7 +106,7 @@ fn shards<T: DType + NcclType>(
 /// Calls back to back with no host step between them, every result
 /// checked once all ran: the push all-reduce and the push forms of the
 /// reduce-scatter and all-gather share the push counters (NOTE [push
-/// reduce-scatter and all-gather] in `kernels-gpu/src/push_sg.rs`: each
+/// reduce-scatter and all-gather] in `kernels-gpu/src/push_scatter_gather.rs`: each
 /// call leaves every counter at the base the next one takes, whatever
 /// form it is), mixed with the Lamport forms, on shards of one tile to
 /// several per block. The count of checked calls.

@@ -8,7 +8,7 @@
 //! run a shard larger than a slot as one call per slice; at 64 MiB on 4
 //! H100 that left the all-gather behind NCCL. Here every shard of
 //! `n` elements (`p.elems`) is cut into tiles of one chunk of
-//! `chunk_vecs` 16-byte vectors (`math::push_chunk` with a world of one:
+//! `chunk_vecs` 16-byte vectors (`index::push_chunk` with a world of one:
 //! tile `g` is vectors `[g x chunk, (g + 1) x chunk)` of every shard),
 //! tiles go to blocks round robin, and block `b` of every rank walks its
 //! tiles through the rings, counters, credits and waits of NOTE [push
@@ -41,20 +41,20 @@
 //! 9-14 % and the all-gather 1-7 % at 64 MiB-1 GiB against chunks of 64
 //! KiB.
 
-use crate::elem::{Element, load_vec, store_vec};
+use crate::index::{
+    self, PUSH_RING_RS, push_block_tiles, push_lookahead, push_peer_index, push_tiles,
+};
 use crate::layout::{
     AllReduceParams, FORM_ALL_GATHER, FORM_REDUCE_SCATTER, PUSH_TILES_DONE, SLOT_START,
 };
-use crate::math::{
-    self, PUSH_RING_RS, push_block_tiles, push_lookahead, push_peer_index, push_tiles,
-};
+use crate::packed::{Element, load_vec, store_vec};
 use crate::prims::reduce::{combine_in_order, finish_op};
 use crate::ptx;
 use crate::push::{Needs, Plan, copy, signal, wait};
 use crate::sync::{Peers, block_barrier, call_epoch, finish_call, pick};
 
 /// The one ring of either form, in the all-reduce's layout
-/// (`math::push_slot_offset`): the first, so it spans the buffer the host
+/// (`index::push_slot_offset`): the first, so it spans the buffer the host
 /// sized for one ring.
 const RING: u32 = PUSH_RING_RS;
 
@@ -77,7 +77,7 @@ impl ShardPlan {
             p.shard_stride_elems
         } * T::BYTES as u64;
         // Every shard start must be aligned for the 16-byte paths.
-        let aligned = math::all_vec_aligned(&[
+        let aligned = index::all_vec_aligned(&[
             whole_side as usize,
             (whole_side + shard_bytes) as usize,
             shard_side as usize,
@@ -149,7 +149,7 @@ unsafe fn rs_reduce<T: Element, const W: usize, const OP: u32>(
 ) {
     let me = p.rank;
     let (start, end) = s.tile(t);
-    let shift = start as u64 * math::VEC_BYTES as u64;
+    let shift = start as u64 * index::VEC_BYTES as u64;
     // `rs[r]`, shifted so that `.add(i)` is vector `i - start` of rank r's
     // slot here; constant indices only (the loops unroll over W).
     let mut rs = [0u64; W];
@@ -302,7 +302,7 @@ fn clamp(v: i32, n: u32) -> u32 {
 /// # Safety
 /// As for `push::push`, with a message of W shards: mapped buffers and
 /// pads of W ranks, `ceil(p.elems / LANES)` vectors at most
-/// `math::PUSH_MAX_VECS / W`, the rings of the grid inside every rank's
+/// `index::PUSH_MAX_VECS / W`, the rings of the grid inside every rank's
 /// buffer, the same grid, chunk and slots on every rank.
 #[inline(always)]
 pub(crate) unsafe fn push_reduce_scatter<T: Element, const W: usize, const OP: u32>(
