@@ -68,7 +68,35 @@ impl IntraNodeComm {
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
         let algo = self.resolve(algo, T::ELEM, input.len());
-        self.all_reduce_decided(input, output, op, algo, stream)
+        let elems = input.len();
+        if output.len() != elems {
+            return Err(Error::InvalidArgument(format!(
+                "all_reduce on rank {}: input has {elems} elements, output {}",
+                self.rank(),
+                output.len()
+            )));
+        }
+        self.with_buffers(
+            stream,
+            |bufs| {
+                let i = bufs.input(input, "all-reduce input")?;
+                Ok((i, bufs.output(output, "all-reduce output")?))
+            },
+            // SAFETY: both pointers come from live device buffers of
+            // `elems` elements that the call's buffers keep ordered with
+            // `stream` (NOTE [capture and event tracking] in `tracked.rs`).
+            |(input, output)| unsafe {
+                let call = RawAllReduce {
+                    input,
+                    output,
+                    elems,
+                    elem: T::ELEM,
+                    op,
+                    algo,
+                };
+                self.all_reduce_raw(&call, stream)
+            },
+        )
     }
 
     /// In-place all-reduce of `buf` on `stream`, with `algo` as
@@ -81,7 +109,23 @@ impl IntraNodeComm {
         stream: &Arc<CudaStream>,
     ) -> Result<Work> {
         let algo = self.resolve(algo, T::ELEM, buf.len());
-        self.all_reduce_in_place_decided(buf, op, algo, stream)
+        let elems = buf.len();
+        self.with_buffers(
+            stream,
+            |bufs| bufs.output(buf, "all-reduce buffer"),
+            // SAFETY: `ptr` is a live device buffer of `elems` elements.
+            |ptr| unsafe {
+                let call = RawAllReduce {
+                    input: ptr,
+                    output: ptr,
+                    elems,
+                    elem: T::ELEM,
+                    op,
+                    algo,
+                };
+                self.all_reduce_raw(&call, stream)
+            },
+        )
     }
 
     /// Whether an all-reduce of `elems` elements of `elem` at `input` with
@@ -166,73 +210,5 @@ impl IntraNodeComm {
                 rank,
                 source,
             })
-    }
-
-    /// [`all_reduce`](Self::all_reduce) with `algo` as resolved.
-    fn all_reduce_decided<T: DType>(
-        &self,
-        input: &impl DevicePtr<T>,
-        output: &mut impl DevicePtrMut<T>,
-        op: ReduceOp,
-        algo: AllReduceAlgo,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Work> {
-        let elems = input.len();
-        if output.len() != elems {
-            return Err(Error::InvalidArgument(format!(
-                "all_reduce on rank {}: input has {elems} elements, output {}",
-                self.rank(),
-                output.len()
-            )));
-        }
-        self.with_buffers(
-            stream,
-            |bufs| {
-                let i = bufs.input(input, "all-reduce input")?;
-                Ok((i, bufs.output(output, "all-reduce output")?))
-            },
-            // SAFETY: both pointers come from live device buffers of
-            // `elems` elements that the call's buffers keep ordered with
-            // `stream` (NOTE [capture and event tracking] in `tracked.rs`).
-            |(input, output)| unsafe {
-                let call = RawAllReduce {
-                    input,
-                    output,
-                    elems,
-                    elem: T::ELEM,
-                    op,
-                    algo,
-                };
-                self.all_reduce_raw(&call, stream)
-            },
-        )
-    }
-
-    /// [`all_reduce_in_place`](Self::all_reduce_in_place) with `algo` as
-    /// decided.
-    fn all_reduce_in_place_decided<T: DType>(
-        &self,
-        buf: &mut impl DevicePtrMut<T>,
-        op: ReduceOp,
-        algo: AllReduceAlgo,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Work> {
-        let elems = buf.len();
-        self.with_buffers(
-            stream,
-            |bufs| bufs.output(buf, "all-reduce buffer"),
-            // SAFETY: `ptr` is a live device buffer of `elems` elements.
-            |ptr| unsafe {
-                let call = RawAllReduce {
-                    input: ptr,
-                    output: ptr,
-                    elems,
-                    elem: T::ELEM,
-                    op,
-                    algo,
-                };
-                self.all_reduce_raw(&call, stream)
-            },
-        )
     }
 }
