@@ -13,7 +13,7 @@
 //! when
 //! - the kernel sources differ from what the committed PTX was built from
 //!   (`ptx/source-stamp` against `intranode_ptx_builder::source_stamp`): an edit of
-//!   `kernels-gpu` inside the workspace, before `cargo xtask build-ptx
+//!   `kernels-gpu` or `crates/test-kernels-gpu` inside the workspace, before `cargo xtask build-ptx
 //!   --write`; a warning says so;
 //! - `INTRANODE_PTX_ARCH` names an architecture that is not committed;
 //! - `INTRANODE_PTX_REBUILD=1` asks for it.
@@ -82,6 +82,8 @@ fn try_main() -> Result<(), Box<dyn std::error::Error>> {
         committed_dir.clone(),
         workspace_root.join("kernels-gpu/src"),
         workspace_root.join("kernels-gpu/Cargo.toml"),
+        workspace_root.join("crates/test-kernels-gpu/src"),
+        workspace_root.join("crates/test-kernels-gpu/Cargo.toml"),
         workspace_root.join("rust-toolchain.toml"),
     ] {
         if watched.exists() {

@@ -2,12 +2,12 @@
 //! `kernels-gpu/src/ptx.rs` that orders memory emits exactly the
 //! instruction, semantics and scope its name claims: each is compiled into
 //! a `probe_<name>` kernel of its own, whose body this test reads. The
-//! probes live in the test PTX (feature `test-kernels`, which `cargo test
-//! --workspace` turns on through the bench and test crates), built from
+//! probes live in the test PTX (the crate `intranode-test-kernels-gpu`,
+//! embedded under the feature `test-kernels`, which `cargo test
+//! --workspace` turns on through the bench and test crates), built on
 //! the same `ptx.rs` with the same flags as the production PTX.
 
-use intranode::kernels::TEST_PTX as PTX;
-use intranode_kernels_gpu::entries::SCOPE_PROBES;
+use intranode::kernels::{SCOPE_PROBES, TEST_PTX as PTX};
 
 /// The body of `.entry name(...) { ... }` in the PTX.
 fn entry_body(ptx: &str, name: &str) -> String {

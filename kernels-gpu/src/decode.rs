@@ -1,16 +1,17 @@
 //! The steps of a transformer decode layer besides the GEMMs, the norms
-//! (`norm`) and the all-reduces: SiLU x mul of the MLP, and the
-//! fill of the decode benchmark's random tensors.
+//! (`norm`) and the all-reduces: SiLU x mul of the MLP, and the values
+//! of the decode benchmark's random tensors.
 //!
 //! - `silu_mul_<t>(gate_up, out, rows, cols)`: `out[r][j] =
 //!   silu(gate_up[r][j]) * gate_up[r][cols + j]`, the gate and up halves
 //!   of one gate-up GEMM's output row side by side (`torch.chunk(2,
 //!   -1)`); `silu(g) = g / (1 + exp(-g))` in f32, the product rounded once
 //!   to the element type.
-//! - `fill_uniform_<t>(out, n, seed, std)`: `out[i] = uniform(seed, i,
-//!   std)` rounded to the element type: weights the host can recompute
-//!   element by element ([`uniform`] is a plain function shared with it),
-//!   so a check never copies a weight back.
+//! - [`uniform`]: element `i` of a random tensor, a plain function shared
+//!   with the host, so that it recomputes any weight element by element
+//!   and a check never copies one back. The kernels that fill a tensor
+//!   with it (`fill_uniform_<t>(out, n, seed, std)`) are the benchmark's,
+//!   test kernels (`intranode-test-kernels-gpu`).
 
 use crate::pattern::mix;
 
@@ -39,9 +40,8 @@ fn grid() -> (usize, usize) {
     (tid, stride)
 }
 
-/// The SiLU x mul entry points (production kernels); see the module's
-/// documentation.
-#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+/// The SiLU x mul entry points; see the module's documentation.
+#[cfg(target_arch = "nvptx64")]
 pub mod kernels {
     use super::grid;
     use crate::index;
@@ -120,47 +120,6 @@ pub mod kernels {
             }
         }
     }
-}
-
-/// The random fill's entry points: the decode benchmark's, so test
-/// kernels (the test PTX, feature `test-kernels`); see the module's
-/// documentation.
-#[cfg(all(target_arch = "nvptx64", feature = "test-kernels"))]
-pub mod fill_kernels {
-    use super::{grid, uniform};
-    use crate::packed::{Bf16, Element, F16};
-
-    /// # Safety
-    /// `out` holds `n` elements.
-    #[inline(always)]
-    unsafe fn fill_uniform<T: Element>(out: *mut T, n: usize, seed: u64, std: f32) {
-        let (tid, stride) = grid();
-        let mut i = tid;
-        while i < n {
-            // SAFETY: i < n.
-            unsafe { T::store(out.add(i), uniform(seed, i as u64, std)) };
-            i += stride;
-        }
-    }
-
-    macro_rules! fill_kernels {
-        ($($fill:ident = $ty:ty);+ $(;)?) => {$(
-            /// # Safety
-            /// See `fill_uniform`; launched only by the test suites and
-            /// the benchmark.
-            #[unsafe(no_mangle)]
-            pub unsafe extern "ptx-kernel" fn $fill(out: *mut $ty, n: usize, seed: u64, std: f32) {
-                // SAFETY: the host upholds the contract.
-                unsafe { fill_uniform(out, n, seed, std) }
-            }
-        )+};
-    }
-
-    fill_kernels!(
-        fill_uniform_bf16 = Bf16;
-        fill_uniform_f16 = F16;
-        fill_uniform_f32 = f32;
-    );
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-// (Over 700 lines, 994: the table and both sides made from it, the GPU's entry
+// (Over 700 lines, 834: the table and both sides made from it, the GPU's entry
 // points and the host's typed keys, are one contract and change together;
 // about 100 lines are the tests that hold the table and the names
 // together. If it grows, the host side (module `table`) is the seam for
@@ -36,15 +36,9 @@
 //! kernel does not compile. What is left to a `SAFETY` comment is the
 //! contents of the arguments (live buffers, lengths), not their types.
 //!
-//! [`TestKernel`] and [`SCOPE_PROBES`] list the test and probe kernels,
-//! which live in a PTX of their own (the `test-kernels` feature, see
-//! `lib.rs`).
-
-// The test PTX instantiates none of the production families.
-#![cfg_attr(
-    all(target_arch = "nvptx64", feature = "test-kernels"),
-    allow(unused_macros, unused_imports)
-)]
+//! The test and probe kernels are not here: they live in a crate and a
+//! PTX of their own (`intranode-test-kernels-gpu`, see `lib.rs`), and the
+//! host's list of them is `intranode::kernels::TestKernel`.
 
 /// The table of kernel families: calls `$then!` with every group:
 ///
@@ -157,7 +151,7 @@ pub use kernel_table;
 
 /// The GPU side of [`kernel_table!`]: every entry point but the `by_hand`
 /// ones, named from the table.
-#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+#[cfg(target_arch = "nvptx64")]
 mod instances {
     use crate::all_reduce::{hcm, one_shot, two_shot};
     use crate::broadcast::broadcast;
@@ -356,7 +350,8 @@ mod table {
             }
         }
 
-        const fn index(self) -> usize {
+        /// Its place in [`Elem::ALL`] (the order of the host's tables).
+        pub const fn index(self) -> usize {
             self as usize
         }
     }
@@ -739,153 +734,6 @@ mod table {
         }
     }
 
-    /// A launchable kernel of the test PTX (the `test-kernels` feature): the
-    /// key of the host's test-kernel table.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-    pub enum TestKernel {
-        /// `soak_fill_<e>(SoakParams)`.
-        SoakFill(Elem),
-        /// `soak_check_<e>(SoakParams)`.
-        SoakCheck(Elem),
-        /// `timing_stamp(log, cap)`.
-        TimingStamp,
-        /// `timing_spin(ns)`.
-        TimingSpin,
-        /// `probe_poll_storm(PollStormParams)`.
-        PollStorm,
-        /// `probe_ping_pong(PingPongParams)`.
-        PingPong,
-        /// `probe_store_exit(StoreExitParams)`.
-        StoreExit,
-        /// `fill_uniform_<e>(out, n, seed, std)`: the decode benchmark's
-        /// random fill.
-        FillUniform(Elem),
-        /// `probe_lamport_phases_w<n>(AllReduceParams, stamps)` (one-shot)
-        /// or `probe_lamport_two_shot_phases_w<n>` (two-shot): bf16 sum with its
-        /// phases stamped, for `n` in [`TestKernel::PHASE_WORLDS`]
-        /// (`world_slot` indexes it; [`TestKernel::phases`] makes them).
-        Phases {
-            /// The two-shot (`lamport_two_shot`) rather than the one-shot.
-            two_shot: bool,
-            /// Index into [`TestKernel::PHASE_WORLDS`].
-            world_slot: u8,
-        },
-    }
-
-    impl TestKernel {
-        /// Launchable kernels of the test PTX: the size of the host's table.
-        pub const COUNT: usize = 3 * Elem::ALL.len() + 5 + 2 * Self::PHASE_WORLDS.len();
-
-        /// The world sizes the phase probes are built for.
-        pub const PHASE_WORLDS: [usize; 3] = [2, 4, 8];
-
-        /// The phase probe of the one-shot or the two-shot on `world`
-        /// ranks, if built for it.
-        pub fn phases(two_shot: bool, world: usize) -> Option<TestKernel> {
-            let slot = Self::PHASE_WORLDS.iter().position(|&w| w == world)?;
-            Some(TestKernel::Phases {
-                two_shot,
-                world_slot: slot as u8,
-            })
-        }
-
-        /// The kernel's place in the host's table, `0..COUNT`.
-        pub const fn index(self) -> usize {
-            match self {
-                TestKernel::SoakFill(e) => e.index(),
-                TestKernel::SoakCheck(e) => Elem::ALL.len() + e.index(),
-                TestKernel::TimingStamp => 2 * Elem::ALL.len(),
-                TestKernel::TimingSpin => 2 * Elem::ALL.len() + 1,
-                TestKernel::PollStorm => 2 * Elem::ALL.len() + 2,
-                TestKernel::PingPong => 2 * Elem::ALL.len() + 3,
-                TestKernel::StoreExit => 2 * Elem::ALL.len() + 4,
-                TestKernel::FillUniform(e) => 2 * Elem::ALL.len() + 5 + e.index(),
-                TestKernel::Phases {
-                    two_shot,
-                    world_slot,
-                } => {
-                    3 * Elem::ALL.len()
-                        + 5
-                        + two_shot as usize * Self::PHASE_WORLDS.len()
-                        + world_slot as usize
-                }
-            }
-        }
-
-        /// Every launchable test kernel, in table order.
-        pub fn all() -> impl Iterator<Item = TestKernel> {
-            Elem::ALL
-                .into_iter()
-                .map(TestKernel::SoakFill)
-                .chain(Elem::ALL.into_iter().map(TestKernel::SoakCheck))
-                .chain([
-                    TestKernel::TimingStamp,
-                    TestKernel::TimingSpin,
-                    TestKernel::PollStorm,
-                    TestKernel::PingPong,
-                    TestKernel::StoreExit,
-                ])
-                .chain(Elem::ALL.into_iter().map(TestKernel::FillUniform))
-                .chain([false, true].into_iter().flat_map(|two_shot| {
-                    (0..Self::PHASE_WORLDS.len()).map(move |slot| TestKernel::Phases {
-                        two_shot,
-                        world_slot: slot as u8,
-                    })
-                }))
-        }
-    }
-
-    /// The test kernel's entry point name.
-    impl fmt::Display for TestKernel {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            match *self {
-                TestKernel::SoakFill(e) => write!(f, "soak_fill_{}", e.name()),
-                TestKernel::SoakCheck(e) => write!(f, "soak_check_{}", e.name()),
-                TestKernel::TimingStamp => f.write_str("timing_stamp"),
-                TestKernel::TimingSpin => f.write_str("timing_spin"),
-                TestKernel::PollStorm => f.write_str("probe_poll_storm"),
-                TestKernel::PingPong => f.write_str("probe_ping_pong"),
-                TestKernel::StoreExit => f.write_str("probe_store_exit"),
-                TestKernel::FillUniform(e) => write!(f, "fill_uniform_{}", e.name()),
-                TestKernel::Phases {
-                    two_shot,
-                    world_slot,
-                } => write!(
-                    f,
-                    "probe_lamport{}_phases_w{}",
-                    if two_shot { "_two_shot" } else { "" },
-                    Self::PHASE_WORLDS
-                        .get(world_slot as usize)
-                        .copied()
-                        .unwrap_or(0)
-                ),
-            }
-        }
-    }
-
-    /// The probe kernels of the test PTX (`probes.rs`): one per ordering
-    /// function of `ptx.rs`, never launched; `host/tests/ptx_scopes.rs` reads
-    /// their bodies.
-    pub const SCOPE_PROBES: &[&str] = &[
-        "probe_atom_add_acq_rel_gpu_u32",
-        "probe_atom_add_relaxed_gpu_u64",
-        "probe_block_broadcast_u32",
-        "probe_block_gather_warp_f32",
-        "probe_fence_acq_rel_gpu",
-        "probe_fence_acq_rel_sys",
-        "probe_globaltimer_ns",
-        "probe_ld_acquire_sys_u32",
-        "probe_ld_global_v4_u32",
-        "probe_ld_relaxed_sys_u32",
-        "probe_ld_relaxed_sys_v4_u32",
-        "probe_prefetch_bulk_l2",
-        "probe_red_add_relaxed_gpu_u64",
-        "probe_st_global_v4_u32",
-        "probe_st_relaxed_sys_u32",
-        "probe_st_relaxed_sys_v4_u32",
-        "probe_st_release_sys_u32",
-    ];
-
     #[cfg(test)]
     mod tests {
         use super::*;
@@ -904,12 +752,6 @@ mod table {
             // the others 7; 7 broadcasts; the fused norm's 3 types of 7
             // world sizes; 18 others.
             assert_eq!(Kernel::COUNT, 3 * (9 * 7 + 3) + 7 + 3 * 7 + 18);
-
-            let tests: Vec<TestKernel> = TestKernel::all().collect();
-            assert_eq!(tests.len(), TestKernel::COUNT);
-            for (i, k) in tests.iter().enumerate() {
-                assert_eq!(k.index(), i, "{k}");
-            }
         }
 
         #[test]
@@ -975,7 +817,6 @@ mod table {
                 Axpy::AxpyF32.key().map(|k| k.to_string()),
                 Some("axpy_f32".into())
             );
-            assert_eq!(TestKernel::PollStorm.to_string(), "probe_poll_storm");
         }
 
         #[test]

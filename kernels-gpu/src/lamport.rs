@@ -59,11 +59,9 @@
 //! 8 MiB).
 
 use crate::layout::{
-    AllReduceParams, FORM_LAMPORT, FORM_LAMPORT_TWO_SHOT, PHASE_COUNTED, PHASE_END, PHASE_REDUCED,
-    PHASE_START, PHASE_STORED, lamport_stride_bytes,
+    AllReduceParams, FORM_ALL_GATHER, FORM_LAMPORT, FORM_LAMPORT_TWO_SHOT, FORM_REDUCE_SCATTER,
+    PHASE_COUNTED, PHASE_END, PHASE_REDUCED, PHASE_START, PHASE_STORED, lamport_stride_bytes,
 };
-#[cfg(not(feature = "test-kernels"))]
-use crate::layout::{FORM_ALL_GATHER, FORM_REDUCE_SCATTER};
 use crate::packed::{Element, load_vec, store_vec};
 use crate::prims::grid::{self, unroll};
 use crate::prims::slots::{
@@ -73,9 +71,10 @@ use crate::prims::slots::{
 use crate::sync::pick;
 
 /// Where a phase probe marks the end of each phase of a call
-/// (`layout::PHASE_*`; `timing::probe_lamport_phases_w*`). The production
-/// kernels pass `()`, which marks nothing and compiles to nothing.
-pub(crate) trait Marks {
+/// (`layout::PHASE_*`; the phase probes of `intranode-test-kernels-gpu`,
+/// `probe_lamport{,_two_shot}_phases_w*`). The production kernels pass
+/// `()`, which marks nothing and compiles to nothing.
+pub trait Marks {
     /// Phase `phase` of this block is over. Called by every thread of the
     /// block together.
     fn mark(&self, phase: usize);
@@ -86,13 +85,10 @@ impl Marks for () {
     fn mark(&self, _phase: usize) {}
 }
 
-// The kernels' bodies (each `#[cfg(not(feature = "test-kernels"))]`): the
-// test PTX compiles only the phases its probes time.
 /// # Safety
 /// `p.pads` must hold the mapped pads of W ranks (`rank < W`), the caller
 /// buffers `p.elems` elements with `p.elems * T::BYTES` at most
 /// `lamport_slot_bytes(W)`; every rank passes the same `p.elems`.
-#[cfg(not(feature = "test-kernels"))]
 #[inline(always)]
 pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded from the caller.
@@ -104,7 +100,7 @@ pub(crate) unsafe fn lamport<T: Element, const W: usize, const OP: u32>(p: &AllR
 /// # Safety
 /// As for [`lamport`].
 #[inline(always)]
-pub(crate) unsafe fn lamport_marked<T: Element, const W: usize, const OP: u32, M: Marks>(
+pub unsafe fn lamport_marked<T: Element, const W: usize, const OP: u32, M: Marks>(
     p: &AllReduceParams,
     marks: &M,
 ) {
@@ -139,7 +135,6 @@ pub(crate) unsafe fn lamport_marked<T: Element, const W: usize, const OP: u32, M
 /// `p.pads` must hold the mapped pads of W ranks (`rank < W`), the caller
 /// buffers `p.elems` elements with `ceil(vectors / W)` vectors at most
 /// `lamport_two_shot_slot_bytes(W) / 16`; every rank passes the same `p.elems`.
-#[cfg(not(feature = "test-kernels"))]
 #[inline(always)]
 pub(crate) unsafe fn lamport_two_shot<T: Element, const W: usize, const OP: u32>(
     p: &AllReduceParams,
@@ -153,12 +148,7 @@ pub(crate) unsafe fn lamport_two_shot<T: Element, const W: usize, const OP: u32>
 /// # Safety
 /// As for [`lamport_two_shot`].
 #[inline(always)]
-pub(crate) unsafe fn lamport_two_shot_marked<
-    T: Element,
-    const W: usize,
-    const OP: u32,
-    M: Marks,
->(
+pub unsafe fn lamport_two_shot_marked<T: Element, const W: usize, const OP: u32, M: Marks>(
     p: &AllReduceParams,
     marks: &M,
 ) {
@@ -309,7 +299,6 @@ pub(crate) unsafe fn lamport_two_shot_marked<
 /// the shard of `n` elements in `vecs` vectors, its slot stride, the bytes
 /// from one shard's start to the next on the side that holds every shard
 /// (`p.shard_stride_elems`, or `n` when 0) and this thread's place.
-#[cfg(not(feature = "test-kernels"))]
 struct ShardCall {
     call: LamportCall,
     n: usize,
@@ -320,7 +309,6 @@ struct ShardCall {
     stride: usize,
 }
 
-#[cfg(not(feature = "test-kernels"))]
 impl ShardCall {
     /// # Safety
     /// `p.pads` must hold this rank's mapped pad at `p.rank`.
@@ -357,7 +345,6 @@ impl ShardCall {
 /// `p.elems` when 0) after the last, and `p.output` `p.elems`;
 /// `ceil(p.elems / LANES)` vectors fit `lamport_slot_bytes(W)`; every rank
 /// passes the same `p.elems`.
-#[cfg(not(feature = "test-kernels"))]
 #[inline(always)]
 pub(crate) unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded from the caller.
@@ -416,7 +403,6 @@ pub(crate) unsafe fn lamport_rs<T: Element, const W: usize, const OP: u32>(p: &A
 /// # Safety
 /// As for [`lamport_rs`], with `p.input` holding `p.elems` elements and
 /// `p.output` the W shards.
-#[cfg(not(feature = "test-kernels"))]
 #[inline(always)]
 pub(crate) unsafe fn lamport_ag<T: Element, const W: usize, const OP: u32>(p: &AllReduceParams) {
     // SAFETY: forwarded from the caller.

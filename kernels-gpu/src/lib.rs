@@ -32,31 +32,28 @@
 //!   and halves with the all-reduce kernels.
 //! - `cast`: f32 to and from bf16/f16, for gradient compression.
 //! - [`pattern`]: the soak's input pattern and expected outputs (shared
-//!   with the host); `soak`: its fill and check kernels.
+//!   with the host and the soak's kernels).
 //! - `norm`: RMSNorm, alone or after a residual add (the tail of an
 //!   all-reduce); `fused_norm`: the Lamport one-shot all-reduce,
 //!   residual add and RMSNorm in one kernel (NOTE [fused norm]).
 //! - [`decode`]: the rest of a decode layer's elementwise steps (SiLU x
-//!   mul) and the decode benchmark's random fill ([`decode::uniform`],
-//!   shared with the host; its kernel is a test kernel).
-//! - `timing`: the benchmark's per-call stamps and spins, and the probe
-//!   of what polling costs (NOTE [abandoned waits] in `sync`); `probes`:
-//!   one kernel per ordering function of `ptx`, for the test of their
-//!   scopes.
+//!   mul) and the values of the decode benchmark's random tensors
+//!   ([`decode::uniform`], shared with the host).
 //! - [`entries`]: the one list of the kernels' entry points, which the
 //!   kernels take their names from and the host builds its kernel table
 //!   from.
 //!
-//! Two PTX files are built from this crate: the production PTX (the
-//! default), which the host crate ships, and the test PTX (feature
-//! `test-kernels`), which holds only `probes`, `soak`, `timing` and the
-//! decode benchmark's `fill_uniform_*`, and which only the test suites
-//! and the benchmark load. The feature swaps one set of kernels for the
-//! other rather than adding one, so that neither PTX carries the other's
-//! kernels; that is safe from cargo's feature unification because the
-//! kernel modules exist only on `nvptx64`, which only `intranode-ptx-builder`
-//! builds, one set per invocation (on the host the feature changes
-//! nothing).
+//! The crate builds to one PTX, the production PTX, which the host crate
+//! ships. The test and probe kernels (the soak's fill and check, the
+//! benchmark's stamps and spins, the probes of polling, of one NVLink hop,
+//! of the Lamport phases and of `ptx`'s scopes, the decode benchmark's
+//! random fill) live in a crate of their own, `intranode-test-kernels-gpu`
+//! (`crates/test-kernels-gpu`, never published), which stands on this
+//! one's modules and builds to the test PTX: each PTX holds only its own
+//! crate's entry points. What that crate uses of this one (`sync`'s poll
+//! loop and wait constants, the Lamport forms' `*_marked` functions and
+//! `lamport::Marks`, `packed`, `ptx`, `layout`, `pattern`) is
+//! public on `nvptx64` for it.
 //!
 //! Kernels own nothing: every pointer they touch is passed by the host.
 //! They must not call out-of-line `core` functions (the PTX could not be
@@ -78,7 +75,8 @@ pub mod index;
 pub mod layout;
 pub mod pattern;
 
-// Shared by the production and the test kernels.
+// The floors under the kernels, shared with the test kernels
+// (`intranode-test-kernels-gpu`).
 #[cfg(target_arch = "nvptx64")]
 pub mod packed;
 #[cfg(target_arch = "nvptx64")]
@@ -86,44 +84,33 @@ pub mod ptx;
 // The schedule fuzzer's delays (nothing outside feature `schedule-fuzz`).
 #[cfg(target_arch = "nvptx64")]
 pub mod schedule;
-// The test PTX uses only the wait constants of `sync`.
 #[cfg(target_arch = "nvptx64")]
 pub mod sync;
 
-// The production kernels (`entries::Kernel`): every build but the test
-// PTX's.
-#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+// The kernels (`entries::Kernel`).
+#[cfg(target_arch = "nvptx64")]
 pub mod all_reduce;
-#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+#[cfg(target_arch = "nvptx64")]
 pub mod broadcast;
-#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+#[cfg(target_arch = "nvptx64")]
 pub mod cast;
-#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+#[cfg(target_arch = "nvptx64")]
 pub mod elementwise;
-#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+#[cfg(target_arch = "nvptx64")]
 pub mod fused_norm;
-// The Lamport forms' functions are also the test PTX's phase probes'
-// (`timing::probe_lamport*_phases_w*`), with the primitives below them.
+// The Lamport forms' functions are also the test kernels' phase probes'
+// (`probe_lamport{,_two_shot}_phases_w*`).
 #[cfg(target_arch = "nvptx64")]
 pub mod lamport;
-#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+#[cfg(target_arch = "nvptx64")]
 pub mod norm;
-// The primitives the production kernels are made of, below them.
+// The primitives the kernels are made of, below them.
 #[cfg(target_arch = "nvptx64")]
 pub mod prims;
-#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+#[cfg(target_arch = "nvptx64")]
 pub mod push;
-#[cfg(all(target_arch = "nvptx64", not(feature = "test-kernels")))]
+#[cfg(target_arch = "nvptx64")]
 pub mod push_scatter_gather;
-
-// The test and probe kernels (`entries::TestKernel`,
-// `entries::SCOPE_PROBES`): the test PTX only.
-#[cfg(all(target_arch = "nvptx64", feature = "test-kernels"))]
-pub mod probes;
-#[cfg(all(target_arch = "nvptx64", feature = "test-kernels"))]
-pub mod soak;
-#[cfg(all(target_arch = "nvptx64", feature = "test-kernels"))]
-pub mod timing;
 
 #[cfg(all(target_arch = "nvptx64", not(test)))]
 #[panic_handler]

@@ -1,8 +1,9 @@
 //! The test pattern of `intranode-bench soak`: every input element is a
 //! pure function of (seed, call, rank, index), so the GPU can both write a
 //! call's inputs and check its output without the host touching a byte.
-//! Plain functions shared by the soak kernels (`soak.rs`) and the host,
-//! where the unit tests below and the soak's self-test use them.
+//! Plain functions shared by the soak kernels
+//! (`crates/test-kernels-gpu/src/soak.rs`) and the host, where the unit
+//! tests below and the soak's self-test use them.
 //!
 //! Inputs are multiples of 1/8 in [-8, 8]: exact in bf16, f16 and f32, and
 //! any sum of up to 8 of them (at most 64 in magnitude, 10 significant

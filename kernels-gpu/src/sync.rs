@@ -161,8 +161,10 @@ pub(crate) unsafe fn report(to: ReportTo, peer: u32, block: u32, slot: u32, rank
 /// than 100 us in the next call, whose polls stalled it in turn: once in,
 /// a run never left the slow mode. The abort word keeps the same meaning
 /// (set only by this rank's `report`) at the cost of a local load.
-pub(crate) const ERROR_POLL_AFTER_NS: u64 = 100_000;
-pub(crate) const ERROR_POLL_INTERVAL_NS: u64 = 20_000;
+pub const ERROR_POLL_AFTER_NS: u64 = 100_000;
+/// How often a wait past [`ERROR_POLL_AFTER_NS`] reads the abort word
+/// (NOTE [abandoned waits]).
+pub const ERROR_POLL_INTERVAL_NS: u64 = 20_000;
 
 /// Whether an earlier wait of this rank ran out (NOTE [abandoned waits]):
 /// `abort` is its abort word, or 0 for none.
@@ -176,8 +178,8 @@ pub(crate) unsafe fn aborted(abort: u64) -> bool {
 }
 
 /// How a bounded wait ended.
-#[derive(Clone, Copy)]
-pub(crate) enum Wait<P> {
+#[derive(Clone, Copy, Debug)]
+pub enum Wait<P> {
     /// The wait is over: the flag reached the epoch, the data arrived.
     Reached,
     /// The bound ran out while the last poll still missed `P` (the peer
@@ -202,7 +204,7 @@ pub(crate) enum Wait<P> {
 /// # Safety
 /// `abort` must be this rank's abort word, or 0.
 #[inline(always)]
-pub(crate) unsafe fn poll_until<P>(
+pub unsafe fn poll_until<P>(
     timeout_ns: u64,
     abort: u64,
     mut poll: impl FnMut() -> Option<P>,

@@ -192,23 +192,27 @@ fn run_step(root: &Path, step: Step, steps: &mut Steps) -> Result<()> {
 fn kernels(root: &Path, steps: &mut Steps) -> Result<()> {
     let cargo = intranode_ptx_builder::cargo_binary();
     let cargo = cargo.to_str().context("cargo path is not UTF-8")?;
-    // The kernels as the GPU sees them, both sets (each PTX is built from
-    // one of them alone).
+    // The kernels as the GPU sees them, both crates (the production PTX
+    // is built from the first, the test PTX from the second).
     steps.time("clippy, kernels for the GPU", || {
-        for features in [&[][..], &["--features", "test-kernels"]] {
-            let mut args = vec![
-                "clippy",
-                "-p",
-                "intranode-kernels-gpu",
-                "--target",
-                intranode_ptx_builder::TARGET,
-                "-Zbuild-std=core",
-                "--target-dir",
-                "target/ptx-clippy",
-            ];
-            args.extend_from_slice(features);
-            args.extend_from_slice(&["--", "-D", "warnings"]);
-            run(root, cargo, &args)?;
+        for package in ["intranode-kernels-gpu", "intranode-test-kernels-gpu"] {
+            run(
+                root,
+                cargo,
+                &[
+                    "clippy",
+                    "-p",
+                    package,
+                    "--target",
+                    intranode_ptx_builder::TARGET,
+                    "-Zbuild-std=core",
+                    "--target-dir",
+                    "target/ptx-clippy",
+                    "--",
+                    "-D",
+                    "warnings",
+                ],
+            )?;
         }
         Ok(())
     })?;

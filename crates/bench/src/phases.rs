@@ -22,9 +22,8 @@
 use anyhow::{Context, Result, ensure};
 use cudarc::driver::DevicePtr;
 use intranode::AllReduceAlgo;
-use intranode::kernels::TestKernelModule;
+use intranode::kernels::{TestKernel, TestKernelModule};
 use intranode_harness::Rank;
-use intranode_kernels_gpu::entries::TestKernel;
 use intranode_kernels_gpu::layout::{
     PHASE_COUNTED, PHASE_END, PHASE_REDUCED, PHASE_START, PHASE_STORED, PHASES,
 };

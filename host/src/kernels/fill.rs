@@ -1,12 +1,12 @@
 //! Typed launch of the decode benchmark's random fill
-//! (`fill_uniform_*` in `kernels-gpu/src/decode.rs`), a test kernel: the
+//! (`fill_uniform_*` in `crates/test-kernels-gpu/src/fill.rs`, of
+//! `intranode_kernels_gpu::decode::uniform`), a test kernel: the
 //! benchmark's weights and inputs, which the host can recompute element
 //! by element.
 
 use cudarc::driver::{CudaStream, DevicePtrMut};
-use intranode_kernels_gpu::entries::TestKernel;
 
-use super::{DType, TestKernelModule, elementwise_grid};
+use super::{DType, TestKernel, TestKernelModule, elementwise_grid};
 use crate::error::{Error, Result};
 
 impl TestKernelModule {

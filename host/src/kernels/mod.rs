@@ -48,7 +48,7 @@ mod timing;
 #[cfg(feature = "test-kernels")]
 pub use soak::SoakCall;
 #[cfg(feature = "test-kernels")]
-pub use test_kernels::{TEST_PTX, TestKernelModule};
+pub use test_kernels::{SCOPE_PROBES, TEST_PTX, TestKernel, TestKernelModule};
 
 /// The production kernels' PTX as embedded: the committed
 /// `host/ptx/kernels-<arch>.ptx.xz` (CI checks that it equals what the

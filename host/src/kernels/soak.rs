@@ -1,15 +1,14 @@
 //! Typed launches of the soak's fill and check kernels
-//! (`kernels-gpu/src/soak.rs`; the pattern is `intranode_kernels_gpu::pattern`):
-//! `intranode-suite soak` writes every call's inputs and checks every
-//! output on the GPU, so a million checked all-reduces cost the host
-//! nothing but launches.
+//! (`crates/test-kernels-gpu/src/soak.rs`; the pattern is
+//! `intranode_kernels_gpu::pattern`): `intranode-suite soak` writes every
+//! call's inputs and checks every output on the GPU, so a million checked
+//! all-reduces cost the host nothing but launches.
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
-use intranode_kernels_gpu::entries::TestKernel;
 use intranode_kernels_gpu::pattern::SoakParams;
 
 use super::launch::Grid;
-use super::{DType, ElemType, TestKernelModule};
+use super::{DType, ElemType, TestKernel, TestKernelModule};
 use crate::error::{Error, Result};
 use crate::types::ReduceOp;
 

@@ -1,17 +1,16 @@
 //! Typed launches of the benchmark's timing kernels
-//! (`kernels-gpu/src/timing.rs`): a `%globaltimer` stamp per call, a spin
-//! of a given length, the poll-storm probe behind NOTE [abandoned
-//! waits] in `kernels-gpu/src/sync.rs`, and the ping-pong probe (one
-//! NVLink hop as a Lamport wait sees it).
+//! (`crates/test-kernels-gpu/src/timing.rs`): a `%globaltimer` stamp per
+//! call, a spin of a given length, the poll-storm probe behind NOTE
+//! [abandoned waits] in `kernels-gpu/src/sync.rs`, and the ping-pong probe
+//! (one NVLink hop as a Lamport wait sees it).
 
 use cudarc::driver::{CudaStream, DevicePtrMut};
-use intranode_kernels_gpu::entries::TestKernel;
 use intranode_kernels_gpu::layout::{
     AllReduceParams, MAX_RANKS, PingPongParams, PollStormParams, StoreExitParams,
 };
 
-use super::TestKernelModule;
 use super::launch::Grid;
+use super::{TestKernel, TestKernelModule};
 use crate::error::{Error, Result};
 
 /// One warp: the stamp and the spin are one thread's work.

@@ -28,6 +28,4 @@ pub mod reduce;
 pub mod row;
 pub mod slots;
 
-// The test PTX's kernels write their loops out themselves.
-#[cfg(not(feature = "test-kernels"))]
 pub(crate) use grid::unroll;

@@ -1,4 +1,6 @@
-//! Builds the `intranode-kernels-gpu` crate (folder `kernels-gpu/`) to PTX.
+//! Builds the kernel crates to PTX: `intranode-kernels-gpu` (folder
+//! `kernels-gpu/`) and `intranode-test-kernels-gpu` (folder
+//! `crates/test-kernels-gpu/`).
 //!
 //! One place knows how Rust kernels become PTX here (see DESIGN.md section
 //! 2): rustc's NVPTX back end, `core` built from source (`-Zbuild-std`,
@@ -8,10 +10,14 @@
 //! [`build_ptx`], so the PTX a binary embeds and the PTX the checks read
 //! come from the same command.
 //!
-//! Two PTX files come from the crate ([`KernelSet`]): the production
-//! kernels, which the host crate ships, and the test and probe kernels
-//! (feature `test-kernels` of `intranode-kernels-gpu`), which only the test suites
-//! and the benchmark load (feature `test-kernels` of the host crate).
+//! Two PTX files come from them ([`KernelSet`]): the production kernels
+//! (`intranode-kernels-gpu`), which the host crate ships, and the test and
+//! probe kernels (`intranode-test-kernels-gpu`, which stands on the
+//! production crate's modules), which only the test suites and the
+//! benchmark load (feature `test-kernels` of the host crate). Each PTX
+//! holds the entry points of its own crate only: those of a dependency
+//! are compiled into the dependency's object, never into the PTX of the
+//! crate built.
 //!
 //! The PTX users build against is committed (`host/ptx/kernels-<arch>.ptx.xz`
 //! and `host/ptx/test-kernels-<arch>.ptx`, one pair per
@@ -129,10 +135,9 @@ pub const STAMP_FILE: &str = "source-stamp";
 pub enum KernelSet {
     /// The library's kernels: the PTX the host crate always embeds.
     Production,
-    /// The test and probe kernels (`probes.rs`, `soak.rs`, `timing.rs`:
-    /// feature `test-kernels` of `intranode-kernels-gpu`), and nothing else: a
-    /// small PTX the host crate embeds only under its feature
-    /// `test-kernels`.
+    /// The test and probe kernels (the crate `intranode-test-kernels-gpu`,
+    /// folder `crates/test-kernels-gpu/`), and nothing else: a small PTX
+    /// the host crate embeds only under its feature `test-kernels`.
     Test,
     /// The library's kernels with the schedule fuzzer's random delays
     /// (feature `schedule-fuzz` of `intranode-kernels-gpu`): embedded in
@@ -164,11 +169,27 @@ impl KernelSet {
         }
     }
 
+    /// The manifest of the crate the set is built from, relative to the
+    /// workspace root.
+    fn manifest(self) -> &'static str {
+        match self {
+            KernelSet::Production | KernelSet::ScheduleFuzz => "kernels-gpu/Cargo.toml",
+            KernelSet::Test => "crates/test-kernels-gpu/Cargo.toml",
+        }
+    }
+
+    /// The crate's name as rustc writes it, the prefix of its `.s` file.
+    fn crate_name(self) -> &'static str {
+        match self {
+            KernelSet::Production | KernelSet::ScheduleFuzz => "intranode_kernels_gpu",
+            KernelSet::Test => "intranode_test_kernels_gpu",
+        }
+    }
+
     /// The `cargo rustc` arguments that select the set.
     fn cargo_args(self) -> &'static [&'static str] {
         match self {
-            KernelSet::Production => &[],
-            KernelSet::Test => &["--features", "test-kernels"],
+            KernelSet::Production | KernelSet::Test => &[],
             KernelSet::ScheduleFuzz => &["--features", "schedule-fuzz"],
         }
     }
@@ -197,23 +218,30 @@ impl KernelSet {
 }
 
 /// Files, relative to the workspace root, whose contents decide the PTX:
-/// the kernel crate's manifest, the tool chain and this builder (the
-/// kernel sources under `kernels-gpu/src` come on top, see
+/// the kernel crates' manifests, the tool chain and this builder (the
+/// kernel sources under [`STAMPED_DIRS`] come on top, see
 /// [`source_stamp`]).
 const STAMPED_FILES: &[&str] = &[
     "kernels-gpu/Cargo.toml",
+    "crates/test-kernels-gpu/Cargo.toml",
     "rust-toolchain.toml",
     "host/base/ptx-builder/src/lib.rs",
 ];
 
+/// The folders of kernel sources, relative to the workspace root: the
+/// production crate's and the test kernels' crate's.
+pub const STAMPED_DIRS: &[&str] = &["kernels-gpu/src", "crates/test-kernels-gpu/src"];
+
 /// A fingerprint of everything the PTX is built from: 64-bit FNV-1a over
-/// the relative path and contents of every file under `kernels-gpu/src`
+/// the relative path and contents of every file under [`STAMPED_DIRS`]
 /// and of the files in `STAMPED_FILES`, in sorted order, as
 /// `fnv1a64:<16 hex digits>`. An error when any of them cannot be read
 /// (for example in a packaged crate, where the kernel sources are absent).
 pub fn source_stamp(workspace_root: &Path) -> std::io::Result<String> {
     let mut files: Vec<String> = STAMPED_FILES.iter().map(|s| (*s).to_owned()).collect();
-    collect_files(workspace_root, "kernels-gpu/src", &mut files)?;
+    for dir in STAMPED_DIRS {
+        collect_files(workspace_root, dir, &mut files)?;
+    }
     files.sort();
     let mut hash = Fnv1a::new();
     for rel in &files {
@@ -303,11 +331,11 @@ impl fmt::Display for PtxBuildError {
             Self::Cargo { status, stderr } => {
                 write!(
                     f,
-                    "building kernels-gpu for {TARGET} failed ({status}):\n{stderr}"
+                    "building the kernels for {TARGET} failed ({status}):\n{stderr}"
                 )
             }
             Self::MissingOutput(dir) => {
-                write!(f, "no intranode_kernels_gpu-*.s under {}", dir.display())
+                write!(f, "no PTX (`<crate>-*.s`) under {}", dir.display())
             }
             Self::Io(p, e) => write!(f, "reading {}: {e}", p.display()),
         }
@@ -355,7 +383,7 @@ pub fn build_ptx(build: &PtxBuild) -> Result<String, PtxBuildError> {
     let target_dir = build
         .target_dir
         .join(build.kernels.target_subdir(&build.arch));
-    let manifest = build.workspace_root.join("kernels-gpu").join("Cargo.toml");
+    let manifest = build.workspace_root.join(build.kernels.manifest());
     let mut cmd = Command::new(&build.cargo);
     for var in SCRUBBED_ENV {
         cmd.env_remove(var);
@@ -374,6 +402,18 @@ pub fn build_ptx(build: &PtxBuild) -> Result<String, PtxBuildError> {
         // One codegen unit: one `.s` file, and every generic helper
         // inlined into the kernel that uses it.
         .args(["-Ccodegen-units=1", "-Copt-level=3"]);
+    if build.kernels == KernelSet::Test {
+        // The test kernels' crate instantiates the production crate's
+        // generic and inline functions (the Lamport forms, `ptx`, `sync`),
+        // whose code is fixed when that crate is compiled: it gets the
+        // flags that shape the kernels too (`--cfg intranode_pdl` above
+        // all, else the probes would read the pre-sm_90 `ptx` functions).
+        // Only here: in the production build the flags reach the kernel
+        // crate alone, and `core` is built as it always was.
+        let mut flags = vec![format!("-Ctarget-cpu={}", build.arch)];
+        flags.extend(pdl_cfg(&build.arch).iter().map(|f| (*f).to_owned()));
+        cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
+    }
     let output = cmd.output().map_err(PtxBuildError::Spawn)?;
     if !output.status.success() {
         return Err(PtxBuildError::Cargo {
@@ -382,7 +422,7 @@ pub fn build_ptx(build: &PtxBuild) -> Result<String, PtxBuildError> {
         });
     }
     let deps = target_dir.join(TARGET).join("release").join("deps");
-    let ptx_path = newest_asm(&deps)?;
+    let ptx_path = newest_asm(&deps, build.kernels.crate_name())?;
     let ptx = std::fs::read_to_string(&ptx_path).map_err(|e| PtxBuildError::Io(ptx_path, e))?;
     Ok(if embeds_register_bound(&build.arch) {
         bound_registers(&ptx)
@@ -410,15 +450,18 @@ fn pdl_cfg(arch: &str) -> &'static [&'static str] {
     }
 }
 
-/// The most recently written `intranode_kernels_gpu-*.s` in `deps`.
-fn newest_asm(deps: &Path) -> Result<PathBuf, PtxBuildError> {
+/// The most recently written `<crate_name>-*.s` in `deps`.
+fn newest_asm(deps: &Path, crate_name: &str) -> Result<PathBuf, PtxBuildError> {
     let entries = std::fs::read_dir(deps).map_err(|e| PtxBuildError::Io(deps.to_owned(), e))?;
     let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
     for entry in entries {
         let entry = entry.map_err(|e| PtxBuildError::Io(deps.to_owned(), e))?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if !(name.starts_with("intranode_kernels_gpu-") && name.ends_with(".s")) {
+        let of_crate = name
+            .strip_prefix(crate_name)
+            .is_some_and(|rest| rest.starts_with('-'));
+        if !(of_crate && name.ends_with(".s")) {
             continue;
         }
         let modified = entry

@@ -1,9 +1,9 @@
-//! One tiny kernel per function of [`crate::ptx`] that touches memory
+//! One tiny kernel per function of [`intranode_kernels_gpu::ptx`] that touches memory
 //! ordering, so the emitted PTX holds each one in a body of its own: the
 //! host test `ptx_scopes` checks that `probe_<name>` contains exactly the
 //! instruction `<name>` claims. They are never launched.
 
-use crate::ptx;
+use intranode_kernels_gpu::ptx;
 
 /// # Safety
 /// Never launched; `p` would have to be a valid global address.

@@ -1,13 +1,13 @@
 //! The soak's fill and check kernels (`intranode-bench soak`): they write
-//! a call's inputs from the pattern of [`crate::pattern`] and count the
+//! a call's inputs from the pattern of [`intranode_kernels_gpu::pattern`] and count the
 //! output elements off its expected value, so a million checked calls
 //! never move data through the host. Plain grid-stride loops over scalar
 //! elements: they run next to an all-reduce that moves the same bytes over
 //! NVLink, so their speed hardly matters.
 
-use crate::packed::{Bf16, Element, F16};
-use crate::pattern::{self, SoakParams};
-use crate::ptx;
+use intranode_kernels_gpu::packed::{Bf16, Element, F16};
+use intranode_kernels_gpu::pattern::{self, SoakParams};
+use intranode_kernels_gpu::ptx;
 
 #[inline(always)]
 fn grid() -> (usize, usize) {

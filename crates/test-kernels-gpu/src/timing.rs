@@ -10,13 +10,15 @@
 //! store floor), and the phase probes of `intranode-bench phases`: the
 //! collectives' own Lamport code with each phase stamped.
 
-use crate::lamport::{Marks, lamport_marked, lamport_two_shot_marked};
-use crate::layout::{
+use intranode_kernels_gpu::lamport::{Marks, lamport_marked, lamport_two_shot_marked};
+use intranode_kernels_gpu::layout::{
     AllReduceParams, MAX_RANKS, OP_SUM, PHASES, PingPongParams, PollStormParams, StoreExitParams,
 };
-use crate::packed::Bf16;
-use crate::ptx;
-use crate::sync::{ERROR_POLL_AFTER_NS, ERROR_POLL_INTERVAL_NS, Wait, pick, poll_until};
+use intranode_kernels_gpu::packed::Bf16;
+use intranode_kernels_gpu::ptx;
+use intranode_kernels_gpu::sync::{
+    ERROR_POLL_AFTER_NS, ERROR_POLL_INTERVAL_NS, Wait, pick, poll_until,
+};
 
 /// Appends `%globaltimer` to a stamp log: `log[0]` counts the stamps
 /// taken, `log[1..=cap]` holds them (those past `cap` are counted, not
