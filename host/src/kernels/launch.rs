@@ -17,8 +17,8 @@ use intranode_kernels_gpu::layout::{
     AllReduceParams, BarrierParams, BroadcastParams, FusedNormParams, NormParams,
 };
 
-use super::KernelKey;
 use crate::driver_ext;
+use intranode_kernels_gpu::entries::KernelKey;
 
 // NOTE [launch overlap] (programmatic dependent launch): a
 // collective launched with programmatic stream serialization may be
