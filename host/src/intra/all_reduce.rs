@@ -1,7 +1,8 @@
 //! The all-reduce of ours over addresses (`IntraNodeComm::all_reduce_raw`
 //! of a [`RawAllReduce`]): the kernel, grid and parameters of one call
-//! (`launch_of`), on the caller's stream; the grids come from
-//! `launch.rs`.
+//! (`launch_of`) and its fingerprint check, on the caller's stream,
+//! through the one launch path of `launch.rs`; the grids come from
+//! `launch_shape.rs`.
 //!
 //! NOTE [IntraNodeComm stream semantics] (from the seed): everything is
 //! enqueued on the caller's stream; there is no communication stream and
